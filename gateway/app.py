@@ -1,0 +1,111 @@
+"""The application: `create_app(settings)` wires every concrete piece together, and `serve`
+runs it. This is the only module that knows every concrete class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from gateway.downstream.endpoint import Endpoint
+from gateway.downstream.http import Guard, json_response
+from gateway.downstream.legacy import LegacyEra
+from gateway.downstream.session import SessionStore
+from gateway.observability import configure_logging, log
+from gateway.settings import Settings
+from gateway.upstream import isolation
+from gateway.upstream.isolation import Backend
+
+BACKENDS = web.AppKey("backends", dict[str, Backend])
+ERAS = web.AppKey("eras", list[LegacyEra])
+REAP_EVERY_S = 30.0
+
+
+def create_app(conf: Settings) -> web.Application:
+    guard = Guard(conf)
+    # aiohttp refuses bodies over client_max_size with 413 before we parse them.
+    app = web.Application(middlewares=[guard.middleware],
+                          client_max_size=conf.limits.max_body_bytes)
+    app.on_response_prepare.append(guard.on_prepare)
+    backends: dict[str, Backend] = {}
+    eras: list[LegacyEra] = []
+    for name, up in conf.upstreams.items():
+        if up.url is not None:
+            raise NotImplementedError("Streamable HTTP upstreams are not supported yet")
+        backend = isolation.build(name, up, conf.limits.max_message_bytes)
+        sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
+        era = LegacyEra(backend, sessions, conf)
+        endpoint = Endpoint(era, conf.limits.max_body_bytes)
+        app.router.add_post(up.path, endpoint.post)
+        app.router.add_get(up.path, endpoint.get, allow_head=False)
+        app.router.add_delete(up.path, endpoint.delete)
+        backends[name] = backend
+        eras.append(era)
+    app[BACKENDS] = backends
+    app[ERAS] = eras
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_close_streams)
+    return app
+
+
+async def healthz(_: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """200 only when every upstream is connected and initialized."""
+    backends = request.app[BACKENDS]
+    ready = all(b.ready for b in backends.values())
+    body: dict[str, Any] = {"ready": ready,
+                            "upstreams": {n: b.status() for n, b in backends.items()}}
+    return json_response(body, 200 if ready else 503)
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    backends = app[BACKENDS]
+    for backend in backends.values():
+        await backend.start()
+    reaper = asyncio.create_task(_reap(app[ERAS]))
+    yield
+    reaper.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reaper
+    await asyncio.gather(*(b.close() for b in backends.values()))
+    log.info("gateway.stopped")
+
+
+async def _reap(eras: list[LegacyEra]) -> None:
+    while True:
+        await asyncio.sleep(REAP_EVERY_S)
+        for era in eras:
+            await era.expire()
+
+
+async def _close_streams(app: web.Application) -> None:
+    for era in app[ERAS]:
+        for session in era.sessions.all():
+            session.close_streams()
+
+
+def serve(conf: Settings) -> int:
+    configure_logging(conf.logging)
+    loop = _new_loop()
+    log.info("gateway.listening", host=conf.listen.host, port=conf.listen.port,
+             upstreams=sorted(conf.upstreams))
+    web.run_app(create_app(conf), host=conf.listen.host, port=conf.listen.port,
+                access_log=None, print=None, shutdown_timeout=5.0, loop=loop)
+    return 0
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()

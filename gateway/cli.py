@@ -1,0 +1,93 @@
+"""The command line (INTERFACE.md): zero-config flags, or `--config FILE` with flags on top."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gateway import __version__, settings
+from gateway.settings import ConfigError, Settings
+
+MODES = ("never", "auto", "always", "required")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mcp-task-gateway",
+        description="Front MCP servers with Streamable HTTP and turn slow tool calls into tasks.",
+        epilog="example: mcp-task-gateway --port 8080 -- "
+               "npx -y @modelcontextprotocol/server-everything",
+    )
+    p.add_argument("--config", metavar="FILE", help="YAML configuration file")
+    p.add_argument("--check-config", metavar="FILE", help="validate FILE and exit (0 ok, 2 bad)")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to bind (default 8080)")
+    p.add_argument("--upstream-url", metavar="URL", help="front a Streamable HTTP server")
+    p.add_argument("--isolation", choices=("shared", "client", "call"))
+    p.add_argument("--tasks", choices=MODES, metavar="MODE", help="default task mode for tools")
+    p.add_argument("--task-tool", action="append", default=[], metavar="NAME=MODE",
+                   help="task mode for one tool (repeatable; NAME may be a glob)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-format", choices=("json", "console"))
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]: a stdio server")
+    return p
+
+
+def build_settings(args: argparse.Namespace) -> Settings:
+    """The file's settings (if any) with every given flag applied on top."""
+    raw: dict[str, Any] = {}
+    if args.config:
+        raw = settings.read_raw(args.config)
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{args.config}: the configuration must be a YAML mapping")
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if command or args.upstream_url:
+        # A command or URL on the command line replaces the file's upstreams with one: "main".
+        if command and args.upstream_url:
+            raise ConfigError("give either a command after -- or --upstream-url, not both")
+        target = {"url": args.upstream_url} if args.upstream_url else {
+            "command": command[0], "args": command[1:]}
+        raw["upstreams"] = {"main": target}
+    if not raw.get("upstreams"):
+        raise ConfigError("no upstream: give -- COMMAND [ARG...], --upstream-url or --config")
+    if args.isolation:
+        for up in raw["upstreams"].values():
+            if isinstance(up, dict):
+                up["isolation"] = args.isolation
+    _set(raw, ("listen", "host"), args.host)
+    _set(raw, ("listen", "port"), args.port)
+    _set(raw, ("logging", "level"), args.log_level)
+    _set(raw, ("logging", "format"), args.log_format)
+    _set(raw, ("tasks", "defaults", "mode"), args.tasks)
+    for item in args.task_tool:
+        name, sep, mode = item.partition("=")
+        if not sep or not name or mode not in MODES:
+            raise ConfigError(f"--task-tool {item}: expected NAME=MODE with MODE one of {MODES}")
+        _set(raw, ("tasks", "tools", name, "mode"), mode)
+    return settings.from_mapping(raw)
+
+
+def _set(tree: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+    if value is None:
+        return
+    for key in keys[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[keys[-1]] = value
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.check_config:
+            s = settings.load(args.check_config)
+            print(f"{args.check_config}: ok ({len(s.upstreams)} upstream(s))")
+            return 0
+        conf = build_settings(args)
+    except ConfigError as exc:
+        print(f"mcp-task-gateway: config error: {exc}", file=sys.stderr)
+        return 2
+    from gateway.app import serve  # imported late: --check-config stays light and fast
+
+    return serve(conf)

@@ -1,0 +1,143 @@
+"""Checks and helpers at the HTTP boundary, shared by both eras: Origin and CORS, bearer
+auth, Accept and Content-Type, body size, JSON parsing, and error responses.
+
+Every refusal is a `GatewayError` raised here, rendered once by `error_response`.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from yarl import URL
+
+from gateway import errors
+from gateway.errors import GatewayError
+from gateway.protocol import jsonrpc, mcp
+from gateway.settings import Settings
+
+JSON_HEADERS = {"Content-Type": mcp.CT_JSON}
+CORS_EXPOSE = ", ".join((mcp.H_SESSION, mcp.H_PROTOCOL, "WWW-Authenticate"))
+CORS_ALLOW_HEADERS = ", ".join((
+    "Content-Type", mcp.H_ACCEPT, mcp.H_AUTH, mcp.H_SESSION, mcp.H_PROTOCOL, mcp.H_LAST_EVENT,
+    "Mcp-Method", "Mcp-Name"))
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(msg: Any, status: int = 200, headers: dict[str, str] | None = None
+                  ) -> web.Response:
+    return web.Response(body=jsonrpc.dumps(msg), status=status,
+                        headers={**JSON_HEADERS, **headers} if headers else JSON_HEADERS)
+
+
+def error_response(exc: GatewayError, id_: Any = None) -> web.Response:
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, errors.Unauthorized) else None
+    return json_response(exc.to_message(id_), exc.http_status, headers)
+
+
+def check_accept(request: web.Request, *, need_json: bool) -> tuple[bool, bool]:
+    """(json allowed, SSE allowed) from Accept; NotAcceptable when neither is usable.
+
+    spec (Sending Messages): clients MUST list both; a missing header or */* counts as both.
+    """
+    accept = request.headers.get(mcp.H_ACCEPT, "*/*")
+    anything = "*/*" in accept
+    json_ok = anything or mcp.CT_JSON in accept or "application/*" in accept
+    sse_ok = anything or mcp.CT_SSE in accept or "text/*" in accept
+    if not (sse_ok or (need_json and json_ok)):
+        wanted = f"{mcp.CT_JSON} and {mcp.CT_SSE}" if need_json else mcp.CT_SSE
+        raise errors.NotAcceptable(f"Not Acceptable: the client must accept {wanted}")
+    return json_ok, sse_ok
+
+
+async def read_message(request: web.Request, max_bytes: int) -> dict[str, Any]:
+    """The POST body as one JSON-RPC message (a dict), or the right GatewayError."""
+    ctype = request.headers.get("Content-Type", "")
+    if ctype.split(";", 1)[0].strip().lower() != mcp.CT_JSON:
+        raise errors.UnsupportedMediaType(
+            f"Unsupported Media Type: Content-Type must be {mcp.CT_JSON}")
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise _too_large(max_bytes)
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise _too_large(max_bytes) from None
+    try:
+        msg = jsonrpc.loads(body)
+    except jsonrpc.JSONDecodeError as exc:
+        raise errors.ParseError(f"Parse error: {exc}") from None
+    if isinstance(msg, list):
+        # Protocol 2025-06-18 removed JSON-RPC batching; one message per POST.
+        raise errors.InvalidRequest("Invalid Request: batches are not supported; "
+                                    "send one JSON-RPC message per POST")
+    if jsonrpc.classify(msg) is None:
+        raise errors.InvalidRequest("Invalid Request: not a JSON-RPC 2.0 request, "
+                                    "notification or response")
+    return msg  # type: ignore[no-any-return]
+
+
+def _too_large(limit: int) -> errors.PayloadTooLarge:
+    return errors.PayloadTooLarge(f"Payload Too Large: the body exceeds {limit} bytes",
+                                  {"maxBytes": limit})
+
+
+class Guard:
+    """Origin, CORS and bearer-token checks in front of every route but health probes."""
+
+    OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+
+    def __init__(self, conf: Settings) -> None:
+        self.any_origin = "*" in conf.security.allowed_origins
+        self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
+        self.tokens = [t.encode() for t in conf.auth.bearer_tokens if t]
+
+    def origin_allowed(self, origin: str) -> bool:
+        if self.any_origin:
+            return True
+        try:
+            url = URL(origin)
+        except ValueError:
+            return False
+        for allowed in self.origins:
+            if (url.scheme, url.host) == (allowed.scheme, allowed.host) and (
+                    allowed.explicit_port is None or allowed.port == url.port):
+                return True
+        return False
+
+    def token_ok(self, header: str | None) -> bool:
+        if not self.tokens:
+            return True
+        if not header or not header.startswith("Bearer "):
+            return False
+        given = header[7:].strip().encode()
+        return any(hmac.compare_digest(given, t) for t in self.tokens)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in self.OPEN_PATHS:
+            return await handler(request)
+        origin = request.headers.get(mcp.H_ORIGIN)
+        # spec (Streamable HTTP, Security Warning): servers MUST validate Origin (DNS rebinding).
+        if origin is not None and not self.origin_allowed(origin):
+            return error_response(errors.ForbiddenOrigin(f"Forbidden: origin {origin} is not "
+                                                         "allowed"))
+        if request.method == "OPTIONS" and origin is not None:
+            return web.Response(status=204, headers={
+                "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+                "Access-Control-Allow-Headers": request.headers.get(
+                    "Access-Control-Request-Headers", CORS_ALLOW_HEADERS),
+                "Access-Control-Max-Age": "86400"})
+        if not self.token_ok(request.headers.get(mcp.H_AUTH)):
+            return error_response(errors.Unauthorized("Unauthorized: a valid bearer token is "
+                                                      "required"))
+        return await handler(request)
+
+    async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
+        """CORS headers on every response to an allowed origin, streams included."""
+        origin = request.headers.get(mcp.H_ORIGIN)
+        if origin is not None and self.origin_allowed(origin):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE
+            response.headers["Vary"] = "Origin"

@@ -1,0 +1,287 @@
+"""The legacy era (protocol 2024-11-05 .. 2025-11-25) on Streamable HTTP: initialize and
+sessions, POST answered as JSON or SSE, the GET stream, DELETE.
+
+spec: mcp-base-2025-06-18.md, Transports > Streamable HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from gateway import errors, router
+from gateway.downstream import sse
+from gateway.downstream.http import check_accept, error_response, json_response
+from gateway.downstream.session import Session, SessionStore
+from gateway.errors import UpstreamError
+from gateway.observability import log, metrics
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+from gateway.settings import Settings
+from gateway.upstream.base import Connection
+from gateway.upstream.isolation import Backend
+
+REQUEST_CANCELLED = -32800  # the JSON-RPC code LSP and most MCP SDKs use for cancellation
+ACCEPTED = web.Response(status=202)
+
+
+class Exchange:
+    """One POST request in flight: the `Sink` of its upstream call.
+
+    Answered as plain JSON when the response comes first; switched to an SSE stream when the
+    upstream sends related messages before it, or when the call outlives one keep-alive
+    interval (so intermediaries see bytes on slow calls).
+    """
+
+    __slots__ = ("_wake", "conn", "done", "early", "response", "session", "sse_ok", "stream",
+                 "timer", "used")
+
+    def __init__(self, session: Session, sse_ok: bool) -> None:
+        self.session = session
+        self.sse_ok = sse_ok
+        self.early: list[bytes] = []
+        self.response: Message | None = None
+        self.stream: sse.Stream | None = None
+        self._wake: asyncio.Future[bool] | None = None
+        self.done: Any = None  # called once with the response
+        self.timer: asyncio.TimerHandle | None = None
+
+    def on_message(self, msg: Message) -> None:
+        if self.stream is not None:
+            self.stream.push(jsonrpc.dumps(msg))
+        elif self.sse_ok:
+            self.early.append(jsonrpc.dumps(msg))
+            self._notify()
+        elif "id" in msg:  # a server request: JSON-only clients can still get it on GET
+            self.session.deliver(msg)
+
+    def on_response(self, msg: Message) -> None:
+        if self.response is not None:
+            return
+        self.response = msg
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.done is not None:
+            self.done(msg)
+        if self.stream is not None:
+            self.stream.push(jsonrpc.dumps(msg), last=True)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(True)
+
+    async def _wait(self, timeout_s: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = wake = loop.create_future()
+        handle = loop.call_later(timeout_s, wake.set_result, False) if timeout_s else None
+        try:
+            await wake
+        finally:
+            if handle is not None:
+                handle.cancel()
+
+    async def respond(self, request: web.Request, json_ok: bool, keepalive_s: float
+                      ) -> web.StreamResponse:
+        if json_ok:
+            if self.response is None and not self.early:
+                await self._wait(keepalive_s if self.sse_ok else None)
+            while not self.sse_ok and self.response is None:
+                await self._wait(None)
+            if self.response is not None and not self.early:
+                return json_response(self.response)
+        self.stream = stream = self.session.new_stream()
+        for data in self.early:
+            stream.push(data)
+        self.early.clear()
+        if self.response is not None:
+            stream.push(jsonrpc.dumps(self.response), last=True)
+        resp = await sse.open_response(request, {mcp.H_SESSION: self.session.id})
+        await sse.pump(resp, stream, 0, keepalive_s)
+        return resp
+
+
+class LegacyEra:
+    """Handles legacy-era requests for one upstream."""
+
+    def __init__(self, backend: Backend, sessions: SessionStore, conf: Settings) -> None:
+        self.backend = backend
+        self.sessions = sessions
+        self.keepalive_s = conf.listen.sse_keepalive_ms / 1000
+        self.replay = conf.limits.replay_events
+        timeout_ms = backend.conf.request_timeout_ms
+        self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
+
+    # -- POST ------------------------------------------------------------------------------
+    async def post(self, request: web.Request, msg: Message) -> web.StreamResponse:
+        kind = jsonrpc.classify(msg)
+        if kind == "request" and msg["method"] == mcp.INITIALIZE:
+            return await self.initialize(request, msg)
+        session = self.session_of(request)
+        if kind == "notification":
+            self.on_notification(session, msg)
+            return ACCEPTED
+        if kind == "response":
+            self.on_reply(session, msg)
+            return ACCEPTED
+        return await self.on_request(request, session, msg)
+
+    async def initialize(self, request: web.Request, msg: Message) -> web.StreamResponse:
+        check_accept(request, need_json=True)
+        params = msg.get("params")
+        if not isinstance(params, dict) or not isinstance(params.get("capabilities", {}), dict):
+            return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS,
+                                               "Invalid params: initialize needs params"))
+        version = router.negotiate(params.get("protocolVersion"))
+        session = Session(version, params.get("capabilities") or {}, self.replay)
+        try:
+            evicted = self.sessions.add(session)
+        except OverflowError:
+            return json_response(jsonrpc.error(msg["id"], jsonrpc.INTERNAL_ERROR,
+                                               "too many sessions; try again later"), 503)
+        if evicted is not None:
+            await self.end(evicted, "evicted")
+        try:
+            session.conn = await self.backend.attach(session)
+        except UpstreamError as exc:
+            self.sessions.pop(session.id)
+            return json_response(exc.to_message(msg["id"]), 503)
+        assert session.conn.init_result is not None
+        log.info("session.created", session=session.id[:8], protocol=version,
+                 client=params.get("clientInfo", {}).get("name"))
+        metrics["sessions.created"] += 1
+        result = router.initialize_result(session.conn.init_result, version)
+        return json_response(jsonrpc.result(msg["id"], result), headers={mcp.H_SESSION: session.id})
+
+    async def on_request(self, request: web.Request, session: Session, msg: Message
+                         ) -> web.StreamResponse:
+        json_ok, sse_ok = check_accept(request, need_json=True)
+        method = msg["method"]
+        if method in router.LOCAL_REQUESTS:
+            return json_response(jsonrpc.result(msg["id"], {}))
+        assert session.conn is not None
+        if method in (mcp.SUBSCRIBE, mcp.UNSUBSCRIBE) and self._subscription(session, msg):
+            return json_response(jsonrpc.result(msg["id"], {}))
+        client_id = msg["id"]
+        if client_id in session.calls:
+            raise errors.InvalidRequest(f"Invalid Request: id {client_id!r} is already in flight")
+        ex = Exchange(session, sse_ok)
+        try:
+            conn = await self.backend.for_request(session.conn, session, method)
+            call = conn.request(msg, session, ex)
+        except UpstreamError as exc:
+            return json_response(exc.to_message(client_id))
+        session.calls[client_id] = (call, conn)
+        ex.done = lambda _msg: self._finished(session, client_id, conn)
+        if self.request_timeout_s is not None:
+            ex.timer = asyncio.get_running_loop().call_later(
+                self.request_timeout_s, self._timed_out, session, client_id)
+        return await ex.respond(request, json_ok, self.keepalive_s)
+
+    def _finished(self, session: Session, client_id: Any, used: Connection) -> None:
+        session.calls.pop(client_id, None)
+        assert session.conn is not None
+        self.backend.done(session.conn, used)
+
+    def _timed_out(self, session: Session, client_id: Any) -> None:
+        entry = session.calls.get(client_id)
+        if entry is None:
+            return
+        call, conn = entry
+        conn.cancel(call, "timed out at the gateway")
+        log.warning("request.timed_out", upstream=conn.name, session=session.id[:8])
+        call.sink.on_response(UpstreamError(
+            conn.name, f"upstream '{conn.name}' did not answer within "
+            f"{self.request_timeout_s:g} s", "timeout").to_message(client_id))
+
+    def _subscription(self, session: Session, msg: Message) -> bool:
+        params = msg.get("params")
+        uri = params.get("uri") if isinstance(params, dict) else None
+        if not isinstance(uri, str):
+            return False
+        assert session.conn is not None
+        others = any(o.is_subscribed(uri) for o in session.conn.owners.values() if o is not session)
+        if msg["method"] == mcp.SUBSCRIBE:
+            session.subscriptions.add(uri)
+        else:
+            session.subscriptions.discard(uri)
+        return router.shares_subscription(msg["method"], uri, others)
+
+    def on_notification(self, session: Session, msg: Message) -> None:
+        method = msg["method"]
+        if method in router.SWALLOWED_NOTIFICATIONS:
+            return
+        if method == mcp.CANCELLED:
+            params = msg.get("params")
+            entry = session.calls.get(params.get("requestId")) if isinstance(params, dict) else None
+            if entry is not None:
+                call, conn = entry
+                conn.cancel(call, str(params.get("reason") or "cancelled by the client"))
+                call.sink.on_response(jsonrpc.error(call.client_id, REQUEST_CANCELLED,
+                                                    "Request cancelled"))
+            return
+        assert session.conn is not None
+        session.conn.notify(msg)
+
+    def on_reply(self, session: Session, msg: Message) -> None:
+        conn = session.replies.pop(msg["id"], None)
+        if conn is None or not conn.reply(msg["id"], msg):
+            raise errors.InvalidRequest(f"Invalid Request: no server request with id "
+                                        f"{msg['id']!r} is waiting for an answer")
+
+    # -- GET and DELETE --------------------------------------------------------------------
+    async def get(self, request: web.Request) -> web.StreamResponse:
+        check_accept(request, need_json=False)
+        session = self.session_of(request)
+        stream, after = session.get_stream, session.get_stream.sent
+        last = request.headers.get(mcp.H_LAST_EVENT)
+        parsed = sse.parse_event_id(last) if last else None
+        if parsed is not None and (found := session.find_stream(parsed[0])) is not None:
+            stream, after = found, parsed[1]
+        resp = await sse.open_response(request, {mcp.H_SESSION: session.id})
+        await sse.pump(resp, stream, after, self.keepalive_s)
+        return resp
+
+    async def delete(self, request: web.Request) -> web.StreamResponse:
+        session = self.session_of(request)
+        await self.end(session, "deleted")
+        return web.Response(status=200)
+
+    async def end(self, session: Session, why: str) -> None:
+        """End `session`: cancel its calls upstream, release its process, close its streams."""
+        self.sessions.pop(session.id)
+        session.closed = True
+        for call, conn in list(session.calls.values()):
+            conn.cancel(call, "client session ended")
+            call.sink.on_response(jsonrpc.error(call.client_id, REQUEST_CANCELLED,
+                                                "Session ended"))
+        if session.conn is not None:
+            await self.backend.detach(session, session.conn)
+        session.close_streams()
+        log.info("session.ended", session=session.id[:8], why=why)
+
+    async def expire(self) -> None:
+        for session in self.sessions.expired():
+            await self.end(session, "idle")
+
+    # -- checks ----------------------------------------------------------------------------
+    def session_of(self, request: web.Request) -> Session:
+        sid = request.headers.get(mcp.H_SESSION)
+        if not sid:
+            raise errors.SessionRequired("Bad Request: Mcp-Session-Id header is required")
+        session = self.sessions.get(sid)
+        if session is None:
+            raise errors.SessionNotFound("Session not found: it ended or never existed; "
+                                         "initialize a new one")
+        version = request.headers.get(mcp.H_PROTOCOL)
+        # spec (Protocol Version Header): an invalid or unsupported version MUST get 400.
+        if version is not None and version not in mcp.LEGACY_VERSIONS:
+            raise errors.UnsupportedVersion(
+                f"Bad Request: unsupported MCP-Protocol-Version {version}",
+                {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
+        return session
+
+
+__all__ = ["Exchange", "LegacyEra", "error_response"]

@@ -1,0 +1,119 @@
+"""Legacy-era sessions: what one `initialize` created, and the bounded store that holds them.
+
+A session is the `Owner` of its calls on the upstream connection: it says which
+server-to-client requests its client declared, receives messages that belong to no live call
+on its GET stream, and remembers where the answers to server requests go back to.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict
+from typing import Any
+
+from cachetools import LRUCache
+
+from gateway.downstream.sse import Stream
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+from gateway.upstream.base import Call, Connection
+
+MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
+MAX_STREAMS = 64  # POST streams kept for resumption per session
+
+
+class Session:
+    def __init__(self, version: str, capabilities: dict[str, Any], replay: int) -> None:
+        # spec (Session Management): "globally unique and cryptographically secure", visible
+        # ASCII only. 256 random bits, URL-safe base64.
+        self.id = secrets.token_urlsafe(32)
+        self.key = self.id
+        self.version = version
+        self.capabilities = capabilities
+        self.conn: Connection | None = None
+        self.calls: dict[Any, tuple[Call, Connection]] = {}
+        self.replies: OrderedDict[str, Connection] = OrderedDict()
+        self.subscriptions: set[str] = set()
+        self.replay = replay
+        self.get_stream = Stream("0", replay)
+        self.streams: LRUCache[str, Stream] = LRUCache(MAX_STREAMS)
+        self._stream_no = 0
+        self.last_seen = time.monotonic()
+        self.closed = False
+
+    # -- Owner -----------------------------------------------------------------------------
+    def accepts(self, method: str) -> bool:
+        cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
+        return cap is None or cap in self.capabilities
+
+    def deliver(self, msg: Message) -> None:
+        self.get_stream.push(jsonrpc.dumps(msg))
+
+    def expect_reply(self, asked_id: str, conn: Connection) -> None:
+        self.replies[asked_id] = conn
+        while len(self.replies) > MAX_OPEN_REPLIES:
+            self.replies.popitem(last=False)
+
+    def is_subscribed(self, uri: str) -> bool:
+        return uri in self.subscriptions
+
+    # -- streams ---------------------------------------------------------------------------
+    def new_stream(self) -> Stream:
+        self._stream_no += 1
+        stream = Stream(str(self._stream_no), self.replay)
+        self.streams[stream.key] = stream
+        return stream
+
+    def find_stream(self, key: str) -> Stream | None:
+        return self.get_stream if key == self.get_stream.key else self.streams.get(key)
+
+    def close_streams(self) -> None:
+        self.get_stream.close()
+        for stream in self.streams.values():
+            stream.close()
+
+
+class SessionStore:
+    """Live sessions, bounded by count and idle time."""
+
+    def __init__(self, max_sessions: int, idle_s: float) -> None:
+        self.max_sessions = max_sessions
+        self.idle_s = idle_s
+        self._by_id: OrderedDict[str, Session] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def get(self, sid: str) -> Session | None:
+        session = self._by_id.get(sid)
+        if session is not None:
+            session.last_seen = time.monotonic()
+            self._by_id.move_to_end(sid)
+        return session
+
+    def add(self, session: Session) -> Session | None:
+        """Store `session`; returns a session evicted to make room (the least recently used
+        one with nothing in flight), or raises OverflowError when every session is busy."""
+        evicted = None
+        if len(self._by_id) >= self.max_sessions:
+            evicted = next((s for s in self._by_id.values() if not s.calls), None)
+            if evicted is None:
+                raise OverflowError("too many sessions")
+            self._by_id.pop(evicted.id)
+        self._by_id[session.id] = session
+        return evicted
+
+    def pop(self, sid: str) -> Session | None:
+        return self._by_id.pop(sid, None)
+
+    def expired(self) -> list[Session]:
+        """Remove and return the sessions idle for longer than the limit."""
+        cutoff = time.monotonic() - self.idle_s
+        old = [s for s in self._by_id.values() if s.last_seen < cutoff and not s.calls]
+        for s in old:
+            self._by_id.pop(s.id)
+        return old
+
+    def all(self) -> list[Session]:
+        return list(self._by_id.values())

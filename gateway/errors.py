@@ -1,0 +1,92 @@
+"""Every error the gateway raises on purpose, modelled once: JSON-RPC code, message, data and
+the HTTP status that carries it.
+
+    GatewayError                      -32603  500
+    ├── ProtocolError                          400   bad input at the HTTP/JSON-RPC boundary
+    │   ├── ParseError                -32700  400   body is not JSON
+    │   ├── InvalidRequest            -32600  400   not a single JSON-RPC message
+    │   ├── SessionRequired           -32600  400   no Mcp-Session-Id
+    │   ├── SessionNotFound           -32600  404   unknown or ended session
+    │   ├── UnsupportedVersion        -32600  400   MCP-Protocol-Version we do not speak
+    │   ├── NotAcceptable             -32600  406   Accept excludes what we must send
+    │   ├── UnsupportedMediaType      -32600  415   POST body is not application/json
+    │   ├── PayloadTooLarge           -32600  413   body over limits.max_body_bytes
+    │   ├── ForbiddenOrigin           -32600  403   Origin not in security.allowed_origins
+    │   └── Unauthorized              -32600  401   bearer token missing or wrong
+    └── UpstreamError                 -32603  200   the upstream failed this call (sent as a
+                                                    JSON-RPC response, so HTTP stays 200)
+
+Raise where the fault is known; the transport turns the error into a response with
+`to_message(id)` and `http_status`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from gateway.protocol import jsonrpc
+
+
+class GatewayError(Exception):
+    code: ClassVar[int] = jsonrpc.INTERNAL_ERROR
+    http_status: ClassVar[int] = 500
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+    def to_message(self, id_: Any = None) -> jsonrpc.Message:
+        return jsonrpc.error(id_, self.code, self.message, self.data)
+
+
+class ProtocolError(GatewayError):
+    code = jsonrpc.INVALID_REQUEST
+    http_status = 400
+
+
+class ParseError(ProtocolError):
+    code = jsonrpc.PARSE_ERROR
+
+
+class InvalidRequest(ProtocolError):
+    pass
+
+
+class SessionRequired(ProtocolError):
+    pass
+
+
+class SessionNotFound(ProtocolError):
+    http_status = 404
+
+
+class UnsupportedVersion(ProtocolError):
+    pass
+
+
+class NotAcceptable(ProtocolError):
+    http_status = 406
+
+
+class UnsupportedMediaType(ProtocolError):
+    http_status = 415
+
+
+class PayloadTooLarge(ProtocolError):
+    http_status = 413
+
+
+class ForbiddenOrigin(ProtocolError):
+    http_status = 403
+
+
+class Unauthorized(ProtocolError):
+    http_status = 401
+
+
+class UpstreamError(GatewayError):
+    http_status = 200
+
+    def __init__(self, upstream: str, message: str, reason: str, **data: Any) -> None:
+        super().__init__(message, {"upstream": upstream, "reason": reason, **data})

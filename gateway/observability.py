@@ -1,0 +1,51 @@
+"""Structured logging (structlog, configured once) and the gateway's counters.
+
+Event names are stable (`upstream.exited`, `session.created`, ...): dashboards and tests key on
+them. Secrets never reach a log line: headers are never logged, and owners appear as hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from collections import Counter
+
+import orjson
+import structlog
+
+from gateway.settings import Logging
+
+metrics: Counter[str] = Counter()
+
+
+def configure_logging(conf: Logging) -> None:
+    level = logging.getLevelNamesMapping()[conf.level.upper()]
+    renderer: structlog.typing.Processor
+    if conf.format == "json":
+        renderer = structlog.processors.JSONRenderer(serializer=_orjson_str)
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def _orjson_str(obj: object, **_: object) -> str:
+    return orjson.dumps(obj, default=str).decode()
+
+
+def owner_hash(owner: str) -> str:
+    """A short stable digest of an owner identity, safe to log."""
+    return hashlib.sha256(owner.encode()).hexdigest()[:12]
+
+
+log = structlog.get_logger("gateway")

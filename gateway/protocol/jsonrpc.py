@@ -1,0 +1,74 @@
+"""The JSON-RPC 2.0 envelope as plain dicts: codes, builders and classification.
+
+Messages stay plain dicts (parsed with orjson) on the hot path; nothing here validates more
+than routing needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import orjson
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+
+Kind = Literal["request", "notification", "response"]
+Message = dict[str, Any]
+
+
+def request(id_: Any, method: str, params: dict[str, Any] | None = None) -> Message:
+    msg: Message = {"jsonrpc": "2.0", "id": id_, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def notification(method: str, params: dict[str, Any] | None = None) -> Message:
+    msg: Message = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def result(id_: Any, value: dict[str, Any]) -> Message:
+    return {"jsonrpc": "2.0", "id": id_, "result": value}
+
+
+def error(id_: Any, code: int, message: str, data: Any = None) -> Message:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "id": id_, "error": err}
+
+
+def classify(msg: Any) -> Kind | None:
+    """Which of the three JSON-RPC message kinds `msg` is, or None when it is none of them."""
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        return None
+    method = msg.get("method")
+    if method is not None:
+        if not isinstance(method, str):
+            return None
+        if "id" not in msg:
+            return "notification"
+        return "request" if _valid_id(msg["id"]) else None
+    if "id" in msg and ("result" in msg) != ("error" in msg):
+        return "response"
+    return None
+
+
+def _valid_id(id_: Any) -> bool:
+    # spec (base protocol, Requests): "the ID MUST NOT be null"; strings or integers only.
+    return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
+
+
+def dumps(msg: Message) -> bytes:
+    return orjson.dumps(msg)
+
+
+loads = orjson.loads
+JSONDecodeError = orjson.JSONDecodeError

@@ -1,0 +1,184 @@
+"""The gateway's configuration: frozen pydantic models of the YAML file (INTERFACE.md), `${VAR}`
+interpolation, and one-line errors that name the offending key.
+
+Loaded once at start; nothing else reads YAML or the environment for settings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+TaskMode = Literal["never", "auto", "always", "required"]
+Isolation = Literal["shared", "client", "call"]
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for one line: `key.path: what is wrong`."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Listen(_Model):
+    host: str = "127.0.0.1"  # spec (Streamable HTTP, Security): bind to localhost when local
+    port: int = Field(8080, ge=0, le=65535)
+    # Comment lines on idle SSE streams so proxies and load balancers keep slow calls open.
+    sse_keepalive_ms: int = Field(15000, ge=100)
+
+
+class Upstream(_Model):
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    path: str = "/mcp"
+    isolation: Isolation = "shared"
+    pool_size: int = Field(2, ge=1, le=64, description="warm processes kept for isolation: call")
+    startup_timeout_ms: int = Field(30000, ge=100)
+    request_timeout_ms: int | None = Field(None, ge=1, description="None: no gateway limit")
+    shutdown_grace_ms: int = Field(2000, ge=0)
+    restart_backoff_max_ms: int = Field(10000, ge=10)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Upstream:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
+        if not self.path.startswith("/"):
+            raise ValueError("'path' must start with '/'")
+        return self
+
+
+class TaskPolicy(_Model):
+    mode: TaskMode = "auto"
+    sync_budget_ms: int = Field(1000, ge=0)
+    ttl_ms: int = Field(600_000, ge=1)
+    max_ttl_ms: int = Field(3_600_000, ge=1)
+    poll_interval_ms: int = Field(1000, ge=1)
+    timeout_ms: int | None = Field(None, ge=1)
+
+
+class TaskPolicyOverride(_Model):
+    mode: TaskMode | None = None
+    sync_budget_ms: int | None = Field(None, ge=0)
+    ttl_ms: int | None = Field(None, ge=1)
+    max_ttl_ms: int | None = Field(None, ge=1)
+    poll_interval_ms: int | None = Field(None, ge=1)
+    timeout_ms: int | None = Field(None, ge=1)
+
+
+class Tasks(_Model):
+    defaults: TaskPolicy = TaskPolicy()
+    tools: dict[str, TaskPolicyOverride] = {}
+
+
+class Limits(_Model):
+    max_tasks: int = Field(10_000, ge=1)
+    max_tasks_per_owner: int = Field(100, ge=1)
+    max_result_bytes: int = Field(10 * 1024 * 1024, ge=1)
+    max_stored_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="one upstream line")
+    max_sessions: int = Field(1000, ge=1)
+    session_idle_ms: int = Field(3_600_000, ge=1000)
+    replay_events: int = Field(256, ge=0, description="SSE events kept per stream for resume")
+
+
+class Auth(_Model):
+    bearer_tokens: list[str] = []
+
+
+class Security(_Model):
+    allowed_origins: list[str] = ["http://localhost", "http://127.0.0.1", "http://[::1]"]
+
+
+class Logging(_Model):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console"] = "json"
+
+
+class Settings(_Model):
+    listen: Listen = Listen()
+    upstreams: dict[str, Upstream] = Field(min_length=1)
+    tasks: Tasks = Tasks()
+    limits: Limits = Limits()
+    auth: Auth = Auth()
+    security: Security = Security()
+    logging: Logging = Logging()
+
+    @model_validator(mode="after")
+    def _distinct_paths(self) -> Settings:
+        seen: dict[str, str] = {}
+        for name, up in self.upstreams.items():
+            if up.path in seen:
+                raise ValueError(f"upstreams '{seen[up.path]}' and '{name}' share path {up.path}")
+            seen[up.path] = name
+        return self
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def interpolate(value: Any, where: str = "") -> Any:
+    """Replace `${VAR}` (or `${VAR:-default}`) in every string of a YAML tree."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, f"{where}.{i}") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: environment variable {name} is not set")
+
+    return _VAR.sub(sub, value)
+
+
+def from_mapping(raw: Any) -> Settings:
+    if not isinstance(raw, dict):
+        raise ConfigError("the configuration must be a YAML mapping")
+    try:
+        return Settings.model_validate(interpolate(raw))
+    except ValidationError as exc:
+        raise ConfigError(_first_problem(exc)) from None
+
+
+def load(path: str | Path) -> Settings:
+    return from_mapping(read_raw(path))
+
+
+def read_raw(path: str | Path) -> Any:
+    """The YAML tree of `path`, unvalidated (the CLI merges flags into it first)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark else ""
+        raise ConfigError(f"{path}{at}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    return raw or {}
+
+
+def _first_problem(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    more = len(exc.errors()) - 1
+    return f"{key}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")

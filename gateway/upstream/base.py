@@ -1,0 +1,286 @@
+"""One JSON-RPC connection to an upstream MCP server, shared by many downstream callers.
+
+The connection owns id rewriting: every forwarded request gets a fresh upstream id, and
+progress tokens are rewritten the same way, so calls from different clients never collide.
+Messages coming back are correlated here and handed to the `Sink` of the call they belong to,
+or to an `Owner` (a downstream session) when they belong to no call.
+
+A server-to-client request from a legacy upstream names no call. DESIGN.md's rule: route it
+to the one owner with calls in flight (its oldest call), or to the only attached owner when
+nothing is in flight; otherwise never guess (that could leak one user's data to another):
+answer the upstream with an error. Subclasses supply `_write` (the transport).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.errors import UpstreamError
+from gateway.observability import log, metrics
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+
+# Ids for server-to-client requests are unique across the whole process, so a session that
+# talks to several processes (isolation: call) can never confuse two of them.
+_asked_ids: Iterator[int] = itertools.count(1)
+
+
+class Sink(Protocol):
+    """Receives what belongs to one call: related messages, then exactly one response."""
+
+    def on_message(self, msg: Message) -> None: ...
+
+    def on_response(self, msg: Message) -> None: ...
+
+
+class Owner(Protocol):
+    """A downstream party (a session) that calls belong to."""
+
+    key: str
+
+    def accepts(self, method: str) -> bool:
+        """Whether this owner declared the capability a server-to-client request needs."""
+
+    def deliver(self, msg: Message) -> None:
+        """A message for this owner that belongs to no live call (the GET stream)."""
+
+    def expect_reply(self, asked_id: str, conn: Connection) -> None:
+        """Remember that the answer to request `asked_id` goes back to `conn`."""
+
+    def is_subscribed(self, uri: str) -> bool: ...
+
+
+@dataclass(slots=True, eq=False)
+class Call:
+    """A request forwarded upstream and not yet answered."""
+
+    upstream_id: int
+    client_id: Any
+    owner: Owner | None  # None: the gateway's own request (initialize)
+    sink: Sink
+    progress_token: Any = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class Connection:
+    """Correlation state of one upstream connection; `_write` is the transport's."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.init_result: dict[str, Any] | None = None
+        self.owners: dict[str, Owner] = {}
+        self._ids = itertools.count(1)
+        self._calls: dict[int, Call] = {}
+        self._asked: dict[str, tuple[Any, Owner]] = {}  # our id -> (upstream's id, owner)
+
+    # -- transport hooks -------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        """Send one framed message; raise UpstreamError when the transport is down."""
+        raise NotImplementedError
+
+    @property
+    def ready(self) -> bool:
+        return self.init_result is not None
+
+    # -- downstream -> upstream ------------------------------------------------------------
+    def request(self, msg: Message, owner: Owner | None, sink: Sink) -> Call:
+        """Forward request `msg` (mutated: its id and progress token are rewritten)."""
+        if not self.ready and owner is not None:
+            raise UpstreamError(self.name, f"upstream '{self.name}' is not connected", "down")
+        uid = next(self._ids)
+        call = Call(uid, msg["id"], owner, sink)
+        params = msg.get("params")
+        if isinstance(params, dict):
+            meta = params.get("_meta")
+            if isinstance(meta, dict) and "progressToken" in meta:
+                # Tokens from different clients may be equal; the upstream id is unique here.
+                call.progress_token = meta["progressToken"]
+                params["_meta"] = {**meta, "progressToken": uid}
+        msg["id"] = uid
+        self._calls[uid] = call
+        try:
+            self._write(jsonrpc.dumps(msg) + b"\n")
+        except Exception:
+            del self._calls[uid]
+            raise
+        return call
+
+    def cancel(self, call: Call, reason: str) -> None:
+        """spec (cancellation): tell the upstream; a late response is then dropped here."""
+        if self._calls.pop(call.upstream_id, None) is not None:
+            self.notify(jsonrpc.notification(
+                mcp.CANCELLED, {"requestId": call.upstream_id, "reason": reason}))
+
+    def notify(self, msg: Message) -> None:
+        if self.ready:
+            self._send_quietly(msg)
+
+    def reply(self, asked_id: str, msg: Message) -> bool:
+        """Send a client's answer to a server-to-client request back under the original id."""
+        entry = self._asked.pop(asked_id, None)
+        if entry is None:
+            return False
+        msg["id"] = entry[0]
+        self._send_quietly(msg)
+        return True
+
+    def attach(self, owner: Owner) -> None:
+        self.owners[owner.key] = owner
+
+    def detach(self, owner: Owner) -> None:
+        """Forget `owner`, cancelling whatever it still has in flight here."""
+        self.owners.pop(owner.key, None)
+        for call in [c for c in self._calls.values() if c.owner is owner]:
+            self.cancel(call, "client session ended")
+        for asked_id in [k for k, (_, o) in self._asked.items() if o is owner]:
+            self._refuse(self._asked.pop(asked_id)[0], "client session ended")
+
+    def fail_all(self, error: UpstreamError) -> None:
+        """Answer every call in flight with `error` (the upstream died or is going away)."""
+        calls, self._calls = self._calls, {}
+        self._asked.clear()
+        for call in calls.values():
+            call.sink.on_response(error.to_message(call.client_id))
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._calls)
+
+    # -- upstream -> downstream ------------------------------------------------------------
+    def _on_line(self, line: bytes) -> None:
+        try:
+            msg = jsonrpc.loads(line)
+        except jsonrpc.JSONDecodeError:
+            log.warning("upstream.bad_message", upstream=self.name, size=len(line))
+            return
+        if not isinstance(msg, dict):
+            log.warning("upstream.bad_message", upstream=self.name, size=len(line))
+            return
+        if "method" in msg:
+            if "id" in msg:
+                self._on_server_request(msg)
+            else:
+                self._on_notification(msg)
+        elif "id" in msg:
+            self._on_response(msg)
+
+    def _on_response(self, msg: Message) -> None:
+        call = self._calls.pop(msg["id"], None)
+        if call is None:
+            return  # cancelled, or failed already: the caller has been answered
+        msg["id"] = call.client_id
+        call.sink.on_response(msg)
+
+    def _on_notification(self, msg: Message) -> None:
+        method = msg["method"]
+        params = msg.get("params")
+        if method == mcp.PROGRESS and isinstance(params, dict):
+            call = self._calls.get(params.get("progressToken"))  # type: ignore[arg-type]
+            if call is not None and call.progress_token is not None:
+                params["progressToken"] = call.progress_token
+                call.sink.on_message(msg)
+            return
+        if method.endswith("/list_changed"):
+            self._broadcast(msg, lambda _owner: True)
+        elif method == mcp.RESOURCE_UPDATED and isinstance(params, dict):
+            uri = params.get("uri")
+            self._broadcast(msg, lambda owner: owner.is_subscribed(uri))
+        elif method == mcp.CANCELLED and isinstance(params, dict):
+            self._forward_cancel(msg, params)
+        else:  # logging and anything else: to the one owner it can belong to
+            target = self._target()
+            if target is not None:
+                _deliver(target, msg)
+            elif not self._calls:
+                self._broadcast(msg, lambda _owner: True)
+            else:
+                metrics["upstream.unroutable_notifications"] += 1
+
+    def _on_server_request(self, msg: Message) -> None:
+        method = msg["method"]
+        if method == mcp.PING:
+            self._send_quietly(jsonrpc.result(msg["id"], {}))
+            return
+        target = self._target()
+        if target is None:
+            log.warning("upstream.request_unroutable", upstream=self.name, method=method,
+                        owners=len({c.owner.key for c in self._calls.values() if c.owner}))
+            self._refuse(msg["id"], "the gateway cannot tell which client this request is for;"
+                         " use isolation: client or call")
+            return
+        owner = target.owner if isinstance(target, Call) else target
+        assert owner is not None
+        if not owner.accepts(method):
+            cap = mcp.CLIENT_CAPABILITY_FOR[method]
+            self._refuse(msg["id"], f"the client did not declare the '{cap}' capability",
+                         jsonrpc.METHOD_NOT_FOUND)
+            return
+        asked_id = f"gw-{next(_asked_ids)}"
+        self._asked[asked_id] = (msg["id"], owner)
+        owner.expect_reply(asked_id, self)
+        msg["id"] = asked_id
+        _deliver(target, msg)
+
+    def _forward_cancel(self, msg: Message, params: dict[str, Any]) -> None:
+        for asked_id, (orig, owner) in self._asked.items():
+            if orig == params.get("requestId"):
+                del self._asked[asked_id]
+                params["requestId"] = asked_id
+                owner.deliver(msg)
+                return
+
+    def _target(self) -> Call | Owner | None:
+        """The call (or owner) an unlabelled upstream message can only belong to, if any."""
+        first: Call | None = None
+        for call in self._calls.values():
+            if call.owner is None:
+                continue
+            if first is None:
+                first = call
+            elif call.owner is not first.owner:
+                return None  # two owners in flight: never guess
+        if first is not None:
+            return first  # dicts keep insertion order: this is the owner's oldest call
+        if len(self.owners) == 1:
+            return next(iter(self.owners.values()))
+        return None
+
+    def _broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> None:
+        for owner in list(self.owners.values()):
+            if want(owner):
+                owner.deliver(msg)
+
+    def _refuse(self, upstream_id: Any, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> None:
+        self._send_quietly(jsonrpc.error(upstream_id, code, why))
+
+    def _send_quietly(self, msg: Message) -> None:
+        """Best effort: for messages whose loss only matters while the upstream is up."""
+        with contextlib.suppress(UpstreamError):
+            self._write(jsonrpc.dumps(msg) + b"\n")
+
+
+def _deliver(target: Call | Owner, msg: Message) -> None:
+    if isinstance(target, Call):
+        target.sink.on_message(msg)
+    else:
+        target.deliver(msg)
+
+
+class FutureSink:
+    """A sink for the gateway's own requests: the response resolves a future."""
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+    def on_message(self, msg: Message) -> None:
+        pass
+
+    def on_response(self, msg: Message) -> None:
+        if not self.future.done():
+            self.future.set_result(msg)

@@ -1,0 +1,157 @@
+"""Which upstream process serves which caller (`isolation` in the YAML).
+
+- shared: one supervised process for every session; ids rewritten per call.
+- client: one supervised process per downstream session, started at its initialize.
+- call:   every tools/call takes a pre-initialized process from a small warm pool and the
+          process is retired afterwards; everything else goes to one shared control process.
+
+The per-client and per-call modes make the routing of server-to-client requests exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gateway.errors import UpstreamError
+from gateway.observability import log
+from gateway.protocol import mcp
+from gateway.settings import Upstream as UpstreamConf
+from gateway.upstream.base import Connection, Owner
+from gateway.upstream.stdio import StdioUpstream
+
+
+class Backend:
+    """The processes behind one named upstream."""
+
+    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int) -> None:
+        self.name = name
+        self.conf = conf
+        self.max_message_bytes = max_message_bytes
+        self.primary = self._new(restart=True)
+
+    def _new(self, restart: bool) -> StdioUpstream:
+        return StdioUpstream(self.name, self.conf, self.max_message_bytes, restart=restart)
+
+    async def start(self) -> None:
+        self.primary.start()
+
+    async def close(self) -> None:
+        await self.primary.close()
+
+    @property
+    def ready(self) -> bool:
+        return self.primary.ready
+
+    def status(self) -> dict[str, Any]:
+        return {"isolation": self.conf.isolation, **self.primary.status()}
+
+    async def attach(self, owner: Owner) -> Connection:
+        """The connection that serves `owner`'s session (waits until it is initialized)."""
+        await self.primary.wait_ready()
+        self.primary.attach(owner)
+        return self.primary
+
+    async def detach(self, owner: Owner, conn: Connection) -> None:
+        conn.detach(owner)
+
+    async def for_request(self, conn: Connection, owner: Owner, method: str) -> Connection:
+        """The connection one request of `owner`, a session attached to `conn`, goes to."""
+        return conn
+
+    def done(self, conn: Connection, used: Connection) -> None:
+        """`used` finished the request it was taken for."""
+
+
+class PerClient(Backend):
+    async def attach(self, owner: Owner) -> Connection:
+        proc = self._new(restart=True)
+        proc.start()
+        try:
+            await proc.wait_ready()
+        except BaseException:
+            await proc.close()
+            raise
+        proc.attach(owner)
+        return proc
+
+    async def detach(self, owner: Owner, conn: Connection) -> None:
+        conn.detach(owner)
+        assert isinstance(conn, StdioUpstream)
+        await conn.close()
+
+    async def start(self) -> None:
+        # The primary process only answers readiness and tells what the server is; sessions
+        # get their own processes.
+        self.primary.start()
+
+
+class PerCall(Backend):
+    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int) -> None:
+        super().__init__(name, conf, max_message_bytes)
+        self._warm: asyncio.Queue[StdioUpstream] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+
+    async def start(self) -> None:
+        self.primary.start()
+        for _ in range(self.conf.pool_size):
+            self._refill()
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        while not self._warm.empty():
+            await self._warm.get_nowait().close()
+        await super().close()
+
+    def status(self) -> dict[str, Any]:
+        return {**super().status(), "warm": self._warm.qsize()}
+
+    async def for_request(self, conn: Connection, owner: Owner, method: str) -> Connection:
+        if method != mcp.TOOLS_CALL:
+            return conn
+        self._refill()  # one replacement per process taken keeps the pool at its size
+        try:
+            proc = await asyncio.wait_for(self._warm.get(), self.conf.startup_timeout_ms / 1000)
+        except TimeoutError:
+            raise UpstreamError(self.name, f"no process of upstream '{self.name}' became ready",
+                                "not_ready") from None
+        proc.attach(owner)
+        return proc
+
+    def done(self, conn: Connection, used: Connection) -> None:
+        if used is not conn:
+            assert isinstance(used, StdioUpstream)
+            self._spawn(used.close())
+
+    def _refill(self) -> None:
+        if not self._closing:
+            self._spawn(self._warm_one())
+
+    async def _warm_one(self) -> None:
+        proc = self._new(restart=False)
+        proc.start()
+        try:
+            await proc.wait_ready()
+        except BaseException:
+            await proc.close()
+            raise
+        self._warm.put_nowait(proc)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._reap)
+
+    def _reap(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("upstream.pool_spawn_failed", upstream=self.name,
+                        error=str(task.exception()))
+
+
+def build(name: str, conf: UpstreamConf, max_message_bytes: int) -> Backend:
+    kind = {"shared": Backend, "client": PerClient, "call": PerCall}[conf.isolation]
+    return kind(name, conf, max_message_bytes)

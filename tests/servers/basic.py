@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""A small legacy stdio MCP server, standard library only, for the gateway's tests.
+
+Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (elicitation),
+sample (sampling), roots (roots/list), progress, log, changed (tools list_changed),
+touch (resources/updated), whoami (pid). Also resources, prompts and subscriptions.
+Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
+BASIC_SILENT_INIT=1 never answers initialize.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
+         "changed", "touch", "whoami"]
+out = sys.stdout.buffer
+pending: dict = {}
+next_id = 0
+
+
+def send(msg: dict) -> None:
+    out.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+    out.flush()
+
+
+def text(s: str) -> dict:
+    return {"content": [{"type": "text", "text": s}]}
+
+
+async def ask(method: str, params: dict) -> dict:
+    global next_id
+    next_id += 1
+    rid = f"s{next_id}"
+    fut = asyncio.get_running_loop().create_future()
+    pending[rid] = fut
+    send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    return await fut
+
+
+async def call_tool(params: dict) -> dict:
+    name, args = params.get("name"), params.get("arguments") or {}
+    token = (params.get("_meta") or {}).get("progressToken")
+    if name == "echo":
+        return text(args.get("text", ""))
+    if name == "sleep":
+        await asyncio.sleep(args.get("ms", 0) / 1000)
+        return text(f"slept {args.get('ms', 0)}")
+    if name == "blob":
+        return text("x" * int(args.get("bytes", 0)))
+    if name == "crash":
+        os._exit(3)
+    if name == "hang":
+        await asyncio.Event().wait()
+    if name == "ask":
+        reply = await ask("elicitation/create", {
+            "message": args.get("message", "Your name?"),
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}})
+        return text(json.dumps(reply))
+    if name == "sample":
+        reply = await ask("sampling/createMessage", {"maxTokens": 10, "messages": [
+            {"role": "user", "content": {"type": "text", "text": args.get("prompt", "hi")}}]})
+        return text(json.dumps(reply))
+    if name == "roots":
+        return text(json.dumps(await ask("roots/list", {})))
+    if name == "progress":
+        steps = int(args.get("steps", 3))
+        for i in range(1, steps + 1):
+            if token is not None:
+                send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                    "progressToken": token, "progress": i, "total": steps,
+                    "message": f"step {i}"}})
+            await asyncio.sleep(args.get("delay_ms", 20) / 1000)
+        return text(f"done {steps}")
+    if name == "log":
+        send({"jsonrpc": "2.0", "method": "notifications/message",
+              "params": {"level": "info", "data": args.get("text", "hello")}})
+        return text("logged")
+    if name == "changed":
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        return text("changed")
+    if name == "touch":
+        send({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+              "params": {"uri": args.get("uri", "test://a")}})
+        return text("touched")
+    if name == "whoami":
+        return text(str(os.getpid()))
+    return {"content": [{"type": "text", "text": f"unknown tool {name}"}], "isError": True}
+
+
+INIT = {"capabilities": {"tools": {"listChanged": True}, "prompts": {}, "logging": {},
+                         "resources": {"subscribe": True, "listChanged": True}},
+        "serverInfo": {"name": "basic-test-server", "version": "1.0"},
+        "instructions": "A server for tests."}
+
+
+async def handle(msg: dict) -> None:
+    method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+    try:
+        if method == "initialize":
+            if os.environ.get("BASIC_SILENT_INIT"):
+                return
+            result = {**INIT, "protocolVersion": params.get("protocolVersion")}
+        elif method == "ping" or method in ("resources/subscribe", "resources/unsubscribe",
+                                            "logging/setLevel"):
+            result = {}
+        elif method == "tools/list":
+            result = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in TOOLS]}
+        elif method == "tools/call":
+            result = await call_tool(params)
+        elif method == "resources/list":
+            result = {"resources": [{"uri": "test://a", "name": "a", "mimeType": "text/plain"}]}
+        elif method == "resources/read":
+            result = {"contents": [{"uri": params.get("uri"), "text": "content of a"}]}
+        elif method == "prompts/list":
+            result = {"prompts": [{"name": "greet", "arguments": [{"name": "who"}]}]}
+        elif method == "prompts/get":
+            who = (params.get("arguments") or {}).get("who", "world")
+            result = {"messages": [{"role": "user",
+                                    "content": {"type": "text", "text": f"Hello {who}"}}]}
+        else:
+            if rid is not None:
+                send({"jsonrpc": "2.0", "id": rid,
+                      "error": {"code": -32601, "message": f"Method not found: {method}"}})
+            return
+    except Exception as exc:  # a tool failure is a JSON-RPC error, as SDK servers do
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": str(exc)}})
+        return
+    if rid is not None:
+        send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+async def main() -> None:
+    if os.environ.get("BASIC_EXIT_AT_START"):
+        os._exit(int(os.environ["BASIC_EXIT_AT_START"]))
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 30)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    tasks = set()
+    while line := await reader.readline():
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        if "method" not in msg:  # a response to one of our requests
+            fut = pending.pop(msg.get("id"), None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg.get("result", msg.get("error")))
+            continue
+        if msg.get("method") == "notifications/cancelled":
+            print(f"cancelled {msg['params'].get('requestId')}", file=sys.stderr, flush=True)
+            continue
+        task = asyncio.create_task(handle(msg))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+
+asyncio.run(main())

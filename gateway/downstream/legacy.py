@@ -24,7 +24,6 @@ from gateway.upstream.base import Connection
 from gateway.upstream.isolation import Backend
 
 REQUEST_CANCELLED = -32800  # the JSON-RPC code LSP and most MCP SDKs use for cancellation
-ACCEPTED = web.Response(status=202)
 
 
 class Exchange:
@@ -122,10 +121,10 @@ class LegacyEra:
         session = self.session_of(request)
         if kind == "notification":
             self.on_notification(session, msg)
-            return ACCEPTED
+            return web.Response(status=202)
         if kind == "response":
             self.on_reply(session, msg)
-            return ACCEPTED
+            return web.Response(status=202)
         return await self.on_request(request, session, msg)
 
     async def initialize(self, request: web.Request, msg: Message) -> web.StreamResponse:

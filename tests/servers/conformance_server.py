@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""The conformance suite's server fixture, written with the official Python SDK (`mcp` 2.x).
+
+It implements the tools, resources and prompts the suite's server scenarios call, with plain
+legacy elicitation, sampling, logging and progress. `stdio` (default) serves it behind the
+gateway; `http PORT` serves it directly over Streamable HTTP, as the baseline.
+"""
+
+import json
+import sys
+from typing import Any
+
+import mcp_types as types
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.prompts.base import UserMessage
+
+IMAGE = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+AUDIO = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
+
+server = MCPServer("mcp-conformance-test-server", version="1.0.0")
+subscriptions: set[str] = set()
+
+
+def text(s: str) -> types.TextContent:
+    return types.TextContent(type="text", text=s)
+
+
+@server.tool(description="Tests simple text content response")
+def test_simple_text() -> list[Any]:
+    return [text("This is a simple text response for testing.")]
+
+
+@server.tool(description="Tests image content response")
+def test_image_content() -> list[Any]:
+    return [types.ImageContent(type="image", data=IMAGE, mime_type="image/png")]
+
+
+@server.tool(description="Tests audio content response")
+def test_audio_content() -> list[Any]:
+    return [types.AudioContent(type="audio", data=AUDIO, mime_type="audio/wav")]
+
+
+def _resource(uri: str, mime: str, body: str) -> types.EmbeddedResource:
+    return types.EmbeddedResource(type="resource", resource=types.TextResourceContents(
+        uri=uri, mime_type=mime, text=body))
+
+
+@server.tool(description="Tests embedded resource content response")
+def test_embedded_resource() -> list[Any]:
+    return [_resource("test://embedded-resource", "text/plain",
+                      "This is an embedded resource content.")]
+
+
+@server.tool(description="Tests response with multiple content types (text, image, resource)")
+def test_multiple_content_types() -> list[Any]:
+    return [text("Multiple content types test:"),
+            types.ImageContent(type="image", data=IMAGE, mime_type="image/png"),
+            _resource("test://mixed-content-resource", "application/json",
+                      json.dumps({"test": "data", "value": 123}))]
+
+
+async def _log(ctx: Context, message: str) -> None:
+    await ctx.session.send_log_message(level="info", data=message, logger="conformance",
+                                       related_request_id=ctx.request_id)
+
+
+@server.tool(description="Tests tool that emits log messages during execution")
+async def test_tool_with_logging(ctx: Context) -> list[Any]:
+    for message in ("Tool execution started", "Tool processing data", "Tool execution completed"):
+        await _log(ctx, message)
+    return [text("Tool with logging executed successfully")]
+
+
+@server.tool(description="Tests tool that reports progress notifications")
+async def test_tool_with_progress(ctx: Context) -> list[Any]:
+    for step in (0, 50, 100):
+        await ctx.report_progress(step, 100, f"Completed step {step} of 100")
+    return [text(str(step))]
+
+
+@server.tool(description="Tests error response handling")
+def test_error_handling() -> list[Any]:
+    raise RuntimeError("This tool intentionally returns an error for testing")
+
+
+@server.tool(description="Tests server-initiated sampling (LLM completion request)")
+async def test_sampling(prompt: str, ctx: Context) -> list[Any]:
+    result = await ctx.session.create_message(
+        messages=[types.SamplingMessage(role="user", content=text(prompt))], max_tokens=100)
+    content = result.content
+    reply = getattr(content, "text", None) or "No response"
+    return [text(f"LLM response: {reply}")]
+
+
+async def _elicit(ctx: Context, message: str, schema: dict[str, Any]) -> str:
+    result = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+    return f"action={result.action}, content={json.dumps(result.content or {})}"
+
+
+@server.tool(description="Tests server-initiated elicitation (user input request)")
+async def test_elicitation(message: str, ctx: Context) -> list[Any]:
+    answer = await _elicit(ctx, message, {
+        "type": "object", "required": ["response"],
+        "properties": {"response": {"type": "string", "description": "User's response"}}})
+    return [text(f"User response: {answer}")]
+
+
+@server.tool(description="Tests elicitation with default values per SEP-1034")
+async def test_elicitation_sep1034_defaults(ctx: Context) -> list[Any]:
+    answer = await _elicit(ctx, "Please review and update the form fields with defaults", {
+        "type": "object", "required": [], "properties": {
+            "name": {"type": "string", "description": "User name", "default": "John Doe"},
+            "age": {"type": "integer", "description": "User age", "default": 30},
+            "score": {"type": "number", "description": "User score", "default": 95.5},
+            "status": {"type": "string", "description": "User status",
+                       "enum": ["active", "inactive", "pending"], "default": "active"},
+            "verified": {"type": "boolean", "description": "Verification status",
+                         "default": True}}})
+    return [text(f"Elicitation completed: {answer}")]
+
+
+@server.tool(description="Tests elicitation with enum schema improvements per SEP-1330")
+async def test_elicitation_sep1330_enums(ctx: Context) -> list[Any]:
+    titled = [{"const": f"value{i}", "title": t}
+              for i, t in enumerate(("First Option", "Second Option", "Third Option"), 1)]
+    answer = await _elicit(ctx, "Please select options from the enum fields", {
+        "type": "object", "required": [], "properties": {
+            "untitledSingle": {"type": "string", "description": "Select one option",
+                               "enum": ["option1", "option2", "option3"]},
+            "titledSingle": {"type": "string", "description": "Select one option with titles",
+                             "oneOf": titled},
+            "legacyEnum": {"type": "string", "description": "Select one option (legacy)",
+                           "enum": ["opt1", "opt2", "opt3"],
+                           "enumNames": ["Option One", "Option Two", "Option Three"]},
+            "untitledMulti": {"type": "array", "description": "Select multiple options",
+                              "minItems": 1, "maxItems": 3,
+                              "items": {"type": "string",
+                                        "enum": ["option1", "option2", "option3"]}},
+            "titledMulti": {"type": "array", "description": "Select multiple options with titles",
+                            "minItems": 1, "maxItems": 3, "items": {"anyOf": titled}}}})
+    return [text(f"Elicitation completed: {answer}")]
+
+
+@server.resource("test://static-text", name="static-text", title="Static Text Resource",
+                 description="A static text resource for testing", mime_type="text/plain")
+def static_text() -> str:
+    return "This is the content of the static text resource."
+
+
+@server.resource("test://static-binary", name="static-binary", title="Static Binary Resource",
+                 description="A static binary resource (image) for testing",
+                 mime_type="image/png")
+def static_binary() -> bytes:
+    import base64
+
+    return base64.b64decode(IMAGE)
+
+
+@server.resource("test://template/{id}/data", name="template", title="Resource Template",
+                 description="A resource template with parameter substitution",
+                 mime_type="application/json")
+def template(id: str) -> str:
+    return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
+
+
+@server.resource("test://watched-resource", name="watched-resource", title="Watched Resource",
+                 description="A resource that can be subscribed to", mime_type="text/plain")
+def watched() -> str:
+    return "Watched resource content"
+
+
+@server.prompt(name="test_simple_prompt", title="Simple Test Prompt",
+               description="A simple prompt without arguments")
+def simple_prompt() -> list[Any]:
+    return [UserMessage(text("This is a simple prompt for testing."))]
+
+
+@server.prompt(name="test_prompt_with_arguments", title="Prompt With Arguments",
+               description="A prompt with required arguments")
+def prompt_with_arguments(arg1: str, arg2: str) -> list[Any]:
+    return [UserMessage(text(
+        f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"))]
+
+
+@server.prompt(name="test_prompt_with_embedded_resource", title="Prompt With Embedded Resource",
+               description="A prompt that includes an embedded resource")
+def prompt_with_embedded_resource(resourceUri: str) -> list[Any]:  # noqa: N803 - wire name
+    return [UserMessage(_resource(
+                resourceUri, "text/plain", "Embedded resource content for testing.")),
+            UserMessage(text(
+                "Please process the embedded resource above."))]
+
+
+@server.prompt(name="test_prompt_with_image", title="Prompt With Image",
+               description="A prompt that includes image content")
+def prompt_with_image() -> list[Any]:
+    return [UserMessage(types.ImageContent(
+                type="image", data=IMAGE, mime_type="image/png")),
+            UserMessage(text("Please analyze the image above."))]
+
+
+@server.completion()
+async def complete(ref: Any, argument: Any, context: Any) -> types.Completion:
+    return types.Completion(values=[], total=0, has_more=False)
+
+
+async def subscribe(ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+    subscriptions.add(str(params.uri))
+    return types.EmptyResult()
+
+
+async def unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+    subscriptions.discard(str(params.uri))
+    return types.EmptyResult()
+
+
+async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+    return types.EmptyResult()
+
+
+low = server._lowlevel_server
+low.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
+low.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
+low.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["http"]:
+        uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[2]),
+                    log_level="warning")
+    else:
+        server.run("stdio")

@@ -101,7 +101,9 @@ class PerCall(Backend):
     async def close(self) -> None:
         self._closing = True
         for task in list(self._tasks):
-            task.cancel()
+            if task.get_name() == "warm-up":  # retirements run to the end: no orphans
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         while not self._warm.empty():
             await self._warm.get_nowait().close()
         await super().close()
@@ -124,11 +126,11 @@ class PerCall(Backend):
     def done(self, conn: Connection, used: Connection) -> None:
         if used is not conn:
             assert isinstance(used, StdioUpstream)
-            self._spawn(used.close())
+            self._spawn(used.close(), "retire")
 
     def _refill(self) -> None:
         if not self._closing:
-            self._spawn(self._warm_one())
+            self._spawn(self._warm_one(), "warm-up")
 
     async def _warm_one(self) -> None:
         proc = self._new(restart=False)
@@ -140,8 +142,8 @@ class PerCall(Backend):
             raise
         self._warm.put_nowait(proc)
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._reap)
 

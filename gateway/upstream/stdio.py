@@ -195,8 +195,13 @@ class StdioUpstream(Connection):
     async def _wait_exit(self) -> int | None:
         assert self._pipes is not None
         assert self._transport is not None
-        await self._pipes.exited
-        return self._transport.get_returncode()
+        # Shielded: cancelling the supervisor must not cancel the future shutdown waits on.
+        await asyncio.shield(self._pipes.exited)
+        code = self._transport.get_returncode()
+        _signal_group(self._transport.get_pid(), signal.SIGKILL)  # whatever it left behind
+        self._transport.close()
+        self._transport = None
+        return code
 
     def _on_exit(self, code: int | None) -> None:
         self.init_result = None

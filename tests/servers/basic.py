@@ -3,7 +3,7 @@
 
 Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (elicitation),
 sample (sampling), roots (roots/list), progress, log, changed (tools list_changed),
-touch (resources/updated), whoami (pid). Also resources, prompts and subscriptions.
+touch (resources/updated), whoami (pid), cancelled (the request ids it was told to cancel). Also resources, prompts and subscriptions.
 Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
 BASIC_SILENT_INIT=1 never answers initialize.
 """
@@ -14,9 +14,10 @@ import os
 import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
-         "changed", "touch", "whoami"]
+         "changed", "touch", "whoami", "cancelled"]
 out = sys.stdout.buffer
 pending: dict = {}
+cancelled: list = []  # request ids the client cancelled, as this server saw them
 next_id = 0
 
 
@@ -86,6 +87,8 @@ async def call_tool(params: dict) -> dict:
         return text("touched")
     if name == "whoami":
         return text(str(os.getpid()))
+    if name == "cancelled":
+        return text(json.dumps(cancelled))
     return {"content": [{"type": "text", "text": f"unknown tool {name}"}], "isError": True}
 
 
@@ -148,7 +151,7 @@ async def main() -> None:
                 fut.set_result(msg.get("result", msg.get("error")))
             continue
         if msg.get("method") == "notifications/cancelled":
-            print(f"cancelled {msg['params'].get('requestId')}", file=sys.stderr, flush=True)
+            cancelled.append(msg["params"].get("requestId"))
             continue
         task = asyncio.create_task(handle(msg))
         tasks.add(task)

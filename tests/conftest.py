@@ -1,0 +1,81 @@
+"""Shared fixtures: an in-process gateway on real loopback HTTP in front of real subprocess
+servers, and the raw client of `mcp_http`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from mcp_http import BASIC, McpHttp
+
+from gateway.app import create_app
+from gateway.settings import from_mapping
+
+NODE_BIN = Path(__file__).parent / "node" / "node_modules" / ".bin"
+
+Factory = Callable[..., Awaitable[str]]
+
+
+def node_env() -> dict[str, str]:
+    """PATH with the Node 22 and tools that scripts/test.sh installs under tests/node first."""
+    if not (NODE_BIN / "node").exists():
+        pytest.fail("Node test tools are missing: run scripts/test.sh (it runs npm ci in "
+                    "tests/node)")
+    return {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}"}
+
+
+def settings_for(command: list[str] | None = None, **overrides: Any) -> dict[str, Any]:
+    command = command or BASIC
+    upstream = {"command": command[0], "args": command[1:], **overrides.pop("upstream", {})}
+    return {"upstreams": {"main": upstream}, "logging": {"level": "warning"}, **overrides}
+
+
+@pytest.fixture
+async def gateway(aiohttp_server: Any) -> Factory:
+    """Start a gateway; returns its MCP URL once every upstream is ready."""
+
+    async def start(command: list[str] | None = None, wait_ready: bool = True,
+                    **overrides: Any) -> str:
+        app = create_app(from_mapping(settings_for(command, **overrides)))
+        server = await aiohttp_server(app)
+        base = str(server.make_url(""))
+        if wait_ready:
+            await wait_until_ready(base)
+        return base + "/mcp"
+
+    return start
+
+
+async def wait_until_ready(base: str, timeout_s: float = 30) -> None:
+    import asyncio
+
+    async with aiohttp.ClientSession() as http:
+        for _ in range(int(timeout_s * 20)):
+            try:
+                async with http.get(base.rstrip("/") + "/readyz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass  # not listening yet
+            await asyncio.sleep(0.05)
+    raise AssertionError("gateway never became ready")
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+@pytest.fixture
+def client(http: aiohttp.ClientSession) -> Callable[[str], McpHttp]:
+    return lambda url: McpHttp(http, url)
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None

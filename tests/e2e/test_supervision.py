@@ -1,0 +1,126 @@
+"""Supervision: an upstream that crashes, hangs or never starts gets a clear error, never a
+hang; it is restarted; shutdown leaves no process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import aiohttp
+from conftest import wait_until_ready
+from mcp_http import BASIC, text_of
+
+
+async def readyz(http: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
+    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+        return resp.status, await resp.json()
+
+
+async def test_crash_mid_call_fails_the_call_then_restarts(gateway, client, http) -> None:
+    url = await gateway()
+    mcp = client(url)
+    await mcp.initialize()
+    pid_before = text_of(await mcp.call("whoami"))
+    slow = asyncio.create_task(mcp.call("sleep", {"ms": 10_000}))
+    await asyncio.sleep(0.2)
+    crashed = await asyncio.wait_for(mcp.call("crash"), 5)
+    error = crashed.message["error"]
+    assert "exited (code 3)" in error["message"]
+    assert error["data"] == {"upstream": "main", "reason": "exited", "exitCode": 3}
+    other = (await asyncio.wait_for(slow, 5)).message["error"]  # the bystander fails too
+    assert other["data"]["reason"] == "exited"
+    await wait_until_ready(url.removesuffix("/mcp"))
+    status, body = await readyz(http, url)
+    assert body["upstreams"]["main"]["restarts"] == 1
+    assert text_of(await mcp.call("whoami")) != pid_before  # same session, new process
+
+
+async def test_hanging_call_times_out_and_is_cancelled_upstream(gateway, client) -> None:
+    mcp = client(await gateway(upstream={"request_timeout_ms": 300}))
+    await mcp.initialize()
+    reply = await asyncio.wait_for(mcp.call("hang"), 5)
+    assert reply.message["error"]["data"]["reason"] == "timeout"
+    assert "0.3 s" in reply.message["error"]["message"]
+    cancelled = await mcp.call("cancelled")
+    assert len(eval(text_of(cancelled))) == 1  # the upstream was told to stop
+
+
+async def test_upstream_that_never_initializes(gateway, client, http) -> None:
+    command = ["env", "BASIC_SILENT_INIT=1", *BASIC]
+    url = await gateway(command, wait_ready=False, upstream={"startup_timeout_ms": 300})
+    status, body = await readyz(http, url)
+    assert status == 503 and body["ready"] is False
+    mcp = client(url)
+    reply = await mcp.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}})
+    assert reply.status == 503
+    assert "not ready" in reply.body["error"]["message"]
+
+
+async def test_crash_looping_upstream_backs_off(gateway, http) -> None:
+    url = await gateway(["env", "BASIC_EXIT_AT_START=1", *BASIC], wait_ready=False,
+                        upstream={"restart_backoff_max_ms": 200})
+    await asyncio.sleep(1.5)
+    status, body = await readyz(http, url)
+    state = body["upstreams"]["main"]
+    assert status == 503
+    assert 2 <= state["restarts"] <= 15  # restarted, but not in a hot loop
+
+
+async def test_hundred_concurrent_slow_calls_overlap(gateway, client) -> None:
+    mcp = client(await gateway())
+    await mcp.initialize()
+    began = time.monotonic()
+    replies = await asyncio.gather(*(mcp.call("sleep", {"ms": 1000}) for _ in range(100)))
+    assert [text_of(r) for r in replies] == ["slept 1000"] * 100
+    assert time.monotonic() - began < 10  # one after another would take 100 s
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_sigterm_stops_cleanly_with_no_orphans(http) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port), "--",
+                             *BASIC], stderr=subprocess.PIPE)
+    try:
+        await wait_until_ready(f"http://127.0.0.1:{port}")
+        status, body = await readyz(http, f"http://127.0.0.1:{port}/mcp")
+        assert status == 200
+        upstream_pids = _descendants(proc.pid)
+        assert upstream_pids, "the upstream process should be running"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        stderr = proc.stderr.read().decode()
+        assert "gateway.stopped" in stderr
+        for pid in upstream_pids:
+            assert not _alive(pid), f"upstream {pid} outlived the gateway"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+def _descendants(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    kids = [int(p) for p in out.split()]
+    return kids + [g for k in kids for g in _descendants(k)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"

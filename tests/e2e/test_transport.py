@@ -1,0 +1,213 @@
+"""Downstream Streamable HTTP, legacy era: each rule of the transport spec and each bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+from mcp_http import ACCEPT_BOTH, McpHttp, parse_sse, text_of
+
+
+async def test_initialize_issues_a_secure_session_and_negotiates(gateway, client) -> None:
+    mcp: McpHttp = client(await gateway())
+    reply = await mcp.initialize(version="2025-03-26")
+    sid = reply.headers["Mcp-Session-Id"]
+    assert len(sid) >= 32 and all(0x21 <= ord(c) <= 0x7E for c in sid)
+    result = reply.body["result"]
+    assert result["protocolVersion"] == "2025-03-26"
+    assert result["serverInfo"]["name"] == "basic-test-server"  # from the upstream
+    assert result["instructions"] == "A server for tests."
+    other = client(mcp.url)
+    assert (await other.initialize(version="1999-01-01")).body["result"]["protocolVersion"] \
+        == "2025-11-25"
+    assert other.session_id != sid
+
+
+async def test_plain_call_is_json_and_related_messages_make_it_sse(gateway, client) -> None:
+    mcp = client(await gateway())
+    await mcp.initialize()
+    plain = await mcp.call("echo", {"text": "hi"})
+    assert plain.headers["Content-Type"].startswith("application/json")
+    assert text_of(plain) == "hi"
+    streamed = await mcp.call("progress", {"steps": 3}, meta={"progressToken": "p-1"})
+    assert streamed.headers["Content-Type"].startswith("text/event-stream")
+    progress = [e for e in streamed.events if e.get("method") == "notifications/progress"]
+    assert [p["params"]["progress"] for p in progress] == [1, 2, 3]
+    assert all(p["params"]["progressToken"] == "p-1" for p in progress)
+    assert text_of(streamed) == "done 3"
+    assert len(set(streamed.event_ids)) == len(streamed.events)  # every event has its own id
+
+
+async def test_notifications_and_responses_get_202(gateway, client) -> None:
+    mcp = client(await gateway())
+    await mcp.initialize()
+    reply = await mcp.send({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
+    assert reply.status == 202 and reply.raw == b""
+
+
+@pytest.mark.parametrize(("data", "code"), [
+    (b"{not json", -32700),
+    (b"[]", -32600),
+    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', -32600),
+    (b'{"jsonrpc":"1.0","id":1,"method":"ping"}', -32600),
+    (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', -32600),
+    (b'{"jsonrpc":"2.0","method":7}', -32600),
+    (b'"just a string"', -32600),
+])
+async def test_malformed_bodies_get_json_rpc_errors(gateway, client, data, code) -> None:
+    mcp = client(await gateway())
+    await mcp.initialize()
+    reply = await mcp.send(None, data=data)
+    assert reply.status == 400
+    assert reply.body["error"]["code"] == code
+    assert reply.body["id"] is None
+    assert text_of(await mcp.call("echo", {"text": "still fine"})) == "still fine"
+
+
+async def test_session_header_rules(gateway, client, http) -> None:
+    url = await gateway()
+    mcp = client(url)
+    await mcp.initialize()
+    ping = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    base = {"Content-Type": "application/json", "Accept": ACCEPT_BOTH}
+    async with http.post(url, data=ping, headers=base) as resp:
+        assert resp.status == 400
+        assert "Mcp-Session-Id" in (await resp.json())["error"]["message"]
+    async with http.post(url, data=ping, headers={**base, "Mcp-Session-Id": "nope"}) as resp:
+        assert resp.status == 404
+    assert (await mcp.send(None, data=ping)).status == 200
+    async with http.delete(url, headers={"Mcp-Session-Id": mcp.session_id}) as resp:
+        assert resp.status == 200
+    assert (await mcp.send(None, data=ping)).status == 404  # ended sessions stay ended
+    async with http.get(url, headers={"Mcp-Session-Id": mcp.session_id,
+                                      "Accept": "text/event-stream"}) as resp:
+        assert resp.status == 404
+
+
+async def test_protocol_version_header_is_checked(gateway, client) -> None:
+    mcp = client(await gateway())
+    await mcp.initialize()
+    bad = await mcp.send({"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                         **{"MCP-Protocol-Version": "2024-01-01"})
+    assert bad.status == 400
+    assert bad.body["error"]["data"]["requested"] == "2024-01-01"
+    assert "2025-11-25" in bad.body["error"]["data"]["supported"]
+
+
+async def test_origin_is_checked_and_cors_served(gateway, client, http) -> None:
+    url = await gateway(security={"allowed_origins": ["http://localhost"]})
+    mcp = client(url)
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t",
+                                                                            "version": "1"}}}
+    evil = await mcp.send(init, Origin="http://evil.example")
+    assert evil.status == 403
+    assert "evil.example" in evil.body["error"]["message"]
+    ok = await mcp.send(init, Origin="http://localhost:6274")  # the MCP Inspector's port
+    assert ok.status == 200
+    assert ok.headers["Access-Control-Allow-Origin"] == "http://localhost:6274"
+    assert "Mcp-Session-Id" in ok.headers["Access-Control-Expose-Headers"]
+    async with http.options(url, headers={
+            "Origin": "http://localhost:6274", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type, mcp-session-id"}) as pre:
+        assert pre.status == 204
+        assert "POST" in pre.headers["Access-Control-Allow-Methods"]
+        assert "mcp-session-id" in pre.headers["Access-Control-Allow-Headers"]
+        assert pre.headers["Access-Control-Allow-Origin"] == "http://localhost:6274"
+
+
+async def test_oversize_body_gets_413(gateway, client) -> None:
+    mcp = client(await gateway(limits={"max_body_bytes": 2048}))
+    await mcp.initialize()
+    reply = await mcp.call("echo", {"text": "x" * 4096})
+    assert reply.status == 413
+    assert reply.body["error"]["data"]["maxBytes"] == 2048
+    assert text_of(await mcp.call("echo", {"text": "small"})) == "small"
+
+
+async def test_wrong_content_type_and_accept(gateway, client) -> None:
+    mcp = client(await gateway())
+    await mcp.initialize()
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert (await mcp.send(ping, **{"Content-Type": "text/plain"})).status == 415
+    assert (await mcp.send(ping, Accept="text/html")).status == 406
+
+
+async def test_get_stream_carries_server_messages(gateway, client, http) -> None:
+    url = await gateway()
+    mcp = client(url)
+    await mcp.initialize()
+    headers = {"Mcp-Session-Id": mcp.session_id, "Accept": "text/event-stream"}
+    async with http.get(url, headers=headers) as stream:
+        assert stream.status == 200
+        assert stream.headers["Content-Type"].startswith("text/event-stream")
+        await mcp.call("changed")  # the upstream sends notifications/tools/list_changed
+        line = b""
+        while b"list_changed" not in line:
+            line = await asyncio.wait_for(stream.content.readline(), 5)
+    # The GET stream never carries responses: the call's answer went on its own POST.
+
+
+async def test_last_event_id_replays_a_stream(gateway, client, http) -> None:
+    url = await gateway()
+    mcp = client(url)
+    await mcp.initialize()
+    streamed = await mcp.call("progress", {"steps": 3}, meta={"progressToken": 1})
+    first_id = streamed.event_ids[0]
+    headers = {"Mcp-Session-Id": mcp.session_id, "Accept": "text/event-stream",
+               "Last-Event-ID": first_id}
+    async with http.get(url, headers=headers) as resumed:
+        events, ids = parse_sse(await asyncio.wait_for(resumed.read(), 5))
+    assert ids == streamed.event_ids[1:]  # what came after the given id, and only that
+    assert events[-1]["result"]["content"][0]["text"] == "done 3"
+
+
+async def test_slow_call_gets_keepalives(gateway, client, http) -> None:
+    url = await gateway(listen={"sse_keepalive_ms": 200})
+    mcp = client(url)
+    await mcp.initialize()
+    reply = await mcp.call("sleep", {"ms": 900})
+    assert reply.headers["Content-Type"].startswith("text/event-stream")
+    assert reply.raw.count(b": keep-alive") >= 2
+    assert text_of(reply) == "slept 900"
+
+
+async def test_messages_of_several_mib_pass_both_ways(gateway, client) -> None:
+    mcp = client(await gateway(limits={"max_body_bytes": 16 << 20}))
+    await mcp.initialize()
+    big = "y" * (5 << 20)
+    assert text_of(await mcp.call("echo", {"text": big})) == big
+    assert len(text_of(await mcp.call("blob", {"bytes": 6 << 20}))) == 6 << 20
+
+
+async def test_unknown_methods_pass_through_to_the_upstream(gateway, client) -> None:
+    mcp = client(await gateway())
+    await mcp.initialize()
+    reply = await mcp.send({"jsonrpc": "2.0", "id": 9, "method": "no/such"})
+    assert reply.status == 200
+    assert reply.body == {"jsonrpc": "2.0", "id": 9,
+                          "error": {"code": -32601, "message": "Method not found: no/such"}}
+
+
+async def test_bearer_tokens_guard_the_endpoint(gateway, client, http) -> None:
+    url = await gateway(auth={"bearer_tokens": ["s3cret"]})
+    mcp = client(url)
+    with pytest.raises(KeyError):  # no session: the gateway answered 401 with no result
+        await mcp.initialize()
+    denied = await mcp.send({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert denied.status == 401 and denied.headers["WWW-Authenticate"] == "Bearer"
+    reply = await mcp.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}, Authorization="Bearer s3cret")
+    assert reply.status == 200
+    async with http.get(url.replace("/mcp", "/healthz")) as health:
+        assert health.status == 200  # probes stay open
+
+
+async def test_readyz_and_healthz(gateway, http) -> None:
+    url = await gateway()
+    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+        body = await resp.json()
+    assert resp.status == 200 and body["upstreams"]["main"]["state"] == "ready"
+    assert isinstance(aiohttp.__version__, str)

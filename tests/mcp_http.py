@@ -29,7 +29,7 @@ class Reply:
 
     @property
     def message(self) -> Any:
-        """The JSON-RPC response: the JSON body, or the SSE event that carries an id+result/error."""
+        """The JSON-RPC response: the JSON body, or the SSE event with an id and a result."""
         if self.body is not None:
             return self.body
         for event in self.events:

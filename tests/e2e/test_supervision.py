@@ -35,7 +35,7 @@ async def test_crash_mid_call_fails_the_call_then_restarts(gateway, client, http
     other = (await asyncio.wait_for(slow, 5)).message["error"]  # the bystander fails too
     assert other["data"]["reason"] == "exited"
     await wait_until_ready(url.removesuffix("/mcp"))
-    status, body = await readyz(http, url)
+    _, body = await readyz(http, url)
     assert body["upstreams"]["main"]["restarts"] == 1
     assert text_of(await mcp.call("whoami")) != pid_before  # same session, new process
 
@@ -94,7 +94,7 @@ async def test_sigterm_stops_cleanly_with_no_orphans(http) -> None:
                              *BASIC], stderr=subprocess.PIPE)
     try:
         await wait_until_ready(f"http://127.0.0.1:{port}")
-        status, body = await readyz(http, f"http://127.0.0.1:{port}/mcp")
+        status, _ = await readyz(http, f"http://127.0.0.1:{port}/mcp")
         assert status == 200
         upstream_pids = _descendants(proc.pid)
         assert upstream_pids, "the upstream process should be running"

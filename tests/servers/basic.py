@@ -3,7 +3,8 @@
 
 Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (elicitation),
 sample (sampling), roots (roots/list), progress, log, changed (tools list_changed),
-touch (resources/updated), whoami (pid), cancelled (the request ids it was told to cancel). Also resources, prompts and subscriptions.
+touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel).
+Also resources, prompts and subscriptions.
 Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
 BASIC_SILENT_INIT=1 never answers initialize.
 """

@@ -15,7 +15,8 @@ import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
 
-IMAGE = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+IMAGE = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJ"
+         "RU5ErkJggg==")
 AUDIO = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
 
 server = MCPServer("mcp-conformance-test-server", version="1.0.0")
@@ -185,7 +186,7 @@ def prompt_with_arguments(arg1: str, arg2: str) -> list[Any]:
 
 @server.prompt(name="test_prompt_with_embedded_resource", title="Prompt With Embedded Resource",
                description="A prompt that includes an embedded resource")
-def prompt_with_embedded_resource(resourceUri: str) -> list[Any]:  # noqa: N803 - wire name
+def prompt_with_embedded_resource(resourceUri: str) -> list[Any]:
     return [UserMessage(_resource(
                 resourceUri, "text/plain", "Embedded resource content for testing.")),
             UserMessage(text(

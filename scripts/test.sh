@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command (README, CI): installs everything the tests need, then runs them.
+#   - a virtual environment in .venv with the gateway and its test dependencies;
+#   - Node 22, the TypeScript SDK, server-everything and the conformance suite in tests/node
+#     (from its lockfile);
+#   - ruff, then pytest (extra arguments go to pytest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m venv .venv
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+
+.venv/bin/ruff check gateway tests bench
+exec .venv/bin/pytest "$@"

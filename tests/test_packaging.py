@@ -1,0 +1,52 @@
+"""The container image and the README must agree: no Docker engine runs here, so this test
+holds the Dockerfile's entry point, config path and user to what the README tells users."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+from gateway.settings import load
+
+ROOT = Path(__file__).parents[1]
+
+
+def instruction(dockerfile: str, name: str) -> str:
+    found = re.findall(rf"^{name}\s+(.+)$", dockerfile, re.M)
+    assert found, f"Dockerfile has no {name}"
+    return found[-1].strip()
+
+
+def test_dockerfile_matches_readme_and_package() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    readme = (ROOT / "README.md").read_text()
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    entry = json.loads(instruction(dockerfile, "ENTRYPOINT"))
+    cmd = json.loads(instruction(dockerfile, "CMD"))
+    assert entry == ["mcp-task-gateway"] and "mcp-task-gateway" in scripts
+    config_path = cmd[cmd.index("--config") + 1]
+    # The README's docker run mounts the user's file exactly where the image reads it.
+    assert f":{config_path}" in readme
+    baked = re.search(rf"^COPY (\S+) {re.escape(config_path)}$", dockerfile, re.M)
+    assert baked, "the image should carry a default config at its config path"
+    conf = load(ROOT / baked.group(1))
+    assert conf.listen.host == "0.0.0.0"  # reachable through the published port
+    assert f"-p {conf.listen.port}:{conf.listen.port}" in readme
+    assert instruction(dockerfile, "EXPOSE") == str(conf.listen.port)
+
+
+def test_image_is_multi_stage_slim_non_root_and_runs_node() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert len(stages) >= 2 and stages[-1].endswith("-slim")
+    assert instruction(dockerfile, "USER") not in ("root", "0")
+    assert "/usr/local/bin/node" in dockerfile and "npx" in dockerfile  # Node stdio servers
+    assert stages[-1].startswith("python:")  # and Python ones
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "scripts/test.sh" in readme and "scripts/test.sh" in ci

@@ -1,0 +1,125 @@
+"""Configuration: the YAML shape of INTERFACE.md, ${VAR} interpolation, flags over the file,
+and one-line errors that name the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import build_settings, parser
+from gateway.settings import ConfigError, from_mapping, load
+
+ROOT = Path(__file__).parents[2]
+
+
+def build(*argv: str):
+    return build_settings(parser().parse_args(list(argv)))
+
+
+def test_every_example_config_is_valid(monkeypatch) -> None:
+    monkeypatch.setenv("GATEWAY_TOKEN", "t")
+    monkeypatch.setenv("API_KEY", "k")
+    examples = sorted((ROOT / "config").glob("*.yaml"))
+    assert examples, "config/ should hold example files"
+    for path in examples:
+        assert load(path).upstreams, path
+
+
+def test_interface_md_shape_loads(monkeypatch) -> None:
+    monkeypatch.setenv("API_KEY", "abc")
+    s = from_mapping({
+        "listen": {"host": "0.0.0.0", "port": 9000},
+        "upstreams": {"main": {"command": "npx", "args": ["-y", "x"],
+                               "env": {"API_KEY": "${API_KEY}"}, "isolation": "client"},
+                      "remote": {"url": "http://127.0.0.1:9000/mcp", "path": "/remote/mcp"}},
+        "tasks": {"defaults": {"mode": "auto", "sync_budget_ms": 500},
+                  "tools": {"longRunning*": {"mode": "always"}}},
+        "limits": {"max_tasks": 5}, "auth": {"bearer_tokens": []},
+        "logging": {"level": "debug", "format": "console"}})
+    assert s.upstreams["main"].env == {"API_KEY": "abc"}
+    assert s.upstreams["main"].isolation == "client"
+    assert s.tasks.tools["longRunning*"].mode == "always"
+    assert s.listen.port == 9000
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"upstreams": {"m": {"command": "x", "isolation": "wide"}}},
+     "upstreams.m.isolation: Input should be 'shared', 'client' or 'call'"),
+    ({"upstreams": {"m": {"command": "x"}}, "limitz": {}}, "limitz: unknown key"),
+    ({"upstreams": {"m": {}}}, "upstreams.m: give exactly one of 'command'"),
+    ({"upstreams": {"m": {"command": "x"}}, "listen": {"port": "eighty"}},
+     "listen.port: Input should be a valid integer"),
+    ({"upstreams": {"m": {"command": "x", "env": {"K": "${NOPE_NOT_SET}"}}}},
+     "upstreams.m.env.K: environment variable NOPE_NOT_SET is not set"),
+    ({"upstreams": {"a": {"command": "x"}, "b": {"command": "y"}}},
+     "upstreams 'a' and 'b' share path /mcp"),
+])
+def test_bad_config_names_the_key(raw, message) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_mapping(raw)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_env_default_syntax(monkeypatch) -> None:
+    monkeypatch.delenv("MAYBE", raising=False)
+    s = from_mapping({"upstreams": {"m": {"command": "${MAYBE:-python3}"}}})
+    assert s.upstreams["m"].command == "python3"
+
+
+def test_zero_config_command_line() -> None:
+    s = build("--port", "9001", "--tasks", "always", "--task-tool", "echo=never", "--",
+              "npx", "-y", "server")
+    up = s.upstreams["main"]
+    assert (up.command, up.args, up.path) == ("npx", ["-y", "server"], "/mcp")
+    assert s.listen.host == "127.0.0.1" and s.listen.port == 9001
+    assert s.tasks.defaults.mode == "always"
+    assert s.tasks.tools["echo"].mode == "never"
+
+
+def test_flags_override_the_file(tmp_path) -> None:
+    conf = tmp_path / "g.yaml"
+    conf.write_text("listen: {port: 7000}\nupstreams:\n  a: {command: one}\n")
+    s = build("--config", str(conf), "--port", "7001", "--isolation", "call")
+    assert s.listen.port == 7001
+    assert s.upstreams["a"].isolation == "call"
+    s = build("--config", str(conf), "--", "two")
+    assert list(s.upstreams) == ["main"] and s.upstreams["main"].command == "two"
+
+
+def test_bad_task_tool_flag() -> None:
+    with pytest.raises(ConfigError, match="NAME=MODE"):
+        build("--task-tool", "echo", "--", "x")
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_check_config_exit_codes(tmp_path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("upstreams:\n  main: {command: python3}\n")
+    ok = run_cli("--check-config", str(good))
+    assert ok.returncode == 0 and "ok" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("upstreams:\n  main: {command: python3, isolation: wide}\n")
+    res = run_cli("--check-config", str(bad))
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0  # one line, no traceback
+    assert "upstreams.main.isolation" in res.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("upstreams: [\n")
+    res = run_cli("--check-config", str(broken))
+    assert res.returncode == 2 and "not valid YAML" in res.stderr and "Traceback" not in res.stderr
+    missing = run_cli("--check-config", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "nope.yaml" in missing.stderr
+
+
+def test_start_without_upstream_is_a_clear_error() -> None:
+    res = run_cli()
+    assert res.returncode == 2
+    assert "no upstream" in res.stderr and "Traceback" not in res.stderr

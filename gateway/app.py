@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import gc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -96,11 +98,28 @@ async def _close_streams(app: web.Application) -> None:
 def serve(conf: Settings) -> int:
     configure_logging(conf.logging)
     loop = _new_loop()
+    app = create_app(conf)
+    _return_big_buffers_at_once()
     log.info("gateway.listening", host=conf.listen.host, port=conf.listen.port,
              upstreams=sorted(conf.upstreams))
-    web.run_app(create_app(conf), host=conf.listen.host, port=conf.listen.port,
+    web.run_app(app, host=conf.listen.host, port=conf.listen.port,
                 access_log=None, print=None, shutdown_timeout=5.0, loop=loop)
     return 0
+
+
+def _return_big_buffers_at_once() -> None:
+    """Keep glibc's mmap threshold fixed at 256 KiB.
+
+    By default glibc raises the threshold after each large free, so the buffers of a proxied
+    multi-MiB message end up on the heap, where freed memory is rarely returned: resident
+    memory then keeps the high-water mark of the largest messages ever seen. A fixed
+    threshold maps every large buffer separately and unmaps it when freed.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
+        gc.collect()  # the garbage of imports and config building...
+        libc.malloc_trim(0)  # ...goes back to the OS before we start serving
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

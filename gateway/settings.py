@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 TaskMode = Literal["never", "auto", "always", "required"]
@@ -161,6 +160,8 @@ def load(path: str | Path) -> Settings:
 
 def read_raw(path: str | Path) -> Any:
     """The YAML tree of `path`, unvalidated (the CLI merges flags into it first)."""
+    import yaml  # only configs from a file need it: zero-config starts lighter
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

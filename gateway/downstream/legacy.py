@@ -7,13 +7,14 @@ spec: mcp-base-2025-06-18.md, Transports > Streamable HTTP.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from gateway import errors, router
 from gateway.downstream import sse
-from gateway.downstream.http import check_accept, error_response, json_response
+from gateway.downstream.http import JSON_HEADERS, check_accept, error_response, json_response
 from gateway.downstream.session import Session, SessionStore
 from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
@@ -41,10 +42,11 @@ class Exchange:
         self.session = session
         self.sse_ok = sse_ok
         self.early: list[bytes] = []
-        self.response: Message | None = None
+        # Serialized on arrival: the dict of a multi-MiB result is freed at once.
+        self.response: bytes | None = None
         self.stream: sse.Stream | None = None
         self._wake: asyncio.Future[bool] | None = None
-        self.done: Any = None  # called once with the response
+        self.done: Callable[[], None] | None = None  # called once, when the response is in
         self.timer: asyncio.TimerHandle | None = None
 
     def on_message(self, msg: Message) -> None:
@@ -59,13 +61,13 @@ class Exchange:
     def on_response(self, msg: Message) -> None:
         if self.response is not None:
             return
-        self.response = msg
+        self.response = jsonrpc.dumps(msg)
         if self.timer is not None:
             self.timer.cancel()
         if self.done is not None:
-            self.done(msg)
+            self.done()
         if self.stream is not None:
-            self.stream.push(jsonrpc.dumps(msg), last=True)
+            self.stream.push(self.response, last=True)
         self._notify()
 
     def _notify(self) -> None:
@@ -90,13 +92,13 @@ class Exchange:
             while not self.sse_ok and self.response is None:
                 await self._wait(None)
             if self.response is not None and not self.early:
-                return json_response(self.response)
+                return web.Response(body=self.response, headers=JSON_HEADERS)
         self.stream = stream = self.session.new_stream()
         for data in self.early:
             stream.push(data)
         self.early.clear()
         if self.response is not None:
-            stream.push(jsonrpc.dumps(self.response), last=True)
+            stream.push(self.response, last=True)
         resp = await sse.open_response(request, {mcp.H_SESSION: self.session.id})
         await sse.pump(resp, stream, 0, keepalive_s)
         return resp
@@ -173,7 +175,7 @@ class LegacyEra:
         except UpstreamError as exc:
             return json_response(exc.to_message(client_id))
         session.calls[client_id] = (call, conn)
-        ex.done = lambda _msg: self._finished(session, client_id, conn)
+        ex.done = lambda: self._finished(session, client_id, conn)
         if self.request_timeout_s is not None:
             ex.timer = asyncio.get_running_loop().call_later(
                 self.request_timeout_s, self._timed_out, session, client_id)

@@ -81,7 +81,7 @@ class Connection:
 
     # -- transport hooks -------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
-        """Send one framed message; raise UpstreamError when the transport is down."""
+        """Send one serialized message; raise UpstreamError when the transport is down."""
         raise NotImplementedError
 
     @property
@@ -90,7 +90,8 @@ class Connection:
 
     # -- downstream -> upstream ------------------------------------------------------------
     def request(self, msg: Message, owner: Owner | None, sink: Sink) -> Call:
-        """Forward request `msg` (mutated: its id and progress token are rewritten)."""
+        """Forward request `msg`, which this consumes: its id and progress token are
+        rewritten, and its params are let go once sent (they may be megabytes)."""
         if not self.ready and owner is not None:
             raise UpstreamError(self.name, f"upstream '{self.name}' is not connected", "down")
         uid = next(self._ids)
@@ -105,10 +106,11 @@ class Connection:
         msg["id"] = uid
         self._calls[uid] = call
         try:
-            self._write(jsonrpc.dumps(msg) + b"\n")
+            self._write(jsonrpc.dumps(msg))
         except Exception:
             del self._calls[uid]
             raise
+        msg.pop("params", None)
         return call
 
     def cancel(self, call: Call, reason: str) -> None:
@@ -153,7 +155,7 @@ class Connection:
         return len(self._calls)
 
     # -- upstream -> downstream ------------------------------------------------------------
-    def _on_line(self, line: bytes) -> None:
+    def _on_line(self, line: bytes | memoryview) -> None:
         try:
             msg = jsonrpc.loads(line)
         except jsonrpc.JSONDecodeError:
@@ -262,7 +264,7 @@ class Connection:
     def _send_quietly(self, msg: Message) -> None:
         """Best effort: for messages whose loss only matters while the upstream is up."""
         with contextlib.suppress(UpstreamError):
-            self._write(jsonrpc.dumps(msg) + b"\n")
+            self._write(jsonrpc.dumps(msg))
 
 
 def _deliver(target: Call | Owner, msg: Message) -> None:

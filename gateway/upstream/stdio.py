@@ -55,14 +55,18 @@ class _Pipes(asyncio.SubprocessProtocol):
         start = len(buf)
         buf += data
         pos = 0
-        while (nl := buf.find(b"\n", start)) >= 0:
-            if nl > pos:
-                self.conn._on_line(bytes(buf[pos:nl]))
-            pos = start = nl + 1
-        del buf[:pos]
-        if len(buf) > self.max_bytes:
+        with memoryview(buf) as view:  # orjson parses views: no copy of each line
+            while (nl := buf.find(b"\n", start)) >= 0:
+                if nl > pos:
+                    self.conn._on_line(view[pos:nl])
+                pos = start = nl + 1
+        if pos == len(buf):
+            self.out = bytearray()  # drop the capacity a big message left behind
+        else:
+            del buf[:pos]
+        if len(self.out) > self.max_bytes:
             log.error("upstream.message_too_large", upstream=self.conn.name, bytes=len(buf))
-            buf.clear()
+            self.out = bytearray()
             self.conn._kill()
 
     def _stderr(self, data: bytes) -> None:
@@ -93,6 +97,7 @@ class StdioUpstream(Connection):
         self._transport: asyncio.SubprocessTransport | None = None
         self._stdin: asyncio.WriteTransport | None = None
         self._pipes: _Pipes | None = None
+        self._outbox: list[bytes] = []
         self._ready = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -185,7 +190,7 @@ class StdioUpstream(Connection):
         if not isinstance(result, dict) or result.get("protocolVersion") not in mcp.LEGACY_VERSIONS:
             raise UpstreamError(self.name, f"upstream '{self.name}' refused initialize: "
                                 f"{reply.get('error') or result}", "initialize")
-        self._write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)) + b"\n")
+        self._write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)))
         self.init_result = result
         self.state = "ready"
         self._ready.set()
@@ -219,7 +224,17 @@ class StdioUpstream(Connection):
         stdin = self._stdin
         if stdin is None or stdin.is_closing():
             raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")
-        stdin.write(data)
+        # Messages written in one event-loop turn leave in one write: a syscall (and a
+        # wake-up of the server) per turn rather than per message.
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox += (data, b"\n")
+
+    def _flush(self) -> None:
+        chunks, self._outbox = self._outbox, []
+        stdin = self._stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.writelines(chunks)
 
     def _kill(self) -> None:
         if self._transport is not None:

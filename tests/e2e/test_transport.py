@@ -126,6 +126,22 @@ async def test_oversize_body_gets_413(gateway, client) -> None:
     assert text_of(await mcp.call("echo", {"text": "small"})) == "small"
 
 
+async def test_oversize_chunked_body_gets_413(gateway, client, http) -> None:
+    url = await gateway(limits={"max_body_bytes": 2048})
+    mcp = client(url)
+    await mcp.initialize()
+
+    async def body():  # chunked transfer: no Content-Length to refuse up front
+        yield b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",'
+        for _ in range(10):
+            yield b'"pad":"' + b"z" * 1000 + b'",'
+        yield b'"arguments":{}}}'
+
+    async with http.post(url, data=body(), headers=mcp.headers()) as resp:
+        assert resp.status == 413
+        assert (await resp.json())["error"]["data"]["maxBytes"] == 2048
+
+
 async def test_wrong_content_type_and_accept(gateway, client) -> None:
     mcp = client(await gateway())
     await mcp.initialize()

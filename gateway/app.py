@@ -17,7 +17,7 @@ from gateway.downstream.endpoint import Endpoint
 from gateway.downstream.http import Guard, json_response
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.session import SessionStore
-from gateway.observability import configure_logging, log
+from gateway.observability import configure_logging, log, metrics
 from gateway.settings import Settings
 from gateway.upstream import isolation
 from gateway.upstream.isolation import Backend
@@ -65,7 +65,8 @@ async def readyz(request: web.Request) -> web.Response:
     backends = request.app[BACKENDS]
     ready = all(b.ready for b in backends.values())
     body: dict[str, Any] = {"ready": ready,
-                            "upstreams": {n: b.status() for n, b in backends.items()}}
+                            "upstreams": {n: b.status() for n, b in backends.items()},
+                            "counters": dict(metrics)}
     return json_response(body, 200 if ready else 503)
 
 

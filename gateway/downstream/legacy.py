@@ -150,8 +150,9 @@ class LegacyEra:
             self.sessions.pop(session.id)
             return json_response(exc.to_message(msg["id"]), 503)
         assert session.conn.init_result is not None
+        info = params.get("clientInfo")
         log.info("session.created", session=session.id[:8], protocol=version,
-                 client=params.get("clientInfo", {}).get("name"))
+                 client=info.get("name") if isinstance(info, dict) else None)
         metrics["sessions.created"] += 1
         result = router.initialize_result(session.conn.init_result, version)
         return json_response(jsonrpc.result(msg["id"], result), headers={mcp.H_SESSION: session.id})
@@ -171,10 +172,14 @@ class LegacyEra:
         ex = Exchange(session, sse_ok)
         try:
             conn = await self.backend.for_request(session.conn, session, method)
-            call = conn.request(msg, session, ex)
         except UpstreamError as exc:
             return json_response(exc.to_message(client_id))
-        session.calls[client_id] = (call, conn)
+        try:
+            call = conn.request(msg, session, ex)
+        except UpstreamError as exc:
+            self.backend.done(session.conn, conn)
+            return json_response(exc.to_message(client_id))
+        session.calls[client_id] = call
         ex.done = lambda: self._finished(session, client_id, conn)
         if self.request_timeout_s is not None:
             ex.timer = asyncio.get_running_loop().call_later(
@@ -187,15 +192,15 @@ class LegacyEra:
         self.backend.done(session.conn, used)
 
     def _timed_out(self, session: Session, client_id: Any) -> None:
-        entry = session.calls.get(client_id)
-        if entry is None:
+        call = session.calls.get(client_id)
+        if call is None:
             return
-        call, conn = entry
-        conn.cancel(call, "timed out at the gateway")
-        log.warning("request.timed_out", upstream=conn.name, session=session.id[:8])
+        name = call.conn.name
+        call.conn.cancel(call, "timed out at the gateway")
+        log.warning("request.timed_out", upstream=name, session=session.id[:8])
         call.sink.on_response(UpstreamError(
-            conn.name, f"upstream '{conn.name}' did not answer within "
-            f"{self.request_timeout_s:g} s", "timeout").to_message(client_id))
+            name, f"upstream '{name}' did not answer within {self.request_timeout_s:g} s",
+            "timeout").to_message(client_id))
 
     def _subscription(self, session: Session, msg: Message) -> bool:
         params = msg.get("params")
@@ -216,10 +221,9 @@ class LegacyEra:
             return
         if method == mcp.CANCELLED:
             params = msg.get("params")
-            entry = session.calls.get(params.get("requestId")) if isinstance(params, dict) else None
-            if entry is not None:
-                call, conn = entry
-                conn.cancel(call, str(params.get("reason") or "cancelled by the client"))
+            call = session.calls.get(params.get("requestId")) if isinstance(params, dict) else None
+            if call is not None:
+                call.conn.cancel(call, str(params.get("reason") or "cancelled by the client"))
                 call.sink.on_response(jsonrpc.error(call.client_id, REQUEST_CANCELLED,
                                                     "Request cancelled"))
             return
@@ -254,8 +258,8 @@ class LegacyEra:
         """End `session`: cancel its calls upstream, release its process, close its streams."""
         self.sessions.pop(session.id)
         session.closed = True
-        for call, conn in list(session.calls.values()):
-            conn.cancel(call, "client session ended")
+        for call in list(session.calls.values()):
+            call.conn.cancel(call, "client session ended")
             call.sink.on_response(jsonrpc.error(call.client_id, REQUEST_CANCELLED,
                                                 "Session ended"))
         if session.conn is not None:

@@ -32,7 +32,7 @@ class Session:
         self.version = version
         self.capabilities = capabilities
         self.conn: Connection | None = None
-        self.calls: dict[Any, tuple[Call, Connection]] = {}
+        self.calls: dict[Any, Call] = {}  # by the client's request id
         self.replies: OrderedDict[str, Connection] = OrderedDict()
         self.subscriptions: set[str] = set()
         self.replay = replay

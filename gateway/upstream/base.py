@@ -64,6 +64,7 @@ class Call:
     client_id: Any
     owner: Owner | None  # None: the gateway's own request (initialize)
     sink: Sink
+    conn: Connection
     progress_token: Any = None
     started: float = field(default_factory=time.monotonic)
 
@@ -95,7 +96,7 @@ class Connection:
         if not self.ready and owner is not None:
             raise UpstreamError(self.name, f"upstream '{self.name}' is not connected", "down")
         uid = next(self._ids)
-        call = Call(uid, msg["id"], owner, sink)
+        call = Call(uid, msg["id"], owner, sink, self)
         params = msg.get("params")
         if isinstance(params, dict):
             meta = params.get("_meta")

@@ -31,6 +31,8 @@ async def test_crash_mid_call_fails_the_call_then_restarts(gateway, client, http
     crashed = await asyncio.wait_for(mcp.call("crash"), 5)
     error = crashed.message["error"]
     assert "exited (code 3)" in error["message"]
+    _, body = await readyz(http, url)
+    assert body["counters"]["upstream.exits"] >= 1
     assert error["data"] == {"upstream": "main", "reason": "exited", "exitCode": 3}
     other = (await asyncio.wait_for(slow, 5)).message["error"]  # the bystander fails too
     assert other["data"]["reason"] == "exited"
@@ -61,6 +63,18 @@ async def test_upstream_that_never_initializes(gateway, client, http) -> None:
         "clientInfo": {"name": "t", "version": "1"}}})
     assert reply.status == 503
     assert "not ready" in reply.body["error"]["message"]
+
+
+async def test_missing_command_is_reported_not_crashed(gateway, client, http) -> None:
+    url = await gateway(["/nonexistent/mcp-server"], wait_ready=False,
+                        upstream={"startup_timeout_ms": 300})
+    await asyncio.sleep(0.3)
+    status, body = await readyz(http, url)
+    assert status == 503 and body["upstreams"]["main"]["state"] in ("backoff", "starting")
+    reply = await client(url).send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                    "params": {"protocolVersion": "2025-06-18",
+                                               "capabilities": {}, "clientInfo": {}}})
+    assert reply.status == 503 and "not ready" in reply.body["error"]["message"]
 
 
 async def test_crash_looping_upstream_backs_off(gateway, http) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import gc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -99,8 +98,8 @@ async def _close_streams(app: web.Application) -> None:
 def serve(conf: Settings) -> int:
     configure_logging(conf.logging)
     loop = _new_loop()
+    _tune_allocator()
     app = create_app(conf)
-    _return_big_buffers_at_once()
     log.info("gateway.listening", host=conf.listen.host, port=conf.listen.port,
              upstreams=sorted(conf.upstreams))
     web.run_app(app, host=conf.listen.host, port=conf.listen.port,
@@ -108,19 +107,20 @@ def serve(conf: Settings) -> int:
     return 0
 
 
-def _return_big_buffers_at_once() -> None:
-    """Keep glibc's mmap threshold fixed at 256 KiB.
+def _tune_allocator() -> None:
+    """Bound what glibc keeps of freed big buffers, without making it fault them in again.
 
-    By default glibc raises the threshold after each large free, so the buffers of a proxied
-    multi-MiB message end up on the heap, where freed memory is rarely returned: resident
-    memory then keeps the high-water mark of the largest messages ever seen. A fixed
-    threshold maps every large buffer separately and unmaps it when freed.
+    By default glibc raises its mmap threshold after each large free (up to 32 MiB) and lets
+    the heap keep twice that unused: after one 30 MiB message the process holds ~60 MiB it no
+    longer needs. Unmapping every buffer instead (a low fixed threshold) costs page faults on
+    each message (measured: 3x slower to parse and serialize 1 MiB). Fixed values in between:
+    buffers up to 4 MiB come from the heap and are reused, and at most 2 MiB of free heap is
+    kept; bigger messages are mapped and unmapped one by one.
     """
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
-        gc.collect()  # the garbage of imports and config building...
-        libc.malloc_trim(0)  # ...goes back to the OS before we start serving
+        libc.mallopt(-3, 4 << 20)  # M_MMAP_THRESHOLD (fixing it stops the drift)
+        libc.mallopt(-1, 2 << 20)  # M_TRIM_THRESHOLD
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

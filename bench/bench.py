@@ -21,7 +21,6 @@ import itertools
 import json
 import os
 import socket
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -202,8 +201,6 @@ def report(direct: dict, through: dict, rss: float) -> None:
             d, g = direct[phase][m], through[phase][m]
             print(f"{phase:8} {m:8} {d:10.2f} {g:10.2f} {g / d:7.2f}")
     print(f"gateway peak RSS: {rss:.1f} MiB")
-    print(f"mean C=32 p50 overhead: "
-          f"{statistics.fmean([through['echo32']['p50_ms'] - direct['echo32']['p50_ms']]):.2f} ms")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,12 @@ the HTTP status that carries it.
     │   ├── UnsupportedMediaType      -32600  415   POST body is not application/json
     │   ├── PayloadTooLarge           -32600  413   body over limits.max_body_bytes
     │   ├── ForbiddenOrigin           -32600  403   Origin not in security.allowed_origins
-    │   └── Unauthorized              -32600  401   bearer token missing or wrong
+    │   ├── Unauthorized              -32600  401   bearer token missing or wrong
+    │   ├── InvalidParams             -32602  400   a modern envelope field is missing or bad
+    │   ├── MethodNotFound            -32601  404   not a method of the modern era
+    │   ├── HeaderMismatch            -32020  400   Mcp-* headers disagree with the body
+    │   ├── MissingCapability         -32021  400   the request lacks a needed capability
+    │   └── UnsupportedModernVersion  -32022  400   protocol version we do not speak
     └── UpstreamError                 -32603  200   the upstream failed this call (sent as a
                                                     JSON-RPC response, so HTTP stays 200)
 
@@ -83,6 +88,27 @@ class ForbiddenOrigin(ProtocolError):
 
 class Unauthorized(ProtocolError):
     http_status = 401
+
+
+class InvalidParams(ProtocolError):
+    code = jsonrpc.INVALID_PARAMS
+
+
+class MethodNotFound(ProtocolError):
+    code = jsonrpc.METHOD_NOT_FOUND
+    http_status = 404
+
+
+class HeaderMismatch(ProtocolError):
+    code = -32020
+
+
+class MissingCapability(ProtocolError):
+    code = -32021
+
+
+class UnsupportedModernVersion(ProtocolError):
+    code = -32022
 
 
 class UpstreamError(GatewayError):

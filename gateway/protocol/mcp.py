@@ -11,6 +11,43 @@ LATEST_LEGACY: Final = LEGACY_VERSIONS[0]
 # "the server SHOULD assume protocol version 2025-03-26".
 DEFAULT_HEADERLESS_VERSION: Final = "2025-03-26"
 
+# Modern era: no handshake; every request carries its version in `_meta`.
+MODERN_VERSIONS: Final = ("2026-07-28",)
+SUPPORTED_VERSIONS: Final = MODERN_VERSIONS + LEGACY_VERSIONS
+
+# Per-request `_meta` keys of the modern era (spec 2026-07-28, basic: General fields).
+META_VERSION: Final = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO: Final = "io.modelcontextprotocol/clientInfo"
+META_LOG_LEVEL: Final = "io.modelcontextprotocol/logLevel"
+META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
+META_SUBSCRIPTION: Final = "io.modelcontextprotocol/subscriptionId"
+MODERN_META_KEYS: Final = (META_VERSION, META_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL)
+
+# Modern error codes (spec 2026-07-28, basic: Error Codes).
+HEADER_MISMATCH: Final = -32020
+MISSING_CAPABILITY: Final = -32021
+UNSUPPORTED_VERSION: Final = -32022
+LEGACY_RESOURCE_NOT_FOUND: Final = -32002  # replaced by -32602 in 2026-07-28
+
+DISCOVER: Final = "server/discover"
+LISTEN: Final = "subscriptions/listen"
+ACKNOWLEDGED: Final = "notifications/subscriptions/acknowledged"
+# The modern ClientRequest union (spec 2026-07-28 schema); anything else is -32601 / 404.
+MODERN_METHODS: Final = frozenset({
+    DISCOVER, "completion/complete", "prompts/get", "prompts/list", "resources/list",
+    "resources/templates/list", "resources/read", LISTEN, "tools/call", "tools/list"})
+# Requests that may answer `input_required` (spec 2026-07-28, MRTR: Supported Requests).
+MRTR_METHODS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
+# Results that carry caching hints (spec 2026-07-28, caching: Cacheable Results).
+CACHEABLE_METHODS: Final = frozenset({
+    DISCOVER, "tools/list", "prompts/list", "resources/list", "resources/templates/list",
+    "resources/read"})
+# Requests whose `Mcp-Name` header mirrors a body field (spec 2026-07-28, Streamable HTTP).
+NAME_FIELD: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert",
+                     "emergency")
+
 INITIALIZE: Final = "initialize"
 INITIALIZED: Final = "notifications/initialized"
 PING: Final = "ping"
@@ -36,6 +73,9 @@ H_LAST_EVENT: Final = "Last-Event-ID"
 H_ORIGIN: Final = "Origin"
 H_ACCEPT: Final = "Accept"
 H_AUTH: Final = "Authorization"
+H_METHOD: Final = "Mcp-Method"
+H_NAME: Final = "Mcp-Name"
+H_PARAM_PREFIX: Final = "Mcp-Param-"
 
 CT_JSON: Final = "application/json"
 CT_SSE: Final = "text/event-stream"

@@ -224,8 +224,11 @@ class StdioUpstream(Connection):
         stdin = self._stdin
         if stdin is None or stdin.is_closing():
             raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")
-        # Messages written in one event-loop turn leave in one write: a syscall (and a
-        # wake-up of the server) per turn rather than per message.
+        if self.in_flight <= 1 and not self._outbox:
+            stdin.writelines((data, b"\n"))  # nothing to batch with: no extra loop turn
+            return
+        # Under load, messages written in one event-loop turn leave in one write: a syscall
+        # (and a wake-up of the server) per turn rather than per message.
         if not self._outbox:
             asyncio.get_running_loop().call_soon(self._flush)
         self._outbox += (data, b"\n")

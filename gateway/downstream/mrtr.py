@@ -1,0 +1,171 @@
+"""Multi round-trip requests (spec 2026-07-28, MRTR) bridged onto legacy upstreams.
+
+A legacy server asks the client with a JSON-RPC request (elicitation/create, ...) in the
+middle of a call. A modern client cannot receive that: instead the gateway *parks* the
+upstream call, answers the client with `resultType: "input_required"`, the server's requests
+in `inputRequests`, and a sealed `requestState`; the client's retry carries the answers,
+which go upstream under the original ids, and the parked call resumes.
+
+`requestState` is `<payload>.<HMAC-SHA256>` (base64url). The payload binds the parked call,
+its round, the caller's auth context, the method and a digest of the params, and an expiry
+(spec MRTR, Server Requirements: "MUST protect its integrity", "SHOULD include the
+authenticated principal, a short expiry, an identifier for the originating request").
+Single use is enforced here, server-side: each round of a parked call accepts exactly one
+state, so a replayed one is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import hmac
+import itertools
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway import errors
+from gateway.protocol import jsonrpc
+from gateway.protocol.jsonrpc import Message
+from gateway.upstream.base import Call, Connection
+
+# Keys of `inputRequests`: one prefix per kind of server request, numbered per parked call.
+KEY_PREFIX = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling",
+              "roots/list": "roots"}
+STATE_FIELDS = ("inputResponses", "requestState")
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Sealer:
+    """Seals and opens `requestState` with one HMAC key (from config, or random per start)."""
+
+    def __init__(self, key: bytes | None, ttl_s: float) -> None:
+        self.key = key or secrets.token_bytes(32)
+        self.ttl_s = ttl_s
+
+    def seal(self, **payload: Any) -> str:
+        body = _b64(orjson.dumps({**payload, "exp": int(time.time() + self.ttl_s)}))
+        return f"{body}.{self._mac(body)}"
+
+    def open(self, token: Any) -> dict[str, Any]:
+        """The payload of a genuine, unexpired state; InvalidParams for anything else."""
+        if not isinstance(token, str) or token.count(".") != 1:
+            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
+        body, mac = token.split(".")
+        if not hmac.compare_digest(mac, self._mac(body)):
+            raise errors.InvalidParams("Invalid requestState: integrity check failed")
+        try:
+            payload: dict[str, Any] = orjson.loads(_unb64(body))
+        except (binascii.Error, ValueError):
+            raise errors.InvalidParams("Invalid requestState: unreadable") from None
+        if payload.get("exp", 0) < time.time():
+            raise errors.InvalidParams("Invalid requestState: it has expired; send the "
+                                       "request again without it")
+        return payload
+
+    def _mac(self, body: str) -> str:
+        return _b64(hmac.new(self.key, body.encode(), hashlib.sha256).digest()[:20])
+
+
+def digest(method: str, params: dict[str, Any]) -> str:
+    """What identifies "the same request" across retries: method and params minus the
+    envelope and the MRTR fields (spec MRTR: the retry repeats the original request)."""
+    salient = {k: v for k, v in params.items() if k not in STATE_FIELDS and k != "_meta"}
+    raw = orjson.dumps([method, salient], option=orjson.OPT_SORT_KEYS)
+    return _b64(hashlib.sha256(raw).digest()[:16])
+
+
+@dataclass(eq=False)
+class Parked:
+    """An upstream call waiting for its client's answers between two HTTP requests.
+
+    While parked it is the call's `Sink`: more server requests queue up as inputs, and a
+    response that arrives meanwhile (the server gave up waiting) is kept for the retry.
+    """
+
+    id: str
+    call: Call
+    owner: str  # hash of the caller's auth context
+    method: str
+    digest: str
+    round: int = 0
+    inputs: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    response: Message | None = None
+    timer: asyncio.TimerHandle | None = None
+    _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def conn(self) -> Connection:
+        return self.call.conn
+
+    def add_input(self, msg: Message) -> None:
+        key = f"{KEY_PREFIX.get(msg['method'], 'input')}-{next(self._keys)}"
+        self.inputs[key] = (msg["id"], {"method": msg["method"], "params": msg.get("params", {})})
+
+    def requests(self) -> dict[str, dict[str, Any]]:
+        return {key: request for key, (_, request) in self.inputs.items()}
+
+    def answer(self, responses: dict[str, Any]) -> None:
+        """Send the answers the client gave upstream, under the server's own ids; inputs
+        not answered stay pending, keys the gateway never asked are ignored (spec MRTR,
+        Error Handling: ignore what is not recognized)."""
+        for key in [k for k in self.inputs if k in responses]:
+            asked_id, _ = self.inputs.pop(key)
+            self.conn.reply(asked_id, jsonrpc.result(asked_id, responses[key]))
+
+    # -- Sink while parked -----------------------------------------------------------------
+    def on_message(self, msg: Message) -> None:
+        if "id" in msg and "method" in msg:
+            self.add_input(msg)
+
+    def on_response(self, msg: Message) -> None:
+        self.response = msg
+
+
+class ParkedCalls:
+    """Parked calls by id: bounded in number and time; a dropped one is cancelled upstream."""
+
+    def __init__(self, max_parked: int, timeout_s: float) -> None:
+        self.max_parked = max_parked
+        self.timeout_s = timeout_s
+        self._by_id: OrderedDict[str, Parked] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def park(self, parked: Parked) -> None:
+        while len(self._by_id) >= self.max_parked:
+            self.drop(next(iter(self._by_id)), "too many calls waiting for input")
+        self._by_id[parked.id] = parked
+        parked.call.sink = parked
+        parked.timer = asyncio.get_running_loop().call_later(
+            self.timeout_s, self.drop, parked.id, "the client never answered")
+
+    def take(self, parked_id: str) -> Parked | None:
+        """Remove and return a parked call for resuming."""
+        parked = self._by_id.pop(parked_id, None)
+        if parked is not None and parked.timer is not None:
+            parked.timer.cancel()
+        return parked
+
+    def drop(self, parked_id: str, why: str) -> None:
+        parked = self.take(parked_id)
+        if parked is not None:
+            parked.conn.cancel(parked.call, why)
+
+    def close(self) -> None:
+        for parked_id in list(self._by_id):
+            self.drop(parked_id, "the gateway is shutting down")

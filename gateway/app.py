@@ -15,6 +15,8 @@ from aiohttp import web
 from gateway.downstream.endpoint import Endpoint
 from gateway.downstream.http import Guard, json_response
 from gateway.downstream.legacy import LegacyEra
+from gateway.downstream.modern import ModernEra
+from gateway.downstream.mrtr import Sealer
 from gateway.downstream.session import SessionStore
 from gateway.observability import configure_logging, log, metrics
 from gateway.settings import Settings
@@ -23,6 +25,7 @@ from gateway.upstream.isolation import Backend
 
 BACKENDS = web.AppKey("backends", dict[str, Backend])
 ERAS = web.AppKey("eras", list[LegacyEra])
+MODERNS = web.AppKey("moderns", list[ModernEra])
 REAP_EVERY_S = 30.0
 
 
@@ -34,20 +37,26 @@ def create_app(conf: Settings) -> web.Application:
     app.on_response_prepare.append(guard.on_prepare)
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
+    moderns: list[ModernEra] = []
+    key = conf.security.request_state_key
+    sealer = Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
     for name, up in conf.upstreams.items():
         if up.url is not None:
             raise NotImplementedError("Streamable HTTP upstreams are not supported yet")
         backend = isolation.build(name, up, conf.limits.max_message_bytes)
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
         era = LegacyEra(backend, sessions, conf)
-        endpoint = Endpoint(era, conf.limits.max_body_bytes)
+        modern = ModernEra(backend, conf, sealer)
+        endpoint = Endpoint(era, modern, conf.limits.max_body_bytes)
         app.router.add_post(up.path, endpoint.post)
         app.router.add_get(up.path, endpoint.get, allow_head=False)
         app.router.add_delete(up.path, endpoint.delete)
         backends[name] = backend
         eras.append(era)
+        moderns.append(modern)
     app[BACKENDS] = backends
     app[ERAS] = eras
+    app[MODERNS] = moderns
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.cleanup_ctx.append(_lifecycle)
@@ -93,6 +102,8 @@ async def _close_streams(app: web.Application) -> None:
     for era in app[ERAS]:
         for session in era.sessions.all():
             session.close_streams()
+    for modern in app[MODERNS]:
+        modern.close()
 
 
 def serve(conf: Settings) -> int:
@@ -103,7 +114,10 @@ def serve(conf: Settings) -> int:
     log.info("gateway.listening", host=conf.listen.host, port=conf.listen.port,
              upstreams=sorted(conf.upstreams))
     web.run_app(app, host=conf.listen.host, port=conf.listen.port,
-                access_log=None, print=None, shutdown_timeout=5.0, loop=loop)
+                access_log=None, print=None, shutdown_timeout=5.0, loop=loop,
+                # A modern client cancels by closing its stream (spec 2026-07-28); legacy
+                # calls outlive their handlers anyway.
+                handler_cancellation=True)
     return 0
 
 

@@ -10,6 +10,7 @@ the HTTP status that carries it.
     │   ├── UnsupportedVersion        -32600  400   MCP-Protocol-Version we do not speak
     │   ├── NotAcceptable             -32600  406   Accept excludes what we must send
     │   ├── UnsupportedMediaType      -32600  415   POST body is not application/json
+    │   ├── MethodNotAllowed          -32600  405   GET/DELETE without a legacy session
     │   ├── PayloadTooLarge           -32600  413   body over limits.max_body_bytes
     │   ├── ForbiddenOrigin           -32600  403   Origin not in security.allowed_origins
     │   ├── Unauthorized              -32600  401   bearer token missing or wrong
@@ -17,7 +18,8 @@ the HTTP status that carries it.
     │   ├── MethodNotFound            -32601  404   not a method of the modern era
     │   ├── HeaderMismatch            -32020  400   Mcp-* headers disagree with the body
     │   ├── MissingCapability         -32021  400   the request lacks a needed capability
-    │   └── UnsupportedModernVersion  -32022  400   protocol version we do not speak
+    │   ├── UnsupportedModernVersion  -32022  400   protocol version we do not speak
+    │   └── TooManyListeners          -32600  429   listen streams over the per-owner bound
     └── UpstreamError                 -32603  200   the upstream failed this call (sent as a
                                                     JSON-RPC response, so HTTP stays 200)
 
@@ -78,6 +80,10 @@ class UnsupportedMediaType(ProtocolError):
     http_status = 415
 
 
+class MethodNotAllowed(ProtocolError):
+    http_status = 405
+
+
 class PayloadTooLarge(ProtocolError):
     http_status = 413
 
@@ -109,6 +115,10 @@ class MissingCapability(ProtocolError):
 
 class UnsupportedModernVersion(ProtocolError):
     code = -32022
+
+
+class TooManyListeners(ProtocolError):
+    http_status = 429
 
 
 class UpstreamError(GatewayError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.protocol import mcp
+from gateway.protocol import jsonrpc, mcp
 
 # Requests the gateway answers itself instead of forwarding.
 LOCAL_REQUESTS = frozenset({mcp.PING})
@@ -27,8 +27,69 @@ def initialize_result(upstream: dict[str, Any], version: str) -> dict[str, Any]:
     return {**upstream, "protocolVersion": version}
 
 
-def shares_subscription(method: str, uri: Any, others_subscribed: bool) -> bool:
-    """Whether a (un)subscribe is answered locally: the upstream holds one subscription per URI
-    for all sessions, so only the first subscribe and the last unsubscribe go upstream."""
-    return isinstance(uri, str) and others_subscribed and method in (mcp.SUBSCRIBE,
-                                                                      mcp.UNSUBSCRIBE)
+# -- the modern era (protocol 2026-07-28) --------------------------------------------------
+def is_modern(msg: dict[str, Any], header_version: str | None) -> bool:
+    """spec 2026-07-28 versioning, dual-era servers: a request carrying the modern `_meta`
+    is modern; `initialize` (and anything else) selects the legacy era."""
+    params = msg.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if isinstance(meta, dict) and mcp.META_VERSION in meta:
+        return True
+    return header_version in mcp.MODERN_VERSIONS or msg.get("method") in (mcp.DISCOVER,
+                                                                          mcp.LISTEN)
+
+
+def discover_result(upstream: dict[str, Any], ttl_ms: int, scope: str) -> dict[str, Any]:
+    """server/discover, answered from what the upstream said at its initialize."""
+    result: dict[str, Any] = {
+        "resultType": "complete", "supportedVersions": list(mcp.SUPPORTED_VERSIONS),
+        "capabilities": upstream.get("capabilities", {}),
+        "_meta": {mcp.META_SERVER_INFO: upstream.get("serverInfo", {})},
+        "ttlMs": ttl_ms, "cacheScope": scope}
+    if "instructions" in upstream:
+        result["instructions"] = upstream["instructions"]
+    return result
+
+
+def to_upstream(params: dict[str, Any]) -> dict[str, Any]:
+    """A modern request's params as the legacy upstream should see them: without the modern
+    envelope keys and MRTR fields (the gateway answered those); all else untouched."""
+    out = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+    meta = out.get("_meta")
+    if isinstance(meta, dict):
+        meta = {k: v for k, v in meta.items() if k not in mcp.MODERN_META_KEYS}
+        if meta:
+            out["_meta"] = meta
+        else:
+            del out["_meta"]
+    return out
+
+
+def modern_response(method: str, msg: dict[str, Any], server_info: Any, ttl_ms: int,
+                    scope: str) -> tuple[dict[str, Any], int]:
+    """A legacy upstream's response made modern, with its HTTP status: every result carries
+    `resultType` and serverInfo, cacheable ones carry caching hints; -32002 (resource not
+    found, legacy) becomes -32602, and -32601 is a 404."""
+    error = msg.get("error")
+    if isinstance(error, dict):
+        if error.get("code") == mcp.LEGACY_RESOURCE_NOT_FOUND:
+            msg["error"] = {**error, "code": jsonrpc.INVALID_PARAMS}
+        return msg, 404 if error.get("code") == jsonrpc.METHOD_NOT_FOUND else 200
+    result = msg.get("result")
+    if isinstance(result, dict):
+        result.setdefault("resultType", "complete")
+        if method in mcp.CACHEABLE_METHODS:
+            result.setdefault("ttlMs", ttl_ms)
+            result.setdefault("cacheScope", scope)
+        meta = result.get("_meta")
+        if server_info and (meta is None or isinstance(meta, dict)):
+            result["_meta"] = {mcp.META_SERVER_INFO: server_info, **(meta or {})}
+    return msg, 200
+
+
+def log_wanted(level: Any, wanted: int | None) -> bool:
+    """spec 2026-07-28 logging: only for requests that set a level, at or above it."""
+    if wanted is None:
+        return False
+    rank = mcp.LOG_LEVELS.index(level) if level in mcp.LOG_LEVELS else len(mcp.LOG_LEVELS)
+    return rank >= wanted

@@ -88,6 +88,9 @@ class Limits(_Model):
     max_sessions: int = Field(1000, ge=1)
     session_idle_ms: int = Field(3_600_000, ge=1000)
     replay_events: int = Field(256, ge=0, description="SSE events kept per stream for resume")
+    max_parked: int = Field(1000, ge=1, description="calls waiting for a modern client's input")
+    park_timeout_ms: int = Field(300_000, ge=100, description="then the parked call is cancelled")
+    max_listeners_per_owner: int = Field(16, ge=1, description="subscriptions/listen streams")
 
 
 class Auth(_Model):
@@ -96,6 +99,17 @@ class Auth(_Model):
 
 class Security(_Model):
     allowed_origins: list[str] = ["http://localhost", "http://127.0.0.1", "http://[::1]"]
+    # Key that seals MRTR requestState (HMAC-SHA256). Unset: a random key per start, so
+    # states do not survive a restart (their parked calls do not either).
+    request_state_key: str | None = Field(None, min_length=16)
+
+
+class Caching(_Model):
+    """Hints on cacheable modern results (spec 2026-07-28, caching). The gateway cannot
+    know how fresh an upstream's lists are, so by default they are stale at once."""
+
+    ttl_ms: int = Field(0, ge=0)
+    scope: Literal["public", "private"] = "private"
 
 
 class Logging(_Model):
@@ -110,6 +124,7 @@ class Settings(_Model):
     limits: Limits = Limits()
     auth: Auth = Auth()
     security: Security = Security()
+    caching: Caching = Caching()
     logging: Logging = Logging()
 
     @model_validator(mode="after")

@@ -42,7 +42,7 @@ async def gateway(aiohttp_server: Any) -> Factory:
     async def start(command: list[str] | None = None, wait_ready: bool = True,
                     **overrides: Any) -> str:
         app = create_app(from_mapping(settings_for(command, **overrides)))
-        server = await aiohttp_server(app)
+        server = await aiohttp_server(app)  # aiohttp test servers cancel handlers too
         base = str(server.make_url(""))
         if wait_ready:
             await wait_until_ready(base)

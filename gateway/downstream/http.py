@@ -15,6 +15,7 @@ from yarl import URL
 
 from gateway import errors
 from gateway.errors import GatewayError
+from gateway.observability import owner_hash
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Settings
 
@@ -24,6 +25,7 @@ CORS_ALLOW_HEADERS = ", ".join((
     "Content-Type", mcp.H_ACCEPT, mcp.H_AUTH, mcp.H_SESSION, mcp.H_PROTOCOL, mcp.H_LAST_EVENT,
     "Mcp-Method", "Mcp-Name"))
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PRINCIPAL = web.RequestKey("principal", str)  # the caller's auth context (a token digest)
 
 
 def json_response(msg: Any, status: int = 200, headers: dict[str, str] | None = None
@@ -139,9 +141,12 @@ class Guard:
                 "Access-Control-Allow-Headers": request.headers.get(
                     "Access-Control-Request-Headers", CORS_ALLOW_HEADERS),
                 "Access-Control-Max-Age": "86400"})
-        if not self.token_ok(request.headers.get(mcp.H_AUTH)):
+        token = request.headers.get(mcp.H_AUTH)
+        if not self.token_ok(token):
             return error_response(errors.Unauthorized("Unauthorized: a valid bearer token is "
                                                       "required"))
+        # Without configured tokens every caller is one anonymous owner (README).
+        request[PRINCIPAL] = owner_hash(token) if self.tokens and token else "anonymous"
         return await handler(request)
 
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:

@@ -7,14 +7,14 @@ spec: mcp-base-2025-06-18.md, Transports > Streamable HTTP.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from gateway import errors, router
 from gateway.downstream import sse
-from gateway.downstream.http import JSON_HEADERS, check_accept, error_response, json_response
+from gateway.downstream.exchange import Exchange
+from gateway.downstream.http import check_accept, error_response, json_response
 from gateway.downstream.session import Session, SessionStore
 from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
@@ -27,81 +27,19 @@ from gateway.upstream.isolation import Backend
 REQUEST_CANCELLED = -32800  # the JSON-RPC code LSP and most MCP SDKs use for cancellation
 
 
-class Exchange:
-    """One POST request in flight: the `Sink` of its upstream call.
+class SessionExchange(Exchange):
+    """A legacy request: streams are the session's (resumable), and a server request for a
+    client that accepts no SSE goes to the session's GET stream instead."""
 
-    Answered as plain JSON when the response comes first; switched to an SSE stream when the
-    upstream sends related messages before it, or when the call outlives one keep-alive
-    interval (so intermediaries see bytes on slow calls).
-    """
-
-    __slots__ = ("_wake", "conn", "done", "early", "response", "session", "sse_ok", "stream",
-                 "timer", "used")
+    __slots__ = ("session",)
 
     def __init__(self, session: Session, sse_ok: bool) -> None:
+        super().__init__(sse_ok, session.new_stream, {mcp.H_SESSION: session.id})
         self.session = session
-        self.sse_ok = sse_ok
-        self.early: list[bytes] = []
-        # Serialized on arrival: the dict of a multi-MiB result is freed at once.
-        self.response: bytes | None = None
-        self.stream: sse.Stream | None = None
-        self._wake: asyncio.Future[bool] | None = None
-        self.done: Callable[[], None] | None = None  # called once, when the response is in
-        self.timer: asyncio.TimerHandle | None = None
 
-    def on_message(self, msg: Message) -> None:
-        if self.stream is not None:
-            self.stream.push(jsonrpc.dumps(msg))
-        elif self.sse_ok:
-            self.early.append(jsonrpc.dumps(msg))
-            self._notify()
-        elif "id" in msg:  # a server request: JSON-only clients can still get it on GET
+    def unstreamable(self, msg: Message) -> None:
+        if "id" in msg:
             self.session.deliver(msg)
-
-    def on_response(self, msg: Message) -> None:
-        if self.response is not None:
-            return
-        self.response = jsonrpc.dumps(msg)
-        if self.timer is not None:
-            self.timer.cancel()
-        if self.done is not None:
-            self.done()
-        if self.stream is not None:
-            self.stream.push(self.response, last=True)
-        self._notify()
-
-    def _notify(self) -> None:
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(True)
-
-    async def _wait(self, timeout_s: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        self._wake = wake = loop.create_future()
-        handle = loop.call_later(timeout_s, wake.set_result, False) if timeout_s else None
-        try:
-            await wake
-        finally:
-            if handle is not None:
-                handle.cancel()
-
-    async def respond(self, request: web.Request, json_ok: bool, keepalive_s: float
-                      ) -> web.StreamResponse:
-        if json_ok:
-            if self.response is None and not self.early:
-                await self._wait(keepalive_s if self.sse_ok else None)
-            while not self.sse_ok and self.response is None:
-                await self._wait(None)
-            if self.response is not None and not self.early:
-                return web.Response(body=self.response, headers=JSON_HEADERS)
-        self.stream = stream = self.session.new_stream()
-        for data in self.early:
-            stream.push(data)
-        self.early.clear()
-        if self.response is not None:
-            stream.push(self.response, last=True)
-        resp = await sse.open_response(request, {mcp.H_SESSION: self.session.id})
-        await sse.pump(resp, stream, 0, keepalive_s)
-        return resp
 
 
 class LegacyEra:
@@ -169,7 +107,7 @@ class LegacyEra:
         client_id = msg["id"]
         if client_id in session.calls:
             raise errors.InvalidRequest(f"Invalid Request: id {client_id!r} is already in flight")
-        ex = Exchange(session, sse_ok)
+        ex = SessionExchange(session, sse_ok)
         try:
             conn = await self.backend.for_request(session.conn, session, method)
         except UpstreamError as exc:
@@ -203,17 +141,23 @@ class LegacyEra:
             "timeout").to_message(client_id))
 
     def _subscription(self, session: Session, msg: Message) -> bool:
+        """True when the gateway answers a (un)subscribe itself: the upstream holds one
+        subscription per URI for all sessions, so only the first subscribe and the last
+        unsubscribe reach it."""
         params = msg.get("params")
         uri = params.get("uri") if isinstance(params, dict) else None
         if not isinstance(uri, str):
             return False
         assert session.conn is not None
-        others = any(o.is_subscribed(uri) for o in session.conn.owners.values() if o is not session)
         if msg["method"] == mcp.SUBSCRIBE:
+            if uri in session.subscriptions:
+                return True
             session.subscriptions.add(uri)
-        else:
-            session.subscriptions.discard(uri)
-        return router.shares_subscription(msg["method"], uri, others)
+            return not session.conn.hold(uri)
+        if uri not in session.subscriptions:
+            return False
+        session.subscriptions.discard(uri)
+        return not session.conn.release(uri)
 
     def on_notification(self, session: Session, msg: Message) -> None:
         method = msg["method"]
@@ -263,6 +207,9 @@ class LegacyEra:
             call.sink.on_response(jsonrpc.error(call.client_id, REQUEST_CANCELLED,
                                                 "Session ended"))
         if session.conn is not None:
+            for uri in session.subscriptions:
+                if session.conn.release(uri):
+                    session.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
             await self.backend.detach(session, session.conn)
         session.close_streams()
         log.info("session.ended", session=session.id[:8], why=why)
@@ -289,4 +236,4 @@ class LegacyEra:
         return session
 
 
-__all__ = ["Exchange", "LegacyEra", "error_response"]
+__all__ = ["LegacyEra", "SessionExchange", "error_response"]

@@ -25,6 +25,7 @@ import itertools
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +106,7 @@ class Parked:
     inputs: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     response: Message | None = None
     timer: asyncio.TimerHandle | None = None
+    done: Callable[[], None] | None = None  # releases the call's process when it is over
     _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     @property
@@ -154,6 +156,9 @@ class ParkedCalls:
         parked.timer = asyncio.get_running_loop().call_later(
             self.timeout_s, self.drop, parked.id, "the client never answered")
 
+    def get(self, parked_id: Any) -> Parked | None:
+        return self._by_id.get(parked_id) if isinstance(parked_id, str) else None
+
     def take(self, parked_id: str) -> Parked | None:
         """Remove and return a parked call for resuming."""
         parked = self._by_id.pop(parked_id, None)
@@ -165,6 +170,8 @@ class ParkedCalls:
         parked = self.take(parked_id)
         if parked is not None:
             parked.conn.cancel(parked.call, why)
+            if parked.done is not None:
+                parked.done()
 
     def close(self) -> None:
         for parked_id in list(self._by_id):

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -75,7 +76,9 @@ class Connection:
     def __init__(self, name: str) -> None:
         self.name = name
         self.init_result: dict[str, Any] | None = None
-        self.owners: dict[str, Owner] = {}
+        self.owners: dict[str, Owner] = {}  # sessions: requests and broadcasts reach them
+        self.watchers: dict[str, Owner] = {}  # listen streams: broadcasts only
+        self.subscriptions: Counter[str] = Counter()  # resource URI -> holders
         self._ids = itertools.count(1)
         self._calls: dict[int, Call] = {}
         self._asked: dict[str, tuple[Any, Owner]] = {}  # our id -> (upstream's id, owner)
@@ -143,6 +146,32 @@ class Connection:
             self.cancel(call, "client session ended")
         for asked_id in [k for k, (_, o) in self._asked.items() if o is owner]:
             self._refuse(self._asked.pop(asked_id)[0], "client session ended")
+
+    def watch(self, owner: Owner) -> None:
+        self.watchers[owner.key] = owner
+
+    def unwatch(self, owner: Owner) -> None:
+        self.watchers.pop(owner.key, None)
+
+    def hold(self, uri: str) -> bool:
+        """Count one more holder of a resource subscription; True for the first, whose
+        subscribe must reach the upstream (it keeps one subscription per URI for all)."""
+        self.subscriptions[uri] += 1
+        return self.subscriptions[uri] == 1
+
+    def release(self, uri: str) -> bool:
+        """One holder fewer; True when it was the last, whose unsubscribe goes upstream."""
+        if self.subscriptions[uri] <= 1:
+            self.subscriptions.pop(uri, None)
+            return True
+        self.subscriptions[uri] -= 1
+        return False
+
+    def send_own(self, method: str, params: dict[str, Any]) -> None:
+        """A request of the gateway's own whose answer nobody waits for (subscriptions)."""
+        if self.ready:
+            with contextlib.suppress(UpstreamError):
+                self.request(jsonrpc.request(0, method, params), None, _IGNORE)
 
     def fail_all(self, error: UpstreamError) -> None:
         """Answer every call in flight with `error` (the upstream died or is going away)."""
@@ -220,9 +249,14 @@ class Connection:
         owner = target.owner if isinstance(target, Call) else target
         assert owner is not None
         if not owner.accepts(method):
-            cap = mcp.CLIENT_CAPABILITY_FOR[method]
-            self._refuse(msg["id"], f"the client did not declare the '{cap}' capability",
-                         jsonrpc.METHOD_NOT_FOUND)
+            cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
+            why = (f"the client did not declare the '{cap}' capability" if cap else
+                   f"the gateway does not relay '{method}' to this client")
+            self._refuse(msg["id"], why, jsonrpc.METHOD_NOT_FOUND)
+            refused = getattr(target.sink, "on_refused", None) if isinstance(target, Call) \
+                else None
+            if cap and refused is not None:
+                refused(cap)
             return
         asked_id = f"gw-{next(_asked_ids)}"
         self._asked[asked_id] = (msg["id"], owner)
@@ -255,7 +289,7 @@ class Connection:
         return None
 
     def _broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> None:
-        for owner in list(self.owners.values()):
+        for owner in [*self.owners.values(), *self.watchers.values()]:
             if want(owner):
                 owner.deliver(msg)
 
@@ -273,6 +307,17 @@ def _deliver(target: Call | Owner, msg: Message) -> None:
         target.sink.on_message(msg)
     else:
         target.deliver(msg)
+
+
+class _Ignore:
+    def on_message(self, msg: Message) -> None:
+        pass
+
+    def on_response(self, msg: Message) -> None:
+        pass
+
+
+_IGNORE = _Ignore()
 
 
 class FutureSink:

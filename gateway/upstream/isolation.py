@@ -55,6 +55,11 @@ class Backend:
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
 
+    async def for_principal(self, principal: str) -> Connection:
+        """The connection that serves modern requests of one auth context."""
+        await self.primary.wait_ready()
+        return self.primary
+
     async def for_request(self, conn: Connection, owner: Owner, method: str) -> Connection:
         """The connection one request of `owner`, a session attached to `conn`, goes to."""
         return conn
@@ -64,6 +69,24 @@ class Backend:
 
 
 class PerClient(Backend):
+    """A process per legacy session, and per auth context of modern requests."""
+
+    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int) -> None:
+        super().__init__(name, conf, max_message_bytes)
+        self._by_principal: dict[str, StdioUpstream] = {}
+
+    async def for_principal(self, principal: str) -> Connection:
+        proc = self._by_principal.get(principal)
+        if proc is None:
+            proc = self._by_principal[principal] = self._new(restart=True)
+            proc.start()
+        await proc.wait_ready()
+        return proc
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.close() for p in self._by_principal.values()))
+        await super().close()
+
     async def attach(self, owner: Owner) -> Connection:
         proc = self._new(restart=True)
         proc.start()

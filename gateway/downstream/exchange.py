@@ -1,0 +1,100 @@
+"""One HTTP request in flight upstream, in either era: the `Sink` of its upstream call.
+
+It answers with plain JSON when the response comes first, and switches to an SSE stream when
+related messages (progress, logs) come before it, or when the call outlives one keep-alive
+interval (so intermediaries see bytes on slow calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from aiohttp import web
+
+from gateway.downstream import sse
+from gateway.downstream.http import JSON_HEADERS
+from gateway.protocol import jsonrpc
+from gateway.protocol.jsonrpc import Message
+
+
+class Exchange:
+    __slots__ = ("_wake", "done", "early", "headers", "new_stream", "response", "sse_ok",
+                 "status", "stream", "timer")
+
+    def __init__(self, sse_ok: bool, new_stream: Callable[[], sse.Stream],
+                 headers: dict[str, str]) -> None:
+        self.sse_ok = sse_ok
+        self.new_stream = new_stream
+        self.headers = headers
+        self.early: list[bytes] = []
+        # Serialized on arrival: the dict of a multi-MiB result is freed at once.
+        self.response: bytes | None = None
+        self.status = 200
+        self.stream: sse.Stream | None = None
+        self._wake: asyncio.Future[bool] | None = None
+        self.done: Callable[[], None] | None = None  # called once, when the response is in
+        self.timer: asyncio.TimerHandle | None = None
+
+    # -- Sink ------------------------------------------------------------------------------
+    def on_message(self, msg: Message) -> None:
+        if self.stream is not None:
+            self.stream.push(jsonrpc.dumps(msg))
+        elif self.sse_ok:
+            self.early.append(jsonrpc.dumps(msg))
+            self._notify()
+        else:
+            self.unstreamable(msg)
+
+    def unstreamable(self, msg: Message) -> None:
+        """A related message for a client that accepts no SSE: dropped unless overridden."""
+
+    def on_response(self, msg: Message) -> None:
+        self.finish(jsonrpc.dumps(msg))
+
+    def finish(self, data: bytes, status: int = 200) -> None:
+        if self.response is not None:
+            return
+        self.response, self.status = data, status
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.done is not None:
+            self.done()
+        if self.stream is not None:
+            self.stream.push(data, last=True)
+        self._notify()
+
+    # -- HTTP ------------------------------------------------------------------------------
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(True)
+
+    async def _wait(self, timeout_s: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = wake = loop.create_future()
+        handle = loop.call_later(timeout_s, wake.set_result, False) if timeout_s else None
+        try:
+            await wake
+        finally:
+            if handle is not None:
+                handle.cancel()
+
+    async def respond(self, request: web.Request, json_ok: bool, keepalive_s: float
+                      ) -> web.StreamResponse:
+        if json_ok:
+            if self.response is None and not self.early:
+                await self._wait(keepalive_s if self.sse_ok else None)
+            while not self.sse_ok and self.response is None:
+                await self._wait(None)
+            if self.response is not None and not self.early:
+                return web.Response(body=self.response, status=self.status,
+                                    headers=JSON_HEADERS)
+        self.stream = stream = self.new_stream()
+        for data in self.early:
+            stream.push(data)
+        self.early.clear()
+        if self.response is not None:
+            stream.push(self.response, last=True)
+        resp = await sse.open_response(request, self.headers)
+        await sse.pump(resp, stream, 0, keepalive_s)
+        return resp

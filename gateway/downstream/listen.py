@@ -1,0 +1,132 @@
+"""`subscriptions/listen` (spec 2026-07-28, Subscriptions): long-lived SSE streams that carry
+the change notifications a modern client asked for, each tagged with its subscription id.
+
+A listener watches one upstream connection for broadcasts (list changes, resource updates)
+and keeps the resource subscriptions it asked for held upstream, counted with everyone
+else's. Listeners are bounded per auth context.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from aiohttp import web
+
+from gateway import errors
+from gateway.downstream import sse
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+from gateway.upstream.base import Connection
+
+# filter field -> (the notification it selects, the upstream capability that makes it real)
+LIST_FILTERS = {
+    "toolsListChanged": ("notifications/tools/list_changed", ("tools", "listChanged")),
+    "promptsListChanged": ("notifications/prompts/list_changed", ("prompts", "listChanged")),
+    "resourcesListChanged": ("notifications/resources/list_changed",
+                             ("resources", "listChanged")),
+}
+
+
+class Listener:
+    """One listen stream: a broadcast-only `Owner` of its connection."""
+
+    def __init__(self, sub_id: Any, methods: set[str], uris: set[str], principal: str) -> None:
+        self.key = f"listen-{id(self)}"
+        self.sub_id = sub_id
+        self.methods = methods
+        self.uris = uris
+        self.principal = principal
+        self.stream = sse.Stream("0", 0)
+
+    def accepts(self, method: str) -> bool:
+        return False
+
+    def expect_reply(self, asked_id: str, conn: Connection) -> None:
+        pass
+
+    def is_subscribed(self, uri: str) -> bool:
+        return uri in self.uris
+
+    def deliver(self, msg: Message) -> None:
+        method = msg.get("method")
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        if method not in self.methods and not (
+                method == mcp.RESOURCE_UPDATED and params.get("uri") in self.uris):
+            return  # spec: MUST NOT send types the client has not requested
+        self.stream.push(jsonrpc.dumps(self.tagged(method, params)))
+
+    def tagged(self, method: str, params: dict[str, Any]) -> Message:
+        meta = {**(params.get("_meta") or {}), mcp.META_SUBSCRIPTION: self.sub_id}
+        return jsonrpc.notification(method, {**params, "_meta": meta})
+
+    def end(self) -> None:
+        """Graceful closure: a complete result for the listen request, then the end."""
+        self.stream.push(jsonrpc.dumps(jsonrpc.result(self.sub_id, {
+            "resultType": "complete", "_meta": {mcp.META_SUBSCRIPTION: self.sub_id}})),
+            last=True)
+
+
+class Listeners:
+    def __init__(self, max_per_owner: int, keepalive_s: float) -> None:
+        self.max_per_owner = max_per_owner
+        self.keepalive_s = keepalive_s
+        self.per_owner: Counter[str] = Counter()
+        self.live: set[Listener] = set()
+
+    async def listen(self, request: web.Request, msg: Message, principal: str,
+                     conn: Connection) -> web.StreamResponse:
+        wanted = (msg.get("params") or {}).get("notifications") or {}
+        if not isinstance(wanted, dict):
+            raise errors.InvalidParams("Invalid params: notifications must be an object")
+        if self.per_owner[principal] >= self.max_per_owner:
+            raise errors.TooManyListeners(
+                f"Too many listen streams: at most {self.max_per_owner} per client")
+        honoured = _honoured(wanted, (conn.init_result or {}).get("capabilities", {}))
+        listener = Listener(msg["id"], {LIST_FILTERS[k][0] for k in honoured if k in
+                                        LIST_FILTERS},
+                            set(honoured.get("resourceSubscriptions", [])), principal)
+        # spec: the acknowledgment is the first message, naming the subset honoured.
+        listener.stream.push(jsonrpc.dumps(listener.tagged(mcp.ACKNOWLEDGED,
+                                                           {"notifications": honoured})))
+        self._start(listener, conn)
+        try:
+            resp = await sse.open_response(request, {})
+            await sse.pump(resp, listener.stream, 0, self.keepalive_s)
+        finally:
+            self._stop(listener, conn)
+        return resp
+
+    def _start(self, listener: Listener, conn: Connection) -> None:
+        self.per_owner[listener.principal] += 1
+        self.live.add(listener)
+        conn.watch(listener)
+        for uri in listener.uris:
+            if conn.hold(uri):
+                conn.send_own(mcp.SUBSCRIBE, {"uri": uri})
+
+    def _stop(self, listener: Listener, conn: Connection) -> None:
+        self.live.discard(listener)
+        self.per_owner[listener.principal] -= 1
+        if self.per_owner[listener.principal] <= 0:
+            del self.per_owner[listener.principal]
+        conn.unwatch(listener)
+        for uri in listener.uris:
+            if conn.release(uri):
+                conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
+
+    def close(self) -> None:
+        for listener in list(self.live):
+            listener.end()
+
+
+def _honoured(wanted: dict[str, Any], caps: dict[str, Any]) -> dict[str, Any]:
+    """The part of a filter the upstream can serve (spec: unsupported types are omitted)."""
+    honoured: dict[str, Any] = {}
+    for field, (_, (cap, flag)) in LIST_FILTERS.items():
+        if wanted.get(field) is True and (caps.get(cap) or {}).get(flag):
+            honoured[field] = True
+    uris = wanted.get("resourceSubscriptions")
+    if isinstance(uris, list) and (caps.get("resources") or {}).get("subscribe"):
+        honoured["resourceSubscriptions"] = [u for u in uris if isinstance(u, str)]
+    return honoured

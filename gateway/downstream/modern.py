@@ -1,0 +1,307 @@
+"""The modern era (protocol 2026-07-28) on Streamable HTTP, bridged onto legacy upstreams.
+
+Every request is self-contained: its `_meta` carries the protocol version and the client's
+capabilities, its headers mirror the method and name. No sessions: `Mcp-Session-Id` is
+ignored, GET and DELETE answer 405 (see `endpoint`). The upstream's requests to the client
+become MRTR rounds (`mrtr`); progress and log messages flow on the request's own SSE stream;
+closing that stream cancels the call upstream.
+
+spec: 2026-07-28/01-basic-index, 02-versioning, 05-streamable-http, 08-mrtr, 10-12.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import itertools
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp import web
+
+from gateway import errors, router
+from gateway.downstream import sse
+from gateway.downstream.exchange import Exchange
+from gateway.downstream.http import PRINCIPAL, check_accept, json_response
+from gateway.downstream.listen import Listeners
+from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+from gateway.settings import Settings
+from gateway.upstream.base import Call, Connection
+from gateway.upstream.isolation import Backend
+
+INPUT_BATCH_S = 0.02  # server requests arriving this close together share one round
+_caller_ids: Iterator[int] = itertools.count(1)
+
+
+class Caller:
+    """The `Owner` of one modern request: what its `_meta` declared, nothing remembered."""
+
+    __slots__ = ("capabilities", "key", "log_level", "principal")
+
+    def __init__(self, principal: str, capabilities: dict[str, Any], log_level: Any) -> None:
+        self.key = f"modern-{next(_caller_ids)}"  # each request is its own owner
+        self.principal = principal
+        self.capabilities = capabilities
+        self.log_level = (mcp.LOG_LEVELS.index(log_level) if log_level in mcp.LOG_LEVELS
+                          else None)
+
+    def accepts(self, method: str) -> bool:
+        cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
+        return cap is not None and cap in self.capabilities
+
+    def deliver(self, msg: Message) -> None:
+        pass  # a modern client receives nothing outside its requests' own streams
+
+    def expect_reply(self, asked_id: str, conn: Connection) -> None:
+        pass  # answers come back as inputResponses, matched by the parked call
+
+    def is_subscribed(self, uri: str) -> bool:
+        return False
+
+
+class ModernExchange(Exchange):
+    """A modern request in flight: request-scoped notifications only, server requests turned
+    into an `input_required` round, results made modern."""
+
+    __slots__ = ("batch", "call", "caller", "digest", "era", "inputs", "method", "parked")
+
+    def __init__(self, era: ModernEra, caller: Caller, method: str, digest_: str,
+                 sse_ok: bool) -> None:
+        super().__init__(sse_ok, lambda: sse.Stream("0", 0), {})
+        self.era = era
+        self.caller = caller
+        self.method = method
+        self.digest = digest_
+        self.call: Call | None = None
+        self.parked: Parked | None = None
+        self.inputs: list[Message] = []
+        self.batch: asyncio.TimerHandle | None = None
+
+    def on_message(self, msg: Message) -> None:
+        if "id" in msg:  # a server request, routed here because this call is in flight
+            self._input(msg)
+        elif msg.get("method") == mcp.PROGRESS:
+            super().on_message(msg)
+        elif msg.get("method") == mcp.LOG_MESSAGE:
+            params = msg.get("params")
+            level = params.get("level") if isinstance(params, dict) else None
+            if router.log_wanted(level, self.caller.log_level):
+                super().on_message(msg)
+        # Anything else is not about this request; listen streams carry change notifications.
+
+    def on_response(self, msg: Message) -> None:
+        if self.batch is not None:
+            self.batch.cancel()
+        msg, status = router.modern_response(self.method, msg, self.era.server_info,
+                                             self.era.ttl_ms, self.era.scope)
+        self.finish(jsonrpc.dumps(msg), status)
+
+    def on_refused(self, capability: str) -> None:
+        """spec 2026-07-28 basic: a request that needs a capability the client did not
+        declare MUST get -32021 listing it. (The upstream got an error answer already.)"""
+        assert self.call is not None
+        self.call.conn.cancel(self.call, f"the client lacks the '{capability}' capability")
+        err = errors.MissingCapability(
+            f"Missing required client capability: this request needs '{capability}'",
+            {"requiredCapabilities": {capability: {}}})
+        self.finish(jsonrpc.dumps(err.to_message(self.call.client_id)), err.http_status)
+
+    def _input(self, msg: Message) -> None:
+        assert self.call is not None
+        if self.method not in mcp.MRTR_METHODS:  # spec MRTR: only these may ask for input
+            self.call.conn.reply(msg["id"], jsonrpc.error(
+                msg["id"], jsonrpc.METHOD_NOT_FOUND, f"{self.method} cannot ask for input"))
+            return
+        self.inputs.append(msg)
+        if self.batch is None:
+            self.batch = asyncio.get_running_loop().call_later(INPUT_BATCH_S, self._ask)
+
+    def _ask(self) -> None:
+        """Park the upstream call and answer this request with an input_required round."""
+        self.batch = None
+        if self.response is not None or self.call is None:
+            return
+        parked = self.parked or Parked(secrets.token_urlsafe(16), self.call,
+                                       self.caller.principal, self.method, self.digest)
+        for msg in self.inputs:
+            parked.add_input(msg)
+        self.inputs.clear()
+        parked.done, self.done = self.done, None  # the call is not over: keep its process
+        self.finish(jsonrpc.dumps(self.era.input_required(parked, self.call.client_id)))
+
+
+class ModernEra:
+    """Handles modern-era requests for one upstream."""
+
+    def __init__(self, backend: Backend, conf: Settings, sealer: Sealer) -> None:
+        self.backend = backend
+        self.keepalive_s = conf.listen.sse_keepalive_ms / 1000
+        self.ttl_ms = conf.caching.ttl_ms
+        self.scope = conf.caching.scope
+        self.sealer = sealer
+        self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000)
+        self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.keepalive_s)
+
+    @property
+    def server_info(self) -> Any:
+        init = self.backend.primary.init_result
+        return init.get("serverInfo") if init else None
+
+    async def post(self, request: web.Request, msg: Message) -> web.StreamResponse:
+        kind = jsonrpc.classify(msg)
+        if kind == "notification":
+            return web.Response(status=202)  # none are defined for HTTP in this revision
+        if kind == "response":
+            raise errors.InvalidRequest("Invalid Request: modern clients send no responses; "
+                                        "answer input requests with inputResponses")
+        caller = self.check(request, msg)
+        method, params = msg["method"], msg.get("params") or {}
+        conn = await self.backend.for_principal(caller.principal)
+        if method == mcp.DISCOVER:
+            assert conn.init_result is not None
+            return json_response(jsonrpc.result(msg["id"], router.discover_result(
+                conn.init_result, self.ttl_ms, self.scope)))
+        if method == mcp.LISTEN:
+            return await self.listeners.listen(request, msg, caller.principal, conn)
+        if method in mcp.MRTR_METHODS and "requestState" in params:
+            return await self.resume(request, msg, caller)
+        return await self.forward(request, msg, caller, conn)
+
+    # -- checks (spec 2026-07-28 basic: per-request fields; Streamable HTTP: validation) -----
+    def check(self, request: web.Request, msg: Message) -> Caller:
+        params = msg.get("params")
+        if params is not None and not isinstance(params, dict):
+            raise errors.InvalidParams("Invalid params: params must be an object")
+        meta = (params or {}).get("_meta")
+        if not isinstance(meta, dict) or not isinstance(meta.get(mcp.META_VERSION), str):
+            raise errors.InvalidParams(f"Invalid params: _meta[{mcp.META_VERSION!r}] is "
+                                       "required on every request")
+        version = meta[mcp.META_VERSION]
+        header = _header(request, mcp.H_PROTOCOL)
+        if header != version:
+            raise errors.HeaderMismatch(
+                f"Header mismatch: {mcp.H_PROTOCOL} {header!r} does not match the body's "
+                f"protocol version {version!r}")
+        if version not in mcp.MODERN_VERSIONS:
+            raise errors.UnsupportedModernVersion(
+                "Unsupported protocol version", {"supported": list(mcp.SUPPORTED_VERSIONS),
+                                                 "requested": version})
+        caps = meta.get(mcp.META_CAPABILITIES)
+        if not isinstance(caps, dict):
+            raise errors.InvalidParams(f"Invalid params: _meta[{mcp.META_CAPABILITIES!r}] is "
+                                       "required on every request")
+        method = msg["method"]
+        if _header(request, mcp.H_METHOD) != method:
+            raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_METHOD} does not match the "
+                                        f"body's method {method!r}")
+        if method not in mcp.MODERN_METHODS:
+            raise errors.MethodNotFound(f"Method not found: {method}")
+        field = mcp.NAME_FIELD.get(method)
+        if field is not None:
+            named = (params or {}).get(field)
+            if _decoded(_header(request, mcp.H_NAME)) != named:
+                raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_NAME} does not match "
+                                            f"the body's {field} {named!r}")
+        return Caller(request.get(PRINCIPAL, "anonymous"), caps, meta.get(mcp.META_LOG_LEVEL))
+
+    # -- forwarding ------------------------------------------------------------------------
+    async def forward(self, request: web.Request, msg: Message, caller: Caller,
+                      conn: Connection) -> web.StreamResponse:
+        json_ok, sse_ok = check_accept(request, need_json=True)
+        method, params = msg["method"], msg.get("params") or {}
+        ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
+        used = await self.backend.for_request(conn, caller, method)
+        msg["params"] = router.to_upstream(params)
+        try:
+            ex.call = used.request(msg, caller, ex)
+        except errors.UpstreamError as exc:
+            self.backend.done(conn, used)
+            return json_response(exc.to_message(msg["id"]))
+        ex.done = lambda: self.backend.done(conn, used)
+        return await self._respond(request, ex, json_ok)
+
+    async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
+                       ) -> web.StreamResponse:
+        try:
+            return await ex.respond(request, json_ok, self.keepalive_s)
+        except asyncio.CancelledError:
+            # spec 2026-07-28 Streamable HTTP, Cancellation: closing the response stream
+            # MUST be treated as cancelling the request.
+            if ex.response is None and ex.call is not None:
+                ex.call.conn.cancel(ex.call, "the client closed the request's stream")
+                if ex.done is not None:
+                    ex.done()
+            raise
+
+    # -- MRTR --------------------------------------------------------------------------------
+    def input_required(self, parked: Parked, client_id: Any) -> Message:
+        """Park `parked` for one more round; the InputRequiredResult that says so."""
+        parked.round += 1
+        self.parked.park(parked)
+        state = self.sealer.seal(p=parked.id, r=parked.round, o=parked.owner,
+                                 m=parked.method, d=parked.digest)
+        return jsonrpc.result(client_id, {"resultType": "input_required",
+                                          "inputRequests": parked.requests(),
+                                          "requestState": state})
+
+    async def resume(self, request: web.Request, msg: Message, caller: Caller
+                     ) -> web.StreamResponse:
+        """A retry with `requestState`: every check happens before the parked call is
+        touched, so a bad retry leaves it waiting for a good one."""
+        json_ok, sse_ok = check_accept(request, need_json=True)
+        method, params = msg["method"], msg["params"]
+        state = self.sealer.open(params["requestState"])
+        if state.get("o") != caller.principal:
+            raise errors.InvalidParams("Invalid requestState: it was issued to another caller")
+        if state.get("m") != method or state.get("d") != digest(method, params):
+            raise errors.InvalidParams("Invalid requestState: it was issued for a different "
+                                       "request; retry with the original method and params")
+        parked = self.parked.get(state.get("p"))
+        if parked is None:
+            raise errors.InvalidParams("Invalid requestState: that request is no longer "
+                                       "waiting for input; send it again without requestState")
+        if state.get("r") != parked.round:
+            raise errors.InvalidParams("Invalid requestState: it was already used")
+        answers = params.get("inputResponses", {})
+        if not isinstance(answers, dict) or any(
+                not isinstance(answers[k], dict) for k in parked.inputs if k in answers):
+            raise errors.InvalidParams("Invalid params: inputResponses must map each input "
+                                       "request's key to its result object")
+        self.parked.take(parked.id)
+        parked.answer(answers)
+        call = parked.call
+        call.client_id = msg["id"]
+        ex = ModernExchange(self, caller, method, parked.digest, sse_ok)
+        ex.call, ex.parked, ex.done = call, parked, parked.done
+        if parked.response is not None:
+            ex.on_response({**parked.response, "id": msg["id"]})
+        elif parked.inputs:  # answers missing: ask again for what is left (spec MRTR)
+            ex.done = None
+            ex.finish(jsonrpc.dumps(self.input_required(parked, msg["id"])))
+        else:
+            call.sink = ex
+        return await self._respond(request, ex, json_ok)
+
+    def close(self) -> None:
+        self.parked.close()
+        self.listeners.close()
+
+
+def _header(request: web.Request, name: str) -> str | None:
+    value = request.headers.get(name)
+    return value.strip() if value is not None else None
+
+
+def _decoded(value: str | None) -> str | None:
+    """spec 2026-07-28 Streamable HTTP, Value Encoding: `=?base64?...?=` carries UTF-8."""
+    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    try:
+        return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_NAME} is not valid base64"
+                                    ) from None

@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import itertools
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -34,7 +32,6 @@ from gateway.upstream.base import Call, Connection
 from gateway.upstream.isolation import Backend
 
 INPUT_BATCH_S = 0.02  # server requests arriving this close together share one round
-_caller_ids: Iterator[int] = itertools.count(1)
 
 
 class Caller:
@@ -43,7 +40,9 @@ class Caller:
     __slots__ = ("capabilities", "key", "log_level", "principal")
 
     def __init__(self, principal: str, capabilities: dict[str, Any], log_level: Any) -> None:
-        self.key = f"modern-{next(_caller_ids)}"  # each request is its own owner
+        # The owner is the auth context (DESIGN.md): requests of one never guess across to
+        # another's. Capabilities stay per request.
+        self.key = f"modern:{principal}"
         self.principal = principal
         self.capabilities = capabilities
         self.log_level = (mcp.LOG_LEVELS.index(log_level) if log_level in mcp.LOG_LEVELS
@@ -67,7 +66,8 @@ class ModernExchange(Exchange):
     """A modern request in flight: request-scoped notifications only, server requests turned
     into an `input_required` round, results made modern."""
 
-    __slots__ = ("batch", "call", "caller", "digest", "era", "inputs", "method", "parked")
+    __slots__ = ("batch", "call", "caller", "digest", "era", "inputs", "method", "parked",
+                 "refused")
 
     def __init__(self, era: ModernEra, caller: Caller, method: str, digest_: str,
                  sse_ok: bool) -> None:
@@ -79,6 +79,7 @@ class ModernExchange(Exchange):
         self.call: Call | None = None
         self.parked: Parked | None = None
         self.inputs: list[Message] = []
+        self.refused: dict[str, dict[str, Any]] = {}  # capabilities asked for, not declared
         self.batch: asyncio.TimerHandle | None = None
 
     def on_message(self, msg: Message) -> None:
@@ -96,18 +97,25 @@ class ModernExchange(Exchange):
     def on_response(self, msg: Message) -> None:
         if self.batch is not None:
             self.batch.cancel()
+        if self.refused and not self.inputs and "error" in msg:
+            self._missing_capability()  # it failed for want of what the client lacks
+            return
         msg, status = router.modern_response(self.method, msg, self.era.server_info,
                                              self.era.ttl_ms, self.era.scope)
         self.finish(jsonrpc.dumps(msg), status)
 
     def on_refused(self, capability: str) -> None:
-        """spec 2026-07-28 basic: a request that needs a capability the client did not
-        declare MUST get -32021 listing it. (The upstream got an error answer already.)"""
+        """The upstream asked for input this request's client did not declare (it got an
+        error answer). Decided with the rest of the batch: see `_ask`."""
+        self.refused[capability] = {}
+        self._batch()
+
+    def _missing_capability(self) -> None:
         assert self.call is not None
-        self.call.conn.cancel(self.call, f"the client lacks the '{capability}' capability")
+        self.call.conn.cancel(self.call, "the client lacks a capability this call needs")
         err = errors.MissingCapability(
-            f"Missing required client capability: this request needs '{capability}'",
-            {"requiredCapabilities": {capability: {}}})
+            f"Missing required client capability: {', '.join(self.refused)}",
+            {"requiredCapabilities": self.refused})
         self.finish(jsonrpc.dumps(err.to_message(self.call.client_id)), err.http_status)
 
     def _input(self, msg: Message) -> None:
@@ -117,13 +125,22 @@ class ModernExchange(Exchange):
                 msg["id"], jsonrpc.METHOD_NOT_FOUND, f"{self.method} cannot ask for input"))
             return
         self.inputs.append(msg)
+        self._batch()
+
+    def _batch(self) -> None:
         if self.batch is None:
             self.batch = asyncio.get_running_loop().call_later(INPUT_BATCH_S, self._ask)
 
     def _ask(self) -> None:
-        """Park the upstream call and answer this request with an input_required round."""
+        """Park the upstream call and answer with an input_required round for the input the
+        client declared; if it needs only what the client did not declare, that is -32021
+        (spec 2026-07-28 basic: MissingRequiredClientCapability) and the call is cancelled.
+        """
         self.batch = None
         if self.response is not None or self.call is None:
+            return
+        if not self.inputs:
+            self._missing_capability()
             return
         parked = self.parked or Parked(secrets.token_urlsafe(16), self.call,
                                        self.caller.principal, self.method, self.digest)

@@ -40,6 +40,9 @@ from gateway.upstream.base import Call, Connection
 KEY_PREFIX = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling",
               "roots/list": "roots"}
 STATE_FIELDS = ("inputResponses", "requestState")
+# A legacy server may name its request's key through this `_meta` hint (a gateway extension;
+# keys are the server's to choose, spec MRTR); otherwise the gateway numbers them.
+KEY_HINT = "mcp-task-gateway/inputKey"
 
 
 def _b64(data: bytes) -> str:
@@ -108,14 +111,21 @@ class Parked:
     timer: asyncio.TimerHandle | None = None
     done: Callable[[], None] | None = None  # releases the call's process when it is over
     _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    used: set[str] = field(default_factory=set)
+
+    parked = True  # tells the connection's routing this call waits for its client
 
     @property
     def conn(self) -> Connection:
         return self.call.conn
 
     def add_input(self, msg: Message) -> None:
-        key = f"{KEY_PREFIX.get(msg['method'], 'input')}-{next(self._keys)}"
-        self.inputs[key] = (msg["id"], {"method": msg["method"], "params": msg.get("params", {})})
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        hint = (params.get("_meta") or {}).get(KEY_HINT)
+        key = hint if isinstance(hint, str) and hint and hint not in self.used else (
+            f"{KEY_PREFIX.get(msg['method'], 'input')}-{next(self._keys)}")
+        self.used.add(key)  # unique for the life of the call, across its rounds
+        self.inputs[key] = (msg["id"], {"method": msg["method"], "params": params})
 
     def requests(self) -> dict[str, dict[str, Any]]:
         return {key: request for key, (_, request) in self.inputs.items()}

@@ -273,17 +273,20 @@ class Connection:
                 return
 
     def _target(self) -> Call | Owner | None:
-        """The call (or owner) an unlabelled upstream message can only belong to, if any."""
-        first: Call | None = None
-        for call in self._calls.values():
-            if call.owner is None:
-                continue
-            if first is None:
-                first = call
-            elif call.owner is not first.owner:
-                return None  # two owners in flight: never guess
-        if first is not None:
-            return first  # dicts keep insertion order: this is the owner's oldest call
+        """The call (or owner) an unlabelled upstream message can only belong to, if any.
+
+        Candidates are the calls in flight, oldest first; calls parked waiting for their
+        client's input are left out while any other call runs (their tools are blocked on
+        the answers they asked for). All candidates must share one owner (auth context or
+        legacy session): across owners the gateway never guesses.
+        """
+        owned = [c for c in self._calls.values() if c.owner is not None]
+        candidates = [c for c in owned if not getattr(c.sink, "parked", False)] or owned
+        if candidates:
+            key = candidates[0].owner.key  # type: ignore[union-attr]
+            if any(c.owner.key != key for c in candidates):  # type: ignore[union-attr]
+                return None
+            return candidates[0]  # dicts keep insertion order: the owner's oldest call
         if len(self.owners) == 1:
             return next(iter(self.owners.values()))
         return None

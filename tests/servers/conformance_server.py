@@ -6,6 +6,7 @@ legacy elicitation, sampling, logging and progress. `stdio` (default) serves it 
 gateway; `http PORT` serves it directly over Streamable HTTP, as the baseline.
 """
 
+import asyncio
 import json
 import sys
 from typing import Any
@@ -141,6 +142,107 @@ async def test_elicitation_sep1330_enums(ctx: Context) -> list[Any]:
             "titledMulti": {"type": "array", "description": "Select multiple options with titles",
                             "minItems": 1, "maxItems": 3, "items": {"anyOf": titled}}}})
     return [text(f"Elicitation completed: {answer}")]
+
+
+# -- Tools of the modern-era scenarios (MRTR, stateless), written as plain legacy code: the
+# gateway alone turns these elicitation/sampling/roots requests into input_required rounds.
+NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+KEY = "mcp-task-gateway/inputKey"  # lets the gateway name the input request's key
+
+
+async def _sample(ctx: Context, prompt: str, max_tokens: int = 100, key: str = "") -> str:
+    params = types.CreateMessageRequestParams(
+        messages=[types.SamplingMessage(role="user", content=text(prompt))],
+        max_tokens=max_tokens, _meta={KEY: key} if key else None)
+    result = await ctx.session.send_request(types.CreateMessageRequest(params=params),
+                                            types.CreateMessageResult)
+    return getattr(result.content, "text", "")
+
+
+async def _roots(ctx: Context, key: str = "") -> list[str]:
+    params = types.RequestParams(_meta={KEY: key}) if key else None
+    result = await ctx.session.send_request(types.ListRootsRequest(params=params),
+                                            types.ListRootsResult)
+    return [str(r.uri) for r in result.roots]
+
+
+async def _ask(ctx: Context, message: str, schema: dict[str, Any], key: str = ""
+               ) -> dict[str, Any]:
+    params = types.ElicitRequestFormParams(message=message, requested_schema=schema,
+                                           _meta={KEY: key} if key else None)
+    result = await ctx.session.send_request(types.ElicitRequest(params=params),
+                                            types.ElicitResult)
+    return result.content or {}
+
+
+@server.tool(description="MRTR: one elicitation")
+async def test_input_required_result_elicitation(ctx: Context) -> list[Any]:
+    answer = await _ask(ctx, "What is your name?", NAME, "user_name")
+    return [text(f"Hello, {answer.get('name')}!")]
+
+
+@server.tool(description="MRTR: one sampling request")
+async def test_input_required_result_sampling(ctx: Context) -> list[Any]:
+    answer = await _sample(ctx, "What is the capital of France?", key="capital_question")
+    return [text(f"Sampling said: {answer}")]
+
+
+@server.tool(description="MRTR: one roots/list request")
+async def test_input_required_result_list_roots(ctx: Context) -> list[Any]:
+    return [text(f"Roots: {', '.join(await _roots(ctx, 'client_roots'))}")]
+
+
+@server.tool(description="MRTR: requestState round trip")
+async def test_input_required_result_request_state(ctx: Context) -> list[Any]:
+    answer = await _ask(ctx, "Please confirm", {
+        "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+        "confirm")
+    return [text(f"state-ok: confirmed={answer.get('ok')}")]
+
+
+@server.tool(description="MRTR: several inputs at once")
+async def test_input_required_result_multiple_inputs(ctx: Context) -> list[Any]:
+    answer, greeting, roots = await asyncio.gather(
+        _ask(ctx, "What is your name?", NAME, "user_name"),
+        _sample(ctx, "Generate a greeting", 50, "greeting"), _roots(ctx, "client_roots"))
+    return [text(f"name={answer.get('name')} greeting={greeting} roots={len(roots)}")]
+
+
+@server.tool(description="MRTR: two rounds")
+async def test_input_required_result_multi_round(ctx: Context) -> list[Any]:
+    first = await _ask(ctx, "Step 1: What is your name?", NAME, "step1")
+    second = await _ask(ctx, "Step 2: What is your favorite color?", {
+        "type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]},
+        "step2")
+    return [text(f"{first.get('name')} likes {second.get('color')}")]
+
+
+@server.tool(description="MRTR: tampered state is refused")
+async def test_input_required_result_tampered_state(ctx: Context) -> list[Any]:
+    answer = await _ask(ctx, "What is your name?", NAME)
+    return [text(f"Hello, {answer.get('name')}!")]
+
+
+@server.tool(description="Asks for elicitation and sampling; uses what it gets")
+async def test_input_required_result_capabilities(ctx: Context) -> list[Any]:
+    answer, sample = await asyncio.gather(_ask(ctx, "Your name?", NAME),
+                                          _sample(ctx, "Say hi"), return_exceptions=True)
+    return [text(f"elicitation: {answer!r}; sampling: {sample!r}")]
+
+
+@server.tool(description="Needs sampling, which the stateless scenario does not declare")
+async def test_missing_capability(ctx: Context) -> list[Any]:
+    return [text(await _sample(ctx, "Say hi"))]
+
+
+@server.prompt(name="test_input_required_result_prompt", description="MRTR on prompts/get")
+async def input_required_prompt(ctx: Context) -> list[Any]:
+    answer = await _ask(ctx, "What context should the prompt use?", {
+        "type": "object", "properties": {"context": {"type": "string"}},
+        "required": ["context"]}, "user_context")
+    return [UserMessage(text(f"Prompt with context: {answer.get('context')}"))]
 
 
 @server.resource("test://static-text", name="static-text", title="Static Text Resource",

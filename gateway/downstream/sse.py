@@ -18,6 +18,9 @@ from aiohttp import web
 from gateway.protocol import mcp
 
 KEEPALIVE = b": keep-alive\n\n"
+# The buffer also holds events not yet written: never so small that a burst between two
+# writes loses some (a stream with no replay still queues this many).
+MIN_QUEUE = 64
 
 
 class Stream:
@@ -30,7 +33,7 @@ class Stream:
         self.seq = 0
         self.sent = 0  # the last sequence number written to a live connection
         self.closed = False  # the final event is in: writers stop after it
-        self.buffer: deque[tuple[int, bytes]] = deque(maxlen=max(replay, 1))
+        self.buffer: deque[tuple[int, bytes]] = deque(maxlen=max(replay, MIN_QUEUE))
         self._waiter: asyncio.Future[None] | None = None
         self.writer: object | None = None  # the one connection reading this stream now
 

@@ -1,8 +1,11 @@
-"""The official conformance suite's server scenarios for protocol 2025-11-25, against the
-Python SDK fixture served directly over HTTP and behind the gateway over stdio.
+"""The official conformance suite's server scenarios, run by requirement set.
 
-Every scenario that passes directly must pass through the gateway, and every scored scenario
-must pass through the gateway. The per-scenario table is written to results/ for the notes.
+2025-11-25 (legacy era): against the Python SDK fixture served directly over HTTP and behind
+the gateway over stdio; every scenario that passes directly must pass through the gateway,
+and every scored one must pass through the gateway.
+2026-07-28 (modern era): against the gateway in front of the same fixture, a LEGACY stdio
+server with plain elicitation and sampling; every scored scenario must pass.
+Per-scenario tables are written to results/ for the notes.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ LINE = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed", re.M)
 NOT_SCORED = re.compile(r"^\s+[✓✗] (\S+) \(", re.M)
 
 
-async def run_suite(url: str, workdir: Path) -> dict[str, dict]:
+async def run_suite(url: str, workdir: Path, requirements: str = "2025-11-25"
+                    ) -> dict[str, dict]:
     workdir.mkdir(parents=True, exist_ok=True)
     proc = await asyncio.create_subprocess_exec(
         str(NODE_BIN / "node"), str(NODE_BIN / "conformance"), "server", "--url", url,
-        "--requirements", "2025-11-25", cwd=workdir, env=node_env(),
+        "--requirements", requirements, cwd=workdir, env=node_env(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 600)
     text = out.decode()
@@ -50,5 +54,16 @@ async def test_conformance_through_the_gateway_matches_direct(gateway, direct_ur
     assert len(through) >= 30, "the suite should have run its server scenarios"
     regressions = [n for n, r in direct.items() if r["ok"] and not through[n]["ok"]]
     assert regressions == []
+    failing_scored = [n for n, r in through.items() if r["scored"] and not r["ok"]]
+    assert failing_scored == []
+
+
+async def test_modern_conformance_through_the_gateway(gateway) -> None:
+    url = await gateway([sys.executable, FIXTURE])
+    results = ROOT / "results"
+    through = await run_suite(url, results / "modern", "2026-07-28")
+    (results / "conformance-2026-07-28.json").write_text(json.dumps(through, indent=1))
+    assert through["server-stateless"]["ok"] and through["http-header-validation"]["ok"]
+    assert [n for n in through if n.startswith("input-required-result-")] != []
     failing_scored = [n for n, r in through.items() if r["scored"] and not r["ok"]]
     assert failing_scored == []

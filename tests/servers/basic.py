@@ -59,6 +59,8 @@ async def call_tool(params: dict) -> dict:
         reply = await ask("elicitation/create", {
             "message": args.get("message", "Your name?"),
             "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}})
+        if args.get("strict") and "code" in reply:  # the client refused: fail the call
+            raise RuntimeError(f"elicitation failed: {reply['message']}")
         return text(json.dumps(reply))
     if name == "sample":
         reply = await ask("sampling/createMessage", {"maxTokens": 10, "messages": [

@@ -1,0 +1,46 @@
+"""requestState sealing: genuine states open, anything else is refused with a clear reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.downstream.mrtr import Sealer, digest
+from gateway.errors import InvalidParams
+
+
+def test_a_sealed_state_opens_to_its_payload() -> None:
+    sealer = Sealer(b"k" * 32, ttl_s=60)
+    payload = sealer.open(sealer.seal(p="abc", r=2, o="owner"))
+    assert (payload["p"], payload["r"], payload["o"]) == ("abc", 2, "owner")
+
+
+@pytest.mark.parametrize(("token", "why"), [
+    (None, "not a state"), ("no-dot", "not a state"), ("a.b.c", "not a state"),
+    ("e30.AAAA", "integrity"),
+])
+def test_foreign_shapes_are_refused(token, why) -> None:
+    with pytest.raises(InvalidParams, match=why):
+        Sealer(b"k" * 32, 60).open(token)
+
+
+def test_another_key_or_a_flipped_bit_fails_integrity() -> None:
+    token = Sealer(b"k" * 32, 60).seal(p="x")
+    with pytest.raises(InvalidParams, match="integrity"):
+        Sealer(b"j" * 32, 60).open(token)
+    body, mac = token.split(".")
+    with pytest.raises(InvalidParams, match="integrity"):
+        Sealer(b"k" * 32, 60).open(body[:-1] + ("A" if body[-1] != "A" else "B") + "." + mac)
+
+
+def test_expired_states_are_refused() -> None:
+    sealer = Sealer(b"k" * 32, ttl_s=-5)
+    with pytest.raises(InvalidParams, match="expired"):
+        sealer.open(sealer.seal(p="x"))
+
+
+def test_digest_ignores_envelope_and_mrtr_fields_only() -> None:
+    base = {"name": "t", "arguments": {"a": 1}}
+    same = {**base, "_meta": {"x": 1}, "inputResponses": {}, "requestState": "s"}
+    assert digest("tools/call", base) == digest("tools/call", same)
+    assert digest("tools/call", base) != digest("tools/call", {**base, "arguments": {"a": 2}})
+    assert digest("tools/call", base) != digest("prompts/get", base)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Pass-through benchmark: the gateway vs the same stdio server reached directly, one run.
+"""Pass-through benchmark: the gateway vs the same stdio server reached directly, one run,
+for legacy clients (initialize and a session) and modern ones (2026-07-28, stateless).
 
 Phases (each against a fresh gateway session and a fresh direct process):
   echo1   tools/call echo, one call at a time      -> req/s, p50, p99
@@ -105,6 +106,35 @@ class Http:
         await self.http.close()
 
 
+class Modern(Http):
+    """A modern (2026-07-28) client: no session, every request carries its envelope."""
+
+    async def start(self) -> None:
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        self.ids = itertools.count(1)
+        self.meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                     "io.modelcontextprotocol/clientCapabilities": {}}
+        await self.request("server/discover", {})
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream",
+                   "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+        if "name" in params:
+            headers["Mcp-Name"] = params["name"]
+        body = json.dumps({"jsonrpc": "2.0", "id": next(self.ids), "method": method,
+                           "params": {**params, "_meta": self.meta}}).encode()
+        async with self.http.post(self.url, data=body, headers=headers) as resp:
+            raw = await resp.read()
+        if resp.headers["Content-Type"].startswith("text/event-stream"):
+            data = [ln[5:] for ln in raw.split(b"\n") if ln.startswith(b"data:")]
+            return json.loads(data[-1])["result"]
+        return json.loads(raw)["result"]
+
+    async def close(self) -> None:
+        await self.http.close()
+
+
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * p / 100))]
@@ -182,17 +212,23 @@ async def main() -> None:
                 await asyncio.sleep(0.05)
         direct = await phases(Direct, args.quick)
         through = await phases(lambda: Http(url), args.quick)
+        modern = await phases(lambda: Modern(url), args.quick)
         rss = peak_rss_mib(gateway.pid)
     finally:
         gateway.terminate()
         await gateway.wait()
-    report(direct, through, rss)
+    print("legacy clients (initialize, sessions):")
+    report(direct, through)
+    print("modern clients (2026-07-28, stateless):")
+    report(direct, modern)
+    print(f"gateway peak RSS: {rss:.1f} MiB")
     if args.json:
         Path(args.json).write_text(json.dumps({"direct": direct, "gateway": through,
+                                               "gateway_modern": modern,
                                                "gateway_peak_rss_mib": rss}, indent=1))
 
 
-def report(direct: dict, through: dict, rss: float) -> None:
+def report(direct: dict, through: dict) -> None:
     print(f"{'phase':8} {'metric':8} {'direct':>10} {'gateway':>10} {'ratio':>7}")
     for phase, metrics in (("echo1", ("rps", "p50_ms", "p99_ms")),
                            ("echo32", ("rps", "p50_ms", "p99_ms")),
@@ -200,7 +236,6 @@ def report(direct: dict, through: dict, rss: float) -> None:
         for m in metrics:
             d, g = direct[phase][m], through[phase][m]
             print(f"{phase:8} {m:8} {d:10.2f} {g:10.2f} {g / d:7.2f}")
-    print(f"gateway peak RSS: {rss:.1f} MiB")
 
 
 if __name__ == "__main__":

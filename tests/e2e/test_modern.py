@@ -244,3 +244,14 @@ async def test_listen_streams_carry_what_was_asked(gateway, http) -> None:
                                              "notifications/tools/list_changed"]
     assert all(e["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "sub-1"
                for e in events)
+
+
+async def test_a_parked_call_never_resumed_is_cancelled_upstream(gateway, http) -> None:
+    url = await gateway(limits={"park_timeout_ms": 200})
+    _, first = await ask_round(http, url)
+    assert first["resultType"] == "input_required"
+    await asyncio.sleep(0.6)
+    seen = json.loads((await call(http, url, "cancelled")).body["result"]["content"][0]["text"])
+    assert len(seen) == 1  # the upstream was told to stop waiting
+    late = await retry(http, url, first["requestState"], {"elicitation-1": {"action": "cancel"}})
+    assert late.status == 400 and late.body["error"]["code"] == -32602

@@ -240,8 +240,14 @@ class Connection:
             self._send_quietly(jsonrpc.result(msg["id"], {}))
             return
         target = self._target()
+        if target is None and not self.owners and not self._calls:
+            log.info("upstream.request_unroutable", upstream=self.name, method=method,
+                     reason="no client connected")
+            self._refuse(msg["id"], "no client is connected to the gateway")
+            return
         if target is None:
             log.warning("upstream.request_unroutable", upstream=self.name, method=method,
+                        reason="several owners",
                         owners=len({c.owner.key for c in self._calls.values() if c.owner}))
             self._refuse(msg["id"], "the gateway cannot tell which client this request is for;"
                          " use isolation: client or call")

@@ -32,29 +32,6 @@ class Listen(_Model):
     sse_keepalive_ms: int = Field(15000, ge=100)
 
 
-class Upstream(_Model):
-    command: str | None = None
-    args: list[str] = []
-    env: dict[str, str] = {}
-    cwd: str | None = None
-    url: str | None = None
-    path: str = "/mcp"
-    isolation: Isolation = "shared"
-    pool_size: int = Field(2, ge=1, le=64, description="warm processes kept for isolation: call")
-    startup_timeout_ms: int = Field(30000, ge=100)
-    request_timeout_ms: int | None = Field(None, ge=1, description="None: no gateway limit")
-    shutdown_grace_ms: int = Field(2000, ge=0)
-    restart_backoff_max_ms: int = Field(10000, ge=10)
-
-    @model_validator(mode="after")
-    def _one_target(self) -> Upstream:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("give exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
-        if not self.path.startswith("/"):
-            raise ValueError("'path' must start with '/'")
-        return self
-
-
 class TaskPolicy(_Model):
     mode: TaskMode = "auto"
     sync_budget_ms: int = Field(1000, ge=0)
@@ -76,6 +53,30 @@ class TaskPolicyOverride(_Model):
 class Tasks(_Model):
     defaults: TaskPolicy = TaskPolicy()
     tools: dict[str, TaskPolicyOverride] = {}
+
+
+class Upstream(_Model):
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    path: str = "/mcp"
+    isolation: Isolation = "shared"
+    pool_size: int = Field(2, ge=1, le=64, description="warm processes kept for isolation: call")
+    startup_timeout_ms: int = Field(30000, ge=100)
+    request_timeout_ms: int | None = Field(None, ge=1, description="None: no gateway limit")
+    shutdown_grace_ms: int = Field(2000, ge=0)
+    restart_backoff_max_ms: int = Field(10000, ge=10)
+    tasks: Tasks | None = None  # this upstream's task policy, over the global one
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Upstream:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
+        if not self.path.startswith("/"):
+            raise ValueError("'path' must start with '/'")
+        return self
 
 
 class Limits(_Model):

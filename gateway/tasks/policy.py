@@ -1,0 +1,52 @@
+"""Per-tool task policy (INTERFACE.md: modes never / auto / always / required and their
+timings), from `tasks:` globally and per upstream, by exact name first, then by glob in the
+order written; each level overrides the defaults field by field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from gateway.settings import TaskPolicy, TaskPolicyOverride, Tasks
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    mode: str
+    sync_budget_ms: int
+    ttl_ms: int
+    max_ttl_ms: int
+    poll_interval_ms: int
+    timeout_ms: int | None
+
+    def ttl(self, requested: int | None) -> int:
+        """The TTL a task gets: what was asked (or the default), clamped to the maximum."""
+        wanted = self.ttl_ms if requested is None or requested <= 0 else requested
+        return min(wanted, self.max_ttl_ms)
+
+
+class Policies:
+    def __init__(self, tasks: Tasks, per_upstream: dict[str, Tasks | None]) -> None:
+        self.tasks = tasks
+        self.per_upstream = per_upstream
+
+    def for_tool(self, upstream: str, tool: str) -> Policy:
+        merged = self.tasks.defaults.model_dump()
+        local = self.per_upstream.get(upstream)
+        layers = [self.tasks] + ([local] if local is not None else [])
+        if local is not None:
+            merged.update(local.defaults.model_dump(exclude_unset=True))
+        for layer in layers:
+            override = _match(layer.tools, tool)
+            if override is not None:
+                merged.update(override.model_dump(exclude_none=True))
+        return Policy(**merged)
+
+
+def _match(tools: dict[str, TaskPolicyOverride], tool: str) -> TaskPolicyOverride | None:
+    if tool in tools:
+        return tools[tool]
+    return next((o for pattern, o in tools.items() if fnmatchcase(tool, pattern)), None)
+
+
+__all__ = ["Policies", "Policy", "TaskPolicy"]

@@ -20,12 +20,16 @@ from gateway.downstream.mrtr import Sealer
 from gateway.downstream.session import SessionStore
 from gateway.observability import configure_logging, log, metrics
 from gateway.settings import Settings
+from gateway.tasks.engine import TaskEngine
+from gateway.tasks.policy import Policies
+from gateway.tasks.store import TaskStore
 from gateway.upstream import isolation
 from gateway.upstream.isolation import Backend
 
 BACKENDS = web.AppKey("backends", dict[str, Backend])
 ERAS = web.AppKey("eras", list[LegacyEra])
 MODERNS = web.AppKey("moderns", list[ModernEra])
+ENGINE = web.AppKey("engine", TaskEngine)
 REAP_EVERY_S = 30.0
 
 
@@ -40,13 +44,17 @@ def create_app(conf: Settings) -> web.Application:
     moderns: list[ModernEra] = []
     key = conf.security.request_state_key
     sealer = Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
+    limits = conf.limits
+    engine = TaskEngine(TaskStore(limits.max_tasks, limits.max_tasks_per_owner,
+                                  limits.max_result_bytes, limits.max_stored_bytes))
+    policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
         if up.url is not None:
             raise NotImplementedError("Streamable HTTP upstreams are not supported yet")
         backend = isolation.build(name, up, conf.limits.max_message_bytes)
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
         era = LegacyEra(backend, sessions, conf)
-        modern = ModernEra(backend, conf, sealer)
+        modern = ModernEra(backend, conf, sealer, engine, policies)
         endpoint = Endpoint(era, modern, conf.limits.max_body_bytes)
         app.router.add_post(up.path, endpoint.post)
         app.router.add_get(up.path, endpoint.get, allow_head=False)
@@ -57,6 +65,7 @@ def create_app(conf: Settings) -> web.Application:
     app[BACKENDS] = backends
     app[ERAS] = eras
     app[MODERNS] = moderns
+    app[ENGINE] = engine
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.cleanup_ctx.append(_lifecycle)
@@ -82,7 +91,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     backends = app[BACKENDS]
     for backend in backends.values():
         await backend.start()
-    reaper = asyncio.create_task(_reap(app[ERAS]))
+    reaper = asyncio.create_task(_reap(app[ERAS], app[ENGINE]))
     yield
     reaper.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -91,9 +100,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     log.info("gateway.stopped")
 
 
-async def _reap(eras: list[LegacyEra]) -> None:
+async def _reap(eras: list[LegacyEra], engine: TaskEngine) -> None:
     while True:
         await asyncio.sleep(REAP_EVERY_S)
+        engine.expire()
         for era in eras:
             await era.expire()
 

@@ -17,6 +17,9 @@ from gateway import errors
 from gateway.downstream import sse
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.tasks.dialects import extension
+from gateway.tasks.engine import TaskEngine
+from gateway.tasks.model import Task
 from gateway.upstream.base import Connection
 
 # filter field -> (the notification it selects, the upstream capability that makes it real)
@@ -31,13 +34,20 @@ LIST_FILTERS = {
 class Listener:
     """One listen stream: a broadcast-only `Owner` of its connection."""
 
-    def __init__(self, sub_id: Any, methods: set[str], uris: set[str], principal: str) -> None:
+    def __init__(self, sub_id: Any, methods: set[str], uris: set[str], principal: str,
+                 task_ids: list[str]) -> None:
         self.key = f"listen-{id(self)}"
         self.sub_id = sub_id
         self.methods = methods
         self.uris = uris
         self.principal = principal
+        self.task_ids = task_ids
         self.stream = sse.Stream("0", 0)
+
+    def task_changed(self, task: Task) -> None:
+        """spec (tasks extension): each notification carries the full detailed task."""
+        self.stream.push(jsonrpc.dumps(self.tagged(extension.NOTIFICATION,
+                                                   extension.detailed(task))))
 
     def accepts(self, method: str) -> bool:
         return False
@@ -74,28 +84,52 @@ class Listeners:
         self.per_owner: Counter[str] = Counter()
         self.live: set[Listener] = set()
 
-    async def listen(self, request: web.Request, msg: Message, principal: str,
-                     conn: Connection) -> web.StreamResponse:
+    async def listen(self, request: web.Request, msg: Message, caller: Any,
+                     conn: Connection, engine: TaskEngine) -> web.StreamResponse:
         wanted = (msg.get("params") or {}).get("notifications") or {}
         if not isinstance(wanted, dict):
             raise errors.InvalidParams("Invalid params: notifications must be an object")
+        principal = caller.principal
         if self.per_owner[principal] >= self.max_per_owner:
             raise errors.TooManyListeners(
                 f"Too many listen streams: at most {self.max_per_owner} per client")
         honoured = _honoured(wanted, (conn.init_result or {}).get("capabilities", {}))
+        task_ids = self._task_ids(wanted, caller, engine)
+        if task_ids is not None:
+            honoured["taskIds"] = task_ids
         listener = Listener(msg["id"], {LIST_FILTERS[k][0] for k in honoured if k in
                                         LIST_FILTERS},
-                            set(honoured.get("resourceSubscriptions", [])), principal)
+                            set(honoured.get("resourceSubscriptions", [])), principal,
+                            task_ids or [])
         # spec: the acknowledgment is the first message, naming the subset honoured.
         listener.stream.push(jsonrpc.dumps(listener.tagged(mcp.ACKNOWLEDGED,
                                                            {"notifications": honoured})))
         self._start(listener, conn)
+        for task_id in listener.task_ids:
+            engine.watch(task_id, listener.task_changed)
         try:
             resp = await sse.open_response(request, {})
             await sse.pump(resp, listener.stream, 0, self.keepalive_s)
         finally:
+            for task_id in listener.task_ids:
+                engine.unwatch(task_id, listener.task_changed)
             self._stop(listener, conn)
         return resp
+
+    @staticmethod
+    def _task_ids(wanted: dict[str, Any], caller: Any, engine: TaskEngine
+                  ) -> list[str] | None:
+        """The asked task ids this caller owns (others are left out, as unknown ones)."""
+        ids = wanted.get("taskIds")
+        if ids is None:
+            return None
+        if not extension.declared(caller.capabilities):
+            raise extension.missing()
+        if not isinstance(ids, list):
+            raise errors.InvalidParams("Invalid params: taskIds must be a list")
+        owned = {t.id for t in engine.store.owned_by(caller.principal)
+                 if t.dialect == extension.NAME}
+        return [i for i in ids if i in owned]
 
     def _start(self, listener: Listener, conn: Connection) -> None:
         self.per_owner[listener.principal] += 1

@@ -25,9 +25,14 @@ from gateway.downstream.exchange import Exchange
 from gateway.downstream.http import PRINCIPAL, check_accept, json_response
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
+from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Settings
+from gateway.tasks.dialects import extension
+from gateway.tasks.engine import TaskEngine
+from gateway.tasks.policy import Policies, Policy
+from gateway.tasks.store import StoreFull
 from gateway.upstream.base import Call, Connection
 from gateway.upstream.isolation import Backend
 
@@ -66,8 +71,8 @@ class ModernExchange(Exchange):
     """A modern request in flight: request-scoped notifications only, server requests turned
     into an `input_required` round, results made modern."""
 
-    __slots__ = ("batch", "call", "caller", "digest", "era", "inputs", "method", "parked",
-                 "refused")
+    __slots__ = ("batch", "budget", "call", "caller", "digest", "era", "inputs", "method",
+                 "parked", "policy", "refused", "tool")
 
     def __init__(self, era: ModernEra, caller: Caller, method: str, digest_: str,
                  sse_ok: bool) -> None:
@@ -81,6 +86,9 @@ class ModernExchange(Exchange):
         self.inputs: list[Message] = []
         self.refused: dict[str, dict[str, Any]] = {}  # capabilities asked for, not declared
         self.batch: asyncio.TimerHandle | None = None
+        self.policy: Policy | None = None  # set when this call may become a task
+        self.budget: asyncio.TimerHandle | None = None  # auto mode: then it becomes a task
+        self.tool: Any = None
 
     def on_message(self, msg: Message) -> None:
         if "id" in msg:  # a server request, routed here because this call is in flight
@@ -97,6 +105,7 @@ class ModernExchange(Exchange):
     def on_response(self, msg: Message) -> None:
         if self.batch is not None:
             self.batch.cancel()
+        self.stop_budget()
         if self.refused and not self.inputs and "error" in msg:
             self._missing_capability()  # it failed for want of what the client lacks
             return
@@ -125,6 +134,8 @@ class ModernExchange(Exchange):
                 msg["id"], jsonrpc.METHOD_NOT_FOUND, f"{self.method} cannot ask for input"))
             return
         self.inputs.append(msg)
+        # spec (tasks extension): resolve MRTR exchanges before creating a task.
+        self.stop_budget()
         self._batch()
 
     def _batch(self) -> None:
@@ -148,14 +159,28 @@ class ModernExchange(Exchange):
             parked.add_input(msg)
         self.inputs.clear()
         parked.done, self.done = self.done, None  # the call is not over: keep its process
+        parked.policy = self.policy
         self.finish(jsonrpc.dumps(self.era.input_required(parked, self.call.client_id)))
+
+    def start_budget(self) -> None:
+        if self.policy is not None and self.response is None:
+            self.budget = asyncio.get_running_loop().call_later(
+                self.policy.sync_budget_ms / 1000, self.era.to_task, self)
+
+    def stop_budget(self) -> None:
+        if self.budget is not None:
+            self.budget.cancel()
+            self.budget = None
 
 
 class ModernEra:
     """Handles modern-era requests for one upstream."""
 
-    def __init__(self, backend: Backend, conf: Settings, sealer: Sealer) -> None:
+    def __init__(self, backend: Backend, conf: Settings, sealer: Sealer, engine: TaskEngine,
+                 policies: Policies) -> None:
         self.backend = backend
+        self.engine = engine
+        self.policies = policies
         self.keepalive_s = conf.listen.sse_keepalive_ms / 1000
         self.ttl_ms = conf.caching.ttl_ms
         self.scope = conf.caching.scope
@@ -180,10 +205,17 @@ class ModernEra:
         conn = await self.backend.for_principal(caller.principal)
         if method == mcp.DISCOVER:
             assert conn.init_result is not None
-            return json_response(jsonrpc.result(msg["id"], router.discover_result(
-                conn.init_result, self.ttl_ms, self.scope)))
+            result = router.discover_result(conn.init_result, self.ttl_ms, self.scope)
+            caps = result["capabilities"] = dict(result["capabilities"])
+            caps["extensions"] = {**(caps.get("extensions") or {}), extension.EXTENSION: {}}
+            return json_response(jsonrpc.result(msg["id"], result))
+        if method in extension.METHODS:
+            if not extension.declared(caller.capabilities):
+                raise extension.missing()
+            return json_response(jsonrpc.result(msg["id"], extension.handle(
+                self.engine, method, params, caller.principal)))
         if method == mcp.LISTEN:
-            return await self.listeners.listen(request, msg, caller.principal, conn)
+            return await self.listeners.listen(request, msg, caller, conn, self.engine)
         if method in mcp.MRTR_METHODS and "requestState" in params:
             return await self.resume(request, msg, caller)
         return await self.forward(request, msg, caller, conn)
@@ -215,7 +247,7 @@ class ModernEra:
         if _header(request, mcp.H_METHOD) != method:
             raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_METHOD} does not match the "
                                         f"body's method {method!r}")
-        if method not in mcp.MODERN_METHODS:
+        if method not in mcp.MODERN_METHODS and method not in extension.METHODS:
             raise errors.MethodNotFound(f"Method not found: {method}")
         field = mcp.NAME_FIELD.get(method)
         if field is not None:
@@ -231,6 +263,7 @@ class ModernEra:
         json_ok, sse_ok = check_accept(request, need_json=True)
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
+        ex.policy, ex.tool = self._task_policy(method, params, caller), params.get("name")
         used = await self.backend.for_request(conn, caller, method)
         msg["params"] = router.to_upstream(params)
         try:
@@ -239,7 +272,43 @@ class ModernEra:
             self.backend.done(conn, used)
             return json_response(exc.to_message(msg["id"]))
         ex.done = lambda: self.backend.done(conn, used)
+        if ex.policy is not None and ex.policy.mode in ("always", "required"):
+            self.to_task(ex)
+        else:
+            ex.start_budget()
         return await self._respond(request, ex, json_ok)
+
+    # -- tasks (the io.modelcontextprotocol/tasks extension) --------------------------------
+    def _task_policy(self, method: str, params: dict[str, Any], caller: Caller
+                     ) -> Policy | None:
+        """The policy under which this call may become a task, or None: served inline."""
+        if method != mcp.TOOLS_CALL:
+            return None
+        policy = self.policies.for_tool(self.backend.name, str(params.get("name", "")))
+        if not extension.declared(caller.capabilities):
+            if policy.mode == "required":
+                raise extension.missing()
+            return None
+        return None if policy.mode == "never" else policy
+
+    def to_task(self, ex: ModernExchange) -> None:
+        """Answer `ex` with a task and let its call go on in the background. The task is in
+        the store before the CreateTaskResult is sent (spec: durably created)."""
+        ex.budget = None
+        if ex.response is not None or ex.call is None or ex.policy is None:
+            return
+        tool = str(ex.tool or "")
+        try:
+            task = self.engine.store.add(
+                ex.caller.principal, tool, extension.NAME, ex.policy.ttl(None),
+                self.engine.suggest_poll_ms(tool, ex.policy.poll_interval_ms))
+        except StoreFull as exc:  # never evict a live task: answer inline instead
+            metrics["tasks.inline_store_full"] += 1
+            log.warning("task.store_full", tool=tool, reason=str(exc))
+            return
+        self.engine.adopt(task, ex.call, timeout_ms=ex.policy.timeout_ms, done=ex.done)
+        ex.done = None
+        ex.finish(jsonrpc.dumps(jsonrpc.result(ex.call.client_id, extension.created(task))))
 
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:
@@ -293,7 +362,8 @@ class ModernEra:
         call = parked.call
         call.client_id = msg["id"]
         ex = ModernExchange(self, caller, method, parked.digest, sse_ok)
-        ex.call, ex.parked, ex.done = call, parked, parked.done
+        ex.call, ex.parked, ex.done, ex.policy = call, parked, parked.done, parked.policy
+        ex.tool = params.get("name")
         if parked.response is not None:
             ex.on_response({**parked.response, "id": msg["id"]})
         elif parked.inputs:  # answers missing: ask again for what is left (spec MRTR)
@@ -301,6 +371,7 @@ class ModernEra:
             ex.finish(jsonrpc.dumps(self.input_required(parked, msg["id"])))
         else:
             call.sink = ex
+            ex.start_budget()  # MRTR first, then the call may still become a task
         return await self._respond(request, ex, json_ok)
 
     def close(self) -> None:

@@ -110,6 +110,7 @@ class Parked:
     response: Message | None = None
     timer: asyncio.TimerHandle | None = None
     done: Callable[[], None] | None = None  # releases the call's process when it is over
+    policy: Any = None  # the task policy of the call, carried across rounds
     _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     used: set[str] = field(default_factory=set)
 

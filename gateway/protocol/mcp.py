@@ -44,7 +44,8 @@ CACHEABLE_METHODS: Final = frozenset({
     DISCOVER, "tools/list", "prompts/list", "resources/list", "resources/templates/list",
     "resources/read"})
 # Requests whose `Mcp-Name` header mirrors a body field (spec 2026-07-28, Streamable HTTP).
-NAME_FIELD: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_FIELD: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
+                     "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert",
                      "emergency")
 

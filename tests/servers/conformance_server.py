@@ -15,6 +15,7 @@ import mcp_types as types
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
+from mcp.shared.exceptions import MCPError
 
 IMAGE = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJ"
          "RU5ErkJggg==")
@@ -243,6 +244,50 @@ async def input_required_prompt(ctx: Context) -> list[Any]:
         "type": "object", "properties": {"context": {"type": "string"}},
         "required": ["context"]}, "user_context")
     return [UserMessage(text(f"Prompt with context: {answer.get('context')}"))]
+
+
+# -- Tools of the tasks scenarios: plain synchronous code; the gateway alone makes tasks.
+@server.tool(description="Sync-only greeting")
+def greet(name: str = "world") -> list[Any]:
+    return [text(f"Hello, {name}!")]
+
+
+@server.tool(description="Sleeps `seconds`, then answers")
+async def slow_compute(seconds: float = 1.0) -> list[Any]:
+    await asyncio.sleep(seconds)
+    return [text(f"computed in {seconds} s")]
+
+
+@server.tool(description="Fails as a tool (isError) after about a second")
+async def failing_job() -> list[Any]:
+    await asyncio.sleep(1)
+    raise RuntimeError("the job failed")
+
+
+@server.tool(description="Fails with a JSON-RPC error")
+async def protocol_error_job() -> list[Any]:
+    raise MCPError(-32603, "protocol_error_job always breaks the protocol")
+
+
+@server.tool(description="Asks for confirmation, then deletes")
+async def confirm_delete(ctx: Context, path: str = "/tmp/x") -> list[Any]:
+    answer = await _ask(ctx, f"Delete {path}?", {
+        "type": "object", "properties": {"confirm": {"type": "boolean"}},
+        "required": ["confirm"]})
+    return [text(f"deleted {path}: {answer}")]
+
+
+@server.tool(description="Asks two questions at once")
+async def multi_input(ctx: Context) -> list[Any]:
+    first, second = await asyncio.gather(_ask(ctx, "First?", NAME), _ask(ctx, "Second?", NAME))
+    return [text(f"{first.get('name')} and {second.get('name')}")]
+
+
+@server.tool(description="Asks for a name, then works long enough to become a task")
+async def test_tool_with_task(ctx: Context) -> list[Any]:
+    answer = await _ask(ctx, "What is your name?", NAME, "user_name")
+    await asyncio.sleep(1.5)
+    return [text(f"Hello, {answer.get('name')}! Your task is done.")]
 
 
 @server.resource("test://static-text", name="static-text", title="Static Text Resource",

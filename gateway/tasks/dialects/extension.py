@@ -1,0 +1,84 @@
+"""The `io.modelcontextprotocol/tasks` extension (spec 2026-07-28,
+26-ext-tasks-specification-draft-tasks.md): CreateTaskResult, tasks/get with the detailed
+task, tasks/update, tasks/cancel, and `notifications/tasks`. tasks/result and tasks/list do not
+exist in this dialect (-32601, by not being methods)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway import errors
+from gateway.tasks.engine import TaskEngine
+from gateway.tasks.model import Status, Task, iso
+from gateway.tasks.store import TaskExpired, TaskNotFound
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+NAME = "extension"
+METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+NOTIFICATION = "notifications/tasks"
+
+
+def declared(capabilities: dict[str, Any]) -> bool:
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, dict) and EXTENSION in extensions
+
+
+def missing() -> errors.MissingCapability:
+    """spec: requests that need the extension without declaring it get -32021."""
+    return errors.MissingCapability(
+        "Missing required client capability: the tasks extension",
+        {"requiredCapabilities": {"extensions": {EXTENSION: {}}}})
+
+
+def fields(task: Task) -> dict[str, Any]:
+    out: dict[str, Any] = {"taskId": task.id, "status": str(task.status),
+                           "createdAt": iso(task.created_at),
+                           "lastUpdatedAt": iso(task.updated_at), "ttlMs": task.ttl_ms,
+                           "pollIntervalMs": task.poll_interval_ms}
+    if task.status_message:
+        out["statusMessage"] = task.status_message
+    return out
+
+
+def created(task: Task) -> dict[str, Any]:
+    return {"resultType": "task", **fields(task)}
+
+
+def detailed(task: Task) -> dict[str, Any]:
+    """The DetailedTask: result, error or inputRequests inlined by status."""
+    out = fields(task)
+    if task.status is Status.COMPLETED:
+        out["result"] = task.result or {}
+    elif task.status is Status.FAILED:
+        out["error"] = task.error or {"code": -32603, "message": task.status_message or ""}
+    elif task.status is Status.INPUT_REQUIRED:
+        out["inputRequests"] = dict(task.inputs)
+    return out
+
+
+def handle(engine: TaskEngine, method: str, params: dict[str, Any], owner: str
+           ) -> dict[str, Any]:
+    """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
+    task = _task(engine, params.get("taskId"), owner)
+    if method == "tasks/get":
+        return {**detailed(task), "resultType": "complete"}
+    if method == "tasks/update":
+        responses = params.get("inputResponses")
+        if not isinstance(responses, dict):
+            raise errors.InvalidParams("Invalid params: inputResponses must be an object")
+        engine.answer(task, responses)
+    else:  # tasks/cancel: an ack, idempotent on terminal tasks (spec: eventual)
+        engine.cancel(task)
+    return {"resultType": "complete"}
+
+
+def _task(engine: TaskEngine, task_id: Any, owner: str) -> Task:
+    try:
+        task = engine.store.get(task_id, owner)
+    except TaskExpired:
+        raise errors.InvalidParams("Task has expired", {"taskId": task_id}) from None
+    except TaskNotFound:
+        raise errors.InvalidParams("Task not found", {"taskId": task_id}) from None
+    if task.dialect != NAME:  # a task renders only in the dialect it was created in
+        raise errors.InvalidParams("Task not found", {"taskId": task_id})
+    return task

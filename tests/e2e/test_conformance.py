@@ -58,8 +58,20 @@ async def test_conformance_through_the_gateway_matches_direct(gateway, direct_ur
     assert failing_scored == []
 
 
+# The fixture's tools are plain synchronous code; these policies alone make tasks of them.
+TASK_POLICY = {"defaults": {"mode": "auto", "sync_budget_ms": 500}, "tools": {
+    "greet": {"mode": "never"}, "slow_compute": {"mode": "always"},
+    "failing_job": {"mode": "required"}, "protocol_error_job": {"mode": "always"},
+    "confirm_delete": {"mode": "always"}, "multi_input": {"mode": "always"},
+    "test_tool_with_task": {"mode": "auto", "sync_budget_ms": 300}}}
+TASK_SCENARIOS = ("tasks-lifecycle", "tasks-capability-negotiation", "tasks-wire-fields",
+                  "tasks-request-state-removal", "tasks-mrtr-input", "tasks-request-headers",
+                  "tasks-dispatch-and-envelope", "tasks-required-task-error",
+                  "tasks-mrtr-composition")
+
+
 async def test_modern_conformance_through_the_gateway(gateway) -> None:
-    url = await gateway([sys.executable, FIXTURE])
+    url = await gateway([sys.executable, FIXTURE], tasks=TASK_POLICY)
     results = ROOT / "results"
     through = await run_suite(url, results / "modern", "2026-07-28")
     (results / "conformance-2026-07-28.json").write_text(json.dumps(through, indent=1))
@@ -67,3 +79,6 @@ async def test_modern_conformance_through_the_gateway(gateway) -> None:
     assert [n for n in through if n.startswith("input-required-result-")] != []
     failing_scored = [n for n, r in through.items() if r["scored"] and not r["ok"]]
     assert failing_scored == []
+    # The tasks extension is not scored (optional by definition), but the gateway's purpose.
+    failing_tasks = [n for n in TASK_SCENARIOS if not through[n]["ok"]]
+    assert failing_tasks == []

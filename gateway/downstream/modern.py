@@ -72,7 +72,7 @@ class ModernExchange(Exchange):
     into an `input_required` round, results made modern."""
 
     __slots__ = ("batch", "budget", "call", "caller", "digest", "era", "inputs", "method",
-                 "parked", "policy", "refused", "tool")
+                 "own_progress", "parked", "policy", "refused", "tool")
 
     def __init__(self, era: ModernEra, caller: Caller, method: str, digest_: str,
                  sse_ok: bool) -> None:
@@ -89,12 +89,14 @@ class ModernExchange(Exchange):
         self.policy: Policy | None = None  # set when this call may become a task
         self.budget: asyncio.TimerHandle | None = None  # auto mode: then it becomes a task
         self.tool: Any = None
+        self.own_progress = False  # the gateway asked for progress, not the client
 
     def on_message(self, msg: Message) -> None:
         if "id" in msg:  # a server request, routed here because this call is in flight
             self._input(msg)
         elif msg.get("method") == mcp.PROGRESS:
-            super().on_message(msg)
+            if not self.own_progress:
+                super().on_message(msg)
         elif msg.get("method") == mcp.LOG_MESSAGE:
             params = msg.get("params")
             level = params.get("level") if isinstance(params, dict) else None
@@ -159,7 +161,7 @@ class ModernExchange(Exchange):
             parked.add_input(msg)
         self.inputs.clear()
         parked.done, self.done = self.done, None  # the call is not over: keep its process
-        parked.policy = self.policy
+        parked.policy, parked.own_progress = self.policy, self.own_progress
         self.finish(jsonrpc.dumps(self.era.input_required(parked, self.call.client_id)))
 
     def start_budget(self) -> None:
@@ -265,7 +267,13 @@ class ModernEra:
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
         ex.policy, ex.tool = self._task_policy(method, params, caller), params.get("name")
         used = await self.backend.for_request(conn, caller, method)
-        msg["params"] = router.to_upstream(params)
+        msg["params"] = upstream_params = router.to_upstream(params)
+        if ex.policy is not None and "progressToken" not in upstream_params.get("_meta", {}):
+            # A call that may become a task asks for progress so the task's statusMessage
+            # can tell it; the client, which did not ask, does not get it.
+            upstream_params["_meta"] = {**upstream_params.get("_meta", {}),
+                                        "progressToken": "task"}
+            ex.own_progress = True
         try:
             ex.call = used.request(msg, caller, ex)
         except errors.UpstreamError as exc:
@@ -363,7 +371,7 @@ class ModernEra:
         call.client_id = msg["id"]
         ex = ModernExchange(self, caller, method, parked.digest, sse_ok)
         ex.call, ex.parked, ex.done, ex.policy = call, parked, parked.done, parked.policy
-        ex.tool = params.get("name")
+        ex.tool, ex.own_progress = params.get("name"), parked.own_progress
         if parked.response is not None:
             ex.on_response({**parked.response, "id": msg["id"]})
         elif parked.inputs:  # answers missing: ask again for what is left (spec MRTR)

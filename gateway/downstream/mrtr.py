@@ -111,6 +111,7 @@ class Parked:
     timer: asyncio.TimerHandle | None = None
     done: Callable[[], None] | None = None  # releases the call's process when it is over
     policy: Any = None  # the task policy of the call, carried across rounds
+    own_progress: bool = False  # the gateway, not the client, asked for progress
     _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     used: set[str] = field(default_factory=set)
 

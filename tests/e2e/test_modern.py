@@ -25,7 +25,7 @@ def envelope(caps: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
 def headers_for(method: str, params: dict[str, Any], **extra: str) -> dict[str, str]:
     h = {"Content-Type": "application/json", "Accept": ACCEPT_BOTH,
          "MCP-Protocol-Version": VERSION, "Mcp-Method": method}
-    name = params.get("name", params.get("uri"))
+    name = params.get("name", params.get("uri", params.get("taskId")))
     if name is not None:
         h["Mcp-Name"] = name
     h.update(extra)

@@ -1,0 +1,192 @@
+"""Tasks through the io.modelcontextprotocol/tasks extension, end to end over HTTP in front of
+the plain stdio test server: policy modes, lifecycle, input, progress, cancel, timeout,
+ownership, bounds and notifications."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import pytest
+from test_modern import headers_for, modern
+
+TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+POLICY = {"defaults": {"mode": "auto", "sync_budget_ms": 200, "ttl_ms": 60_000,
+                       "max_ttl_ms": 120_000, "poll_interval_ms": 700},
+          "tools": {"echo": {"mode": "never"}, "whoami": {"mode": "always"},
+                    "blob": {"mode": "always"}, "ask": {"mode": "always"},
+                    "progress": {"mode": "always"}, "crash": {"mode": "required"},
+                    "hang": {"mode": "always", "timeout_ms": 300}}}
+
+
+async def call(http, url, name, arguments=None, caps=None, headers=None) -> Any:
+    return await modern(http, url, "tools/call", {"name": name, "arguments": arguments or {}},
+                        TASKS if caps is None else caps, headers=headers)
+
+
+async def tasks_op(http, url, method, task_id, headers=None, caps=None, **params):
+    return await modern(http, url, method, {"taskId": task_id, **params},
+                        TASKS if caps is None else caps, headers=headers)
+
+
+async def wait_for(http, url, task_id, status, headers=None) -> dict[str, Any]:
+    for _ in range(100):
+        task = (await tasks_op(http, url, "tasks/get", task_id, headers)).body["result"]
+        if task["status"] == status:
+            return task
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"task never reached {status}: {task}")
+
+
+@pytest.fixture
+async def url(gateway) -> str:
+    return await gateway(tasks=POLICY)
+
+
+async def test_policy_modes(url, http) -> None:
+    assert (await call(http, url, "echo", {"text": "a"})).body["result"]["resultType"] == \
+        "complete"  # never
+    fast = (await call(http, url, "sleep", {"ms": 10})).body["result"]  # auto, within budget
+    assert fast["resultType"] == "complete" and fast["content"][0]["text"] == "slept 10"
+    slow = (await call(http, url, "sleep", {"ms": 800})).body["result"]  # auto, over budget
+    assert slow["resultType"] == "task" and slow["status"] == "working"
+    assert (slow["ttlMs"], slow["pollIntervalMs"]) == (60_000, 700)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", slow["createdAt"])
+    done = await wait_for(http, url, slow["taskId"], "completed")
+    assert done["result"]["content"][0]["text"] == "slept 800"
+    assert done["lastUpdatedAt"] >= done["createdAt"] and done["resultType"] == "complete"
+    always = (await call(http, url, "whoami")).body["result"]  # always: a task at once
+    assert always["resultType"] == "task"
+    plain = (await call(http, url, "whoami", caps={})).body["result"]  # no extension: inline
+    assert plain["resultType"] == "complete"
+
+
+async def test_required_tool_without_the_extension(url, http) -> None:
+    reply = await call(http, url, "crash", caps={})
+    assert reply.status == 400 and reply.body["error"]["code"] == -32021
+    assert reply.body["error"]["data"] == {
+        "requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+
+
+async def test_tool_errors_complete_and_protocol_errors_fail(url, http) -> None:
+    bad = (await call(http, url, "blob", {"bytes": "not a number"})).body["result"]
+    failed = await wait_for(http, url, bad["taskId"], "failed")
+    assert failed["error"]["code"] == -32603 and "statusMessage" in failed
+    soft = (await modern(http, url, "tools/call", {"name": "nosuch", "arguments": {}},
+                         TASKS)).body["result"]  # unknown tool: an isError result
+    if soft["resultType"] == "task":
+        soft = await wait_for(http, url, soft["taskId"], "completed")
+    assert soft["result"]["isError"] is True if "result" in soft else soft["isError"] is True
+
+
+async def test_timeout_fails_the_task_and_cancels_upstream(url, http) -> None:
+    task = (await call(http, url, "hang")).body["result"]
+    failed = await wait_for(http, url, task["taskId"], "failed")
+    assert "timed out" in failed["error"]["message"]
+    seen = json.loads((await call(http, url, "cancelled", caps={})).body["result"]["content"][0]
+                      ["text"])
+    assert len(seen) == 1
+
+
+async def test_cancel_is_an_idempotent_ack(url, http) -> None:
+    task = (await call(http, url, "sleep", {"ms": 5000})).body["result"]
+    for _ in range(2):
+        ack = await tasks_op(http, url, "tasks/cancel", task["taskId"])
+        assert ack.body["result"] == {"resultType": "complete"}
+    assert (await wait_for(http, url, task["taskId"], "cancelled"))["status"] == "cancelled"
+    seen = json.loads((await call(http, url, "cancelled", caps={})).body["result"]["content"][0]
+                      ["text"])
+    assert len(seen) == 1  # the upstream was told
+
+
+async def test_input_while_a_task_runs(url, http) -> None:
+    caps = {**TASKS, "elicitation": {}}
+    task = (await call(http, url, "ask", {"message": "Name?"}, caps)).body["result"]
+    waiting = await wait_for(http, url, task["taskId"], "input_required")
+    (key, request), = waiting["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    ignored = await tasks_op(http, url, "tasks/update", task["taskId"],
+                             inputResponses={"unknown-key": {"action": "decline"}})
+    assert ignored.body["result"] == {"resultType": "complete"}
+    assert (await wait_for(http, url, task["taskId"], "input_required"))["inputRequests"]
+    answer = {"action": "accept", "content": {"name": "Ada"}}
+    await tasks_op(http, url, "tasks/update", task["taskId"], inputResponses={key: answer})
+    done = await wait_for(http, url, task["taskId"], "completed")
+    assert json.loads(done["result"]["content"][0]["text"]) == answer
+
+
+async def test_progress_is_folded_into_the_status_message(url, http) -> None:
+    task = (await call(http, url, "progress", {"steps": 4, "delay_ms": 150})).body["result"]
+    messages = set()
+    for _ in range(60):
+        got = (await tasks_op(http, url, "tasks/get", task["taskId"])).body["result"]
+        messages.add(got.get("statusMessage"))
+        if got["status"] == "completed":
+            break
+        await asyncio.sleep(0.03)
+    assert any(m and re.fullmatch(r"\d/4: step \d", m) for m in messages)
+
+
+async def test_ownership_and_wrong_requests(gateway, http) -> None:
+    url = await gateway(tasks=POLICY, auth={"bearer_tokens": ["alice", "bob"]})
+    alice, bob = {"Authorization": "Bearer alice"}, {"Authorization": "Bearer bob"}
+    task = (await call(http, url, "whoami", headers=alice)).body["result"]
+    foreign = await tasks_op(http, url, "tasks/get", task["taskId"], bob)
+    unknown = await tasks_op(http, url, "tasks/get", "no-such-task", bob)
+    assert foreign.body["error"] == {**unknown.body["error"],
+                                     "data": {"taskId": task["taskId"]}}
+    assert foreign.body["error"]["message"] == "Task not found"
+    undeclared = await tasks_op(http, url, "tasks/get", task["taskId"], alice, caps={})
+    assert undeclared.status == 400 and undeclared.body["error"]["code"] == -32021
+    for method in ("tasks/result", "tasks/list"):
+        gone = await tasks_op(http, url, method, task["taskId"], alice)
+        assert (gone.status, gone.body["error"]["code"]) == (404, -32601)
+    params = {"taskId": task["taskId"], "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": TASKS}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}
+    headers = {**headers_for("tasks/get", params), **alice, "Mcp-Name": "other"}
+    async with http.post(url, json=body, headers=headers) as resp:
+        assert resp.status == 400 and (await resp.json())["error"]["code"] == -32020
+
+
+async def test_a_full_store_answers_inline(gateway, http) -> None:
+    url = await gateway(tasks=POLICY, limits={"max_tasks_per_owner": 1})
+    first = (await call(http, url, "sleep", {"ms": 3000})).body["result"]
+    assert first["resultType"] == "task"
+    second = (await call(http, url, "whoami")).body["result"]  # always, but no room
+    assert second["resultType"] == "complete"
+    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+        assert (await resp.json())["counters"]["tasks.inline_store_full"] >= 1
+
+
+async def test_expired_tasks_say_so(gateway, http) -> None:
+    url = await gateway(tasks={**POLICY, "defaults": {**POLICY["defaults"], "ttl_ms": 300}})
+    task = (await call(http, url, "whoami")).body["result"]
+    assert task["ttlMs"] == 300
+    await asyncio.sleep(0.5)
+    expired = await tasks_op(http, url, "tasks/get", task["taskId"])
+    assert expired.status == 400 and expired.body["error"]["code"] == -32602
+    assert expired.body["error"]["message"] == "Task has expired"
+
+
+async def test_listen_pushes_full_tasks(url, http) -> None:
+    task = (await call(http, url, "sleep", {"ms": 400})).body["result"]
+    params = {"notifications": {"taskIds": [task["taskId"], "not-mine"]},
+              "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": TASKS}}
+    body = {"jsonrpc": "2.0", "id": "s", "method": "subscriptions/listen", "params": params}
+    async with http.post(url, json=body, headers=headers_for("subscriptions/listen", params)
+                         ) as stream:
+        events = []
+        while not any(e.get("method") == "notifications/tasks" for e in events):
+            line = (await asyncio.wait_for(stream.content.readline(), 5)).decode()
+            if line.startswith("data:"):
+                events.append(json.loads(line[5:]))
+    assert events[0]["params"]["notifications"] == {"taskIds": [task["taskId"]]}
+    pushed = events[-1]["params"]
+    assert pushed["taskId"] == task["taskId"] and pushed["status"] == "completed"
+    assert pushed["result"]["content"][0]["text"] == "slept 400"
+    assert pushed["_meta"]["io.modelcontextprotocol/subscriptionId"] == "s"

@@ -120,8 +120,9 @@ class Modern(Http):
         headers = {"Content-Type": "application/json",
                    "Accept": "application/json, text/event-stream",
                    "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
-        if "name" in params:
-            headers["Mcp-Name"] = params["name"]
+        name = params.get("name", params.get("taskId"))
+        if name is not None:
+            headers["Mcp-Name"] = name
         body = json.dumps({"jsonrpc": "2.0", "id": next(self.ids), "method": method,
                            "params": {**params, "_meta": self.meta}}).encode()
         async with self.http.post(self.url, data=body, headers=headers) as resp:

@@ -16,6 +16,8 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from gateway.observability import log, metrics, owner_hash
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -145,15 +147,19 @@ class TaskEngine:
     def finish(self, run: TaskRun, *, result: dict[str, Any] | None = None,
                error: dict[str, Any] | None = None, failed: bool = False) -> None:
         task = run.task
+        raw = jsonrpc.dumps(result if error is None else error)
         try:
-            self.store.keep(task, len(jsonrpc.dumps(result if error is None else error)))
+            self.store.keep(task, len(raw))
         except ResultTooLarge as exc:
             result, error = None, {"code": jsonrpc.INTERNAL_ERROR, "message": str(exc)}
         if error is not None:
             task.error = error
             self._end(run, Status.FAILED, str(error.get("message", "the call failed")))
         else:
-            task.result = result
+            # Kept serialized, as an exact-size copy (orjson's own buffer keeps 4 KiB even
+            # for small results): ~100 bytes instead of ~450 as dicts, and a tasks/get
+            # embeds it without serializing it again.
+            task.result = orjson.Fragment(bytes(memoryview(raw)))
             self._end(run, Status.FAILED if failed else Status.COMPLETED, None)
 
     def _timed_out(self, run: TaskRun, timeout_ms: int) -> None:

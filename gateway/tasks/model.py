@@ -61,7 +61,7 @@ class Task:
     status_message: str | None = None
     created_at: float = field(default_factory=time.time)
     updated_at: float = 0.0
-    result: dict[str, Any] | None = None  # exactly what the call returned
+    result: Any = None  # exactly what the call returned, as stored JSON (engine)
     error: dict[str, Any] | None = None  # the JSON-RPC error that failed it
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> request
     size: int = 0  # bytes of result or error kept

@@ -48,7 +48,7 @@ def detailed(task: Task) -> dict[str, Any]:
     """The DetailedTask: result, error or inputRequests inlined by status."""
     out = fields(task)
     if task.status is Status.COMPLETED:
-        out["result"] = task.result or {}
+        out["result"] = task.result if task.result is not None else {}
     elif task.status is Status.FAILED:
         out["error"] = task.error or {"code": -32603, "message": task.status_message or ""}
     elif task.status is Status.INPUT_REQUIRED:

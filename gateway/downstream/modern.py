@@ -252,9 +252,13 @@ class ModernEra:
         if method not in mcp.MODERN_METHODS and method not in extension.METHODS:
             raise errors.MethodNotFound(f"Method not found: {method}")
         field = mcp.NAME_FIELD.get(method)
-        if field is not None:
+        header_name = _header(request, mcp.H_NAME)
+        # The tasks extension's own rule: a Mcp-Name that disagrees with taskId is refused;
+        # like the SDK's reference server, an absent one is let through (clients in use
+        # today, FastMCP among them, do not send it on tasks/*).
+        if field is not None and not (header_name is None and method in extension.METHODS):
             named = (params or {}).get(field)
-            if _decoded(_header(request, mcp.H_NAME)) != named:
+            if _decoded(header_name) != named:
                 raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_NAME} does not match "
                                             f"the body's {field} {named!r}")
         return Caller(request.get(PRINCIPAL, "anonymous"), caps, meta.get(mcp.META_LOG_LEVEL))

@@ -53,8 +53,11 @@ def discover_result(upstream: dict[str, Any], ttl_ms: int, scope: str) -> dict[s
 
 def to_upstream(params: dict[str, Any]) -> dict[str, Any]:
     """A modern request's params as the legacy upstream should see them: without the modern
-    envelope keys and MRTR fields (the gateway answered those); all else untouched."""
-    out = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+    envelope keys and MRTR fields (the gateway answered those), and without `task`, which the
+    tasks extension says to ignore (a 2025-11-25 upstream would make a task of its own);
+    all else untouched."""
+    out = {k: v for k, v in params.items()
+           if k not in ("inputResponses", "requestState", "task")}
     meta = out.get("_meta")
     if isinstance(meta, dict):
         meta = {k: v for k, v in meta.items() if k not in mcp.MODERN_META_KEYS}

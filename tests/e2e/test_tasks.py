@@ -18,6 +18,7 @@ POLICY = {"defaults": {"mode": "auto", "sync_budget_ms": 200, "ttl_ms": 60_000,
           "tools": {"echo": {"mode": "never"}, "whoami": {"mode": "always"},
                     "blob": {"mode": "always"}, "ask": {"mode": "always"},
                     "progress": {"mode": "always"}, "crash": {"mode": "required"},
+                    "ask2": {"mode": "always"},
                     "hang": {"mode": "always", "timeout_ms": 300}}}
 
 
@@ -190,3 +191,32 @@ async def test_listen_pushes_full_tasks(url, http) -> None:
     assert pushed["taskId"] == task["taskId"] and pushed["status"] == "completed"
     assert pushed["result"]["content"][0]["text"] == "slept 400"
     assert pushed["_meta"]["io.modelcontextprotocol/subscriptionId"] == "s"
+
+
+async def test_two_requests_at_once_show_two_keys(url, http) -> None:
+    caps = {**TASKS, "elicitation": {}}
+    task = (await call(http, url, "ask2", {}, caps)).body["result"]
+    for _ in range(50):
+        waiting = (await tasks_op(http, url, "tasks/get", task["taskId"])).body["result"]
+        if len(waiting.get("inputRequests", {})) == 2:
+            break
+        await asyncio.sleep(0.05)
+    first, second = sorted(waiting["inputRequests"])
+    await tasks_op(http, url, "tasks/update", task["taskId"],
+                   inputResponses={first: {"action": "decline"}})
+    partial = await wait_for(http, url, task["taskId"], "input_required")
+    assert list(partial["inputRequests"]) == [second]  # only what is still outstanding
+    await tasks_op(http, url, "tasks/update", task["taskId"],
+                   inputResponses={second: {"action": "cancel"}, first: {"x": 1}})
+    done = await wait_for(http, url, task["taskId"], "completed")
+    assert json.loads(done["result"]["content"][0]["text"]) == [{"action": "decline"},
+                                                               {"action": "cancel"}]
+
+
+async def test_params_task_is_ignored(url, http) -> None:
+    reply = await modern(http, url, "tools/call", {"name": "params", "arguments": {},
+                                                   "task": {"ttl": 1000}}, TASKS)
+    result = reply.body["result"]
+    if result["resultType"] == "task":
+        result = (await wait_for(http, url, result["taskId"], "completed"))["result"]
+    assert "task" not in json.loads(result["content"][0]["text"])

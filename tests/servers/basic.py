@@ -3,7 +3,8 @@
 
 Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (elicitation),
 sample (sampling), roots (roots/list), progress, log, changed (tools list_changed),
-touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel).
+touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel),
+params (the params it received), ask2 (two elicitations at once).
 Also resources, prompts and subscriptions.
 Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
 BASIC_SILENT_INIT=1 never answers initialize.
@@ -15,7 +16,7 @@ import os
 import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
-         "changed", "touch", "whoami", "cancelled"]
+         "changed", "touch", "whoami", "cancelled", "params", "ask2"]
 out = sys.stdout.buffer
 pending: dict = {}
 cancelled: list = []  # request ids the client cancelled, as this server saw them
@@ -90,6 +91,14 @@ async def call_tool(params: dict) -> dict:
         return text("touched")
     if name == "whoami":
         return text(str(os.getpid()))
+    if name == "params":  # what reached the server
+        return text(json.dumps(sorted(params)))
+    if name == "ask2":  # two questions at once
+        schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+        replies = await asyncio.gather(
+            ask("elicitation/create", {"message": "First?", "requestedSchema": schema}),
+            ask("elicitation/create", {"message": "Second?", "requestedSchema": schema}))
+        return text(json.dumps(replies))
     if name == "cancelled":
         return text(json.dumps(cancelled))
     return {"content": [{"type": "text", "text": f"unknown tool {name}"}], "isError": True}

@@ -94,11 +94,7 @@ class Http:
         body = json.dumps({"jsonrpc": "2.0", "id": next(self.ids), "method": method,
                            "params": params}).encode()
         async with self.http.post(self.url, data=body, headers=self.headers) as resp:
-            raw = await resp.read()
-        if resp.headers["Content-Type"].startswith("text/event-stream"):
-            data = [ln[5:] for ln in raw.split(b"\n") if ln.startswith(b"data:")]
-            return json.loads(data[-1])["result"]
-        return json.loads(raw)["result"]
+            return await result_of(resp)
 
     async def close(self) -> None:
         async with self.http.delete(self.url, headers=self.headers):
@@ -126,14 +122,19 @@ class Modern(Http):
         body = json.dumps({"jsonrpc": "2.0", "id": next(self.ids), "method": method,
                            "params": {**params, "_meta": self.meta}}).encode()
         async with self.http.post(self.url, data=body, headers=headers) as resp:
-            raw = await resp.read()
-        if resp.headers["Content-Type"].startswith("text/event-stream"):
-            data = [ln[5:] for ln in raw.split(b"\n") if ln.startswith(b"data:")]
-            return json.loads(data[-1])["result"]
-        return json.loads(raw)["result"]
+            return await result_of(resp)
 
     async def close(self) -> None:
         await self.http.close()
+
+
+async def result_of(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+    """The JSON-RPC result of an answer sent as JSON or as an SSE stream."""
+    raw = await resp.read()
+    if resp.headers["Content-Type"].startswith("text/event-stream"):
+        data = [ln[5:] for ln in raw.split(b"\n") if ln.startswith(b"data:")]
+        return json.loads(data[-1])["result"]  # type: ignore[no-any-return]
+    return json.loads(raw)["result"]  # type: ignore[no-any-return]
 
 
 def pct(values: list[float], p: float) -> float:

@@ -32,17 +32,11 @@ from typing import Any
 import orjson
 
 from gateway import errors
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.base import Call, Connection
 
-# Keys of `inputRequests`: one prefix per kind of server request, numbered per parked call.
-KEY_PREFIX = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling",
-              "roots/list": "roots"}
 STATE_FIELDS = ("inputResponses", "requestState")
-# A legacy server may name its request's key through this `_meta` hint (a gateway extension;
-# keys are the server's to choose, spec MRTR); otherwise the gateway numbers them.
-KEY_HINT = "mcp-task-gateway/inputKey"
 
 
 def _b64(data: bytes) -> str:
@@ -122,12 +116,10 @@ class Parked:
         return self.call.conn
 
     def add_input(self, msg: Message) -> None:
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
-        hint = (params.get("_meta") or {}).get(KEY_HINT)
-        key = hint if isinstance(hint, str) and hint and hint not in self.used else (
-            f"{KEY_PREFIX.get(msg['method'], 'input')}-{next(self._keys)}")
-        self.used.add(key)  # unique for the life of the call, across its rounds
-        self.inputs[key] = (msg["id"], {"method": msg["method"], "params": params})
+        # keys are unique for the life of the call, across its rounds (spec MRTR)
+        key = mcp.input_key(msg, next(self._keys), self.used)
+        self.inputs[key] = (msg["id"], {"method": msg["method"],
+                                        "params": msg.get("params", {})})
 
     def requests(self) -> dict[str, dict[str, Any]]:
         return {key: request for key, (_, request) in self.inputs.items()}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 # Legacy era: the initialize handshake. Newest first; the first is what the gateway offers.
 LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -66,6 +66,25 @@ CLIENT_CAPABILITY_FOR: Final = {
     "sampling/createMessage": "sampling",
     "roots/list": "roots",
 }
+
+# Keys of input requests (MRTR `inputRequests`, a task's outstanding inputs): one prefix per
+# kind, numbered; a legacy server may name its own with this `_meta` hint (a gateway
+# extension: keys are the server's to choose).
+INPUT_KEY_PREFIX: Final = {"elicitation/create": "elicitation",
+                           "sampling/createMessage": "sampling", "roots/list": "roots"}
+INPUT_KEY_HINT: Final = "mcp-task-gateway/inputKey"
+
+
+def input_key(request: dict[str, Any], number: int, used: set[str]) -> str:
+    """The key for a server-to-client request, unique among `used` (which it joins)."""
+    params = request.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    hint = meta.get(INPUT_KEY_HINT) if isinstance(meta, dict) else None
+    key = hint if isinstance(hint, str) and hint and hint not in used else (
+        f"{INPUT_KEY_PREFIX.get(request.get('method', ''), 'input')}-{number}")
+    used.add(key)
+    return key
+
 
 # HTTP header names (aiohttp matches them case-insensitively).
 H_SESSION: Final = "Mcp-Session-Id"

@@ -28,8 +28,6 @@ from gateway.upstream.base import Call
 POLL_FLOOR_MS = 250  # never suggest polling faster than this
 POLL_CEILING_MS = 30_000
 HISTORY = 20  # durations remembered per tool
-KEY_PREFIX = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling",
-              "roots/list": "roots"}
 Watcher = Callable[[Task], None]
 
 
@@ -45,6 +43,7 @@ class TaskRun:
         self.done = done  # releases the call's process
         self.asked: dict[str, Any] = {}  # input key -> the id the server asked under
         self.keys = 0
+        self.used: set[str] = set()  # every key this task ever showed: never reused
         self.timer: asyncio.TimerHandle | None = None
         self.started = time.monotonic()
 
@@ -55,7 +54,7 @@ class TaskRun:
             return
         if "id" in msg and "method" in msg:
             self.keys += 1
-            key = f"{KEY_PREFIX.get(msg['method'], 'input')}-{self.keys}"
+            key = mcp.input_key(msg, self.keys, self.used)  # spec: unique for the task's life
             self.asked[key] = msg["id"]
             task.inputs[key] = {"method": msg["method"], "params": msg.get("params", {})}
             if task.status is Status.WORKING:

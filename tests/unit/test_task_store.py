@@ -140,3 +140,18 @@ def test_policy_by_name_glob_and_upstream() -> None:
     assert policies.for_tool("main", "longer").mode == "always"
     assert long_op.ttl(None) == 60_000 and long_op.ttl(10) == 10
     assert long_op.ttl(10**9) == 60_000  # clamped to max_ttl_ms
+
+
+def test_poll_interval_learns_from_durations() -> None:
+    from gateway.tasks.engine import TaskEngine
+
+    engine = TaskEngine(TaskStore(10, 10, 100, 1000))
+    assert engine.suggest_poll_ms("t", 1000) == 1000  # no history: the policy's value
+    engine.durations["t"].extend([0.1, 0.1])
+    assert engine.suggest_poll_ms("t", 1000) == 1000  # too little history still
+    engine.durations["t"].append(0.1)
+    assert engine.suggest_poll_ms("t", 1000) == 250  # quick tool: the floor, never below
+    engine.durations["slow"].extend([8.0, 12.0, 10.0])
+    assert engine.suggest_poll_ms("slow", 1000) == 2500  # a quarter of the median
+    engine.durations["slower"].extend([600.0] * 3)
+    assert engine.suggest_poll_ms("slower", 1000) == 30_000  # capped

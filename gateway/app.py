@@ -49,8 +49,6 @@ def create_app(conf: Settings) -> web.Application:
                                   limits.max_result_bytes, limits.max_stored_bytes))
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
-        if up.url is not None:
-            raise NotImplementedError("Streamable HTTP upstreams are not supported yet")
         backend = isolation.build(name, up, conf.limits.max_message_bytes)
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
         era = LegacyEra(backend, sessions, conf)

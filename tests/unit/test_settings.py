@@ -34,7 +34,7 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
         "listen": {"host": "0.0.0.0", "port": 9000},
         "upstreams": {"main": {"command": "npx", "args": ["-y", "x"],
                                "env": {"API_KEY": "${API_KEY}"}, "isolation": "client"},
-                      "remote": {"url": "http://127.0.0.1:9000/mcp", "path": "/remote/mcp"}},
+                      "other": {"command": "python3", "path": "/other/mcp"}},
         "tasks": {"defaults": {"mode": "auto", "sync_budget_ms": 500},
                   "tools": {"longRunning*": {"mode": "always"}}},
         "limits": {"max_tasks": 5}, "auth": {"bearer_tokens": []},
@@ -88,6 +88,11 @@ def test_flags_override_the_file(tmp_path) -> None:
     assert s.upstreams["a"].isolation == "call"
     s = build("--config", str(conf), "--", "two")
     assert list(s.upstreams) == ["main"] and s.upstreams["main"].command == "two"
+
+
+def test_http_upstreams_are_refused_clearly_for_now() -> None:
+    with pytest.raises(ConfigError, match=r"upstreams\.main: .*not supported yet"):
+        build("--upstream-url", "http://127.0.0.1:9000/mcp")
 
 
 def test_bad_task_tool_flag() -> None:

@@ -74,9 +74,6 @@ class Upstream(_Model):
     def _one_target(self) -> Upstream:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
-        if self.url is not None:
-            raise ValueError("Streamable HTTP upstreams ('url') are not supported yet; front a "
-                             "stdio server with 'command'")
         if not self.path.startswith("/"):
             raise ValueError("'path' must start with '/'")
         return self

@@ -29,9 +29,11 @@ def node_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}"}
 
 
-def settings_for(command: list[str] | None = None, **overrides: Any) -> dict[str, Any]:
+def settings_for(command: list[str] | None = None, url: str | None = None,
+                 **overrides: Any) -> dict[str, Any]:
     command = command or BASIC
-    upstream = {"command": command[0], "args": command[1:], **overrides.pop("upstream", {})}
+    target = {"url": url} if url else {"command": command[0], "args": command[1:]}
+    upstream = {**target, **overrides.pop("upstream", {})}
     return {"upstreams": {"main": upstream}, "logging": {"level": "warning"}, **overrides}
 
 
@@ -40,8 +42,9 @@ async def gateway(aiohttp_server: Any) -> Factory:
     """Start a gateway; returns its MCP URL once every upstream is ready."""
 
     async def start(command: list[str] | None = None, wait_ready: bool = True,
-                    **overrides: Any) -> str:
-        app = create_app(from_mapping(settings_for(command, **overrides)))
+                    url: str | None = None, **overrides: Any) -> str:
+        raw = overrides.pop("raw", None) or settings_for(command, url, **overrides)
+        app = create_app(from_mapping(raw))
         server = await aiohttp_server(app)  # aiohttp test servers cancel handlers too
         base = str(server.make_url(""))
         if wait_ready:

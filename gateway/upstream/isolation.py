@@ -18,7 +18,10 @@ from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream.base import Connection, Owner
+from gateway.upstream.http import HttpUpstream
 from gateway.upstream.stdio import StdioUpstream
+
+Process = StdioUpstream | HttpUpstream  # a supervised upstream connection, either transport
 
 
 class Backend:
@@ -30,7 +33,9 @@ class Backend:
         self.max_message_bytes = max_message_bytes
         self.primary = self._new(restart=True)
 
-    def _new(self, restart: bool) -> StdioUpstream:
+    def _new(self, restart: bool) -> Process:
+        if self.conf.url is not None:
+            return HttpUpstream(self.name, self.conf, restart=restart)
         return StdioUpstream(self.name, self.conf, self.max_message_bytes, restart=restart)
 
     async def start(self) -> None:
@@ -73,7 +78,7 @@ class PerClient(Backend):
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int) -> None:
         super().__init__(name, conf, max_message_bytes)
-        self._by_principal: dict[str, StdioUpstream] = {}
+        self._by_principal: dict[str, Process] = {}
 
     async def for_principal(self, principal: str) -> Connection:
         proc = self._by_principal.get(principal)
@@ -100,7 +105,7 @@ class PerClient(Backend):
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
-        assert isinstance(conn, StdioUpstream)
+        assert isinstance(conn, StdioUpstream | HttpUpstream)
         await conn.close()
 
     async def start(self) -> None:
@@ -112,7 +117,7 @@ class PerClient(Backend):
 class PerCall(Backend):
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int) -> None:
         super().__init__(name, conf, max_message_bytes)
-        self._warm: asyncio.Queue[StdioUpstream] = asyncio.Queue()
+        self._warm: asyncio.Queue[Process] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
 
@@ -148,7 +153,7 @@ class PerCall(Backend):
 
     def done(self, conn: Connection, used: Connection) -> None:
         if used is not conn:
-            assert isinstance(used, StdioUpstream)
+            assert isinstance(used, StdioUpstream | HttpUpstream)
             self._spawn(used.close(), "retire")
 
     def _refill(self) -> None:

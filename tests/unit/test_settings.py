@@ -90,9 +90,9 @@ def test_flags_override_the_file(tmp_path) -> None:
     assert list(s.upstreams) == ["main"] and s.upstreams["main"].command == "two"
 
 
-def test_http_upstreams_are_refused_clearly_for_now() -> None:
-    with pytest.raises(ConfigError, match=r"upstreams\.main: .*not supported yet"):
-        build("--upstream-url", "http://127.0.0.1:9000/mcp")
+def test_an_http_upstream_from_the_command_line() -> None:
+    up = build("--upstream-url", "http://127.0.0.1:9000/mcp").upstreams["main"]
+    assert (up.url, up.command) == ("http://127.0.0.1:9000/mcp", None)
 
 
 def test_bad_task_tool_flag() -> None:

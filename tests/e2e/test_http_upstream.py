@@ -1,0 +1,90 @@
+"""A Streamable HTTP server as the upstream: the same SDK transcripts as direct, a modern
+client with MRTR over it, two upstreams behind one gateway, and an upstream restart."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+
+import aiohttp
+from conftest import wait_until_ready
+from mcp import Client
+from mcp_http import BASIC, text_of
+from test_sdk_modern import on_elicit
+from test_sdk_python import FIXTURE, direct_url, free_port, session_transcript  # noqa: F401
+
+
+async def test_python_sdk_transcript_matches_through_an_http_upstream(gateway,
+                                                                      direct_url) -> None:  # noqa: F811
+    through = await session_transcript(await gateway(url=direct_url))
+    assert through == await session_transcript(direct_url)
+    assert through["elicit"].startswith("User response: action=accept")
+    assert [p[0] for p in through["progress"]] == [0, 50, 100]
+
+
+async def test_modern_client_with_mrtr_over_an_http_upstream(gateway, direct_url) -> None:  # noqa: F811
+    async with Client(await gateway(url=direct_url), elicitation_callback=on_elicit) as client:
+        assert client.protocol_version == "2026-07-28"
+        result = await client.call_tool("test_input_required_result_elicitation", {})
+        assert result.content[0].text.startswith("Hello, Ada")
+
+
+async def test_two_upstreams_behind_one_gateway(gateway, direct_url, client, http) -> None:  # noqa: F811
+    raw = {"upstreams": {
+        "local": {"command": BASIC[0], "args": BASIC[1:]},
+        "remote": {"url": direct_url, "path": "/remote/mcp"}}, "logging": {"level": "warning"}}
+    local = await gateway(raw=raw)
+    base = local.removesuffix("/mcp")
+    async with http.get(base + "/readyz") as resp:
+        upstreams = (await resp.json())["upstreams"]
+    assert set(upstreams) == {"local", "remote"} and upstreams["remote"]["url"] == direct_url
+    one, two = client(local), client(base + "/remote/mcp")
+    await one.initialize()
+    await two.initialize()
+    assert text_of(await one.call("echo", {"text": "stdio"})) == "stdio"
+    assert text_of(await two.call("test_simple_text")) == \
+        "This is a simple text response for testing."
+
+
+def serve(port: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, FIXTURE, "http", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def listening(port: int) -> None:
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.1).close()
+            return
+        except OSError:
+            await asyncio.sleep(0.05)
+
+
+async def test_upstream_restart_mid_session(gateway, client, http) -> None:
+    port = free_port()
+    server = serve(port)
+    try:
+        await listening(port)
+        url = await gateway(url=f"http://127.0.0.1:{port}/mcp")
+        mcp = client(url)
+        await mcp.initialize()
+        assert text_of(await mcp.call("test_simple_text")).startswith("This is")
+        server.terminate()
+        server.wait(10)
+        failed = await asyncio.wait_for(mcp.call("test_simple_text"), 10)
+        assert failed.message["error"]["data"]["upstream"] == "main"  # a clear error, no hang
+        server = serve(port)  # the same server comes back, without the old session
+        await listening(port)
+        await wait_until_ready(url.removesuffix("/mcp"))
+        for _ in range(50):
+            reply = await mcp.call("test_simple_text")
+            if "result" in reply.message:
+                break
+            await asyncio.sleep(0.2)
+        assert text_of(reply).startswith("This is")  # same client session, new upstream one
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert isinstance(aiohttp.__version__, str)

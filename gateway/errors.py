@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, mcp
 
 
 class GatewayError(Exception):
@@ -106,15 +106,15 @@ class MethodNotFound(ProtocolError):
 
 
 class HeaderMismatch(ProtocolError):
-    code = -32020
+    code = mcp.HEADER_MISMATCH
 
 
 class MissingCapability(ProtocolError):
-    code = -32021
+    code = mcp.MISSING_CAPABILITY
 
 
 class UnsupportedModernVersion(ProtocolError):
-    code = -32022
+    code = mcp.UNSUPPORTED_VERSION
 
 
 class TooManyListeners(ProtocolError):

@@ -7,9 +7,6 @@ from typing import Any, Final
 # Legacy era: the initialize handshake. Newest first; the first is what the gateway offers.
 LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 LATEST_LEGACY: Final = LEGACY_VERSIONS[0]
-# spec (Streamable HTTP, Protocol Version Header): with no header and no other way to know,
-# "the server SHOULD assume protocol version 2025-03-26".
-DEFAULT_HEADERLESS_VERSION: Final = "2025-03-26"
 
 # Modern era: no handshake; every request carries its version in `_meta`.
 MODERN_VERSIONS: Final = ("2026-07-28",)
@@ -95,7 +92,6 @@ H_ACCEPT: Final = "Accept"
 H_AUTH: Final = "Authorization"
 H_METHOD: Final = "Mcp-Method"
 H_NAME: Final = "Mcp-Name"
-H_PARAM_PREFIX: Final = "Mcp-Param-"
 
 CT_JSON: Final = "application/json"
 CT_SSE: Final = "text/event-stream"

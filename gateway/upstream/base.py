@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gateway import __version__
 from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
@@ -73,8 +74,12 @@ class Call:
 class Connection:
     """Correlation state of one upstream connection; `_write` is the transport's."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, startup_timeout_s: float = 30.0) -> None:
         self.name = name
+        self.startup_timeout_s = startup_timeout_s
+        self.state = "starting"
+        self.restarts = 0
+        self._ready = asyncio.Event()
         self.init_result: dict[str, Any] | None = None
         self.owners: dict[str, Owner] = {}  # sessions: requests and broadcasts reach them
         self.watchers: dict[str, Owner] = {}  # listen streams: broadcasts only
@@ -91,6 +96,48 @@ class Connection:
     @property
     def ready(self) -> bool:
         return self.init_result is not None
+
+    async def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until initialized; UpstreamError if that takes longer than `timeout_s`."""
+        if self.ready:
+            return
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout_s or self.startup_timeout_s)
+        except TimeoutError:
+            raise UpstreamError(self.name, f"upstream '{self.name}' is not ready ({self.state})",
+                                "not_ready", state=self.state) from None
+
+    def status(self) -> dict[str, Any]:
+        return {"state": self.state, "ready": self.ready, "restarts": self.restarts,
+                "in_flight": self.in_flight}
+
+    # -- the handshake (legacy era), the same over every transport --------------------------
+    def _ask_initialize(self) -> asyncio.Future[Message]:
+        """Send initialize at the newest legacy version, declaring elicitation, sampling and
+        roots so the server may ask; the future resolves with its reply."""
+        self.state = "initializing"
+        self.init_result = None
+        self._ready.clear()
+        sink = FutureSink()
+        self.request(jsonrpc.request(0, mcp.INITIALIZE, {
+            "protocolVersion": mcp.LATEST_LEGACY,
+            "capabilities": {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}},
+            "clientInfo": {"name": "mcp-task-gateway", "version": __version__},
+        }), None, sink)
+        return sink.future
+
+    def _initialized(self, reply: Message) -> dict[str, Any]:
+        """Accept the server's initialize reply (a version we speak) and become ready."""
+        result = reply.get("result")
+        if not isinstance(result, dict) or result.get("protocolVersion") not in mcp.LEGACY_VERSIONS:
+            raise UpstreamError(self.name, f"upstream '{self.name}' refused initialize: "
+                                f"{reply.get('error') or result}", "initialize")
+        self._write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)))
+        self.init_result, self.state = result, "ready"
+        self._ready.set()
+        log.info("upstream.ready", upstream=self.name, protocol=result["protocolVersion"],
+                 server=result.get("serverInfo", {}).get("name"))
+        return result
 
     # -- downstream -> upstream ------------------------------------------------------------
     def request(self, msg: Message, owner: Owner | None, sink: Sink) -> Call:

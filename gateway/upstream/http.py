@@ -17,29 +17,25 @@ from typing import Any
 
 import aiohttp
 
-from gateway import __version__
 from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Upstream as UpstreamConf
-from gateway.upstream.base import Connection, FutureSink
+from gateway.upstream.base import Connection
 
 RETRY_S = 1.0  # between attempts to (re)initialize
 
 
 class HttpUpstream(Connection):
     def __init__(self, name: str, conf: UpstreamConf, restart: bool = True) -> None:
-        super().__init__(name)
+        super().__init__(name, conf.startup_timeout_ms / 1000)
         assert conf.url is not None
         self.conf = conf
         self.url = conf.url
         self.restart = restart
-        self.state = "starting"
-        self.restarts = 0
         self.session_id: str | None = None
         self.version = mcp.LATEST_LEGACY
         self._http: aiohttp.ClientSession | None = None
-        self._ready = asyncio.Event()
         self._lost = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
@@ -51,19 +47,8 @@ class HttpUpstream(Connection):
         self._http = aiohttp.ClientSession(timeout=timeout)
         self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.name}")
 
-    async def wait_ready(self, timeout_s: float | None = None) -> None:
-        if self.ready:
-            return
-        timeout_s = self.conf.startup_timeout_ms / 1000 if timeout_s is None else timeout_s
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout_s)
-        except TimeoutError:
-            raise UpstreamError(self.name, f"upstream '{self.name}' is not ready ({self.state})",
-                                "not_ready", state=self.state) from None
-
     def status(self) -> dict[str, Any]:
-        return {"state": self.state, "ready": self.ready, "restarts": self.restarts,
-                "in_flight": self.in_flight, "url": self.url}
+        return {**super().status(), "url": self.url}
 
     async def close(self) -> None:
         if self._task is not None:
@@ -101,26 +86,10 @@ class HttpUpstream(Connection):
             self.restarts += 1
 
     async def _initialize(self) -> None:
-        self.state, self.session_id, self.init_result = "initializing", None, None
-        self._ready.clear()
+        self.session_id = None  # the POST of initialize gets a new one
         self._lost.clear()
-        sink = FutureSink()
-        self.request(jsonrpc.request(0, mcp.INITIALIZE, {
-            "protocolVersion": mcp.LATEST_LEGACY,
-            "capabilities": {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}},
-            "clientInfo": {"name": "mcp-task-gateway", "version": __version__},
-        }), None, sink)
-        reply = await asyncio.wait_for(sink.future, self.conf.startup_timeout_ms / 1000)
-        result = reply.get("result")
-        if not isinstance(result, dict) or result.get("protocolVersion") not in mcp.LEGACY_VERSIONS:
-            raise UpstreamError(self.name, f"upstream '{self.name}' refused initialize: "
-                                f"{reply.get('error') or result}", "initialize")
-        self.version = result["protocolVersion"]
-        self._write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)))
-        self.init_result, self.state = result, "ready"
-        self._ready.set()
-        log.info("upstream.ready", upstream=self.name, protocol=self.version,
-                 server=result.get("serverInfo", {}).get("name"), url=self.url)
+        reply = await asyncio.wait_for(self._ask_initialize(), self.startup_timeout_s)
+        self.version = self._initialized(reply)["protocolVersion"]
 
     def _on_lost(self) -> None:
         self.init_result, self.state = None, "restarting"

@@ -19,14 +19,11 @@ import contextlib
 import os
 import signal
 import time
-from typing import Any
 
-from gateway import __version__
 from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
-from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Upstream as UpstreamConf
-from gateway.upstream.base import Connection, FutureSink
+from gateway.upstream.base import Connection
 
 STABLE_AFTER_S = 10.0  # a process that lived this long resets the backoff
 
@@ -88,38 +85,20 @@ class StdioUpstream(Connection):
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  restart: bool = True) -> None:
-        super().__init__(name)
+        super().__init__(name, conf.startup_timeout_ms / 1000)
         self.conf = conf
         self.max_message_bytes = max_message_bytes
         self.restart = restart
-        self.state = "starting"
-        self.restarts = 0
         self._transport: asyncio.SubprocessTransport | None = None
         self._stdin: asyncio.WriteTransport | None = None
         self._pipes: _Pipes | None = None
         self._outbox: list[bytes] = []
-        self._ready = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.name}")
-
-    async def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Wait until initialized; UpstreamError if that takes longer than `timeout_s`."""
-        if self.ready:
-            return
-        timeout_s = self.conf.startup_timeout_ms / 1000 if timeout_s is None else timeout_s
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout_s)
-        except TimeoutError:
-            raise UpstreamError(self.name, f"upstream '{self.name}' is not ready ({self.state})",
-                                "not_ready", state=self.state) from None
-
-    def status(self) -> dict[str, Any]:
-        return {"state": self.state, "ready": self.ready, "restarts": self.restarts,
-                "in_flight": self.in_flight}
 
     async def close(self) -> None:
         self._closing = True
@@ -155,8 +134,6 @@ class StdioUpstream(Connection):
 
     async def _spawn(self) -> None:
         self.state = "starting"
-        self.init_result = None
-        self._ready.clear()
         loop = asyncio.get_running_loop()
         env = {**os.environ, **self.conf.env} if self.conf.env else None
         pipes = _Pipes(self, self.max_message_bytes)
@@ -171,31 +148,15 @@ class StdioUpstream(Connection):
                  command=self.conf.command)
 
     async def _initialize(self) -> None:
-        self.state = "initializing"
-        sink = FutureSink()
-        self.request(jsonrpc.request(0, mcp.INITIALIZE, {
-            "protocolVersion": mcp.LATEST_LEGACY,
-            "capabilities": {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}},
-            "clientInfo": {"name": "mcp-task-gateway", "version": __version__},
-        }), None, sink)
+        reply = self._ask_initialize()
         assert self._pipes is not None
         exited = self._pipes.exited
-        done, _ = await asyncio.wait({sink.future, exited}, timeout=self.conf.startup_timeout_ms
-                                     / 1000, return_when=asyncio.FIRST_COMPLETED)
-        if sink.future not in done:
+        done, _ = await asyncio.wait({reply, exited}, timeout=self.startup_timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if reply not in done:
             why = "exited during initialize" if exited in done else "did not answer initialize"
             raise UpstreamError(self.name, f"upstream '{self.name}' {why}", "initialize")
-        reply = sink.future.result()
-        result = reply.get("result")
-        if not isinstance(result, dict) or result.get("protocolVersion") not in mcp.LEGACY_VERSIONS:
-            raise UpstreamError(self.name, f"upstream '{self.name}' refused initialize: "
-                                f"{reply.get('error') or result}", "initialize")
-        self._write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)))
-        self.init_result = result
-        self.state = "ready"
-        self._ready.set()
-        log.info("upstream.ready", upstream=self.name, protocol=result["protocolVersion"],
-                 server=result.get("serverInfo", {}).get("name"))
+        self._initialized(reply.result())
 
     async def _wait_exit(self) -> int | None:
         assert self._pipes is not None

@@ -3,8 +3,12 @@ servers, and the raw client of `mcp_http`."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -55,8 +59,6 @@ async def gateway(aiohttp_server: Any) -> Factory:
 
 
 async def wait_until_ready(base: str, timeout_s: float = 30) -> None:
-    import asyncio
-
     async with aiohttp.ClientSession() as http:
         for _ in range(int(timeout_s * 20)):
             try:
@@ -82,3 +84,41 @@ def client(http: aiohttp.ClientSession) -> Callable[[str], McpHttp]:
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+FIXTURE = str(Path(__file__).parent / "servers" / "conformance_server.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve_fixture(port: int) -> subprocess.Popen[bytes]:
+    """The Python SDK fixture server over its own Streamable HTTP on `port`."""
+    return subprocess.Popen([sys.executable, FIXTURE, "http", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def listening(port: int) -> None:
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.1).close()
+            return
+        except OSError:
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+@pytest.fixture
+async def direct_url() -> AsyncIterator[str]:
+    """The fixture server reached directly: the baseline of parity tests."""
+    port = free_port()
+    proc = serve_fixture(port)
+    try:
+        await listening(port)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import NODE_BIN, node_env
-from test_sdk_python import FIXTURE, direct_url  # noqa: F401 - a shared fixture
+from conftest import FIXTURE, NODE_BIN, node_env
 
 pytestmark = [pytest.mark.node, pytest.mark.slow]
 ROOT = Path(__file__).parents[2]
@@ -43,7 +42,7 @@ async def run_suite(url: str, workdir: Path, requirements: str = "2025-11-25"
             for mark, name, p, f in LINE.findall(summary)}
 
 
-async def test_conformance_through_the_gateway_matches_direct(gateway, direct_url) -> None:  # noqa: F811
+async def test_conformance_through_the_gateway_matches_direct(gateway, direct_url) -> None:
     url = await gateway([sys.executable, FIXTURE])
     results = ROOT / "results"
     # One after the other: two suites at once interfere (server-initialize fails in one).

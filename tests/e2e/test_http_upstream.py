@@ -4,34 +4,30 @@ client with MRTR over it, two upstreams behind one gateway, and an upstream rest
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
-import sys
 
-import aiohttp
-from conftest import wait_until_ready
+from conftest import free_port, listening, serve_fixture, wait_until_ready
 from mcp import Client
 from mcp_http import BASIC, text_of
 from test_sdk_modern import on_elicit
-from test_sdk_python import FIXTURE, direct_url, free_port, session_transcript  # noqa: F401
+from test_sdk_python import session_transcript
 
 
 async def test_python_sdk_transcript_matches_through_an_http_upstream(gateway,
-                                                                      direct_url) -> None:  # noqa: F811
+                                                                      direct_url) -> None:
     through = await session_transcript(await gateway(url=direct_url))
     assert through == await session_transcript(direct_url)
     assert through["elicit"].startswith("User response: action=accept")
     assert [p[0] for p in through["progress"]] == [0, 50, 100]
 
 
-async def test_modern_client_with_mrtr_over_an_http_upstream(gateway, direct_url) -> None:  # noqa: F811
+async def test_modern_client_with_mrtr_over_an_http_upstream(gateway, direct_url) -> None:
     async with Client(await gateway(url=direct_url), elicitation_callback=on_elicit) as client:
         assert client.protocol_version == "2026-07-28"
         result = await client.call_tool("test_input_required_result_elicitation", {})
         assert result.content[0].text.startswith("Hello, Ada")
 
 
-async def test_two_upstreams_behind_one_gateway(gateway, direct_url, client, http) -> None:  # noqa: F811
+async def test_two_upstreams_behind_one_gateway(gateway, direct_url, client, http) -> None:
     raw = {"upstreams": {
         "local": {"command": BASIC[0], "args": BASIC[1:]},
         "remote": {"url": direct_url, "path": "/remote/mcp"}}, "logging": {"level": "warning"}}
@@ -48,23 +44,9 @@ async def test_two_upstreams_behind_one_gateway(gateway, direct_url, client, htt
         "This is a simple text response for testing."
 
 
-def serve(port: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, FIXTURE, "http", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-async def listening(port: int) -> None:
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.1).close()
-            return
-        except OSError:
-            await asyncio.sleep(0.05)
-
-
 async def test_upstream_restart_mid_session(gateway, client, http) -> None:
     port = free_port()
-    server = serve(port)
+    server = serve_fixture(port)
     try:
         await listening(port)
         url = await gateway(url=f"http://127.0.0.1:{port}/mcp")
@@ -75,7 +57,7 @@ async def test_upstream_restart_mid_session(gateway, client, http) -> None:
         server.wait(10)
         failed = await asyncio.wait_for(mcp.call("test_simple_text"), 10)
         assert failed.message["error"]["data"]["upstream"] == "main"  # a clear error, no hang
-        server = serve(port)  # the same server comes back, without the old session
+        server = serve_fixture(port)  # the same server comes back, without the old session
         await listening(port)
         await wait_until_ready(url.removesuffix("/mcp"))
         for _ in range(50):
@@ -87,4 +69,3 @@ async def test_upstream_restart_mid_session(gateway, client, http) -> None:
     finally:
         server.terminate()
         server.wait(10)
-    assert isinstance(aiohttp.__version__, str)

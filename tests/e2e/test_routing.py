@@ -7,8 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-import aiohttp
-from mcp_http import ACCEPT_BOTH, McpHttp, read, text_of
+from mcp_http import McpHttp, read, text_of
 
 Answer = dict[str, Any]
 
@@ -185,4 +184,3 @@ async def test_unknown_reply_ids_are_refused(gateway, client) -> None:
     await mcp.initialize()
     reply = await mcp.send({"jsonrpc": "2.0", "id": "gw-999999", "result": {}})
     assert reply.status == 400 and "gw-999999" in reply.body["error"]["message"]
-    assert isinstance(ACCEPT_BOTH, str) and aiohttp

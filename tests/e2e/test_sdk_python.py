@@ -3,44 +3,12 @@ call for call with the same client talking to the same SDK server directly over 
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import subprocess
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import mcp_types as types
-import pytest
+from conftest import FIXTURE
 from mcp import Client
-
-FIXTURE = str(Path(__file__).parents[1] / "servers" / "conformance_server.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-async def direct_url() -> AsyncIterator[str]:
-    """The fixture server over its own Streamable HTTP: the baseline."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, FIXTURE, "http", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.1).close()
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 async def session_transcript(url: str) -> dict[str, Any]:

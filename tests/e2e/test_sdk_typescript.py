@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NODE_BIN, node_env
-from test_sdk_python import FIXTURE, direct_url  # noqa: F401 - a shared fixture
+from conftest import FIXTURE, NODE_BIN, node_env
 
 pytestmark = pytest.mark.node
 CLIENT = Path(__file__).parents[1] / "node" / "client.mjs"
@@ -26,7 +25,7 @@ async def ts_client(url: str, plan: str) -> dict[str, Any]:
     return json.loads(out.splitlines()[-1])
 
 
-async def test_typescript_sdk_sees_the_same_through_the_gateway(gateway, direct_url) -> None:  # noqa: F811
+async def test_typescript_sdk_sees_the_same_through_the_gateway(gateway, direct_url) -> None:
     through = await ts_client(await gateway([sys.executable, FIXTURE]), "fixture")
     direct = await ts_client(direct_url, "fixture")
     assert through == direct

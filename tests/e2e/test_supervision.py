@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import aiohttp
-from conftest import wait_until_ready
+from conftest import free_port, wait_until_ready
 from mcp_http import BASIC, text_of
 
 
@@ -94,12 +93,6 @@ async def test_hundred_concurrent_slow_calls_overlap(gateway, client) -> None:
     replies = await asyncio.gather(*(mcp.call("sleep", {"ms": 1000}) for _ in range(100)))
     assert [text_of(r) for r in replies] == ["slept 1000"] * 100
     assert time.monotonic() - began < 10  # one after another would take 100 s
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_sigterm_stops_cleanly_with_no_orphans(http) -> None:

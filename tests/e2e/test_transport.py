@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import pytest
 from mcp_http import ACCEPT_BOTH, McpHttp, parse_sse, text_of
 
@@ -226,4 +225,5 @@ async def test_readyz_and_healthz(gateway, http) -> None:
     async with http.get(url.replace("/mcp", "/readyz")) as resp:
         body = await resp.json()
     assert resp.status == 200 and body["upstreams"]["main"]["state"] == "ready"
-    assert isinstance(aiohttp.__version__, str)
+    async with http.get(url.replace("/mcp", "/healthz")) as resp:
+        assert resp.status == 200 and (await resp.json()) == {"status": "ok"}

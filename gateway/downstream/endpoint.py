@@ -26,10 +26,10 @@ class Endpoint:
     async def post(self, request: web.Request) -> web.StreamResponse:
         msg = None
         try:
-            msg = await read_message(request, self.max_body_bytes)
+            msg, kind = await read_message(request, self.max_body_bytes)
             if router.is_modern(msg, request.headers.get(mcp.H_PROTOCOL)):
-                return await self.modern.post(request, msg)
-            return await self.legacy.post(request, msg)
+                return await self.modern.post(request, msg, kind)
+            return await self.legacy.post(request, msg, kind)
         except GatewayError as exc:
             return error_response(exc, msg.get("id") if msg else None)
 

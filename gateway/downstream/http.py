@@ -54,8 +54,9 @@ def check_accept(request: web.Request, *, need_json: bool) -> tuple[bool, bool]:
     return json_ok, sse_ok
 
 
-async def read_message(request: web.Request, max_bytes: int) -> dict[str, Any]:
-    """The POST body as one JSON-RPC message (a dict), or the right GatewayError."""
+async def read_message(request: web.Request, max_bytes: int
+                       ) -> tuple[dict[str, Any], jsonrpc.Kind]:
+    """The POST body as one JSON-RPC message and its kind, or the right GatewayError."""
     ctype = request.headers.get("Content-Type", "")
     if ctype.split(";", 1)[0].strip().lower() != mcp.CT_JSON:
         raise errors.UnsupportedMediaType(
@@ -70,10 +71,11 @@ async def read_message(request: web.Request, max_bytes: int) -> dict[str, Any]:
         # Protocol 2025-06-18 removed JSON-RPC batching; one message per POST.
         raise errors.InvalidRequest("Invalid Request: batches are not supported; "
                                     "send one JSON-RPC message per POST")
-    if jsonrpc.classify(msg) is None:
+    kind = jsonrpc.classify(msg)
+    if kind is None:
         raise errors.InvalidRequest("Invalid Request: not a JSON-RPC 2.0 request, "
                                     "notification or response")
-    return msg  # type: ignore[no-any-return]
+    return msg, kind
 
 
 async def _read_body(request: web.Request, max_bytes: int) -> bytes | bytearray:

@@ -54,8 +54,8 @@ class LegacyEra:
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
 
     # -- POST ------------------------------------------------------------------------------
-    async def post(self, request: web.Request, msg: Message) -> web.StreamResponse:
-        kind = jsonrpc.classify(msg)
+    async def post(self, request: web.Request, msg: Message, kind: jsonrpc.Kind
+                   ) -> web.StreamResponse:
         if kind == "request" and msg["method"] == mcp.INITIALIZE:
             return await self.initialize(request, msg)
         session = self.session_of(request)

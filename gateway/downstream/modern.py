@@ -195,8 +195,8 @@ class ModernEra:
         init = self.backend.primary.init_result
         return init.get("serverInfo") if init else None
 
-    async def post(self, request: web.Request, msg: Message) -> web.StreamResponse:
-        kind = jsonrpc.classify(msg)
+    async def post(self, request: web.Request, msg: Message, kind: jsonrpc.Kind
+                   ) -> web.StreamResponse:
         if kind == "notification":
             return web.Response(status=202)  # none are defined for HTTP in this revision
         if kind == "response":

@@ -109,8 +109,6 @@ class Parked:
     _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     used: set[str] = field(default_factory=set)
 
-    parked = True  # tells the connection's routing this call waits for its client
-
     @property
     def conn(self) -> Connection:
         return self.call.conn
@@ -157,6 +155,7 @@ class ParkedCalls:
             self.drop(next(iter(self._by_id)), "too many calls waiting for input")
         self._by_id[parked.id] = parked
         parked.call.sink = parked
+        parked.call.waiting = True
         parked.timer = asyncio.get_running_loop().call_later(
             self.timeout_s, self.drop, parked.id, "the client never answered")
 
@@ -166,8 +165,10 @@ class ParkedCalls:
     def take(self, parked_id: str) -> Parked | None:
         """Remove and return a parked call for resuming."""
         parked = self._by_id.pop(parked_id, None)
-        if parked is not None and parked.timer is not None:
-            parked.timer.cancel()
+        if parked is not None:
+            parked.call.waiting = False
+            if parked.timer is not None:
+                parked.timer.cancel()
         return parked
 
     def drop(self, parked_id: str, why: str) -> None:

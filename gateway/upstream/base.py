@@ -34,7 +34,10 @@ _asked_ids: Iterator[int] = itertools.count(1)
 
 
 class Sink(Protocol):
-    """Receives what belongs to one call: related messages, then exactly one response."""
+    """Receives what belongs to one call: related messages, then exactly one response.
+
+    A sink may also define `on_refused(capability)`: told when the gateway refused one of the
+    server's requests because this call's client did not declare what it needs."""
 
     def on_message(self, msg: Message) -> None: ...
 
@@ -68,6 +71,9 @@ class Call:
     sink: Sink
     conn: Connection
     progress_token: Any = None
+    # Parked: waiting between two HTTP requests for its client's input (MRTR). Its tool is
+    # blocked on the answers it asked for, so routing leaves it out while others run.
+    waiting: bool = False
     started: float = field(default_factory=time.monotonic)
 
 
@@ -334,7 +340,7 @@ class Connection:
         legacy session): across owners the gateway never guesses.
         """
         owned = [c for c in self._calls.values() if c.owner is not None]
-        candidates = [c for c in owned if not getattr(c.sink, "parked", False)] or owned
+        candidates = [c for c in owned if not c.waiting] or owned
         if candidates:
             key = candidates[0].owner.key  # type: ignore[union-attr]
             if any(c.owner.key != key for c in candidates):  # type: ignore[union-attr]

@@ -255,3 +255,16 @@ async def test_a_parked_call_never_resumed_is_cancelled_upstream(gateway, http) 
     assert len(seen) == 1  # the upstream was told to stop waiting
     late = await retry(http, url, first["requestState"], {"elicitation-1": {"action": "cancel"}})
     assert late.status == 400 and late.body["error"]["code"] == -32602
+
+
+async def test_an_abandoned_round_does_not_capture_the_next_call(url, http) -> None:
+    _, abandoned = await ask_round(http, url)  # parked, never answered
+    assert abandoned["resultType"] == "input_required"
+    # Routed into the abandoned round instead, this call would never answer: bound the wait.
+    _, second = await asyncio.wait_for(ask_round(http, url, message="Again?"), 10)
+    (key, request), = second["inputRequests"].items()
+    assert request["params"]["message"] == "Again?"  # the running call's question, not lost
+    done = await call(http, url, "ask", {"message": "Again?"}, {"elicitation": {}},
+                      inputResponses={key: {"action": "decline"}},
+                      requestState=second["requestState"])
+    assert json.loads(done.body["result"]["content"][0]["text"]) == {"action": "decline"}

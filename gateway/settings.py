@@ -76,6 +76,10 @@ class Upstream(_Model):
             raise ValueError("give exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
         if not self.path.startswith("/"):
             raise ValueError("'path' must start with '/'")
+        if self.url is not None:
+            scheme, _, rest = self.url.partition("://")
+            if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
+                raise ValueError(f"'url' must be an http:// or https:// URL, not {self.url!r}")
         return self
 
 

@@ -134,10 +134,16 @@ class Connection:
 
     def _initialized(self, reply: Message) -> dict[str, Any]:
         """Accept the server's initialize reply (a version we speak) and become ready."""
-        result = reply.get("result")
-        if not isinstance(result, dict) or result.get("protocolVersion") not in mcp.LEGACY_VERSIONS:
-            raise UpstreamError(self.name, f"upstream '{self.name}' refused initialize: "
-                                f"{reply.get('error') or result}", "initialize")
+        result, error = reply.get("result"), reply.get("error")
+        if isinstance(error, dict):  # an error answer, or the transport failed the request
+            raise UpstreamError(self.name, f"initialize failed: {error.get('message')}",
+                                "initialize")
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        if version not in mcp.LEGACY_VERSIONS:
+            raise UpstreamError(self.name, f"upstream '{self.name}' answered initialize with "
+                                f"protocol version {version!r}, which the gateway does not "
+                                "speak", "initialize")
+        assert isinstance(result, dict)
         self._write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)))
         self.init_result, self.state = result, "ready"
         self._ready.set()

@@ -69,3 +69,16 @@ async def test_upstream_restart_mid_session(gateway, client, http) -> None:
     finally:
         server.terminate()
         server.wait(10)
+
+
+async def test_an_unreachable_http_upstream_is_reported_not_hung(gateway, client, http) -> None:
+    url = await gateway(url=f"http://127.0.0.1:{free_port()}/mcp", wait_ready=False,
+                        upstream={"startup_timeout_ms": 300})
+    await asyncio.sleep(0.5)
+    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+        assert resp.status == 503
+        assert (await resp.json())["upstreams"]["main"]["ready"] is False
+    reply = await asyncio.wait_for(client(url).send({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}}}), 5)
+    assert reply.status == 503 and "not ready" in reply.body["error"]["message"]

@@ -93,6 +93,9 @@ def test_flags_override_the_file(tmp_path) -> None:
 def test_an_http_upstream_from_the_command_line() -> None:
     up = build("--upstream-url", "http://127.0.0.1:9000/mcp").upstreams["main"]
     assert (up.url, up.command) == ("http://127.0.0.1:9000/mcp", None)
+    for bad in ("nonsense", "ftp://host/mcp", "http:///mcp"):
+        with pytest.raises(ConfigError, match=r"upstreams\.main: 'url' must be an http"):
+            build("--upstream-url", bad)
 
 
 def test_bad_task_tool_flag() -> None:

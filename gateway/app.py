@@ -51,7 +51,7 @@ def create_app(conf: Settings) -> web.Application:
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes)
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
-        era = LegacyEra(backend, sessions, conf)
+        era = LegacyEra(backend, sessions, conf, engine, policies)
         modern = ModernEra(backend, conf, sealer, engine, policies)
         endpoint = Endpoint(era, modern, conf.limits.max_body_bytes)
         app.router.add_post(up.path, endpoint.post)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.protocol import jsonrpc, mcp
+from gateway.tasks.dialects import core
 
 # Requests the gateway answers itself instead of forwarding.
 LOCAL_REQUESTS = frozenset({mcp.PING})
@@ -23,8 +24,13 @@ def negotiate(requested: Any) -> str:
 
 def initialize_result(upstream: dict[str, Any], version: str) -> dict[str, Any]:
     """The answer to a client's initialize: the negotiated version, and what the upstream said
-    of itself (capabilities, serverInfo, instructions and any other field), untouched."""
-    return {**upstream, "protocolVersion": version}
+    of itself (capabilities, serverInfo, instructions and any other field), untouched, except
+    that a 2025-11-25 session gets the gateway's core tasks in place of any the upstream has
+    (the gateway serves tasks/* for it; the upstream never sees a task request)."""
+    out = {**upstream, "protocolVersion": version}
+    if core.offered(version):
+        out["capabilities"] = {**upstream.get("capabilities", {}), "tasks": core.CAPABILITY}
+    return out
 
 
 # -- the modern era (protocol 2026-07-28) --------------------------------------------------

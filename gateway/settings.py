@@ -39,6 +39,9 @@ class TaskPolicy(_Model):
     max_ttl_ms: int = Field(3_600_000, ge=1)
     poll_interval_ms: int = Field(1000, ge=1)
     timeout_ms: int | None = Field(None, ge=1)
+    # Text a 2025-11-25 client may show its model at once when a call becomes a task
+    # (CreateTaskResult `_meta["io.modelcontextprotocol/model-immediate-response"]`).
+    immediate_response: str | None = None
 
 
 class TaskPolicyOverride(_Model):
@@ -48,6 +51,7 @@ class TaskPolicyOverride(_Model):
     max_ttl_ms: int | None = Field(None, ge=1)
     poll_interval_ms: int | None = Field(None, ge=1)
     timeout_ms: int | None = Field(None, ge=1)
+    immediate_response: str | None = None
 
 
 class Tasks(_Model):

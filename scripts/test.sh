@@ -3,6 +3,8 @@
 #   - a virtual environment in .venv with the gateway and its test dependencies;
 #   - Node 22, the TypeScript SDK, server-everything and the conformance suite in tests/node
 #     (from its lockfile);
+#   - .test-envs/mcp130: the Python SDK mcp==1.30.0, whose version clashes with ours (the
+#     last one with the 2025-11-25 tasks client);
 #   - ruff, then pytest (extra arguments go to pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +12,8 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
 (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+python3 -m venv .test-envs/mcp130
+.test-envs/mcp130/bin/pip install --quiet --disable-pip-version-check 'mcp==1.30.0'
 
 .venv/bin/ruff check gateway tests bench
 exec .venv/bin/pytest "$@"

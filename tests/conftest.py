@@ -21,6 +21,7 @@ from gateway.app import create_app
 from gateway.settings import from_mapping
 
 NODE_BIN = Path(__file__).parent / "node" / "node_modules" / ".bin"
+MCP130 = Path(__file__).parents[1] / ".test-envs" / "mcp130" / "bin" / "python"
 
 Factory = Callable[..., Awaitable[str]]
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import itertools
 import json
@@ -88,6 +89,19 @@ class McpHttp:
             params["_meta"] = meta
         return await self.send({"jsonrpc": "2.0", "id": next(self.ids), "method": "tools/call",
                                 "params": params}, **headers)
+
+
+async def next_event(resp: aiohttp.ClientResponse, timeout_s: float = 5.0) -> dict[str, Any]:
+    """The next data event of an SSE response still streaming (a GET stream, a slow call)."""
+    data: list[str] = []
+    while True:
+        line = (await asyncio.wait_for(resp.content.readline(), timeout_s)).decode()
+        if not line:
+            raise EOFError("the stream ended")
+        if line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif line == "\n" and data:
+            return json.loads("\n".join(data))
 
 
 async def read(resp: aiohttp.ClientResponse) -> Reply:

@@ -13,42 +13,30 @@ from aiohttp import web
 
 from gateway import errors, router
 from gateway.downstream import sse
-from gateway.downstream.exchange import Exchange
-from gateway.downstream.http import check_accept, error_response, json_response
-from gateway.downstream.session import Session, SessionStore
+from gateway.downstream.core_tasks import CoreTasks
+from gateway.downstream.http import PRINCIPAL, check_accept, error_response, json_response
+from gateway.downstream.session import Session, SessionExchange, SessionStore
 from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Settings
+from gateway.tasks.dialects import core
+from gateway.tasks.engine import TaskEngine
+from gateway.tasks.policy import Policies
 from gateway.upstream.base import Connection
 from gateway.upstream.isolation import Backend
-
-REQUEST_CANCELLED = -32800  # the JSON-RPC code LSP and most MCP SDKs use for cancellation
-
-
-class SessionExchange(Exchange):
-    """A legacy request: streams are the session's (resumable), and a server request for a
-    client that accepts no SSE goes to the session's GET stream instead."""
-
-    __slots__ = ("session",)
-
-    def __init__(self, session: Session, sse_ok: bool) -> None:
-        super().__init__(sse_ok, session.new_stream, {mcp.H_SESSION: session.id})
-        self.session = session
-
-    def unstreamable(self, msg: Message) -> None:
-        if "id" in msg:
-            self.session.deliver(msg)
 
 
 class LegacyEra:
     """Handles legacy-era requests for one upstream."""
 
-    def __init__(self, backend: Backend, sessions: SessionStore, conf: Settings) -> None:
+    def __init__(self, backend: Backend, sessions: SessionStore, conf: Settings,
+                 engine: TaskEngine, policies: Policies) -> None:
         self.backend = backend
         self.sessions = sessions
         self.keepalive_s = conf.listen.sse_keepalive_ms / 1000
+        self.tasks = CoreTasks(backend, engine, policies, self.keepalive_s)
         self.replay = conf.limits.replay_events
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
@@ -74,7 +62,8 @@ class LegacyEra:
             return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS,
                                                "Invalid params: initialize needs params"))
         version = router.negotiate(params.get("protocolVersion"))
-        session = Session(version, params.get("capabilities") or {}, self.replay)
+        session = Session(version, params.get("capabilities") or {}, self.replay,
+                          request.get(PRINCIPAL, "anonymous"))
         try:
             evicted = self.sessions.add(session)
         except OverflowError:
@@ -108,6 +97,14 @@ class LegacyEra:
         if client_id in session.calls:
             raise errors.InvalidRequest(f"Invalid Request: id {client_id!r} is already in flight")
         ex = SessionExchange(session, sse_ok)
+        if core.offered(session.version):
+            try:
+                answered = await self._core_tasks(request, session, msg, ex)
+            except (errors.InvalidParams, errors.MethodNotFound) as exc:
+                # A JSON-RPC error of the session's protocol: HTTP 200, as the upstream's.
+                return json_response(exc.to_message(client_id))
+            if answered is not None:
+                return answered
         try:
             conn = await self.backend.for_request(session.conn, session, method)
         except UpstreamError as exc:
@@ -123,6 +120,24 @@ class LegacyEra:
             ex.timer = asyncio.get_running_loop().call_later(
                 self.request_timeout_s, self._timed_out, session, client_id)
         return await ex.respond(request, json_ok, self.keepalive_s)
+
+    async def _core_tasks(self, request: web.Request, session: Session, msg: Message,
+                          ex: SessionExchange) -> web.StreamResponse | None:
+        """Core tasks (protocol 2025-11-25): the answer when the gateway gives it, else None
+        (the request goes upstream; a tools/list answer gains taskSupport on the way)."""
+        method, params = msg["method"], msg.get("params")
+        if method in core.METHODS:
+            return await self.tasks.serve(request, session, msg)
+        if method == mcp.TOOLS_LIST:
+            ex.edit = lambda m: core.mark_tools(m, self.tasks.support)
+        elif method == mcp.TOOLS_CALL and isinstance(params, dict):
+            if "task" in params:
+                return await self.tasks.call(session, msg, core.requested_ttl(params))
+            if self.tasks.policy(params.get("name")).mode == "required":
+                # spec (Tool-Level Negotiation): required tools refuse plain calls.
+                raise errors.MethodNotFound(f"Tool {params.get('name')!r} must be called "
+                                            "as a task (taskSupport: required)")
+        return None
 
     def _finished(self, session: Session, client_id: Any, used: Connection) -> None:
         session.calls.pop(client_id, None)
@@ -168,7 +183,7 @@ class LegacyEra:
             call = session.calls.get(params.get("requestId")) if isinstance(params, dict) else None
             if call is not None:
                 call.conn.cancel(call, str(params.get("reason") or "cancelled by the client"))
-                call.sink.on_response(jsonrpc.error(call.client_id, REQUEST_CANCELLED,
+                call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
                                                     "Request cancelled"))
             return
         assert session.conn is not None
@@ -176,7 +191,8 @@ class LegacyEra:
 
     def on_reply(self, session: Session, msg: Message) -> None:
         conn = session.replies.pop(msg["id"], None)
-        if conn is None or not conn.reply(msg["id"], msg):
+        # An answer to a task's input request also moves the task back to working.
+        if conn is None or not (self.tasks.engine.reply(msg) or conn.reply(msg["id"], msg)):
             raise errors.InvalidRequest(f"Invalid Request: no server request with id "
                                         f"{msg['id']!r} is waiting for an answer")
 
@@ -190,6 +206,8 @@ class LegacyEra:
         if parsed is not None and (found := session.find_stream(parsed[0])) is not None:
             stream, after = found, parsed[1]
         resp = await sse.open_response(request, {mcp.H_SESSION: session.id})
+        if stream is session.get_stream:
+            self.tasks.opened_get(session)
         await sse.pump(resp, stream, after, self.keepalive_s)
         return resp
 
@@ -202,9 +220,10 @@ class LegacyEra:
         """End `session`: cancel its calls upstream, release its process, close its streams."""
         self.sessions.pop(session.id)
         session.closed = True
+        self.tasks.end(session)
         for call in list(session.calls.values()):
             call.conn.cancel(call, "client session ended")
-            call.sink.on_response(jsonrpc.error(call.client_id, REQUEST_CANCELLED,
+            call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
                                                 "Session ended"))
         if session.conn is not None:
             for uri in session.subscriptions:
@@ -224,7 +243,8 @@ class LegacyEra:
         if not sid:
             raise errors.SessionRequired("Bad Request: Mcp-Session-Id header is required")
         session = self.sessions.get(sid)
-        if session is None:
+        # A session is bound to the auth context that created it (and so are its tasks).
+        if session is None or session.principal != request.get(PRINCIPAL, "anonymous"):
             raise errors.SessionNotFound("Session not found: it ended or never existed; "
                                          "initialize a new one")
         version = request.headers.get(mcp.H_PROTOCOL)
@@ -236,4 +256,4 @@ class LegacyEra:
         return session
 
 
-__all__ = ["LegacyEra", "SessionExchange", "error_response"]
+__all__ = ["LegacyEra", "error_response"]

@@ -10,10 +10,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from cachetools import LRUCache
 
+from gateway.downstream.exchange import Exchange
 from gateway.downstream.sse import Stream
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -24,17 +26,20 @@ MAX_STREAMS = 64  # POST streams kept for resumption per session
 
 
 class Session:
-    def __init__(self, version: str, capabilities: dict[str, Any], replay: int) -> None:
+    def __init__(self, version: str, capabilities: dict[str, Any], replay: int,
+                 principal: str = "anonymous") -> None:
         # spec (Session Management): "globally unique and cryptographically secure", visible
         # ASCII only. 256 random bits, URL-safe base64.
         self.id = secrets.token_urlsafe(32)
         self.key = self.id
+        self.principal = principal  # the auth context that created it; no other may use it
         self.version = version
         self.capabilities = capabilities
         self.conn: Connection | None = None
         self.calls: dict[Any, Call] = {}  # by the client's request id
         self.replies: OrderedDict[str, Connection] = OrderedDict()
         self.subscriptions: set[str] = set()
+        self.tasks: dict[str, Any] = {}  # its running core tasks (core_tasks.Link) by id
         self.replay = replay
         self.get_stream = Stream("0", replay)
         self.streams: LRUCache[str, Stream] = LRUCache(MAX_STREAMS)
@@ -72,6 +77,25 @@ class Session:
         self.get_stream.close()
         for stream in self.streams.values():
             stream.close()
+
+
+class SessionExchange(Exchange):
+    """A legacy request: streams are the session's (resumable), and a server request for a
+    client that accepts no SSE goes to the session's GET stream instead."""
+
+    __slots__ = ("edit", "session")
+
+    def __init__(self, session: Session, sse_ok: bool) -> None:
+        super().__init__(sse_ok, session.new_stream, {mcp.H_SESSION: session.id})
+        self.session = session
+        self.edit: Callable[[Message], Message] | None = None  # applied to the response
+
+    def on_response(self, msg: Message) -> None:
+        super().on_response(msg if self.edit is None else self.edit(msg))
+
+    def unstreamable(self, msg: Message) -> None:
+        if "id" in msg:
+            self.session.deliver(msg)
 
 
 class SessionStore:

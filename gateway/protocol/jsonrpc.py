@@ -15,6 +15,7 @@ INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
+REQUEST_CANCELLED: Final = -32800  # the code LSP and most MCP SDKs use for cancellation
 
 Kind = Literal["request", "notification", "response"]
 Message = dict[str, Any]

@@ -29,18 +29,20 @@ POLL_FLOOR_MS = 250  # never suggest polling faster than this
 POLL_CEILING_MS = 30_000
 HISTORY = 20  # durations remembered per tool
 Watcher = Callable[[Task], None]
+Relay = Callable[[Message], None]
 
 
 class TaskRun:
     """One task's upstream call in the background: the call's `Sink` from now on."""
 
     def __init__(self, engine: TaskEngine, task: Task, call: Call, fail_on_is_error: bool,
-                 done: Callable[[], None] | None) -> None:
+                 done: Callable[[], None] | None, relay: Relay | None) -> None:
         self.engine = engine
         self.task = task
         self.call = call
         self.fail_on_is_error = fail_on_is_error  # core dialect: isError fails the task
         self.done = done  # releases the call's process
+        self.relay = relay  # core dialect: input requests and progress go on to the client
         self.asked: dict[str, Any] = {}  # input key -> the id the server asked under
         self.keys = 0
         self.used: set[str] = set()  # every key this task ever showed: never reused
@@ -56,6 +58,7 @@ class TaskRun:
             self.keys += 1
             key = mcp.input_key(msg, self.keys, self.used)  # spec: unique for the task's life
             self.asked[key] = msg["id"]
+            self.engine.asked[msg["id"]] = self
             task.inputs[key] = {"method": msg["method"], "params": msg.get("params", {})}
             if task.status is Status.WORKING:
                 task.move(Status.INPUT_REQUIRED, "waiting for the client's input")
@@ -71,6 +74,10 @@ class TaskRun:
             task.status_message = f"{status}: {note}" if note else status
             task.touch()
             self.engine.changed(task)
+        else:
+            return
+        if self.relay is not None:
+            self.relay(msg)
 
     def on_response(self, msg: Message) -> None:
         if self.task.terminal:
@@ -88,14 +95,16 @@ class TaskEngine:
     def __init__(self, store: TaskStore) -> None:
         self.store = store
         self.runs: dict[str, TaskRun] = {}
+        self.asked: dict[str, TaskRun] = {}  # id of an input request sent on -> its task
         self.watchers: defaultdict[str, set[Watcher]] = defaultdict(set)
         self.durations: defaultdict[str, deque[float]] = defaultdict(lambda: deque(maxlen=HISTORY))
 
     def adopt(self, task: Task, call: Call, *, fail_on_is_error: bool = False,
               timeout_ms: int | None = None, done: Callable[[], None] | None = None,
-              pending: list[Message] = ()) -> TaskRun:  # type: ignore[assignment]
+              pending: list[Message] = (),  # type: ignore[assignment]
+              relay: Relay | None = None) -> TaskRun:
         """Make `task` the owner of `call`, from now on in the background."""
-        run = TaskRun(self, task, call, fail_on_is_error, done)
+        run = TaskRun(self, task, call, fail_on_is_error, done, relay)
         call.sink = run
         self.runs[task.id] = run
         if timeout_ms is not None:
@@ -126,9 +135,29 @@ class TaskEngine:
         if run is None or task.terminal:
             return
         for key in [k for k in task.inputs if k in responses]:
-            del task.inputs[key]
-            asked_id = run.asked.pop(key)
-            run.call.conn.reply(asked_id, jsonrpc.result(asked_id, responses[key]))
+            self._answered(run, key, jsonrpc.result(None, responses[key]))
+        self._settle(task)
+
+    def reply(self, msg: Message) -> bool:
+        """A client's JSON-RPC answer (result or error) to an input request a task sent
+        (core dialect); False when it answers no task's request."""
+        run = self.asked.get(msg["id"])
+        if run is None:
+            return False
+        key = next(k for k, v in run.asked.items() if v == msg["id"])
+        self._answered(run, key, msg)
+        self._settle(run.task)
+        return True
+
+    def _answered(self, run: TaskRun, key: str, msg: Message) -> None:
+        """Send an answer upstream under the server's own id (the connection maps it)."""
+        del run.task.inputs[key]
+        asked_id = run.asked.pop(key)
+        self.asked.pop(asked_id, None)
+        msg["id"] = asked_id
+        run.call.conn.reply(asked_id, msg)
+
+    def _settle(self, task: Task) -> None:
         if not task.inputs and task.status is Status.INPUT_REQUIRED:
             task.move(Status.WORKING)
         task.touch()
@@ -172,6 +201,7 @@ class TaskEngine:
     def _end(self, run: TaskRun, status: Status, message: str | None) -> None:
         task = run.task
         task.inputs.clear()
+        self._forget_inputs(run)
         task.move(status, message)
         if run.timer is not None:
             run.timer.cancel()
@@ -185,6 +215,11 @@ class TaskEngine:
         log.info(f"task.{status}", task=task.id, tool=task.tool, owner=owner_hash(task.owner),
                  duration_s=round(duration, 3))
         self.changed(task)
+
+    def _forget_inputs(self, run: TaskRun) -> None:
+        for asked_id in run.asked.values():
+            self.asked.pop(asked_id, None)
+        run.asked.clear()
 
     # -- watchers -----------------------------------------------------------------------------
     def watch(self, task_id: str, fn: Watcher) -> None:
@@ -206,6 +241,7 @@ class TaskEngine:
         for task in self.store.sweep():
             run = self.runs.pop(task.id, None)
             if run is not None:
+                self._forget_inputs(run)
                 run.call.conn.cancel(run.call, "the task expired")
                 if run.done is not None:
                     run.done()

@@ -18,6 +18,7 @@ class Policy:
     max_ttl_ms: int
     poll_interval_ms: int
     timeout_ms: int | None
+    immediate_response: str | None = None
 
     def ttl(self, requested: int | None) -> int:
         """The TTL a task gets: what was asked (or the default), clamped to the maximum."""

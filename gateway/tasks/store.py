@@ -111,6 +111,11 @@ class TaskStore:
                 gone.append(task)
         return gone
 
+    def discard(self, task: Task) -> None:
+        """Forget a task that never started (its call could not be sent)."""
+        if self._tasks.get(task.id) is task:
+            self._drop(task)
+
     def _drop(self, task: Task) -> None:
         del self._tasks[task.id]
         self.stored_bytes -= task.size

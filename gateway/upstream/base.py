@@ -230,7 +230,7 @@ class Connection:
         """A request of the gateway's own whose answer nobody waits for (subscriptions)."""
         if self.ready:
             with contextlib.suppress(UpstreamError):
-                self.request(jsonrpc.request(0, method, params), None, _IGNORE)
+                self.request(jsonrpc.request(0, method, params), None, IGNORE)
 
     def fail_all(self, error: UpstreamError) -> None:
         """Answer every call in flight with `error` (the upstream died or is going away)."""
@@ -385,7 +385,7 @@ class _Ignore:
         pass
 
 
-_IGNORE = _Ignore()
+IGNORE = _Ignore()  # a sink for answers nobody waits for
 
 
 class FutureSink:

@@ -206,7 +206,7 @@ async def test_unknown_methods_pass_through_to_the_upstream(gateway, client) -> 
 
 
 async def test_bearer_tokens_guard_the_endpoint(gateway, client, http) -> None:
-    url = await gateway(auth={"bearer_tokens": ["s3cret"]})
+    url = await gateway(auth={"bearer_tokens": ["s3cret", "other"]})
     mcp = client(url)
     with pytest.raises(KeyError):  # no session: the gateway answered 401 with no result
         await mcp.initialize()
@@ -216,6 +216,12 @@ async def test_bearer_tokens_guard_the_endpoint(gateway, client, http) -> None:
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"}}}, Authorization="Bearer s3cret")
     assert reply.status == 200
+    mcp.session_id = reply.headers["Mcp-Session-Id"]
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    assert (await mcp.send(ping, Authorization="Bearer s3cret")).status == 200
+    # Another valid token cannot use that session: it is bound to the token that opened it.
+    stolen = await mcp.send(ping, Authorization="Bearer other")
+    assert stolen.status == 404 and stolen.body["error"]["code"] == -32600
     async with http.get(url.replace("/mcp", "/healthz")) as health:
         assert health.status == 200  # probes stay open
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import errors
+from gateway.tasks.dialects import task_fields
 from gateway.tasks.engine import TaskEngine
-from gateway.tasks.model import Status, Task, iso
+from gateway.tasks.model import Status, Task
 from gateway.tasks.store import TaskExpired, TaskNotFound
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -31,13 +32,7 @@ def missing() -> errors.MissingCapability:
 
 
 def fields(task: Task) -> dict[str, Any]:
-    out: dict[str, Any] = {"taskId": task.id, "status": str(task.status),
-                           "createdAt": iso(task.created_at),
-                           "lastUpdatedAt": iso(task.updated_at), "ttlMs": task.ttl_ms,
-                           "pollIntervalMs": task.poll_interval_ms}
-    if task.status_message:
-        out["statusMessage"] = task.status_message
-    return out
+    return task_fields(task, "ttlMs", "pollIntervalMs")
 
 
 def created(task: Task) -> dict[str, Any]:

@@ -1,0 +1,180 @@
+"""The 2025-11-25 core task dialect on legacy sessions: task-augmented `tools/call`, the
+`tasks/*` requests the gateway serves itself, and a task's traffic to its session.
+
+A running task is linked to the session that created it (its owner): the server's input
+requests reach the client with related-task `_meta` on an open tasks/result stream, else on
+the GET stream (held until one opens); progress keeps the client's token until the task ends;
+each status change is pushed as notifications/tasks/status on the GET stream.
+spec: tasks-2025-11-25.md. Wire shapes live in tasks/dialects/core.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from gateway import errors
+from gateway.downstream.http import check_accept, json_response
+from gateway.downstream.session import Session, SessionExchange
+from gateway.observability import log, metrics
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+from gateway.tasks.dialects import core
+from gateway.tasks.engine import TaskEngine
+from gateway.tasks.model import Status, Task
+from gateway.tasks.policy import Policies, Policy
+from gateway.tasks.store import StoreFull
+from gateway.upstream.base import IGNORE
+from gateway.upstream.isolation import Backend
+
+
+class Link:
+    """Ties one running task to its session until the task ends."""
+
+    __slots__ = ("held", "last_status", "relay_progress", "session", "task", "waiters")
+
+    def __init__(self, session: Session, task: Task, relay_progress: bool) -> None:
+        self.session = session
+        self.task = task
+        self.relay_progress = relay_progress  # the client asked for progress on its call
+        self.waiters: list[tuple[Any, SessionExchange]] = []  # open tasks/result requests
+        self.held: list[Message] = []  # input requests no open stream could take yet
+        self.last_status = task.status
+
+    def relay(self, msg: Message) -> None:
+        """The engine's relay: the task's input requests and progress, to the client."""
+        if "id" in msg:
+            msg = core.related(msg, self.task)
+            if self.waiters:
+                self.waiters[-1][1].on_message(msg)
+            elif self.session.get_stream.writer is not None:
+                self.session.deliver(msg)
+            else:
+                self.held.append(msg)
+        elif self.relay_progress:
+            if self.waiters:
+                self.waiters[-1][1].on_message(msg)
+            else:
+                self.session.deliver(msg)
+
+    def changed(self, task: Task) -> None:
+        """The engine's watcher: push status changes; answer waiting tasks/result calls."""
+        if task.status is not self.last_status:
+            self.last_status = task.status
+            self.session.deliver(core.status_notification(task))
+        if task.terminal:
+            waiters, self.waiters = self.waiters, []
+            for client_id, ex in waiters:
+                ex.on_response(core.final(task, client_id))
+            self.held.clear()
+            self.session.tasks.pop(task.id, None)
+
+    def flush(self) -> None:
+        for msg in self.held:
+            self.session.deliver(msg)
+        self.held.clear()
+
+
+class CoreTasks:
+    """Serves core tasks for one upstream's legacy sessions."""
+
+    def __init__(self, backend: Backend, engine: TaskEngine, policies: Policies,
+                 keepalive_s: float) -> None:
+        self.backend = backend
+        self.engine = engine
+        self.policies = policies
+        self.keepalive_s = keepalive_s
+
+    def policy(self, tool: Any) -> Policy:
+        return self.policies.for_tool(self.backend.name, str(tool or ""))
+
+    def support(self, tool: str) -> str:
+        return core.TASK_SUPPORT[self.policy(tool).mode]
+
+    # -- tools/call --------------------------------------------------------------------------
+    async def call(self, session: Session, msg: Message, ttl: int | None) -> web.Response:
+        """A task-augmented tools/call: the task is created, the call goes upstream without
+        `params.task`, and the CreateTaskResult is the answer at once."""
+        client_id, params = msg["id"], msg["params"]
+        policy = self.policy(params.get("name"))
+        tool = str(params.get("name") or "")
+        if policy.mode == "never":  # spec (Tool-Level Negotiation): forbidden -> -32601
+            raise errors.MethodNotFound(f"Tool {tool!r} does not support task-augmented "
+                                        "calls (taskSupport: forbidden)")
+        try:
+            task = self.engine.store.add(session.id, tool, core.NAME, policy.ttl(ttl),
+                                         self.engine.suggest_poll_ms(tool,
+                                                                     policy.poll_interval_ms))
+        except StoreFull as exc:
+            metrics["tasks.refused_store_full"] += 1
+            log.warning("task.store_full", tool=tool, reason=str(exc))
+            return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
+                                               f"Cannot create task: {exc}"))
+        del params["task"]  # the upstream serves a plain call (it may know no tasks)
+        meta = params.get("_meta")
+        relay_progress = isinstance(meta, dict) and "progressToken" in meta
+        if not relay_progress:  # progress still tells statusMessage how far the call got
+            params["_meta"] = {**(meta if isinstance(meta, dict) else {}),
+                               "progressToken": "task"}
+        assert session.conn is not None
+        home = session.conn
+        try:
+            conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
+            call = conn.request(msg, session, IGNORE)
+        except errors.UpstreamError as exc:
+            self.engine.store.discard(task)
+            return json_response(exc.to_message(client_id))
+        link = Link(session, task, relay_progress)
+        session.tasks[task.id] = link
+        self.engine.watch(task.id, link.changed)
+        self.engine.adopt(task, call, fail_on_is_error=True, timeout_ms=policy.timeout_ms,
+                          done=lambda: self.backend.done(home, conn), relay=link.relay)
+        return json_response(jsonrpc.result(client_id,
+                                            core.created(task, policy.immediate_response)))
+
+    # -- tasks/* -----------------------------------------------------------------------------
+    async def serve(self, request: web.Request, session: Session, msg: Message
+                    ) -> web.StreamResponse:
+        method, params = msg["method"], msg.get("params") or {}
+        if not isinstance(params, dict):
+            raise errors.InvalidParams("Invalid params: params must be an object")
+        if method == "tasks/result":
+            return await self.result(request, session, msg, params)
+        handler = {"tasks/get": core.get, "tasks/list": core.list_page,
+                   "tasks/cancel": core.cancel}[method]
+        return json_response(jsonrpc.result(msg["id"], handler(self.engine, params,
+                                                               session.id)))
+
+    async def result(self, request: web.Request, session: Session, msg: Message,
+                     params: dict[str, Any]) -> web.StreamResponse:
+        """spec (Result Retrieval): blocks until the task is terminal. Its input requests
+        travel on this response's stream meanwhile."""
+        task = core.lookup(self.engine, params.get("taskId"), session.id)
+        link = session.tasks.get(task.id)
+        if task.terminal or link is None:
+            return json_response(core.final(task, msg["id"]))
+        json_ok, sse_ok = check_accept(request, need_json=True)
+        ex = SessionExchange(session, sse_ok)
+        waiter = (msg["id"], ex)
+        link.waiters.append(waiter)
+        for held in link.held:
+            ex.on_message(held)
+        link.held.clear()
+        try:
+            return await ex.respond(request, json_ok, self.keepalive_s)
+        finally:
+            if waiter in link.waiters:
+                link.waiters.remove(waiter)
+
+    # -- session life ------------------------------------------------------------------------
+    def opened_get(self, session: Session) -> None:
+        """The session's GET stream has a reader again: held input requests go there."""
+        for link in session.tasks.values():
+            link.flush()
+
+    def end(self, session: Session) -> None:
+        """Nobody else can reach a session's tasks: cancel those still running."""
+        for link in list(session.tasks.values()):
+            if link.task.status in (Status.WORKING, Status.INPUT_REQUIRED):
+                self.engine.cancel(link.task, "client session ended")

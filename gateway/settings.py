@@ -70,6 +70,13 @@ class Upstream(_Model):
     pool_size: int = Field(2, ge=1, le=64, description="warm processes kept for isolation: call")
     startup_timeout_ms: int = Field(30000, ge=100)
     request_timeout_ms: int | None = Field(None, ge=1, description="None: no gateway limit")
+    # Streamable HTTP upstreams only:
+    headers: dict[str, str] = {}  # sent with every request (values may use ${VAR})
+    # Client headers passed on by name. The client's Authorization is not passed unless
+    # named here (token passthrough is an anti-pattern: base spec, Security).
+    forward_headers: list[str] = []
+    connect_timeout_ms: int = Field(10_000, ge=1)
+    read_timeout_ms: int | None = Field(None, ge=1, description="longest silence in a reply")
     shutdown_grace_ms: int = Field(2000, ge=0)
     restart_backoff_max_ms: int = Field(10000, ge=10)
     tasks: Tasks | None = None  # this upstream's task policy, over the global one
@@ -80,6 +87,8 @@ class Upstream(_Model):
             raise ValueError("give exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
         if not self.path.startswith("/"):
             raise ValueError("'path' must start with '/'")
+        if self.url is None and (self.headers or self.forward_headers):
+            raise ValueError("'headers' and 'forward_headers' apply to 'url' upstreams only")
         if self.url is not None:
             scheme, _, rest = self.url.partition("://")
             if scheme not in ("http", "https") or not rest.split("/", 1)[0]:

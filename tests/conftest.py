@@ -4,6 +4,7 @@ servers, and the raw client of `mcp_http`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -100,6 +101,20 @@ def serve_fixture(port: int) -> subprocess.Popen[bytes]:
     """The Python SDK fixture server over its own Streamable HTTP on `port`."""
     return subprocess.Popen([sys.executable, FIXTURE, "http", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@contextlib.asynccontextmanager
+async def served(argv: list[str], port: int, env: dict[str, str] | None = None
+                 ) -> AsyncIterator[str]:
+    """A server process listening on `port` for the block; yields its base URL."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=env)
+    try:
+        await listening(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 async def listening(port: int) -> None:

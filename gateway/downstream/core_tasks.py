@@ -93,7 +93,8 @@ class CoreTasks:
         return core.TASK_SUPPORT[self.policy(tool).mode]
 
     # -- tools/call --------------------------------------------------------------------------
-    async def call(self, session: Session, msg: Message, ttl: int | None) -> web.Response:
+    async def call(self, session: Session, msg: Message, ttl: int | None,
+                   headers: dict[str, str] | None) -> web.Response:
         """A task-augmented tools/call: the task is created, the call goes upstream without
         `params.task`, and the CreateTaskResult is the answer at once."""
         client_id, params = msg["id"], msg["params"]
@@ -121,7 +122,7 @@ class CoreTasks:
         home = session.conn
         try:
             conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
-            call = conn.request(msg, session, IGNORE)
+            call = conn.request(msg, session, IGNORE, headers)
         except errors.UpstreamError as exc:
             self.engine.store.discard(task)
             return json_response(exc.to_message(client_id))

@@ -110,7 +110,7 @@ class LegacyEra:
         except UpstreamError as exc:
             return json_response(exc.to_message(client_id))
         try:
-            call = conn.request(msg, session, ex)
+            call = conn.request(msg, session, ex, self.backend.client_headers(request.headers))
         except UpstreamError as exc:
             self.backend.done(session.conn, conn)
             return json_response(exc.to_message(client_id))
@@ -132,7 +132,8 @@ class LegacyEra:
             ex.edit = lambda m: core.mark_tools(m, self.tasks.support)
         elif method == mcp.TOOLS_CALL and isinstance(params, dict):
             if "task" in params:
-                return await self.tasks.call(session, msg, core.requested_ttl(params))
+                return await self.tasks.call(session, msg, core.requested_ttl(params),
+                                             self.backend.client_headers(request.headers))
             if self.tasks.policy(params.get("name")).mode == "required":
                 # spec (Tool-Level Negotiation): required tools refuse plain calls.
                 raise errors.MethodNotFound(f"Tool {params.get('name')!r} must be called "

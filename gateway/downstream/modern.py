@@ -279,7 +279,7 @@ class ModernEra:
                                         "progressToken": "task"}
             ex.own_progress = True
         try:
-            ex.call = used.request(msg, caller, ex)
+            ex.call = used.request(msg, caller, ex, self.backend.client_headers(request.headers))
         except errors.UpstreamError as exc:
             self.backend.done(conn, used)
             return json_response(exc.to_message(msg["id"]))

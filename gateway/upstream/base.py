@@ -95,8 +95,11 @@ class Connection:
         self._asked: dict[str, tuple[Any, Owner]] = {}  # our id -> (upstream's id, owner)
 
     # -- transport hooks -------------------------------------------------------------------
-    def _write(self, data: bytes) -> None:
-        """Send one serialized message; raise UpstreamError when the transport is down."""
+    def _write(self, data: bytes, call: Call | None = None,
+               headers: dict[str, str] | None = None) -> None:
+        """Send one serialized message (the request of `call`, if given, with the client's
+        `headers` that an HTTP upstream passes on); UpstreamError when the transport is
+        down."""
         raise NotImplementedError
 
     @property
@@ -152,9 +155,11 @@ class Connection:
         return result
 
     # -- downstream -> upstream ------------------------------------------------------------
-    def request(self, msg: Message, owner: Owner | None, sink: Sink) -> Call:
+    def request(self, msg: Message, owner: Owner | None, sink: Sink,
+                headers: dict[str, str] | None = None) -> Call:
         """Forward request `msg`, which this consumes: its id and progress token are
-        rewritten, and its params are let go once sent (they may be megabytes)."""
+        rewritten, and its params are let go once sent (they may be megabytes). `headers`
+        are the client's that an HTTP upstream receives (`forward_headers`, Mcp-Param-*)."""
         if not self.ready and owner is not None:
             raise UpstreamError(self.name, f"upstream '{self.name}' is not connected", "down")
         uid = next(self._ids)
@@ -169,7 +174,7 @@ class Connection:
         msg["id"] = uid
         self._calls[uid] = call
         try:
-            self._write(jsonrpc.dumps(msg))
+            self._write(jsonrpc.dumps(msg), call, headers)
         except Exception:
             del self._calls[uid]
             raise

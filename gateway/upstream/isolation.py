@@ -11,6 +11,7 @@ The per-client and per-call modes make the routing of server-to-client requests 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import UpstreamError
@@ -32,6 +33,21 @@ class Backend:
         self.conf = conf
         self.max_message_bytes = max_message_bytes
         self.primary = self._new(restart=True)
+        # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.
+        self.forward = (frozenset(h.lower() for h in conf.forward_headers)
+                        if conf.url is not None else None)
+        if self.forward and "authorization" in self.forward:
+            log.warning("upstream.forwards_authorization", upstream=name)
+
+    def client_headers(self, headers: Mapping[str, str]) -> dict[str, str] | None:
+        """Those of a client request's `headers` the upstream gets: the ones named in
+        `forward_headers`, and every `Mcp-Param-*` (spec 2026-07-28 Streamable HTTP:
+        intermediaries MUST forward the ones they do not recognize)."""
+        if self.forward is None:
+            return None
+        out = {k: v for k, v in headers.items()
+               if k.lower() in self.forward or k.lower().startswith("mcp-param-")}
+        return out or None
 
     def _new(self, restart: bool) -> Process:
         if self.conf.url is not None:

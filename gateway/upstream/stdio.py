@@ -23,7 +23,7 @@ import time
 from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
 from gateway.settings import Upstream as UpstreamConf
-from gateway.upstream.base import Connection
+from gateway.upstream.base import Call, Connection
 
 STABLE_AFTER_S = 10.0  # a process that lived this long resets the backoff
 
@@ -181,7 +181,8 @@ class StdioUpstream(Connection):
             "exited", exitCode=code))
 
     # -- transport -------------------------------------------------------------------------
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, call: Call | None = None,
+               headers: dict[str, str] | None = None) -> None:
         stdin = self._stdin
         if stdin is None or stdin.is_closing():
             raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")

@@ -4,12 +4,20 @@ client with MRTR over it, two upstreams behind one gateway, and an upstream rest
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 
-from conftest import free_port, listening, serve_fixture, wait_until_ready
+from conftest import free_port, listening, serve_fixture, served, wait_until_ready
 from mcp import Client
-from mcp_http import BASIC, text_of
+from mcp_http import BASIC, next_event, text_of
+from test_modern import modern
 from test_sdk_modern import on_elicit
 from test_sdk_python import session_transcript
+from test_tasks import wait_for
 
 
 async def test_python_sdk_transcript_matches_through_an_http_upstream(gateway,
@@ -82,3 +90,117 @@ async def test_an_unreachable_http_upstream_is_reported_not_hung(gateway, client
         "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}}}), 5)
     assert reply.status == 503 and "not ready" in reply.body["error"]["message"]
+
+
+# -- basic.py over HTTP (tests/servers/basic_http.py): server messages only on the GET stream
+BASIC_HTTP = [sys.executable, str(Path(__file__).parents[1] / "servers" / "basic_http.py")]
+
+
+@contextlib.asynccontextmanager
+async def basic_http(mode: str = "streamable") -> AsyncIterator[str]:
+    port = free_port()
+    async with served([*BASIC_HTTP, str(port), mode], port) as base:
+        yield base
+
+
+async def test_elicitation_on_the_upstream_get_stream(gateway, client, http) -> None:
+    async with basic_http() as base:
+        mcp = client(await gateway(url=base + "/mcp"))
+        await mcp.initialize({"elicitation": {}})
+        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "ask", "arguments": {"message": "Name?"}}}
+        async with http.post(mcp.url, json=body, headers=mcp.headers()) as stream:
+            asked = await next_event(stream)  # it came on the upstream's GET stream
+            assert asked["method"] == "elicitation/create"
+            assert asked["params"]["message"] == "Name?"
+            await mcp.send({"jsonrpc": "2.0", "id": asked["id"],
+                            "result": {"action": "accept", "content": {"name": "Ada"}}})
+            final = await next_event(stream)
+        assert final["id"] == 7
+        assert json.loads(final["result"]["content"][0]["text"])["content"] == {"name": "Ada"}
+
+
+async def test_http_sse_transport_of_2024_11_05(gateway, client, http) -> None:
+    async with basic_http("sse") as base:
+        url = await gateway(url=base + "/mcp")
+        async with http.get(url.replace("/mcp", "/readyz")) as resp:
+            assert (await resp.json())["upstreams"]["main"]["transport"] == "http+sse"
+        mcp = client(url)
+        await mcp.initialize()
+        assert text_of(await mcp.call("echo", {"text": "over the old transport"})) == \
+            "over the old transport"
+        prompt = await mcp.send({"jsonrpc": "2.0", "id": 9, "method": "prompts/get",
+                                 "params": {"name": "greet", "arguments": {"who": "SSE"}}})
+        assert prompt.message["result"]["messages"][0]["content"]["text"] == "Hello SSE"
+
+
+async def test_headers_static_forwarded_and_never_the_clients_token(gateway, client, http,
+                                                                     monkeypatch) -> None:
+    monkeypatch.setenv("UPSTREAM_KEY", "k-123")
+    async with basic_http() as base:
+        url = await gateway(url=base + "/mcp", upstream={
+            "headers": {"X-Api-Key": "${UPSTREAM_KEY}"}, "forward_headers": ["X-Tenant"]})
+        mcp = client(url)
+        await mcp.initialize()
+        await mcp.call("echo", {"text": "hi"}, **{
+            "Authorization": "Bearer client-secret", "X-Tenant": "acme",
+            "Mcp-Param-Region": "us-west1", "X-Other": "no"})
+        async with http.get(base + "/seen") as resp:
+            seen = {k.lower(): v for k, v in (await resp.json()).items()}
+    assert seen["x-api-key"] == "k-123" and seen["x-tenant"] == "acme"
+    assert seen["mcp-param-region"] == "us-west1"
+    assert "authorization" not in seen and "x-other" not in seen
+
+
+async def test_read_timeout_fails_the_call_and_cancels_it(gateway, client) -> None:
+    async with basic_http() as base:
+        mcp = client(await gateway(url=base + "/mcp", upstream={"read_timeout_ms": 300}))
+        await mcp.initialize()
+        failed = (await asyncio.wait_for(mcp.call("hang"), 10)).message["error"]
+        assert failed["code"] == -32603 and "read_timeout_ms" in failed["message"]
+        assert failed["data"] == {"upstream": "main", "reason": "connection"}
+        seen = json.loads(text_of(await mcp.call("cancelled")))
+        assert len(seen) == 1  # the server was told to stop
+
+
+async def test_a_dropped_connection_fails_the_call_clearly(gateway, client) -> None:
+    port = free_port()
+    server = subprocess.Popen([*BASIC_HTTP, str(port)])
+    try:
+        await listening(port)
+        mcp = client(await gateway(url=f"http://127.0.0.1:{port}/mcp"))
+        await mcp.initialize()
+        call = asyncio.create_task(mcp.call("sleep", {"ms": 5000}))
+        await asyncio.sleep(0.3)
+        server.kill()  # mid-call: tools/call is not idempotent, so it is not sent again
+        failed = (await asyncio.wait_for(call, 10)).message["error"]
+        assert failed["data"]["upstream"] == "main" and "dropped" in failed["message"]
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+async def test_tasks_and_mrtr_over_an_http_upstream(gateway, client, http) -> None:
+    async with basic_http() as base:
+        url = await gateway(url=base + "/mcp", tasks={"tools": {"ask": {"mode": "always"}}})
+        ext = {"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}}
+        task = (await modern(http, url, "tools/call", {"name": "ask", "arguments": {}},
+                             ext)).body["result"]
+        assert task["resultType"] == "task"
+        got = await wait_for(http, url, task["taskId"], "input_required")
+        (key, request), = got["inputRequests"].items()
+        assert request["method"] == "elicitation/create"
+        await modern(http, url, "tasks/update", {"taskId": task["taskId"], "inputResponses": {
+            key: {"action": "accept", "content": {"name": "Ada"}}}}, ext)
+        got = await wait_for(http, url, task["taskId"], "completed")
+        assert "Ada" in got["result"]["content"][0]["text"]
+        # The same server through a core task of a 2025-11-25 session.
+        legacy = client(url)
+        await legacy.initialize({}, version="2025-11-25")
+        created = await legacy.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                                     "params": {"name": "sleep", "arguments": {"ms": 50},
+                                                "task": {}}})
+        task_id = created.message["result"]["task"]["taskId"]
+        result = await legacy.send({"jsonrpc": "2.0", "id": 6, "method": "tasks/result",
+                                    "params": {"taskId": task_id}})
+        assert result.message["result"]["content"][0]["text"] == "slept 50"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURE, NODE_BIN, node_env
+from conftest import FIXTURE, NODE_BIN, free_port, node_env, served
 
 pytestmark = pytest.mark.node
 CLIENT = Path(__file__).parents[1] / "node" / "client.mjs"
@@ -51,3 +51,17 @@ async def test_server_everything_through_the_gateway(gateway) -> None:
     assert "Ada" in seen["elicit"]  # the answer our elicitation callback gave
     assert "42" in seen["sample"]
     assert len(seen["asked"]) == 2
+
+
+async def test_server_everything_over_streamable_http_through_the_gateway(gateway) -> None:
+    """The reference server in its own streamableHttp mode, fronted by URL: its progress,
+    elicitation and sampling arrive on its HTTP streams and reach the TypeScript client."""
+    port = free_port()
+    everything = CLIENT.parent / "node_modules" / "@modelcontextprotocol" / "server-everything"
+    env = {**node_env(), "PORT": str(port)}
+    async with served([str(NODE_BIN / "node"), str(everything / "dist" / "index.js"),
+                       "streamableHttp"], port, env) as base:
+        seen = await ts_client(await gateway(url=base + "/mcp"), "everything")
+    assert seen["server"] == "mcp-servers/everything"
+    assert seen["progress"] == [[1, 4], [2, 4], [3, 4], [4, 4]]
+    assert "Ada" in seen["elicit"] and "42" in seen["sample"]

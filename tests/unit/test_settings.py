@@ -22,6 +22,7 @@ def build(*argv: str):
 def test_every_example_config_is_valid(monkeypatch) -> None:
     monkeypatch.setenv("GATEWAY_TOKEN", "t")
     monkeypatch.setenv("API_KEY", "k")
+    monkeypatch.setenv("REMOTE_TOKEN", "r")
     examples = sorted((ROOT / "config").glob("*.yaml"))
     assert examples, "config/ should hold example files"
     for path in examples:
@@ -56,6 +57,8 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
      "upstreams.m.env.K: environment variable NOPE_NOT_SET is not set"),
     ({"upstreams": {"a": {"command": "x"}, "b": {"command": "y"}}},
      "upstreams 'a' and 'b' share path /mcp"),
+    ({"upstreams": {"m": {"command": "x", "headers": {"X-Key": "k"}}}},
+     "upstreams.m: 'headers' and 'forward_headers' apply to 'url' upstreams only"),
 ])
 def test_bad_config_names_the_key(raw, message) -> None:
     with pytest.raises(ConfigError) as err:

@@ -57,13 +57,14 @@ def discover_result(upstream: dict[str, Any], ttl_ms: int, scope: str) -> dict[s
     return result
 
 
-def to_upstream(params: dict[str, Any]) -> dict[str, Any]:
-    """A modern request's params as the legacy upstream should see them: without the modern
-    envelope keys and MRTR fields (the gateway answered those), and without `task`, which the
-    tasks extension says to ignore (a 2025-11-25 upstream would make a task of its own);
-    all else untouched."""
-    out = {k: v for k, v in params.items()
-           if k not in ("inputResponses", "requestState", "task")}
+def to_upstream(params: dict[str, Any], modern_upstream: bool = False) -> dict[str, Any]:
+    """A modern request's params as the upstream should see them: without the modern
+    envelope keys (the connection stamps its own), without the MRTR fields unless the
+    upstream is modern-only (a legacy one never asked: the gateway answered those), and
+    without `task`, which the tasks extension says to ignore (a 2025-11-25 upstream would
+    make a task of its own); all else untouched."""
+    drop = ("task",) if modern_upstream else ("inputResponses", "requestState", "task")
+    out = {k: v for k, v in params.items() if k not in drop}
     meta = out.get("_meta")
     if isinstance(meta, dict):
         meta = {k: v for k, v in meta.items() if k not in mcp.MODERN_META_KEYS}

@@ -109,7 +109,8 @@ class CoreTasks:
                                                                      policy.poll_interval_ms))
         except StoreFull as exc:
             metrics["tasks.refused_store_full"] += 1
-            log.warning("task.store_full", tool=tool, reason=str(exc))
+            log.warning("task.store_full", tool=tool, reason=str(exc),
+                        upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
                                                f"Cannot create task: {exc}"))
         del params["task"]  # the upstream serves a plain call (it may know no tasks)

@@ -79,6 +79,7 @@ class LegacyEra:
         assert session.conn.init_result is not None
         info = params.get("clientInfo")
         log.info("session.created", session=session.id[:8], protocol=version,
+                 upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
         metrics["sessions.created"] += 1
         result = router.initialize_result(session.conn.init_result, version)
@@ -232,7 +233,7 @@ class LegacyEra:
                     session.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
             await self.backend.detach(session, session.conn)
         session.close_streams()
-        log.info("session.ended", session=session.id[:8], why=why)
+        log.info("session.ended", session=session.id[:8], why=why, upstream=self.backend.name)
 
     async def expire(self) -> None:
         for session in self.sessions.expired():

@@ -43,6 +43,7 @@ class Caller:
     """The `Owner` of one modern request: what its `_meta` declared, nothing remembered."""
 
     __slots__ = ("capabilities", "key", "log_level", "principal")
+    modern = True  # a modern-only upstream's input_required rounds reach it as they are
 
     def __init__(self, principal: str, capabilities: dict[str, Any], log_level: Any) -> None:
         # The owner is the auth context (DESIGN.md): requests of one never guess across to
@@ -73,6 +74,7 @@ class ModernExchange(Exchange):
 
     __slots__ = ("batch", "budget", "call", "caller", "digest", "era", "inputs", "method",
                  "own_progress", "parked", "policy", "refused", "tool")
+    takes_mrtr = True  # a modern-only upstream's input_required goes to the client as is
 
     def __init__(self, era: ModernEra, caller: Caller, method: str, digest_: str,
                  sse_ok: bool) -> None:
@@ -214,11 +216,13 @@ class ModernEra:
         if method in extension.METHODS:
             if not extension.declared(caller.capabilities):
                 raise extension.missing()
-            return json_response(jsonrpc.result(msg["id"], extension.handle(
-                self.engine, method, params, caller.principal)))
-        if method == mcp.LISTEN:
+            if conn.modern is None or self.engine.store.knows(params.get("taskId")):
+                return json_response(jsonrpc.result(msg["id"], extension.handle(
+                    self.engine, method, params, caller.principal)))
+            # else a task of a modern upstream's own (a tool in mode never): its to serve
+        elif method == mcp.LISTEN:
             return await self.listeners.listen(request, msg, caller, conn, self.engine)
-        if method in mcp.MRTR_METHODS and "requestState" in params:
+        elif method in mcp.MRTR_METHODS and "requestState" in params and conn.modern is None:
             return await self.resume(request, msg, caller)
         return await self.forward(request, msg, caller, conn)
 
@@ -271,7 +275,11 @@ class ModernEra:
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
         ex.policy, ex.tool = self._task_policy(method, params, caller), params.get("name")
         used = await self.backend.for_request(conn, caller, method)
-        msg["params"] = upstream_params = router.to_upstream(params)
+        # A modern-only upstream runs its own MRTR rounds: their fields go to it as they are.
+        msg["params"] = upstream_params = router.to_upstream(params, used.modern is not None)
+        if ex.policy is not None and used.modern is not None:
+            # The gateway decides about tasks here: the upstream must not make its own.
+            caller.capabilities = extension.without(caller.capabilities)
         if ex.policy is not None and "progressToken" not in upstream_params.get("_meta", {}):
             # A call that may become a task asks for progress so the task's statusMessage
             # can tell it; the client, which did not ask, does not get it.
@@ -316,7 +324,8 @@ class ModernEra:
                 self.engine.suggest_poll_ms(tool, ex.policy.poll_interval_ms))
         except StoreFull as exc:  # never evict a live task: answer inline instead
             metrics["tasks.inline_store_full"] += 1
-            log.warning("task.store_full", tool=tool, reason=str(exc))
+            log.warning("task.store_full", tool=tool, reason=str(exc),
+                        upstream=self.backend.name)
             return
         self.engine.adopt(task, ex.call, timeout_ms=ex.policy.timeout_ms, done=ex.done)
         ex.done = None

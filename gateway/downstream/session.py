@@ -26,6 +26,8 @@ MAX_STREAMS = 64  # POST streams kept for resumption per session
 
 
 class Session:
+    modern = False  # a modern-only upstream's input_required becomes server requests here
+
     def __init__(self, version: str, capabilities: dict[str, Any], replay: int,
                  principal: str = "anonymous") -> None:
         # spec (Session Management): "globally unique and cryptographically secure", visible

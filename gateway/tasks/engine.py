@@ -63,6 +63,7 @@ class TaskRun:
             if task.status is Status.WORKING:
                 task.move(Status.INPUT_REQUIRED, "waiting for the client's input")
                 log.info("task.input_required", task=task.id, tool=task.tool,
+                         upstream=self.call.conn.name,
                          owner=owner_hash(task.owner))
             else:
                 task.touch()
@@ -111,7 +112,8 @@ class TaskEngine:
             run.timer = asyncio.get_running_loop().call_later(
                 timeout_ms / 1000, self._timed_out, run, timeout_ms)
         metrics["tasks.created"] += 1
-        log.info("task.created", task=task.id, tool=task.tool, owner=owner_hash(task.owner),
+        log.info("task.created", task=task.id, tool=task.tool, upstream=call.conn.name,
+                 owner=owner_hash(task.owner),
                  dialect=task.dialect)
         for msg in pending:
             run.on_message(msg)
@@ -212,7 +214,8 @@ class TaskEngine:
         if run.done is not None:
             run.done()
         metrics[f"tasks.{status}"] += 1
-        log.info(f"task.{status}", task=task.id, tool=task.tool, owner=owner_hash(task.owner),
+        log.info(f"task.{status}", task=task.id, tool=task.tool, upstream=run.call.conn.name,
+                 owner=owner_hash(task.owner),
                  duration_s=round(duration, 3))
         self.changed(task)
 
@@ -245,7 +248,8 @@ class TaskEngine:
                 run.call.conn.cancel(run.call, "the task expired")
                 if run.done is not None:
                     run.done()
-            log.info("task.expired", task=task.id, tool=task.tool, owner=owner_hash(task.owner))
+            log.info("task.expired", task=task.id, tool=task.tool, owner=owner_hash(task.owner),
+                     upstream=run.call.conn.name if run is not None else None)
             self.watchers.pop(task.id, None)
 
 

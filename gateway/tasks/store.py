@@ -82,6 +82,10 @@ class TaskStore:
             raise TaskExpired(task_id)
         raise TaskNotFound(task_id)
 
+    def knows(self, task_id: object) -> bool:
+        """Whether `task_id` is (or lately was) a task of this store, whoever owns it."""
+        return isinstance(task_id, str) and (task_id in self._tasks or task_id in self._expired)
+
     def keep(self, task: Task, size: int) -> None:
         """Account for `size` bytes of result or error, or refuse to keep them."""
         if size > self.max_result_bytes:

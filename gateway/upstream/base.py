@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +27,8 @@ from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.upstream import modern
+from gateway.upstream.modern import ModernUpstream
 
 # Ids for server-to-client requests are unique across the whole process, so a session that
 # talks to several processes (isolation: call) can never confuse two of them.
@@ -75,6 +77,8 @@ class Call:
     # blocked on the answers it asked for, so routing leaves it out while others run.
     waiting: bool = False
     started: float = field(default_factory=time.monotonic)
+    # A modern-only upstream may answer input_required: the request, kept to send again.
+    resend: tuple[str, dict[str, Any]] | None = None
 
 
 class Connection:
@@ -93,6 +97,7 @@ class Connection:
         self._ids = itertools.count(1)
         self._calls: dict[int, Call] = {}
         self._asked: dict[str, tuple[Any, Owner]] = {}  # our id -> (upstream's id, owner)
+        self.modern: ModernUpstream | None = None  # set when the server is modern-only
 
     # -- transport hooks -------------------------------------------------------------------
     def _write(self, data: bytes, call: Call | None = None,
@@ -118,7 +123,7 @@ class Connection:
 
     def status(self) -> dict[str, Any]:
         return {"state": self.state, "ready": self.ready, "restarts": self.restarts,
-                "in_flight": self.in_flight}
+                "in_flight": self.in_flight, "era": "legacy" if self.modern is None else "modern"}
 
     # -- the handshake (legacy era), the same over every transport --------------------------
     def _ask_initialize(self) -> asyncio.Future[Message]:
@@ -126,6 +131,7 @@ class Connection:
         roots so the server may ask; the future resolves with its reply."""
         self.state = "initializing"
         self.init_result = None
+        self.modern = None
         self._ready.clear()
         sink = FutureSink()
         self.request(jsonrpc.request(0, mcp.INITIALIZE, {
@@ -154,6 +160,31 @@ class Connection:
                  server=result.get("serverInfo", {}).get("name"))
         return result
 
+    async def _handshake(self, wait: Callable[[asyncio.Future[Message]], Awaitable[Message]]
+                         ) -> None:
+        """initialize; if the server refuses it, the modern probe (spec 2026-07-28
+        versioning: `server/discover`); UpstreamError when neither works."""
+        reply = await wait(self._ask_initialize())
+        if isinstance(reply.get("error"), dict) and await self._probe_modern(wait):
+            return
+        self._initialized(reply)
+
+    async def _probe_modern(self, wait: Callable[[asyncio.Future[Message]],
+                                                  Awaitable[Message]]) -> bool:
+        self.modern = ModernUpstream(self)  # the probe already carries the modern envelope
+        sink = FutureSink()
+        self.request(jsonrpc.request(0, mcp.DISCOVER, {}), None, sink)
+        result = (await wait(sink.future)).get("result")
+        if not isinstance(result, dict) or modern.VERSION not in (
+                result.get("supportedVersions") or ()):
+            self.modern = None
+            return False
+        self.init_result, self.state = ModernUpstream.init_result(result), "ready"
+        self._ready.set()
+        log.info("upstream.ready", upstream=self.name, protocol=modern.VERSION,
+                 server=self.init_result["serverInfo"].get("name"))
+        return True
+
     # -- downstream -> upstream ------------------------------------------------------------
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
                 headers: dict[str, str] | None = None) -> Call:
@@ -172,6 +203,10 @@ class Connection:
                 call.progress_token = meta["progressToken"]
                 params["_meta"] = {**meta, "progressToken": uid}
         msg["id"] = uid
+        if self.modern is not None:
+            headers = {**(headers or {}), **self.modern.envelope(msg, owner)}
+            if msg["method"] in mcp.MRTR_METHODS:
+                call.resend = (msg["method"], msg["params"])
         self._calls[uid] = call
         try:
             self._write(jsonrpc.dumps(msg), call, headers)
@@ -181,8 +216,41 @@ class Connection:
         msg.pop("params", None)
         return call
 
+    def resend(self, call: Call, method: str, params: dict[str, Any]) -> None:
+        """Send `call`'s request again under a new id (a modern upstream's next round)."""
+        self._calls.pop(call.upstream_id, None)
+        call.upstream_id = uid = next(self._ids)
+        call.waiting = False
+        meta = params.get("_meta")
+        if call.progress_token is not None and isinstance(meta, dict):
+            params["_meta"] = {**meta, "progressToken": uid}
+        msg = jsonrpc.request(uid, method, params)
+        assert self.modern is not None
+        headers = self.modern.envelope(msg, call.owner)
+        call.resend = (method, params)
+        self._calls[uid] = call
+        try:
+            self._write(jsonrpc.dumps(msg), call, headers)
+        except UpstreamError as exc:
+            del self._calls[uid]
+            call.sink.on_response(exc.to_message(call.client_id))
+
+    def hold_call(self, call: Call) -> None:
+        """Keep an answered call as the caller's while its client supplies input."""
+        call.waiting = True
+        self._calls[call.upstream_id] = call
+
+    def drop_call(self, call: Call) -> None:
+        self._calls.pop(call.upstream_id, None)
+
+    @staticmethod
+    def new_asked_id() -> str:
+        return f"gw-{next(_asked_ids)}"
+
     def cancel(self, call: Call, reason: str) -> None:
         """spec (cancellation): tell the upstream; a late response is then dropped here."""
+        if self.modern is not None:
+            self.modern.forget(call)
         if self._calls.pop(call.upstream_id, None) is not None:
             self.notify(jsonrpc.notification(
                 mcp.CANCELLED, {"requestId": call.upstream_id, "reason": reason}))
@@ -193,6 +261,8 @@ class Connection:
 
     def reply(self, asked_id: str, msg: Message) -> bool:
         """Send a client's answer to a server-to-client request back under the original id."""
+        if self.modern is not None and self.modern.reply(asked_id, msg):
+            return True
         entry = self._asked.pop(asked_id, None)
         if entry is None:
             return False
@@ -241,6 +311,8 @@ class Connection:
         """Answer every call in flight with `error` (the upstream died or is going away)."""
         calls, self._calls = self._calls, {}
         self._asked.clear()
+        if self.modern is not None:
+            self.modern.rounds.clear()
         for call in calls.values():
             call.sink.on_response(error.to_message(call.client_id))
 
@@ -270,6 +342,8 @@ class Connection:
         call = self._calls.pop(msg["id"], None)
         if call is None:
             return  # cancelled, or failed already: the caller has been answered
+        if self.modern is not None and self.modern.handled(call, msg):
+            return
         msg["id"] = call.client_id
         call.sink.on_response(msg)
 
@@ -328,7 +402,7 @@ class Connection:
             if cap and refused is not None:
                 refused(cap)
             return
-        asked_id = f"gw-{next(_asked_ids)}"
+        asked_id = self.new_asked_id()
         self._asked[asked_id] = (msg["id"], owner)
         owner.expect_reply(asked_id, self)
         msg["id"] = asked_id

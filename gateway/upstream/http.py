@@ -29,7 +29,9 @@ import aiohttp
 from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
 from gateway.settings import Upstream as UpstreamConf
+from gateway.upstream import modern
 from gateway.upstream.base import Call, Connection
 
 RETRY_S = 1.0  # between attempts to (re)initialize, and before resuming a stream
@@ -90,6 +92,7 @@ class HttpUpstream(Connection):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
         self._stream: asyncio.Task[None] | None = None  # the HTTP+SSE transport's stream
+        self._posts: dict[int, asyncio.Task[None]] = {}  # modern requests, to cancel them
 
     # -- lifecycle (the same surface as StdioUpstream) ------------------------------------
     def start(self) -> None:
@@ -142,16 +145,19 @@ class HttpUpstream(Connection):
         self.transport = "streamable-http"
         self._lost.clear()
         try:
-            reply = await asyncio.wait_for(self._ask_initialize(), self.startup_timeout_s)
-            self.version = self._initialized(reply)["protocolVersion"]
+            await self._handshake(self._answer)
         except UpstreamError:
             if self._refused is None:
                 raise
-            # spec (Backwards Compatibility): a 4xx to the POST of initialize is a server of
-            # the HTTP+SSE transport; its GET stream names the endpoint to POST to.
+            # spec (Backwards Compatibility): a 4xx to the POST of initialize, and no modern
+            # server either: the HTTP+SSE transport, whose GET stream names where to POST.
             await self._open_sse_transport()
-            reply = await asyncio.wait_for(self._ask_initialize(), self.startup_timeout_s)
-            self.version = self._initialized(reply)["protocolVersion"]
+            await self._handshake(self._answer)
+        assert self.init_result is not None
+        self.version = self.init_result["protocolVersion"]
+
+    async def _answer(self, reply: asyncio.Future[Message]) -> Message:
+        return await asyncio.wait_for(reply, self.startup_timeout_s)
 
     def _on_lost(self) -> None:
         self.init_result, self.state = None, "restarting"
@@ -205,7 +211,9 @@ class HttpUpstream(Connection):
     def _headers(self) -> dict[str, str]:
         headers = {**self.conf.headers, "Content-Type": mcp.CT_JSON,
                    "Accept": f"{mcp.CT_JSON}, {mcp.CT_SSE}"}
-        if self.session_id is not None:
+        if self.modern is not None:  # stateless: the version on every request, no session
+            headers[mcp.H_PROTOCOL] = modern.VERSION
+        elif self.session_id is not None:
             headers[mcp.H_SESSION] = self.session_id
             headers[mcp.H_PROTOCOL] = self.version
         return headers
@@ -217,6 +225,21 @@ class HttpUpstream(Connection):
         task = asyncio.create_task(self._post(data, call, headers))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self.modern is not None and call is not None:
+            uid = call.upstream_id
+            self._posts[uid] = task
+            task.add_done_callback(lambda _: self._posts.pop(uid, None))
+
+    def cancel(self, call: Call, reason: str) -> None:
+        """spec 2026-07-28 cancellation: over HTTP a modern server is told by closing the
+        request's stream; a legacy one by notifications/cancelled."""
+        post = self._posts.pop(call.upstream_id, None)
+        if post is None:
+            super().cancel(call, reason)
+            return
+        self.modern.forget(call)  # type: ignore[union-attr]
+        self._calls.pop(call.upstream_id, None)
+        post.cancel()
 
     async def _post(self, data: bytes, call: Call | None, extra: dict[str, str] | None) -> None:
         assert self._http is not None
@@ -253,6 +276,8 @@ class HttpUpstream(Connection):
         if resp.status >= 400:
             if resp.status < 500 and self.init_result is None:
                 self._refused = resp.status
+            if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
+                self._on_line(await resp.read())
             self._failed(data, call, f"HTTP {resp.status}")
         elif resp.content_type == mcp.CT_SSE:
             reader = EventReader()

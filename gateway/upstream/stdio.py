@@ -22,6 +22,7 @@ import time
 
 from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
+from gateway.protocol.jsonrpc import Message
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream.base import Call, Connection
 
@@ -148,7 +149,10 @@ class StdioUpstream(Connection):
                  command=self.conf.command)
 
     async def _initialize(self) -> None:
-        reply = self._ask_initialize()
+        await self._handshake(self._answer)
+
+    async def _answer(self, reply: asyncio.Future[Message]) -> Message:
+        """The server's answer to a handshake request, unless it exits or stays silent."""
         assert self._pipes is not None
         exited = self._pipes.exited
         done, _ = await asyncio.wait({reply, exited}, timeout=self.startup_timeout_s,
@@ -156,7 +160,7 @@ class StdioUpstream(Connection):
         if reply not in done:
             why = "exited during initialize" if exited in done else "did not answer initialize"
             raise UpstreamError(self.name, f"upstream '{self.name}' {why}", "initialize")
-        self._initialized(reply.result())
+        return reply.result()
 
     async def _wait_exit(self) -> int | None:
         assert self._pipes is not None

@@ -24,6 +24,14 @@ def declared(capabilities: dict[str, Any]) -> bool:
     return isinstance(extensions, dict) and EXTENSION in extensions
 
 
+def without(capabilities: dict[str, Any]) -> dict[str, Any]:
+    """`capabilities` minus this extension."""
+    if not declared(capabilities):
+        return capabilities
+    extensions = {k: v for k, v in capabilities["extensions"].items() if k != EXTENSION}
+    return {**capabilities, "extensions": extensions}
+
+
 def missing() -> errors.MissingCapability:
     """spec: requests that need the extension without declaring it get -32021."""
     return errors.MissingCapability(

@@ -1,0 +1,157 @@
+"""An upstream that speaks only the modern revision (2026-07-28), driven as a modern client.
+
+Found by the probe of spec 2026-07-28 versioning (Backward Compatibility): the server refused
+`initialize` and answers `server/discover`. From then on every request carries the
+per-request envelope (`_meta` protocol version and the caller's client capabilities) and,
+over HTTP, the `Mcp-Method` / `Mcp-Name` headers. An `input_required` result goes as it is
+to a caller that takes MRTR rounds (a modern client's request); for anyone else (a legacy
+session, a task) each input request becomes an ordinary server-to-client request, and once
+all are answered the original request is sent again with `inputResponses` and the server's
+`requestState` (spec 2026-07-28 MRTR).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+
+if TYPE_CHECKING:
+    from gateway.upstream.base import Call, Connection, Owner
+
+VERSION = mcp.MODERN_VERSIONS[0]
+
+
+class Round:
+    """The answers a caller owes one `input_required` result."""
+
+    __slots__ = ("answers", "call", "method", "missing", "params", "state")
+
+    def __init__(self, call: Call, method: str, params: dict[str, Any], state: Any,
+                 keys: set[str]) -> None:
+        self.call = call
+        self.method = method
+        self.params = params
+        self.state = state
+        self.missing = keys
+        self.answers: dict[str, Any] = {}
+
+
+class ModernUpstream:
+    """What a connection needs to speak to a modern-only server."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.rounds: dict[str, tuple[Round, str]] = {}  # asked id -> (round, input key)
+
+    @staticmethod
+    def init_result(discover: dict[str, Any]) -> dict[str, Any]:
+        """The server's DiscoverResult in the shape of an initialize result, so both client
+        eras are served from it as from a legacy server's."""
+        meta = discover.get("_meta")
+        info = meta.get(mcp.META_SERVER_INFO) if isinstance(meta, dict) else None
+        out = {"protocolVersion": VERSION, "capabilities": discover.get("capabilities") or {},
+               "serverInfo": info or discover.get("serverInfo") or {}}
+        if "instructions" in discover:
+            out["instructions"] = discover["instructions"]
+        return out
+
+    @staticmethod
+    def envelope(msg: Message, owner: Owner | None) -> dict[str, str]:
+        """Stamp the request's envelope (spec 2026-07-28 basic: General fields); the HTTP
+        headers that mirror it (Streamable HTTP: Standard Headers) are returned."""
+        params = msg.get("params")
+        if not isinstance(params, dict):
+            params = msg["params"] = {}
+        meta = params.get("_meta")
+        caps = getattr(owner, "capabilities", None) or {}
+        params["_meta"] = {**(meta if isinstance(meta, dict) else {}), mcp.META_VERSION: VERSION,
+                           # a 2025-11-25 session's `tasks` is legacy-only: not modern
+                           mcp.META_CAPABILITIES: {k: v for k, v in caps.items()
+                                                   if k != "tasks"}}
+        method = msg["method"]
+        headers = {mcp.H_METHOD: method}
+        name = params.get(mcp.NAME_FIELD.get(method, ""))
+        if isinstance(name, str):
+            headers[mcp.H_NAME] = header_value(name)
+        return headers
+
+    # -- input_required -------------------------------------------------------------------
+    def handled(self, call: Call, msg: Message) -> bool:
+        """True when the response is not the caller's yet: its input requests went out as
+        server-to-client requests (or failed the call). Results lose `resultType`, a
+        field legacy clients do not know, when the caller is not modern."""
+        result = msg.get("result")
+        if not isinstance(result, dict):
+            return False
+        if result.get("resultType") != "input_required" or getattr(
+                call.sink, "takes_mrtr", False):
+            if not getattr(call.owner, "modern", True):
+                result.pop("resultType", None)
+            return False
+        requests = result.get("inputRequests")
+        if call.resend is None or not isinstance(requests, dict) or not requests:
+            return False
+        method, params = call.resend
+        owner = call.owner
+        refused = [r.get("method") for r in requests.values() if not isinstance(r, dict) or
+                   owner is None or not owner.accepts(str(r.get("method")))]
+        if refused:  # the caller cannot answer: the call fails, saying what it lacks
+            msg.pop("result")
+            msg["error"] = {"code": jsonrpc.INTERNAL_ERROR, "message": (
+                f"the server asks for input the client did not declare ({refused[0]})")}
+            return False
+        assert owner is not None
+        this = Round(call, method, params, result.get("requestState"), set(requests))
+        self.conn.hold_call(call)
+        for key, request in requests.items():
+            asked_id = self.conn.new_asked_id()
+            self.rounds[asked_id] = (this, key)
+            owner.expect_reply(asked_id, self.conn)
+            ask_params = dict(request.get("params") or {})
+            # The task's input keys mirror the server's own (a gateway hint, see mcp.py).
+            ask_params["_meta"] = {**(ask_params.get("_meta") or {}), mcp.INPUT_KEY_HINT: key}
+            call.sink.on_message(jsonrpc.request(asked_id, request["method"], ask_params))
+        return True
+
+    def reply(self, asked_id: str, msg: Message) -> bool:
+        """A caller's answer to one of the round's requests; the last one sends the
+        request again with every answer and the server's requestState."""
+        entry = self.rounds.pop(asked_id, None)
+        if entry is None:
+            return False
+        this, key = entry
+        result = msg.get("result")
+        if not isinstance(result, dict):  # the client refused: so does the call
+            self.forget(this.call)
+            self.conn.drop_call(this.call)
+            this.call.sink.on_response(jsonrpc.error(
+                this.call.client_id, jsonrpc.INTERNAL_ERROR,
+                f"the client did not answer the server's input request {key!r}",
+                msg.get("error")))
+            return True
+        this.answers[key] = result
+        this.missing.discard(key)
+        if not this.missing:
+            params = {k: v for k, v in this.params.items()
+                      if k not in ("inputResponses", "requestState")}
+            params["inputResponses"] = this.answers
+            if this.state is not None:
+                params["requestState"] = this.state
+            self.conn.resend(this.call, this.method, params)
+        return True
+
+    def forget(self, call: Call) -> None:
+        """The call ended (cancelled, failed): its open round goes too."""
+        for asked_id in [a for a, (r, _) in self.rounds.items() if r.call is call]:
+            del self.rounds[asked_id]
+
+
+def header_value(value: str) -> str:
+    """spec 2026-07-28 Streamable HTTP, Value Encoding: plain when safe, else the Base64
+    sentinel form."""
+    safe = value.isascii() and value == value.strip() and value.isprintable() and not (
+        value.startswith("=?base64?") and value.endswith("?="))
+    return value if safe else f"=?base64?{base64.b64encode(value.encode()).decode()}?="

@@ -126,3 +126,9 @@ class UpstreamError(GatewayError):
 
     def __init__(self, upstream: str, message: str, reason: str, **data: Any) -> None:
         super().__init__(message, {"upstream": upstream, "reason": reason, **data})
+
+    @classmethod
+    def timed_out(cls, upstream: str, seconds: float) -> UpstreamError:
+        """`request_timeout_ms` passed: the gateway gave up on the call (and cancelled it)."""
+        return cls(upstream, f"upstream '{upstream}' did not answer within {seconds:g} s",
+                   "timeout")

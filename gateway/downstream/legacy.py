@@ -153,9 +153,9 @@ class LegacyEra:
         name = call.conn.name
         call.conn.cancel(call, "timed out at the gateway")
         log.warning("request.timed_out", upstream=name, session=session.id[:8])
-        call.sink.on_response(UpstreamError(
-            name, f"upstream '{name}' did not answer within {self.request_timeout_s:g} s",
-            "timeout").to_message(client_id))
+        assert self.request_timeout_s is not None
+        call.sink.on_response(UpstreamError.timed_out(name, self.request_timeout_s)
+                              .to_message(client_id))
 
     def _subscription(self, session: Session, msg: Message) -> bool:
         """True when the gateway answers a (un)subscribe itself: the upstream holds one

@@ -189,6 +189,8 @@ class ModernEra:
         self.ttl_ms = conf.caching.ttl_ms
         self.scope = conf.caching.scope
         self.sealer = sealer
+        timeout_ms = backend.conf.request_timeout_ms
+        self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000)
         self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.keepalive_s)
 
@@ -333,6 +335,9 @@ class ModernEra:
 
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:
+        if self.request_timeout_s is not None and ex.response is None:
+            ex.timer = asyncio.get_running_loop().call_later(
+                self.request_timeout_s, self._timed_out, ex)
         try:
             return await ex.respond(request, json_ok, self.keepalive_s)
         except asyncio.CancelledError:
@@ -343,6 +348,16 @@ class ModernEra:
                 if ex.done is not None:
                     ex.done()
             raise
+
+    def _timed_out(self, ex: ModernExchange) -> None:
+        """`request_timeout_ms` passed on this HTTP request: cancel the call upstream."""
+        if ex.response is not None or ex.call is None or self.request_timeout_s is None:
+            return
+        ex.stop_budget()
+        ex.call.conn.cancel(ex.call, "timed out at the gateway")
+        log.warning("request.timed_out", upstream=self.backend.name, era="modern")
+        err = errors.UpstreamError.timed_out(self.backend.name, self.request_timeout_s)
+        ex.finish(jsonrpc.dumps(err.to_message(ex.call.client_id)))
 
     # -- MRTR --------------------------------------------------------------------------------
     def input_required(self, parked: Parked, client_id: Any) -> Message:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from cachetools import LRUCache
+
 from gateway.settings import TaskPolicy, TaskPolicyOverride, Tasks
 
 
@@ -30,8 +32,16 @@ class Policies:
     def __init__(self, tasks: Tasks, per_upstream: dict[str, Tasks | None]) -> None:
         self.tasks = tasks
         self.per_upstream = per_upstream
+        # Settings never change: remember answers (tool names come from clients: bounded).
+        self._known: LRUCache[tuple[str, str], Policy] = LRUCache(4096)
 
     def for_tool(self, upstream: str, tool: str) -> Policy:
+        policy = self._known.get((upstream, tool))
+        if policy is None:
+            policy = self._known[upstream, tool] = self._resolve(upstream, tool)
+        return policy
+
+    def _resolve(self, upstream: str, tool: str) -> Policy:
         merged = self.tasks.defaults.model_dump()
         local = self.per_upstream.get(upstream)
         layers = [self.tasks] + ([local] if local is not None else [])

@@ -4,6 +4,7 @@ hang; it is restarted; shutdown leaves no process behind."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 import aiohttp
 from conftest import free_port, wait_until_ready
 from mcp_http import BASIC, text_of
+from test_modern import modern
 
 
 async def readyz(http: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
@@ -41,14 +43,19 @@ async def test_crash_mid_call_fails_the_call_then_restarts(gateway, client, http
     assert text_of(await mcp.call("whoami")) != pid_before  # same session, new process
 
 
-async def test_hanging_call_times_out_and_is_cancelled_upstream(gateway, client) -> None:
-    mcp = client(await gateway(upstream={"request_timeout_ms": 300}))
+async def test_hanging_call_times_out_and_is_cancelled_upstream(gateway, client, http) -> None:
+    url = await gateway(upstream={"request_timeout_ms": 300})
+    mcp = client(url)
     await mcp.initialize()
     reply = await asyncio.wait_for(mcp.call("hang"), 5)
     assert reply.message["error"]["data"]["reason"] == "timeout"
     assert "0.3 s" in reply.message["error"]["message"]
     cancelled = await mcp.call("cancelled")
-    assert len(eval(text_of(cancelled))) == 1  # the upstream was told to stop
+    assert len(json.loads(text_of(cancelled))) == 1  # the upstream was told to stop
+    modern_reply = await asyncio.wait_for(modern(http, url, "tools/call", {
+        "name": "hang", "arguments": {}}), 5)  # the same limit for modern clients
+    assert modern_reply.body["error"]["data"]["reason"] == "timeout"
+    assert len(json.loads(text_of(await mcp.call("cancelled")))) == 2
 
 
 async def test_upstream_that_never_initializes(gateway, client, http) -> None:

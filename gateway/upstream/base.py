@@ -156,6 +156,8 @@ class Connection:
         self._write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)))
         self.init_result, self.state = result, "ready"
         self._ready.set()
+        for uri in self.subscriptions:  # a restarted server knows none of its watchers' URIs
+            self.send_own(mcp.SUBSCRIBE, {"uri": uri})
         log.info("upstream.ready", upstream=self.name, protocol=result["protocolVersion"],
                  server=result.get("serverInfo", {}).get("name"))
         return result

@@ -43,6 +43,19 @@ async def test_crash_mid_call_fails_the_call_then_restarts(gateway, client, http
     assert text_of(await mcp.call("whoami")) != pid_before  # same session, new process
 
 
+async def test_a_restarted_server_is_told_its_subscriptions_again(gateway, client,
+                                                                    http) -> None:
+    url = await gateway()
+    mcp = client(url)
+    await mcp.initialize()
+    await mcp.send({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe",
+                    "params": {"uri": "test://a"}})
+    assert json.loads(text_of(await mcp.call("subscribed"))) == ["test://a"]
+    await asyncio.wait_for(mcp.call("crash"), 5)
+    await wait_until_ready(url.removesuffix("/mcp"))
+    assert json.loads(text_of(await mcp.call("subscribed"))) == ["test://a"]
+
+
 async def test_hanging_call_times_out_and_is_cancelled_upstream(gateway, client, http) -> None:
     url = await gateway(upstream={"request_timeout_ms": 300})
     mcp = client(url)

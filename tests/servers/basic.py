@@ -4,7 +4,8 @@
 Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (elicitation),
 sample (sampling), roots (roots/list), progress, log, changed (tools list_changed),
 touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel),
-params (the params it received), ask2 (two elicitations at once).
+params (the params it received), ask2 (two elicitations at once), subscribed (the resource
+URIs it was asked to watch).
 Also resources, prompts and subscriptions.
 Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
 BASIC_SILENT_INIT=1 never answers initialize.
@@ -16,10 +17,11 @@ import os
 import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
-         "changed", "touch", "whoami", "cancelled", "params", "ask2"]
+         "changed", "touch", "whoami", "cancelled", "params", "ask2", "subscribed"]
 out = sys.stdout.buffer
 pending: dict = {}
 cancelled: list = []  # request ids the client cancelled, as this server saw them
+subscribed: set = set()  # resource URIs this process was asked to watch
 next_id = 0
 
 
@@ -101,6 +103,8 @@ async def call_tool(params: dict) -> dict:
         return text(json.dumps(replies))
     if name == "cancelled":
         return text(json.dumps(cancelled))
+    if name == "subscribed":
+        return text(json.dumps(sorted(subscribed)))
     return {"content": [{"type": "text", "text": f"unknown tool {name}"}], "isError": True}
 
 
@@ -117,8 +121,11 @@ async def handle(msg: dict) -> None:
             if os.environ.get("BASIC_SILENT_INIT"):
                 return
             result = {**INIT, "protocolVersion": params.get("protocolVersion")}
-        elif method == "ping" or method in ("resources/subscribe", "resources/unsubscribe",
-                                            "logging/setLevel"):
+        elif method == "ping" or method == "logging/setLevel":
+            result = {}
+        elif method in ("resources/subscribe", "resources/unsubscribe"):
+            (subscribed.add if method.endswith("/subscribe") else subscribed.discard)(
+                params.get("uri"))
             result = {}
         elif method == "tools/list":
             result = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in TOOLS]}

@@ -92,6 +92,25 @@ class CoreTasks:
     def support(self, tool: str) -> str:
         return core.TASK_SUPPORT[self.policy(tool).mode]
 
+    async def intercept(self, request: web.Request, session: Session, msg: Message,
+                        ex: SessionExchange) -> web.StreamResponse | None:
+        """Core tasks (protocol 2025-11-25): the answer when the gateway gives it, else None
+        (the request goes upstream; a tools/list answer gains taskSupport on the way)."""
+        method, params = msg["method"], msg.get("params")
+        if method in core.METHODS:
+            return await self.serve(request, session, msg)
+        if method == mcp.TOOLS_LIST:
+            ex.edit = lambda m: core.mark_tools(m, self.support)
+        elif method == mcp.TOOLS_CALL and isinstance(params, dict):
+            if "task" in params:
+                return await self.call(session, msg, core.requested_ttl(params),
+                                       self.backend.client_headers(request.headers))
+            if self.policy(params.get("name")).mode == "required":
+                # spec (Tool-Level Negotiation): required tools refuse plain calls.
+                raise errors.MethodNotFound(f"Tool {params.get('name')!r} must be called "
+                                            "as a task (taskSupport: required)")
+        return None
+
     # -- tools/call --------------------------------------------------------------------------
     async def call(self, session: Session, msg: Message, ttl: int | None,
                    headers: dict[str, str] | None) -> web.Response:

@@ -100,7 +100,7 @@ class LegacyEra:
         ex = SessionExchange(session, sse_ok)
         if core.offered(session.version):
             try:
-                answered = await self._core_tasks(request, session, msg, ex)
+                answered = await self.tasks.intercept(request, session, msg, ex)
             except (errors.InvalidParams, errors.MethodNotFound) as exc:
                 # A JSON-RPC error of the session's protocol: HTTP 200, as the upstream's.
                 return json_response(exc.to_message(client_id))
@@ -121,25 +121,6 @@ class LegacyEra:
             ex.timer = asyncio.get_running_loop().call_later(
                 self.request_timeout_s, self._timed_out, session, client_id)
         return await ex.respond(request, json_ok, self.keepalive_s)
-
-    async def _core_tasks(self, request: web.Request, session: Session, msg: Message,
-                          ex: SessionExchange) -> web.StreamResponse | None:
-        """Core tasks (protocol 2025-11-25): the answer when the gateway gives it, else None
-        (the request goes upstream; a tools/list answer gains taskSupport on the way)."""
-        method, params = msg["method"], msg.get("params")
-        if method in core.METHODS:
-            return await self.tasks.serve(request, session, msg)
-        if method == mcp.TOOLS_LIST:
-            ex.edit = lambda m: core.mark_tools(m, self.tasks.support)
-        elif method == mcp.TOOLS_CALL and isinstance(params, dict):
-            if "task" in params:
-                return await self.tasks.call(session, msg, core.requested_ttl(params),
-                                             self.backend.client_headers(request.headers))
-            if self.tasks.policy(params.get("name")).mode == "required":
-                # spec (Tool-Level Negotiation): required tools refuse plain calls.
-                raise errors.MethodNotFound(f"Tool {params.get('name')!r} must be called "
-                                            "as a task (taskSupport: required)")
-        return None
 
     def _finished(self, session: Session, client_id: Any, used: Connection) -> None:
         session.calls.pop(client_id, None)

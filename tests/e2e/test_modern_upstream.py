@@ -100,3 +100,13 @@ async def test_modern_task_input_keys_are_the_servers(gateway, http) -> None:
         "name": {"action": "accept", "content": {"name": "Kay"}}}}, TASKS)
     done = await wait_for(http, url, task["taskId"], "completed")
     assert done["result"]["content"][0]["text"] == "Hello, Kay (state asked-once)"
+
+
+async def test_the_servers_own_tasks_pass_through_in_mode_never(gateway, http) -> None:
+    url = await gateway(SERVER, tasks={"tools": {"queued": {"mode": "never"}}})
+    task = (await modern(http, url, "tools/call", {"name": "queued", "arguments": {}},
+                         TASKS)).body["result"]
+    assert (task["resultType"], task["taskId"]) == ("task", "server-task-1")
+    got = (await modern(http, url, "tasks/get", {"taskId": "server-task-1"}, TASKS)).body
+    assert got["result"]["status"] == "completed"  # answered by the server, not the gateway
+    assert got["result"]["result"]["content"][0]["text"] == "done by the server's own task"

@@ -5,7 +5,8 @@ Python SDK (`mcp` 2.x), which serves that revision statelessly: `initialize` is 
 SHOULD), so the gateway must drive it as a modern client.
 
 Tools: echo, greet (asks for a name with an `input_required` round, then greets),
-slow (sleeps `ms`).
+slow (sleeps `ms`), queued (answered with a task of the server's own: it serves the tasks
+extension's tasks/get for it).
 Usage: modern_server.py [stdio] | http PORT
 """
 
@@ -20,10 +21,38 @@ from typing import Any
 
 import mcp_types as types
 import uvicorn
+from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context, MCPServer
 
 VERSION = "2026-07-28"
-server = MCPServer("modern-only-test-server", version="1.0.0")
+TASKS = "io.modelcontextprotocol/tasks"
+STAMP = "2026-11-22T00:00:00.000Z"
+
+
+def own_task(status: str) -> dict[str, Any]:
+    """The one task this server makes of its own: `queued` answers with it."""
+    return {"taskId": "server-task-1", "status": status, "createdAt": STAMP,
+            "lastUpdatedAt": STAMP, "ttlMs": 60000, "pollIntervalMs": 100}
+
+
+class OwnTasks(Extension):
+    """The tasks extension, served by this server itself for its `queued` tool."""
+
+    identifier = TASKS
+
+    def methods(self) -> list[MethodBinding]:
+        async def get(ctx: Any, params: Any) -> dict[str, Any]:
+            return {**own_task("completed"), "result": {
+                "content": [{"type": "text", "text": "done by the server's own task"}]}}
+        return [MethodBinding("tasks/get", types.RequestParams, get)]
+
+    async def intercept_tool_call(self, params: Any, ctx: Any, call_next: Any) -> Any:
+        if params.name == "queued":
+            return {"resultType": "task", **own_task("working")}
+        return await call_next(ctx)
+
+
+server = MCPServer("modern-only-test-server", version="1.0.0", extensions=[OwnTasks()])
 
 
 @server.tool(description="Echoes its text")
@@ -42,6 +71,11 @@ def greet(ctx: Context) -> Any:
             request_state="asked-once")
     content = getattr(answer, "content", None) or {}
     return f"Hello, {content.get('name')} (state {ctx.request_state})"
+
+
+@server.tool(description="Answered by the server's own task (tasks extension)")
+def queued() -> str:
+    return "never reached: the extension answers"
 
 
 @server.tool(description="Sleeps for ms milliseconds")

@@ -85,11 +85,22 @@ class CoreTasks:
         self.engine = engine
         self.policies = policies
         self.keepalive_s = keepalive_s
+        # Tools the upstream runs as tasks itself, as its tools/list said: their task calls
+        # and tasks/* on their ids pass through.
+        self.native: dict[str, str] = {}
 
     def policy(self, tool: Any) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
 
-    def support(self, tool: str) -> str:
+    def support(self, tool: str, upstream_value: Any) -> str:
+        """A tool's taskSupport: the upstream's own when it runs the tool as a task itself
+        (its tasks pass through: the gateway cannot run as a plain call what the server only
+        runs as a task), else the gateway's from the tool's policy."""
+        if upstream_value in ("required", "optional") and core.upstream_serves_tasks(
+                self.backend.primary.init_result):
+            self.native[tool] = upstream_value
+            return str(upstream_value)
+        self.native.pop(tool, None)
         return core.TASK_SUPPORT[self.policy(tool).mode]
 
     async def intercept(self, request: web.Request, session: Session, msg: Message,
@@ -98,10 +109,16 @@ class CoreTasks:
         (the request goes upstream; a tools/list answer gains taskSupport on the way)."""
         method, params = msg["method"], msg.get("params")
         if method in core.METHODS:
+            task_id = params.get("taskId") if isinstance(params, dict) else None
+            if task_id in session.native_tasks:
+                return None  # the upstream's own task
             return await self.serve(request, session, msg)
         if method == mcp.TOOLS_LIST:
             ex.edit = lambda m: core.mark_tools(m, self.support)
         elif method == mcp.TOOLS_CALL and isinstance(params, dict):
+            if "task" in params and params.get("name") in self.native:
+                ex.edit = lambda m: _note_native(session, m)
+                return None
             if "task" in params:
                 return await self.call(session, msg, core.requested_ttl(params),
                                        self.backend.client_headers(request.headers))
@@ -199,3 +216,12 @@ class CoreTasks:
         for link in list(session.tasks.values()):
             if link.task.status in (Status.WORKING, Status.INPUT_REQUIRED):
                 self.engine.cancel(link.task, "client session ended")
+
+
+def _note_native(session: Session, msg: Message) -> Message:
+    """Remember the id of a task the upstream created, so tasks/* on it go there."""
+    result = msg.get("result")
+    task = result.get("task") if isinstance(result, dict) else None
+    if isinstance(task, dict) and isinstance(task.get("taskId"), str):
+        session.native_tasks.add(task["taskId"])
+    return msg

@@ -42,6 +42,7 @@ class Session:
         self.replies: OrderedDict[str, Connection] = OrderedDict()
         self.subscriptions: set[str] = set()
         self.tasks: dict[str, Any] = {}  # its running core tasks (core_tasks.Link) by id
+        self.native_tasks: set[str] = set()  # ids of tasks the upstream itself runs for it
         self.replay = replay
         self.get_stream = Stream("0", replay)
         self.streams: LRUCache[str, Stream] = LRUCache(MAX_STREAMS)

@@ -51,6 +51,8 @@ async def test_server_everything_through_the_gateway(gateway) -> None:
     assert "Ada" in seen["elicit"]  # the answer our elicitation callback gave
     assert "42" in seen["sample"]
     assert len(seen["asked"]) == 2
+    # Its task-only tool runs as the server's own task, passed through the gateway.
+    assert seen["research"][0] == "taskCreated" and "tides" in seen["research"][-1]
 
 
 async def test_server_everything_over_streamable_http_through_the_gateway(gateway) -> None:
@@ -65,3 +67,4 @@ async def test_server_everything_over_streamable_http_through_the_gateway(gatewa
     assert seen["server"] == "mcp-servers/everything"
     assert seen["progress"] == [[1, 4], [2, 4], [3, 4], [4, 4]]
     assert "Ada" in seen["elicit"] and "42" in seen["sample"]
+    assert seen["research"][0] == "taskCreated" and "tides" in seen["research"][-1]

@@ -3,6 +3,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
+  CallToolResultSchema,
   CreateMessageRequestSchema,
   ElicitRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
@@ -47,6 +48,12 @@ if (plan === "fixture") {
     { name: "trigger-sampling-request", arguments: { prompt: "6 x 7?", maxTokens: 10 } }));
   out.prompts = (await client.listPrompts()).prompts.map((p) => p.name).sort();
   out.resourceCount = (await client.listResources()).resources.length;
+  // A tool the server runs only as a task of its own (2025-11-25 core tasks).
+  out.research = [];
+  for await (const m of client.experimental.tasks.callToolStream(
+    { name: "simulate-research-query", arguments: { topic: "tides" } }, CallToolResultSchema)) {
+    out.research.push(m.type === "result" ? text(m.result) : m.type === "error" ? `error: ${m.error.message}` : m.type);
+  }
 }
 await client.close();
 console.log(JSON.stringify(out));

@@ -85,23 +85,15 @@ class CoreTasks:
         self.engine = engine
         self.policies = policies
         self.keepalive_s = keepalive_s
-        # Tools the upstream runs as tasks itself, as its tools/list said: their task calls
-        # and tasks/* on their ids pass through.
-        self.native: dict[str, str] = {}
 
     def policy(self, tool: Any) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
 
-    def support(self, tool: str, upstream_value: Any) -> str:
+    def support(self, tool: str) -> str:
         """A tool's taskSupport: the upstream's own when it runs the tool as a task itself
         (its tasks pass through: the gateway cannot run as a plain call what the server only
         runs as a task), else the gateway's from the tool's policy."""
-        if upstream_value in ("required", "optional") and core.upstream_serves_tasks(
-                self.backend.primary.init_result):
-            self.native[tool] = upstream_value
-            return str(upstream_value)
-        self.native.pop(tool, None)
-        return core.TASK_SUPPORT[self.policy(tool).mode]
+        return self.backend.native_tools.get(tool) or core.TASK_SUPPORT[self.policy(tool).mode]
 
     async def intercept(self, request: web.Request, session: Session, msg: Message,
                         ex: SessionExchange) -> web.StreamResponse | None:
@@ -114,9 +106,10 @@ class CoreTasks:
                 return None  # the upstream's own task
             return await self.serve(request, session, msg)
         if method == mcp.TOOLS_LIST:
-            ex.edit = lambda m: core.mark_tools(m, self.support)
+            ex.edit = lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
         elif method == mcp.TOOLS_CALL and isinstance(params, dict):
-            if "task" in params and params.get("name") in self.native:
+            if "task" in params and params.get("name") in self.backend.native_tools:
+                # The upstream's own task: the call and tasks/* on its id pass through.
                 ex.edit = lambda m: _note_native(session, m)
                 return None
             if "task" in params:

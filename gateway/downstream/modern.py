@@ -113,6 +113,8 @@ class ModernExchange(Exchange):
         if self.refused and not self.inputs and "error" in msg:
             self._missing_capability()  # it failed for want of what the client lacks
             return
+        if self.method == mcp.TOOLS_LIST:
+            self.era.backend.learn_tools(msg)
         msg, status = router.modern_response(self.method, msg, self.era.server_info,
                                              self.era.ttl_ms, self.era.scope)
         self.finish(jsonrpc.dumps(msg), status)
@@ -148,14 +150,13 @@ class ModernExchange(Exchange):
 
     def _ask(self) -> None:
         """Park the upstream call and answer with an input_required round for the input the
-        client declared; if it needs only what the client did not declare, that is -32021
-        (spec 2026-07-28 basic: MissingRequiredClientCapability) and the call is cancelled.
+        client declared. A request for what it did not declare was refused upstream; the
+        call goes on, and only if it then fails is that -32021 (spec 2026-07-28 basic:
+        MissingRequiredClientCapability; see on_response): servers ask for optional things
+        (server-everything asks every client for its roots) and cope without them.
         """
         self.batch = None
-        if self.response is not None or self.call is None:
-            return
-        if not self.inputs:
-            self._missing_capability()
+        if self.response is not None or self.call is None or not self.inputs:
             return
         parked = self.parked or Parked(secrets.token_urlsafe(16), self.call,
                                        self.caller.principal, self.method, self.digest)
@@ -282,6 +283,12 @@ class ModernEra:
         if ex.policy is not None and used.modern is not None:
             # The gateway decides about tasks here: the upstream must not make its own.
             caller.capabilities = extension.without(caller.capabilities)
+        # A tool the upstream runs only as a task of its own: the call asks for that task
+        # and the connection waits on its result, so here it is one slow call.
+        follow = method == mcp.TOOLS_CALL and self.backend.native_tools.get(
+            str(params.get("name"))) == "required"
+        if follow:
+            upstream_params["task"] = {}
         if ex.policy is not None and "progressToken" not in upstream_params.get("_meta", {}):
             # A call that may become a task asks for progress so the task's statusMessage
             # can tell it; the client, which did not ask, does not get it.
@@ -289,7 +296,8 @@ class ModernEra:
                                         "progressToken": "task"}
             ex.own_progress = True
         try:
-            ex.call = used.request(msg, caller, ex, self.backend.client_headers(request.headers))
+            ex.call = used.request(msg, caller, ex, self.backend.client_headers(request.headers),
+                                   follow)
         except errors.UpstreamError as exc:
             self.backend.done(conn, used)
             return json_response(exc.to_message(msg["id"]))

@@ -84,6 +84,22 @@ def input_key(request: dict[str, Any], number: int, used: set[str]) -> str:
     return key
 
 
+def listed_tools(msg: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool objects of a tools/list response (none for an error)."""
+    result = msg.get("result")
+    tools = result.get("tools") if isinstance(result, dict) else None
+    return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
+
+
+def upstream_serves_tasks(init_result: dict[str, Any] | None) -> bool:
+    """Whether a 2025-11-25 upstream runs task-augmented tools/call itself."""
+    caps = (init_result or {}).get("capabilities")
+    tasks = caps.get("tasks") if isinstance(caps, dict) else None
+    requests = tasks.get("requests") if isinstance(tasks, dict) else None
+    tools = requests.get("tools") if isinstance(requests, dict) else None
+    return isinstance(tools, dict) and "call" in tools
+
+
 # HTTP header names (aiohttp matches them case-insensitively).
 H_SESSION: Final = "Mcp-Session-Id"
 H_PROTOCOL: Final = "MCP-Protocol-Version"

@@ -79,6 +79,10 @@ class Call:
     started: float = field(default_factory=time.monotonic)
     # A modern-only upstream may answer input_required: the request, kept to send again.
     resend: tuple[str, dict[str, Any]] | None = None
+    # Sent as a task of the upstream's own (a tool it runs only as a task): its id once
+    # created, after which the call waits on that task's tasks/result.
+    follow_task: bool = False
+    upstream_task: str | None = None
 
 
 class Connection:
@@ -189,14 +193,14 @@ class Connection:
 
     # -- downstream -> upstream ------------------------------------------------------------
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
-                headers: dict[str, str] | None = None) -> Call:
+                headers: dict[str, str] | None = None, follow_task: bool = False) -> Call:
         """Forward request `msg`, which this consumes: its id and progress token are
         rewritten, and its params are let go once sent (they may be megabytes). `headers`
         are the client's that an HTTP upstream receives (`forward_headers`, Mcp-Param-*)."""
         if not self.ready and owner is not None:
             raise UpstreamError(self.name, f"upstream '{self.name}' is not connected", "down")
         uid = next(self._ids)
-        call = Call(uid, msg["id"], owner, sink, self)
+        call = Call(uid, msg["id"], owner, sink, self, follow_task=follow_task)
         params = msg.get("params")
         if isinstance(params, dict):
             meta = params.get("_meta")
@@ -219,7 +223,8 @@ class Connection:
         return call
 
     def resend(self, call: Call, method: str, params: dict[str, Any]) -> None:
-        """Send `call`'s request again under a new id (a modern upstream's next round)."""
+        """Continue `call` with a new request under a new id: a modern upstream's next MRTR
+        round, or the tasks/result of the upstream's own task."""
         self._calls.pop(call.upstream_id, None)
         call.upstream_id = uid = next(self._ids)
         call.waiting = False
@@ -227,9 +232,10 @@ class Connection:
         if call.progress_token is not None and isinstance(meta, dict):
             params["_meta"] = {**meta, "progressToken": uid}
         msg = jsonrpc.request(uid, method, params)
-        assert self.modern is not None
-        headers = self.modern.envelope(msg, call.owner)
-        call.resend = (method, params)
+        headers = None
+        if self.modern is not None:
+            headers = self.modern.envelope(msg, call.owner)
+            call.resend = (method, params)
         self._calls[uid] = call
         try:
             self._write(jsonrpc.dumps(msg), call, headers)
@@ -253,6 +259,8 @@ class Connection:
         """spec (cancellation): tell the upstream; a late response is then dropped here."""
         if self.modern is not None:
             self.modern.forget(call)
+        if call.upstream_task is not None and call.upstream_id in self._calls:
+            self.send_own("tasks/cancel", {"taskId": call.upstream_task})
         if self._calls.pop(call.upstream_id, None) is not None:
             self.notify(jsonrpc.notification(
                 mcp.CANCELLED, {"requestId": call.upstream_id, "reason": reason}))
@@ -345,6 +353,13 @@ class Connection:
         if call is None:
             return  # cancelled, or failed already: the caller has been answered
         if self.modern is not None and self.modern.handled(call, msg):
+            return
+        if call.follow_task and call.upstream_task is None and (
+                task_id := _created_task(msg)) is not None:
+            # spec 2025-11-25 tasks: tasks/result blocks until the task ends and returns
+            # what the call returned; the caller sees one slow call.
+            call.upstream_task = task_id
+            self.resend(call, "tasks/result", {"taskId": task_id})
             return
         msg["id"] = call.client_id
         call.sink.on_response(msg)
@@ -449,6 +464,14 @@ class Connection:
         """Best effort: for messages whose loss only matters while the upstream is up."""
         with contextlib.suppress(UpstreamError):
             self._write(jsonrpc.dumps(msg))
+
+
+def _created_task(msg: Message) -> str | None:
+    """The task id of a CreateTaskResult (spec 2025-11-25 tasks), if `msg` is one."""
+    result = msg.get("result")
+    task = result.get("task") if isinstance(result, dict) else None
+    task_id = task.get("taskId") if isinstance(task, dict) else None
+    return task_id if isinstance(task_id, str) else None
 
 
 def _deliver(target: Call | Owner, msg: Message) -> None:

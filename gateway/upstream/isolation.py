@@ -17,6 +17,7 @@ from typing import Any
 from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import mcp
+from gateway.protocol.jsonrpc import Message
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream.base import Connection, Owner
 from gateway.upstream.http import HttpUpstream
@@ -38,6 +39,21 @@ class Backend:
                         if conf.url is not None else None)
         if self.forward and "authorization" in self.forward:
             log.warning("upstream.forwards_authorization", upstream=name)
+        # Tools the upstream runs as tasks of its own (2025-11-25 `execution.taskSupport`),
+        # as its tools/list answers said.
+        self.native_tools: dict[str, str] = {}
+
+    def learn_tools(self, msg: Message) -> Message:
+        """Note from a tools/list answer which tools the upstream runs as its own tasks."""
+        if mcp.upstream_serves_tasks(self.primary.init_result):
+            for tool in mcp.listed_tools(msg):
+                execution = tool.get("execution")
+                support = execution.get("taskSupport") if isinstance(execution, dict) else None
+                if support in ("required", "optional"):
+                    self.native_tools[str(tool.get("name"))] = support
+                else:
+                    self.native_tools.pop(str(tool.get("name")), None)
+        return msg
 
     def client_headers(self, headers: Mapping[str, str]) -> dict[str, str] | None:
         """Those of a client request's `headers` the upstream gets: the ones named in

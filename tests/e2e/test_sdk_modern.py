@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
+from conftest import node_env
 from mcp import Client
 
 
@@ -75,3 +77,17 @@ async def test_cancelling_a_modern_call_cancels_it_upstream(gateway) -> None:
                 break
             await asyncio.sleep(0.1)
     assert len(seen) == 1  # the upstream was told to stop the hung call
+
+
+async def test_a_tool_the_server_runs_only_as_its_own_task(gateway) -> None:
+    """server-everything's simulate-research-query requires task augmentation: for a modern
+    client the gateway runs it as the server's own task and answers when it ends."""
+    cwd = Path(__file__).parents[1] / "node"
+    url = await gateway(["npx", "-y", "@modelcontextprotocol/server-everything"],
+                        upstream={"cwd": str(cwd), "env": {"PATH": node_env()["PATH"]}},
+                        tasks={"defaults": {"mode": "never"}})
+    async with Client(url) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert "simulate-research-query" in tools
+        result = await client.call_tool("simulate-research-query", {"topic": "tides"})
+    assert "tides" in text(result) and not result.is_error

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from gateway import errors
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import task_fields
 from gateway.tasks.engine import TaskEngine
@@ -64,29 +64,16 @@ def requested_ttl(params: dict[str, Any]) -> int | None:
     return ttl
 
 
-def mark_tools(msg: Message, support: Callable[[str, Any], str]) -> Message:
-    """tools/list: every tool gains `execution.taskSupport` (`support(name, the upstream's
-    own value)`); all else (pagination, other execution fields) stays as the upstream sent
-    it."""
-    result = msg.get("result")
-    tools = result.get("tools") if isinstance(result, dict) else None
-    if isinstance(tools, list):
-        for tool in tools:
-            if isinstance(tool, dict):
-                execution = tool.get("execution")
-                execution = execution if isinstance(execution, dict) else {}
-                tool["execution"] = {**execution, "taskSupport": support(
-                    str(tool.get("name", "")), execution.get("taskSupport"))}
+def mark_tools(msg: Message, support: Callable[[str], str]) -> Message:
+    """tools/list: every tool gains `execution.taskSupport`; all else (pagination, other
+    execution fields) stays as the upstream sent it."""
+    for tool in mcp.listed_tools(msg):
+        execution = tool.get("execution")
+        tool["execution"] = {**(execution if isinstance(execution, dict) else {}),
+                             "taskSupport": support(str(tool.get("name", "")))}
     return msg
 
 
-def upstream_serves_tasks(init_result: dict[str, Any] | None) -> bool:
-    """Whether a 2025-11-25 upstream runs task-augmented tools/call itself."""
-    caps = (init_result or {}).get("capabilities")
-    tasks = caps.get("tasks") if isinstance(caps, dict) else None
-    requests = tasks.get("requests") if isinstance(tasks, dict) else None
-    tools = requests.get("tools") if isinstance(requests, dict) else None
-    return isinstance(tools, dict) and "call" in tools
 
 
 # -- tasks/* ---------------------------------------------------------------------------------

@@ -268,7 +268,26 @@ class ModernEra:
             if _decoded(header_name) != named:
                 raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_NAME} does not match "
                                             f"the body's {field} {named!r}")
+        if method == mcp.TOOLS_CALL:
+            self._check_param_headers(request, params or {})
         return Caller(request.get(PRINCIPAL, "anonymous"), caps, meta.get(mcp.META_LOG_LEVEL))
+
+    def _check_param_headers(self, request: web.Request, params: dict[str, Any]) -> None:
+        """spec 2026-07-28 Streamable HTTP, Server Behavior for Custom Headers: each argument
+        the tool mirrors in an `Mcp-Param-*` header must be there and match the body (known
+        from the upstream's tools/list; unknown ones are only passed on)."""
+        wanted = self.backend.param_headers.get(str(params.get("name")))
+        for path, part in (wanted or {}).items():
+            value: Any = params.get("arguments")
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            name = mcp.H_PARAM + part
+            raw = _header(request, name)
+            if raw is None and value is None:
+                continue
+            if raw is None or _decoded(raw, name) != mcp.header_text(value):
+                raise errors.HeaderMismatch(f"Header mismatch: {name} does not match the "
+                                            f"body's argument {'.'.join(path)!r}")
 
     # -- forwarding ------------------------------------------------------------------------
     async def forward(self, request: web.Request, msg: Message, caller: Caller,
@@ -428,12 +447,12 @@ def _header(request: web.Request, name: str) -> str | None:
     return value.strip() if value is not None else None
 
 
-def _decoded(value: str | None) -> str | None:
+def _decoded(value: str | None, header: str = mcp.H_NAME) -> str | None:
     """spec 2026-07-28 Streamable HTTP, Value Encoding: `=?base64?...?=` carries UTF-8."""
     if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
         return value
     try:
         return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
-        raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_NAME} is not valid base64"
+        raise errors.HeaderMismatch(f"Header mismatch: {header} is not valid base64"
                                     ) from None

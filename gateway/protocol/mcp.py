@@ -100,6 +100,28 @@ def upstream_serves_tasks(init_result: dict[str, Any] | None) -> bool:
     return isinstance(tools, dict) and "call" in tools
 
 
+def header_params(schema: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], str]:
+    """A tool inputSchema's `x-mcp-header` annotations: argument path -> header name part
+    (spec 2026-07-28 Streamable HTTP, Schema Extension: reachable through `properties` only).
+    """
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    found: dict[tuple[str, ...], str] = {}
+    for key, sub in (props.items() if isinstance(props, dict) else ()):
+        if isinstance(sub, dict):
+            name = sub.get("x-mcp-header")
+            if isinstance(name, str) and name:
+                found[(*path, key)] = name
+            found.update(header_params(sub, (*path, key)))
+    return found
+
+
+def header_text(value: Any) -> str:
+    """A primitive argument as its header carries it (spec: Value Encoding)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 # HTTP header names (aiohttp matches them case-insensitively).
 H_SESSION: Final = "Mcp-Session-Id"
 H_PROTOCOL: Final = "MCP-Protocol-Version"
@@ -109,6 +131,7 @@ H_ACCEPT: Final = "Accept"
 H_AUTH: Final = "Authorization"
 H_METHOD: Final = "Mcp-Method"
 H_NAME: Final = "Mcp-Name"
+H_PARAM: Final = "Mcp-Param-"
 
 CT_JSON: Final = "application/json"
 CT_SSE: Final = "text/event-stream"

@@ -39,20 +39,26 @@ class Backend:
                         if conf.url is not None else None)
         if self.forward and "authorization" in self.forward:
             log.warning("upstream.forwards_authorization", upstream=name)
-        # Tools the upstream runs as tasks of its own (2025-11-25 `execution.taskSupport`),
-        # as its tools/list answers said.
+        # What the upstream's tools/list answers said, by tool: those it runs as tasks of its
+        # own (2025-11-25 `execution.taskSupport`), and arguments mirrored in Mcp-Param-*.
         self.native_tools: dict[str, str] = {}
+        self.param_headers: dict[str, dict[tuple[str, ...], str]] = {}
 
     def learn_tools(self, msg: Message) -> Message:
-        """Note from a tools/list answer which tools the upstream runs as its own tasks."""
-        if mcp.upstream_serves_tasks(self.primary.init_result):
-            for tool in mcp.listed_tools(msg):
-                execution = tool.get("execution")
-                support = execution.get("taskSupport") if isinstance(execution, dict) else None
-                if support in ("required", "optional"):
-                    self.native_tools[str(tool.get("name"))] = support
-                else:
-                    self.native_tools.pop(str(tool.get("name")), None)
+        """Note from a tools/list answer what the gateway must know of each tool."""
+        native = mcp.upstream_serves_tasks(self.primary.init_result)
+        for tool in mcp.listed_tools(msg):
+            name = str(tool.get("name"))
+            execution = tool.get("execution")
+            support = execution.get("taskSupport") if isinstance(execution, dict) else None
+            if native and support in ("required", "optional"):
+                self.native_tools[name] = support
+            else:
+                self.native_tools.pop(name, None)
+            if headers := mcp.header_params(tool.get("inputSchema")):
+                self.param_headers[name] = headers
+            else:
+                self.param_headers.pop(name, None)
         return msg
 
     def client_headers(self, headers: Mapping[str, str]) -> dict[str, str] | None:

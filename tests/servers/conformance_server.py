@@ -9,13 +9,14 @@ gateway; `http PORT` serves it directly over Streamable HTTP, as the baseline.
 import asyncio
 import json
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import mcp_types as types
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.shared.exceptions import MCPError
+from pydantic import Field
 
 IMAGE = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJ"
          "RU5ErkJggg==")
@@ -32,6 +33,12 @@ def text(s: str) -> types.TextContent:
 @server.tool(description="Tests simple text content response")
 def test_simple_text() -> list[Any]:
     return [text("This is a simple text response for testing.")]
+
+
+@server.tool(description="Echoes its region, which clients mirror in Mcp-Param-Region")
+def test_header_param(
+        region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+    return f"region={region}"
 
 
 @server.tool(description="Tests image content response")

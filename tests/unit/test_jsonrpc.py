@@ -1,9 +1,10 @@
-"""JSON-RPC classification: what the gateway accepts as a message at all."""
+"""Pure protocol helpers: JSON-RPC message classification, MCP header annotations."""
 
 from __future__ import annotations
 
 import pytest
 
+from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import classify
 
 
@@ -24,3 +25,14 @@ from gateway.protocol.jsonrpc import classify
 ])
 def test_classify(msg, kind) -> None:
     assert classify(msg) == kind
+
+
+def test_x_mcp_header_paths_follow_properties_only() -> None:
+    schema = {"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "where": {"type": "object", "properties": {
+            "zone": {"type": "integer", "x-mcp-header": "Zone"}}},
+        "many": {"type": "array", "items": {"type": "object", "properties": {
+            "hidden": {"type": "string"}}}}}}
+    assert mcp.header_params(schema) == {("region",): "Region", ("where", "zone"): "Zone"}
+    assert [mcp.header_text(v) for v in ("us", 42, True, False)] == ["us", "42", "true", "false"]

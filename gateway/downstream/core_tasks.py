@@ -216,5 +216,5 @@ def _note_native(session: Session, msg: Message) -> Message:
     result = msg.get("result")
     task = result.get("task") if isinstance(result, dict) else None
     if isinstance(task, dict) and isinstance(task.get("taskId"), str):
-        session.native_tasks.add(task["taskId"])
+        session.native_tasks[task["taskId"]] = True
     return msg

@@ -23,6 +23,7 @@ from gateway.upstream.base import Call, Connection
 
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
 MAX_STREAMS = 64  # POST streams kept for resumption per session
+MAX_NATIVE_TASKS = 1024  # upstream-run task ids remembered per session
 
 
 class Session:
@@ -42,7 +43,8 @@ class Session:
         self.replies: OrderedDict[str, Connection] = OrderedDict()
         self.subscriptions: set[str] = set()
         self.tasks: dict[str, Any] = {}  # its running core tasks (core_tasks.Link) by id
-        self.native_tasks: set[str] = set()  # ids of tasks the upstream itself runs for it
+        # Ids of tasks the upstream itself runs for it (its tasks/* go there), the latest.
+        self.native_tasks: LRUCache[str, bool] = LRUCache(MAX_NATIVE_TASKS)
         self.replay = replay
         self.get_stream = Stream("0", replay)
         self.streams: LRUCache[str, Stream] = LRUCache(MAX_STREAMS)

@@ -55,15 +55,22 @@ async def test_server_everything_through_the_gateway(gateway) -> None:
     assert seen["research"][0] == "taskCreated" and "tides" in seen["research"][-1]
 
 
-async def test_server_everything_over_streamable_http_through_the_gateway(gateway) -> None:
-    """The reference server in its own streamableHttp mode, fronted by URL: its progress,
-    elicitation and sampling arrive on its HTTP streams and reach the TypeScript client."""
+@pytest.mark.parametrize(("mode", "path"), [("streamableHttp", "/mcp"), ("sse", "/sse")])
+async def test_server_everything_over_http_through_the_gateway(gateway, http, mode,
+                                                              path) -> None:
+    """The reference server in its own HTTP modes, fronted by URL (sse: the HTTP+SSE
+    transport of 2024-11-05): its progress, elicitation and sampling arrive on its HTTP
+    streams and reach the TypeScript client."""
     port = free_port()
     everything = CLIENT.parent / "node_modules" / "@modelcontextprotocol" / "server-everything"
     env = {**node_env(), "PORT": str(port)}
     async with served([str(NODE_BIN / "node"), str(everything / "dist" / "index.js"),
-                       "streamableHttp"], port, env) as base:
-        seen = await ts_client(await gateway(url=base + "/mcp"), "everything")
+                       mode], port, env) as base:
+        url = await gateway(url=base + path)
+        async with http.get(url.replace("/mcp", "/readyz")) as resp:
+            transport = (await resp.json())["upstreams"]["main"]["transport"]
+        assert transport == ("http+sse" if mode == "sse" else "streamable-http")
+        seen = await ts_client(url, "everything")
     assert seen["server"] == "mcp-servers/everything"
     assert seen["progress"] == [[1, 4], [2, 4], [3, 4], [4, 4]]
     assert "Ada" in seen["elicit"] and "42" in seen["sample"]

@@ -204,3 +204,15 @@ async def test_tasks_and_mrtr_over_an_http_upstream(gateway, client, http) -> No
         result = await legacy.send({"jsonrpc": "2.0", "id": 6, "method": "tasks/result",
                                     "params": {"taskId": task_id}})
         assert result.message["result"]["content"][0]["text"] == "slept 50"
+
+
+async def test_isolation_client_gives_each_session_its_own_upstream_session(gateway,
+                                                                           client) -> None:
+    async with basic_http() as base:
+        url = await gateway(url=base + "/mcp", upstream={"isolation": "client"})
+        one, two = client(url), client(url)
+        await one.initialize()
+        await two.initialize()
+        # basic_http runs one server process per upstream session: the pids tell them apart.
+        assert text_of(await one.call("whoami")) != text_of(await two.call("whoami"))
+        assert text_of(await one.call("whoami")) == text_of(await one.call("whoami"))

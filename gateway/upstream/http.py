@@ -56,8 +56,9 @@ class EventReader:
         async for raw in resp.content:
             line = raw.rstrip(b"\r\n")
             if not line:
-                if data:
-                    yield event, b"\n".join(data)
+                payload = b"\n".join(data)
+                if payload:  # an event with no data only primes the id (spec: polling)
+                    yield event, payload
                 event, data = "message", []
                 continue
             name, _, value = line.partition(b":")

@@ -216,3 +216,14 @@ async def test_isolation_client_gives_each_session_its_own_upstream_session(gate
         # basic_http runs one server process per upstream session: the pids tell them apart.
         assert text_of(await one.call("whoami")) != text_of(await two.call("whoami"))
         assert text_of(await one.call("whoami")) == text_of(await one.call("whoami"))
+
+
+async def test_an_answer_stream_closed_early_is_resumed_with_last_event_id(gateway,
+                                                                          client) -> None:
+    async with basic_http("polling") as base:
+        mcp = client(await gateway(url=base + "/mcp"))
+        await mcp.initialize()
+        # Each answer comes only to a GET carrying the event id the POST's stream primed.
+        assert text_of(await asyncio.wait_for(mcp.call("sleep", {"ms": 200}), 10)) == \
+            "slept 200"
+        assert text_of(await mcp.call("echo", {"text": "resumed"})) == "resumed"

@@ -2,12 +2,14 @@
 """basic.py served over HTTP, for the gateway's HTTP-upstream tests: every client session is
 its own basic.py process.
 
-Usage: basic_http.py PORT [streamable|sse]
+Usage: basic_http.py PORT [streamable|sse|polling]
 - streamable: Streamable HTTP. A POSTed request is answered with JSON; everything the server
   sends by itself (its requests, progress, logs) goes on the session's GET stream, never on
   the POST, so the gateway must read that stream.
 - sse: the HTTP+SSE transport of 2024-11-05. GET /mcp opens the stream, whose first event
   names the endpoint to POST to; every answer comes on the stream; POST /mcp answers 405.
+- polling: Streamable HTTP where a request's SSE answer closes after one event that only
+  primes its id (spec: SSE polling); the response comes to a GET with that Last-Event-ID.
 GET /seen returns the headers of the last POST, so tests can see what the gateway forwarded.
 """
 
@@ -30,6 +32,8 @@ class Session:
         self.answers_inline = answers_inline  # streamable: responses go back on the POST
         self.pending: dict[object, asyncio.Future[bytes]] = {}
         self.stream: asyncio.Queue[bytes] = asyncio.Queue()
+        self.later: dict[str, asyncio.Future[bytes | None]] = {}  # polling: answers by stream
+        self.started = False  # polling: initialize is answered at once
         self.reader = asyncio.create_task(self.pump())
 
     @classmethod
@@ -84,6 +88,9 @@ async def post(request: web.Request) -> web.StreamResponse:
     session = sessions.get(sid)
     if session is None:
         return web.Response(status=404)
+    if request.app["mode"] == "polling" and "id" in json.loads(body) and session.started:
+        return await prime(request, session, body)
+    session.started = True
     answer = await session.send(body)
     if answer is None:
         return web.Response(status=202)
@@ -91,7 +98,23 @@ async def post(request: web.Request) -> web.StreamResponse:
                         headers={"Mcp-Session-Id": sid})
 
 
+async def prime(request: web.Request, session: Session, body: bytes) -> web.StreamResponse:
+    """Answer later: the POST's stream gives an event id and closes at once."""
+    key = f"p{len(session.later)}"
+    session.later[key] = asyncio.ensure_future(session.send(body))
+    resp = await open_stream(request)
+    await resp.write(f"id: {key}-0\nretry: 50\ndata: \n\n".encode())
+    return resp
+
+
 async def get(request: web.Request) -> web.StreamResponse:
+    resumed = request.headers.get("Last-Event-ID", "").removesuffix("-0")
+    found = sessions.get(request.headers.get("Mcp-Session-Id", ""))
+    if found is not None and resumed in found.later:
+        resp = await open_stream(request)
+        answer = await found.later.pop(resumed)
+        await resp.write(f"id: {resumed}-1\ndata: ".encode() + (answer or b"") + b"\n\n")
+        return resp
     if request.app["mode"] == "sse":
         sid = secrets.token_hex(8)
         sessions[sid] = session = await Session.start(answers_inline=False)

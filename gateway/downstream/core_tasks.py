@@ -32,9 +32,12 @@ from gateway.upstream.isolation import Backend
 class Link:
     """Ties one running task to its session until the task ends."""
 
-    __slots__ = ("held", "last_status", "relay_progress", "session", "task", "waiters")
+    __slots__ = ("engine", "held", "last_status", "relay_progress", "session", "task",
+                 "waiters")
 
-    def __init__(self, session: Session, task: Task, relay_progress: bool) -> None:
+    def __init__(self, engine: TaskEngine, session: Session, task: Task,
+                 relay_progress: bool) -> None:
+        self.engine = engine
         self.session = session
         self.task = task
         self.relay_progress = relay_progress  # the client asked for progress on its call
@@ -69,6 +72,7 @@ class Link:
                 ex.on_response(core.final(task, client_id))
             self.held.clear()
             self.session.tasks.pop(task.id, None)
+            self.engine.unwatch(task.id, self.changed)
 
     def flush(self) -> None:
         for msg in self.held:
@@ -156,7 +160,7 @@ class CoreTasks:
         except errors.UpstreamError as exc:
             self.engine.store.discard(task)
             return json_response(exc.to_message(client_id))
-        link = Link(session, task, relay_progress)
+        link = Link(self.engine, session, task, relay_progress)
         session.tasks[task.id] = link
         self.engine.watch(task.id, link.changed)
         self.engine.adopt(task, call, fail_on_is_error=True, timeout_ms=policy.timeout_ms,

@@ -105,18 +105,18 @@ class CoreTasks:
         (the request goes upstream; a tools/list answer gains taskSupport on the way)."""
         method, params = msg["method"], msg.get("params")
         if method in core.METHODS:
-            task_id = params.get("taskId") if isinstance(params, dict) else None
+            task_id = core.task_of(params) if isinstance(params, dict) else None
             if task_id in session.native_tasks:
                 return None  # the upstream's own task
             return await self.serve(request, session, msg)
         if method == mcp.TOOLS_LIST:
             ex.edit = lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
         elif method == mcp.TOOLS_CALL and isinstance(params, dict):
-            if "task" in params and params.get("name") in self.backend.native_tools:
+            if core.is_task_call(params) and params.get("name") in self.backend.native_tools:
                 # The upstream's own task: the call and tasks/* on its id pass through.
                 ex.edit = lambda m: _note_native(session, m)
                 return None
-            if "task" in params:
+            if core.is_task_call(params):
                 return await self.call(session, msg, core.requested_ttl(params),
                                        self.backend.client_headers(request.headers))
             if self.policy(params.get("name")).mode == "required":
@@ -174,18 +174,16 @@ class CoreTasks:
         method, params = msg["method"], msg.get("params") or {}
         if not isinstance(params, dict):
             raise errors.InvalidParams("Invalid params: params must be an object")
-        if method == "tasks/result":
+        if method == core.RESULT:
             return await self.result(request, session, msg, params)
-        handler = {"tasks/get": core.get, "tasks/list": core.list_page,
-                   "tasks/cancel": core.cancel}[method]
-        return json_response(jsonrpc.result(msg["id"], handler(self.engine, params,
-                                                               session.id)))
+        return json_response(jsonrpc.result(msg["id"], core.HANDLERS[method](
+            self.engine, params, session.id)))
 
     async def result(self, request: web.Request, session: Session, msg: Message,
                      params: dict[str, Any]) -> web.StreamResponse:
         """spec (Result Retrieval): blocks until the task is terminal. Its input requests
         travel on this response's stream meanwhile."""
-        task = core.lookup(self.engine, params.get("taskId"), session.id)
+        task = core.lookup(self.engine, core.task_of(params), session.id)
         link = session.tasks.get(task.id)
         if task.terminal or link is None:
             return json_response(core.final(task, msg["id"]))
@@ -217,8 +215,6 @@ class CoreTasks:
 
 def _note_native(session: Session, msg: Message) -> Message:
     """Remember the id of a task the upstream created, so tasks/* on it go there."""
-    result = msg.get("result")
-    task = result.get("task") if isinstance(result, dict) else None
-    if isinstance(task, dict) and isinstance(task.get("taskId"), str):
-        session.native_tasks[task["taskId"]] = True
+    if (task_id := core.created_task_id(msg)) is not None:
+        session.native_tasks[task_id] = True
     return msg

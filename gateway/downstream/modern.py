@@ -29,7 +29,7 @@ from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Settings
-from gateway.tasks.dialects import extension
+from gateway.tasks.dialects import core, extension
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies, Policy
 from gateway.tasks.store import StoreFull
@@ -307,7 +307,7 @@ class ModernEra:
         follow = method == mcp.TOOLS_CALL and self.backend.native_tools.get(
             str(params.get("name"))) == "required"
         if follow:
-            upstream_params["task"] = {}
+            core.ask_for_task(upstream_params)
         if ex.policy is not None and "progressToken" not in upstream_params.get("_meta", {}):
             # A call that may become a task asks for progress so the task's statusMessage
             # can tell it; the client, which did not ask, does not get it.

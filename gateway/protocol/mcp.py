@@ -91,15 +91,6 @@ def listed_tools(msg: dict[str, Any]) -> list[dict[str, Any]]:
     return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
 
 
-def upstream_serves_tasks(init_result: dict[str, Any] | None) -> bool:
-    """Whether a 2025-11-25 upstream runs task-augmented tools/call itself."""
-    caps = (init_result or {}).get("capabilities")
-    tasks = caps.get("tasks") if isinstance(caps, dict) else None
-    requests = tasks.get("requests") if isinstance(tasks, dict) else None
-    tools = requests.get("tools") if isinstance(requests, dict) else None
-    return isinstance(tools, dict) and "call" in tools
-
-
 def header_params(schema: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], str]:
     """A tool inputSchema's `x-mcp-header` annotations: argument path -> header name part
     (spec 2026-07-28 Streamable HTTP, Schema Extension: reachable through `properties` only).

@@ -14,7 +14,7 @@ import statistics
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -23,7 +23,9 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.model import Status, Task
 from gateway.tasks.store import ResultTooLarge, TaskStore
-from gateway.upstream.base import Call
+
+if TYPE_CHECKING:  # the connection knows nothing of tasks; a core upstream's own tasks aside
+    from gateway.upstream.base import Call
 
 POLL_FLOOR_MS = 250  # never suggest polling faster than this
 POLL_CEILING_MS = 30_000

@@ -27,6 +27,7 @@ from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.tasks.dialects import core
 from gateway.upstream import modern
 from gateway.upstream.modern import ModernUpstream
 
@@ -260,7 +261,7 @@ class Connection:
         if self.modern is not None:
             self.modern.forget(call)
         if call.upstream_task is not None and call.upstream_id in self._calls:
-            self.send_own("tasks/cancel", {"taskId": call.upstream_task})
+            self.send_own(*core.cancel_request(call.upstream_task))
         if self._calls.pop(call.upstream_id, None) is not None:
             self.notify(jsonrpc.notification(
                 mcp.CANCELLED, {"requestId": call.upstream_id, "reason": reason}))
@@ -355,11 +356,10 @@ class Connection:
         if self.modern is not None and self.modern.handled(call, msg):
             return
         if call.follow_task and call.upstream_task is None and (
-                task_id := _created_task(msg)) is not None:
-            # spec 2025-11-25 tasks: tasks/result blocks until the task ends and returns
-            # what the call returned; the caller sees one slow call.
+                task_id := core.created_task_id(msg)) is not None:
+            # The caller sees one slow call: the task's tasks/result is its answer.
             call.upstream_task = task_id
-            self.resend(call, "tasks/result", {"taskId": task_id})
+            self.resend(call, *core.result_request(task_id))
             return
         msg["id"] = call.client_id
         call.sink.on_response(msg)
@@ -464,14 +464,6 @@ class Connection:
         """Best effort: for messages whose loss only matters while the upstream is up."""
         with contextlib.suppress(UpstreamError):
             self._write(jsonrpc.dumps(msg))
-
-
-def _created_task(msg: Message) -> str | None:
-    """The task id of a CreateTaskResult (spec 2025-11-25 tasks), if `msg` is one."""
-    result = msg.get("result")
-    task = result.get("task") if isinstance(result, dict) else None
-    task_id = task.get("taskId") if isinstance(task, dict) else None
-    return task_id if isinstance(task_id, str) else None
 
 
 def _deliver(target: Call | Owner, msg: Message) -> None:

@@ -19,6 +19,7 @@ from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Upstream as UpstreamConf
+from gateway.tasks.dialects import core
 from gateway.upstream.base import Connection, Owner
 from gateway.upstream.http import HttpUpstream
 from gateway.upstream.stdio import StdioUpstream
@@ -46,11 +47,10 @@ class Backend:
 
     def learn_tools(self, msg: Message) -> Message:
         """Note from a tools/list answer what the gateway must know of each tool."""
-        native = mcp.upstream_serves_tasks(self.primary.init_result)
+        native = core.serves_tasks(self.primary.init_result)
         for tool in mcp.listed_tools(msg):
             name = str(tool.get("name"))
-            execution = tool.get("execution")
-            support = execution.get("taskSupport") if isinstance(execution, dict) else None
+            support = core.own_support(tool)
             if native and support in ("required", "optional"):
                 self.native_tools[name] = support
             else:

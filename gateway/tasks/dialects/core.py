@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -18,13 +18,16 @@ from gateway import errors
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import task_fields
-from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Status, Task
 from gateway.tasks.store import TaskExpired, TaskNotFound
 
+if TYPE_CHECKING:
+    from gateway.tasks.engine import TaskEngine
+
 NAME = "core"
 VERSION = "2025-11-25"  # the only revision with core tasks (the extension replaces them)
-METHODS = frozenset({"tasks/get", "tasks/list", "tasks/cancel", "tasks/result"})
+RESULT = "tasks/result"
+METHODS = frozenset({"tasks/get", "tasks/list", "tasks/cancel", RESULT})
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 IMMEDIATE_RESPONSE = "io.modelcontextprotocol/model-immediate-response"
 STATUS_NOTIFICATION = "notifications/tasks/status"
@@ -53,6 +56,16 @@ def created(task: Task, immediate: str | None) -> dict[str, Any]:
     return out
 
 
+def is_task_call(params: dict[str, Any]) -> bool:
+    """A task-augmented request (spec: Creating Tasks)."""
+    return "task" in params
+
+
+def task_of(params: dict[str, Any]) -> Any:
+    """The task id a tasks/* request names."""
+    return params.get("taskId")
+
+
 def requested_ttl(params: dict[str, Any]) -> int | None:
     """The TTL a task-augmented call asks for (`params.task.ttl`), None when it asks none."""
     task = params["task"]
@@ -74,6 +87,44 @@ def mark_tools(msg: Message, support: Callable[[str], str]) -> Message:
     return msg
 
 
+
+
+# -- an upstream's own core tasks ----------------------------------------------------------
+def serves_tasks(init_result: dict[str, Any] | None) -> bool:
+    """Whether a 2025-11-25 upstream runs task-augmented tools/call itself."""
+    caps = (init_result or {}).get("capabilities")
+    tasks = caps.get("tasks") if isinstance(caps, dict) else None
+    requests = tasks.get("requests") if isinstance(tasks, dict) else None
+    tools = requests.get("tools") if isinstance(requests, dict) else None
+    return isinstance(tools, dict) and "call" in tools
+
+
+def own_support(tool: dict[str, Any]) -> Any:
+    """A listed tool's own `execution.taskSupport`, as the upstream declared it."""
+    execution = tool.get("execution")
+    return execution.get("taskSupport") if isinstance(execution, dict) else None
+
+
+def ask_for_task(params: dict[str, Any]) -> None:
+    """Make a tools/call's params task-augmented (spec: Creating Tasks)."""
+    params["task"] = {}
+
+
+def created_task_id(msg: Message) -> str | None:
+    """The task id of a CreateTaskResult, if `msg` answers with one."""
+    result = msg.get("result")
+    task = result.get("task") if isinstance(result, dict) else None
+    task_id = task.get("taskId") if isinstance(task, dict) else None
+    return task_id if isinstance(task_id, str) else None
+
+
+def result_request(task_id: str) -> tuple[str, dict[str, Any]]:
+    """tasks/result for a task: blocks until it ends, then returns what the call returned."""
+    return RESULT, {"taskId": task_id}
+
+
+def cancel_request(task_id: str) -> tuple[str, dict[str, Any]]:
+    return "tasks/cancel", {"taskId": task_id}
 
 
 # -- tasks/* ---------------------------------------------------------------------------------
@@ -171,3 +222,7 @@ def related(msg: Message, task: Task) -> Message:
 
 def status_notification(task: Task) -> Message:
     return jsonrpc.notification(STATUS_NOTIFICATION, fields(task))
+
+
+# The tasks/* the gateway answers at once, by method (tasks/result waits: the era serves it).
+HANDLERS = {"tasks/get": get, "tasks/list": list_page, "tasks/cancel": cancel}

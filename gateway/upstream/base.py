@@ -188,6 +188,7 @@ class Connection:
             return False
         self.init_result, self.state = ModernUpstream.init_result(result), "ready"
         self._ready.set()
+        self.modern.relisten()
         log.info("upstream.ready", upstream=self.name, protocol=modern.VERSION,
                  server=self.init_result["serverInfo"].get("name"))
         return True
@@ -300,17 +301,25 @@ class Connection:
 
     def hold(self, uri: str) -> bool:
         """Count one more holder of a resource subscription; True for the first, whose
-        subscribe must reach the upstream (it keeps one subscription per URI for all)."""
+        subscribe must reach the upstream (it keeps one subscription per URI for all). A
+        modern-only upstream is told here, by its listen stream: False."""
         self.subscriptions[uri] += 1
-        return self.subscriptions[uri] == 1
+        first = self.subscriptions[uri] == 1
+        if first and self.modern is not None:
+            self.modern.relisten()
+            return False
+        return first
 
     def release(self, uri: str) -> bool:
         """One holder fewer; True when it was the last, whose unsubscribe goes upstream."""
-        if self.subscriptions[uri] <= 1:
-            self.subscriptions.pop(uri, None)
-            return True
-        self.subscriptions[uri] -= 1
-        return False
+        if self.subscriptions[uri] > 1:
+            self.subscriptions[uri] -= 1
+            return False
+        self.subscriptions.pop(uri, None)
+        if self.modern is not None:
+            self.modern.relisten()
+            return False
+        return True
 
     def send_own(self, method: str, params: dict[str, Any]) -> None:
         """A request of the gateway's own whose answer nobody waits for (subscriptions)."""
@@ -373,6 +382,10 @@ class Connection:
                 params["progressToken"] = call.progress_token
                 call.sink.on_message(msg)
             return
+        if self.modern is not None and isinstance(params, dict):
+            if method == mcp.ACKNOWLEDGED:
+                return  # the gateway's own listen stream on the server is open
+            self.modern.untag(params)
         if method.endswith("/list_changed"):
             self._broadcast(msg, lambda _owner: True)
         elif method == mcp.RESOURCE_UPDATED and isinstance(params, dict):

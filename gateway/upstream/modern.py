@@ -12,6 +12,7 @@ all are answered the original request is sent again with `inputResponses` and th
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from gateway.upstream.base import Call, Connection, Owner
 
 VERSION = mcp.MODERN_VERSIONS[0]
+RELISTEN_S = 1.0  # before opening the listen stream again after the server ended it
 
 
 class Round:
@@ -45,6 +47,45 @@ class ModernUpstream:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.rounds: dict[str, tuple[Round, str]] = {}  # asked id -> (round, input key)
+        self.listening: Call | None = None  # the gateway's own subscriptions/listen on it
+
+    # -- change notifications ---------------------------------------------------------------
+    def relisten(self) -> None:
+        """(Re)open the one `subscriptions/listen` stream the gateway keeps on the server
+        (spec 2026-07-28 subscriptions: it replaces resources/subscribe and the GET stream):
+        every list change, and resources/updated for each URI some client holds. What
+        arrives on it is broadcast as a legacy server's notifications would be."""
+        old, self.listening = self.listening, None
+        if old is not None:
+            self.conn.cancel(old, "the gateway's subscriptions changed")
+        if not self.conn.ready or self.conn.modern is not self:  # restarted since
+            return
+        params = {"notifications": {
+            "toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True,
+            "resourceSubscriptions": sorted(self.conn.subscriptions)}}
+        self.listening = self.conn.request(jsonrpc.request(0, mcp.LISTEN, params), None,
+                                           _Listening(self))
+
+    @staticmethod
+    def untag(params: dict[str, Any]) -> None:
+        """A notification from the gateway's listen stream loses that stream's id: the
+        gateway's clients are told by their own streams (listen tags its own)."""
+        meta = params.get("_meta")
+        if isinstance(meta, dict) and mcp.META_SUBSCRIPTION in meta:
+            meta = {k: v for k, v in meta.items() if k != mcp.META_SUBSCRIPTION}
+            if meta:
+                params["_meta"] = meta
+            else:
+                del params["_meta"]
+
+    def _listen_ended(self, sink: _Listening, msg: Message) -> None:
+        if self.listening is None or self.listening.sink is not sink:
+            return  # an older stream, replaced already
+        self.listening = None
+        error = msg.get("error")
+        if isinstance(error, dict) and error.get("code") == jsonrpc.METHOD_NOT_FOUND:
+            return  # the server offers no change notifications
+        asyncio.get_running_loop().call_later(RELISTEN_S, self.relisten)
 
     @staticmethod
     def init_result(discover: dict[str, Any]) -> dict[str, Any]:
@@ -155,3 +196,17 @@ def header_value(value: str) -> str:
     safe = value.isascii() and value == value.strip() and value.isprintable() and not (
         value.startswith("=?base64?") and value.endswith("?="))
     return value if safe else f"=?base64?{base64.b64encode(value.encode()).decode()}?="
+
+
+class _Listening:
+    """The sink of the gateway's own listen request: its notifications are not routed to
+    it (they are broadcast); only its end matters."""
+
+    def __init__(self, owner: ModernUpstream) -> None:
+        self.owner = owner
+
+    def on_message(self, msg: Message) -> None:
+        pass
+
+    def on_response(self, msg: Message) -> None:
+        self.owner._listen_ended(self, msg)

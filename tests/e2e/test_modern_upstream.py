@@ -4,6 +4,7 @@ its input_required rounds relayed or turned into server requests, and tasks over
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from conftest import free_port, served
 from mcp import Client
 from mcp_http import next_event
-from test_modern import modern
+from test_modern import envelope, headers_for, modern
 from test_sdk_modern import on_elicit, text
 from test_tasks import wait_for
 
@@ -110,3 +111,45 @@ async def test_the_servers_own_tasks_pass_through_in_mode_never(gateway, http) -
     got = (await modern(http, url, "tasks/get", {"taskId": "server-task-1"}, TASKS)).body
     assert got["result"]["status"] == "completed"  # answered by the server, not the gateway
     assert got["result"]["result"]["content"][0]["text"] == "done by the server's own task"
+
+
+async def test_change_notifications_reach_legacy_sessions(url, client, http) -> None:
+    """The gateway listens on the server (subscriptions/listen) for what its clients want."""
+    watcher, other = client(url), client(url)
+    await watcher.initialize()
+    await other.initialize()
+    sub = {"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe",
+           "params": {"uri": "test://watched"}}
+    assert (await watcher.send(sub)).message["result"] == {}  # answered by the gateway
+    async with http.get(watcher.url, headers=watcher.headers(Accept="text/event-stream")) as \
+            stream, http.get(other.url, headers=other.headers(Accept="text/event-stream")) as \
+            bystander:
+        await asyncio.sleep(0.3)  # the listen stream upstream is opened again with the URI
+        await watcher.call("change")
+        changed = await next_event(stream)  # without the gateway's own listen tag
+        assert changed["method"] == "notifications/tools/list_changed"
+        assert "_meta" not in changed.get("params", {})
+        assert (await next_event(bystander))["method"] == "notifications/tools/list_changed"
+        await other.call("touch", {"uri": "test://watched"})
+        updated = await next_event(stream)
+        assert updated["method"] == "notifications/resources/updated"
+        assert updated["params"]["uri"] == "test://watched"
+        with pytest.raises(TimeoutError):  # not subscribed: not told
+            await next_event(bystander, 0.5)
+
+
+async def test_modern_listen_streams_over_a_modern_upstream(url, http) -> None:
+    params = {"notifications": {"toolsListChanged": True,
+                                "resourceSubscriptions": ["test://watched"]},
+              "_meta": envelope()}
+    body = {"jsonrpc": "2.0", "id": "sub-9", "method": "subscriptions/listen", "params": params}
+    async with http.post(url, json=body, headers=headers_for("subscriptions/listen", params)
+                         ) as stream:
+        ack = await next_event(stream)
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        await asyncio.sleep(0.3)  # the gateway's own listen upstream now includes the URI
+        await modern(http, url, "tools/call", {"name": "touch",
+                                               "arguments": {"uri": "test://watched"}})
+        updated = await next_event(stream)
+    assert updated["method"] == "notifications/resources/updated"
+    assert updated["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "sub-9"}

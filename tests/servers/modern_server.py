@@ -5,7 +5,8 @@ Python SDK (`mcp` 2.x), which serves that revision statelessly: `initialize` is 
 SHOULD), so the gateway must drive it as a modern client.
 
 Tools: echo, greet (asks for a name with an `input_required` round, then greets),
-slow (sleeps `ms`), queued (answered with a task of the server's own: it serves the tasks
+slow (sleeps `ms`), change and touch (list_changed and resources/updated on listen
+streams), queued (answered with a task of the server's own: it serves the tasks
 extension's tasks/get for it).
 Usage: modern_server.py [stdio] | http PORT
 """
@@ -76,6 +77,18 @@ def greet(ctx: Context) -> Any:
 @server.tool(description="Answered by the server's own task (tasks extension)")
 def queued() -> str:
     return "never reached: the extension answers"
+
+
+@server.tool(description="Tells listeners the tool list changed")
+async def change(ctx: Context) -> str:
+    await ctx.notify_tools_changed()
+    return "changed"
+
+
+@server.tool(description="Tells listeners the resource at uri was updated")
+async def touch(uri: str, ctx: Context) -> str:
+    await ctx.notify_resource_updated(uri)
+    return "touched"
 
 
 @server.tool(description="Sleeps for ms milliseconds")

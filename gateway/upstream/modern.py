@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 VERSION = mcp.MODERN_VERSIONS[0]
 RELISTEN_S = 1.0  # before opening the listen stream again after the server ended it
+RELISTEN_BATCH_S = 0.05  # subscription changes this close together: one new listen stream
 
 
 class Round:
@@ -48,13 +49,20 @@ class ModernUpstream:
         self.conn = conn
         self.rounds: dict[str, tuple[Round, str]] = {}  # asked id -> (round, input key)
         self.listening: Call | None = None  # the gateway's own subscriptions/listen on it
+        self.pending: asyncio.TimerHandle | None = None  # a re-listen about to happen
 
     # -- change notifications ---------------------------------------------------------------
     def relisten(self) -> None:
-        """(Re)open the one `subscriptions/listen` stream the gateway keeps on the server
-        (spec 2026-07-28 subscriptions: it replaces resources/subscribe and the GET stream):
-        every list change, and resources/updated for each URI some client holds. What
-        arrives on it is broadcast as a legacy server's notifications would be."""
+        """(Re)open, soon, the one `subscriptions/listen` stream the gateway keeps on the
+        server (spec 2026-07-28 subscriptions: it replaces resources/subscribe and the GET
+        stream): every list change, and resources/updated for each URI some client holds.
+        What arrives on it is broadcast as a legacy server's notifications would be. Changes
+        within RELISTEN_BATCH_S share one new stream."""
+        if self.pending is None:
+            self.pending = asyncio.get_running_loop().call_later(RELISTEN_BATCH_S, self._open)
+
+    def _open(self) -> None:
+        self.pending = None
         old, self.listening = self.listening, None
         if old is not None:
             self.conn.cancel(old, "the gateway's subscriptions changed")

@@ -7,7 +7,8 @@ over HTTP, the `Mcp-Method` / `Mcp-Name` headers. An `input_required` result goe
 to a caller that takes MRTR rounds (a modern client's request); for anyone else (a legacy
 session, a task) each input request becomes an ordinary server-to-client request, and once
 all are answered the original request is sent again with `inputResponses` and the server's
-`requestState` (spec 2026-07-28 MRTR).
+`requestState` (spec 2026-07-28 MRTR). Its change notifications come on one
+`subscriptions/listen` stream the gateway keeps open on it, for everything its clients hold.
 """
 
 from __future__ import annotations

@@ -92,6 +92,14 @@ class LegacyEra:
         if method in router.LOCAL_REQUESTS:
             return json_response(jsonrpc.result(msg["id"], {}))
         assert session.conn is not None
+        if method == mcp.SET_LEVEL and session.conn.modern is not None:
+            # A modern server takes the level with each request: the session keeps it.
+            params = msg.get("params")
+            level = params.get("level") if isinstance(params, dict) else None
+            if level not in mcp.LOG_LEVELS:
+                raise errors.InvalidParams(f"Invalid params: unknown log level {level!r}")
+            session.level = level
+            return json_response(jsonrpc.result(msg["id"], {}))
         if method in (mcp.SUBSCRIBE, mcp.UNSUBSCRIBE) and self._subscription(session, msg):
             return json_response(jsonrpc.result(msg["id"], {}))
         client_id = msg["id"]

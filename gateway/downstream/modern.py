@@ -42,7 +42,7 @@ INPUT_BATCH_S = 0.02  # server requests arriving this close together share one r
 class Caller:
     """The `Owner` of one modern request: what its `_meta` declared, nothing remembered."""
 
-    __slots__ = ("capabilities", "key", "log_level", "principal")
+    __slots__ = ("capabilities", "key", "level", "log_level", "principal")
     modern = True  # a modern-only upstream's input_required rounds reach it as they are
 
     def __init__(self, principal: str, capabilities: dict[str, Any], log_level: Any) -> None:
@@ -51,6 +51,7 @@ class Caller:
         self.key = f"modern:{principal}"
         self.principal = principal
         self.capabilities = capabilities
+        self.level = log_level if log_level in mcp.LOG_LEVELS else None  # as asked
         self.log_level = (mcp.LOG_LEVELS.index(log_level) if log_level in mcp.LOG_LEVELS
                           else None)
 

@@ -45,6 +45,7 @@ class Session:
         self.tasks: dict[str, Any] = {}  # its running core tasks (core_tasks.Link) by id
         # Ids of tasks the upstream itself runs for it (its tasks/* go there), the latest.
         self.native_tasks: LRUCache[str, bool] = LRUCache(MAX_NATIVE_TASKS)
+        self.level: str | None = None  # logging/setLevel, kept for a modern-only upstream
         self.replay = replay
         self.get_stream = Stream("0", replay)
         self.streams: LRUCache[str, Stream] = LRUCache(MAX_STREAMS)

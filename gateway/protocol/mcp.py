@@ -55,6 +55,7 @@ LOG_MESSAGE: Final = "notifications/message"
 TOOLS_CALL: Final = "tools/call"
 TOOLS_LIST: Final = "tools/list"
 SUBSCRIBE: Final = "resources/subscribe"
+SET_LEVEL: Final = "logging/setLevel"
 UNSUBSCRIBE: Final = "resources/unsubscribe"
 RESOURCE_UPDATED: Final = "notifications/resources/updated"
 

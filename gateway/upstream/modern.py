@@ -117,10 +117,13 @@ class ModernUpstream:
             params = msg["params"] = {}
         meta = params.get("_meta")
         caps = getattr(owner, "capabilities", None) or {}
-        params["_meta"] = {**(meta if isinstance(meta, dict) else {}), mcp.META_VERSION: VERSION,
-                           # a 2025-11-25 session's `tasks` is legacy-only: not modern
-                           mcp.META_CAPABILITIES: {k: v for k, v in caps.items()
-                                                   if k != "tasks"}}
+        meta = {**(meta if isinstance(meta, dict) else {}), mcp.META_VERSION: VERSION,
+                # a 2025-11-25 session's `tasks` is legacy-only: not modern
+                mcp.META_CAPABILITIES: {k: v for k, v in caps.items() if k != "tasks"}}
+        level = getattr(owner, "level", None)  # the caller's log level: per request here
+        if level is not None:
+            meta[mcp.META_LOG_LEVEL] = level
+        params["_meta"] = meta
         method = msg["method"]
         headers = {mcp.H_METHOD: method}
         name = params.get(mcp.NAME_FIELD.get(method, ""))

@@ -153,3 +153,21 @@ async def test_modern_listen_streams_over_a_modern_upstream(url, http) -> None:
         updated = await next_event(stream)
     assert updated["method"] == "notifications/resources/updated"
     assert updated["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "sub-9"}
+
+
+async def test_log_levels_reach_a_modern_upstream_per_request(url, client, http) -> None:
+    legacy = client(url)
+    await legacy.initialize()
+    quiet = await legacy.call("log", {"text": "unheard"})
+    assert not [e for e in quiet.events if e.get("method") == "notifications/message"]
+    level = await legacy.send({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel",
+                               "params": {"level": "info"}})
+    assert level.message["result"] == {}  # kept by the gateway, sent with each request
+    loud = await legacy.call("log", {"text": "heard"})
+    logs = [e for e in loud.events if e.get("method") == "notifications/message"]
+    assert logs and logs[0]["params"]["data"] == "heard"
+    modern_loud = await modern(http, url, "tools/call", {"name": "log",
+                                                         "arguments": {"text": "modern"}},
+                               meta={"io.modelcontextprotocol/logLevel": "debug"})
+    assert [e["params"]["data"] for e in modern_loud.events
+            if e.get("method") == "notifications/message"] == ["modern"]

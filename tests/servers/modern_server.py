@@ -5,7 +5,7 @@ Python SDK (`mcp` 2.x), which serves that revision statelessly: `initialize` is 
 SHOULD), so the gateway must drive it as a modern client.
 
 Tools: echo, greet (asks for a name with an `input_required` round, then greets),
-slow (sleeps `ms`), change and touch (list_changed and resources/updated on listen
+slow (sleeps `ms`), log (at info), change and touch (list_changed and resources/updated on listen
 streams), queued (answered with a task of the server's own: it serves the tasks
 extension's tasks/get for it).
 Usage: modern_server.py [stdio] | http PORT
@@ -89,6 +89,12 @@ async def change(ctx: Context) -> str:
 async def touch(uri: str, ctx: Context) -> str:
     await ctx.notify_resource_updated(uri)
     return "touched"
+
+
+@server.tool(description="Logs its text at info level")
+async def log(text: str, ctx: Context) -> str:
+    await ctx.info(text)
+    return "logged"
 
 
 @server.tool(description="Sleeps for ms milliseconds")

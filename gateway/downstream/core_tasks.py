@@ -20,8 +20,8 @@ from gateway.downstream.session import Session, SessionExchange
 from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.tasks.dialects import core
-from gateway.tasks.engine import TaskEngine
+from gateway.tasks.dialects import core, task_id_of
+from gateway.tasks.engine import TaskEngine, watch_progress
 from gateway.tasks.model import Status, Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.tasks.store import StoreFull
@@ -49,17 +49,15 @@ class Link:
         """The engine's relay: the task's input requests and progress, to the client."""
         if "id" in msg:
             msg = core.related(msg, self.task)
-            if self.waiters:
-                self.waiters[-1][1].on_message(msg)
-            elif self.session.get_stream.writer is not None:
-                self.session.deliver(msg)
-            else:
-                self.held.append(msg)
-        elif self.relay_progress:
-            if self.waiters:
-                self.waiters[-1][1].on_message(msg)
-            else:
-                self.session.deliver(msg)
+            if not self.waiters and self.session.get_stream.writer is None:
+                self.held.append(msg)  # a request must reach a reader; progress may wait
+                return
+        elif not self.relay_progress:
+            return
+        if self.waiters:
+            self.waiters[-1][1].on_message(msg)
+        else:
+            self.session.deliver(msg)
 
     def changed(self, task: Task) -> None:
         """The engine's watcher: push status changes; answer waiting tasks/result calls."""
@@ -105,7 +103,7 @@ class CoreTasks:
         (the request goes upstream; a tools/list answer gains taskSupport on the way)."""
         method, params = msg["method"], msg.get("params")
         if method in core.METHODS:
-            task_id = core.task_of(params) if isinstance(params, dict) else None
+            task_id = task_id_of(params) if isinstance(params, dict) else None
             if task_id in session.native_tasks:
                 return None  # the upstream's own task
             return await self.serve(request, session, msg)
@@ -146,12 +144,8 @@ class CoreTasks:
                         upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
                                                f"Cannot create task: {exc}"))
-        del params["task"]  # the upstream serves a plain call (it may know no tasks)
-        meta = params.get("_meta")
-        relay_progress = isinstance(meta, dict) and "progressToken" in meta
-        if not relay_progress:  # progress still tells statusMessage how far the call got
-            params["_meta"] = {**(meta if isinstance(meta, dict) else {}),
-                               "progressToken": "task"}
+        core.strip_task(params)  # the upstream serves a plain call (it may know no tasks)
+        relay_progress = not watch_progress(params)
         assert session.conn is not None
         home = session.conn
         try:
@@ -183,7 +177,7 @@ class CoreTasks:
                      params: dict[str, Any]) -> web.StreamResponse:
         """spec (Result Retrieval): blocks until the task is terminal. Its input requests
         travel on this response's stream meanwhile."""
-        task = core.lookup(self.engine, core.task_of(params), session.id)
+        task = core.lookup(self.engine, task_id_of(params), session.id)
         link = session.tasks.get(task.id)
         if task.terminal or link is None:
             return json_response(core.final(task, msg["id"]))

@@ -29,8 +29,8 @@ from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Settings
-from gateway.tasks.dialects import core, extension
-from gateway.tasks.engine import TaskEngine
+from gateway.tasks.dialects import core, extension, task_id_of
+from gateway.tasks.engine import TaskEngine, watch_progress
 from gateway.tasks.policy import Policies, Policy
 from gateway.tasks.store import StoreFull
 from gateway.upstream.base import Call, Connection
@@ -220,7 +220,7 @@ class ModernEra:
         if method in extension.METHODS:
             if not extension.declared(caller.capabilities):
                 raise extension.missing()
-            if conn.modern is None or self.engine.store.knows(params.get("taskId")):
+            if conn.modern is None or self.engine.store.knows(task_id_of(params)):
                 return json_response(jsonrpc.result(msg["id"], extension.handle(
                     self.engine, method, params, caller.principal)))
             # else a task of a modern upstream's own (a tool in mode never): its to serve
@@ -309,12 +309,8 @@ class ModernEra:
             str(params.get("name"))) == "required"
         if follow:
             core.ask_for_task(upstream_params)
-        if ex.policy is not None and "progressToken" not in upstream_params.get("_meta", {}):
-            # A call that may become a task asks for progress so the task's statusMessage
-            # can tell it; the client, which did not ask, does not get it.
-            upstream_params["_meta"] = {**upstream_params.get("_meta", {}),
-                                        "progressToken": "task"}
-            ex.own_progress = True
+        if ex.policy is not None:
+            ex.own_progress = watch_progress(upstream_params)
         try:
             ex.call = used.request(msg, caller, ex, self.backend.client_headers(request.headers),
                                    follow)

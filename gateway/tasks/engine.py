@@ -255,5 +255,16 @@ class TaskEngine:
             self.watchers.pop(task.id, None)
 
 
+def watch_progress(params: dict[str, Any]) -> bool:
+    """Ask the upstream for progress on a call that is, or may become, a task, so its
+    statusMessage can tell how far it got. True when the gateway asked (the client did
+    not, and its progress goes nowhere); False when the client asked itself."""
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and "progressToken" in meta:
+        return False
+    params["_meta"] = {**(meta if isinstance(meta, dict) else {}), "progressToken": "task"}
+    return True
+
+
 def _num(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)

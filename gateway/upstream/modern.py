@@ -31,13 +31,10 @@ RELISTEN_BATCH_S = 0.05  # subscription changes this close together: one new lis
 class Round:
     """The answers a caller owes one `input_required` result."""
 
-    __slots__ = ("answers", "call", "method", "missing", "params", "state")
+    __slots__ = ("answers", "call", "missing", "state")
 
-    def __init__(self, call: Call, method: str, params: dict[str, Any], state: Any,
-                 keys: set[str]) -> None:
-        self.call = call
-        self.method = method
-        self.params = params
+    def __init__(self, call: Call, state: Any, keys: set[str]) -> None:
+        self.call = call  # its `resend` holds the request to send again
         self.state = state
         self.missing = keys
         self.answers: dict[str, Any] = {}
@@ -147,7 +144,6 @@ class ModernUpstream:
         requests = result.get("inputRequests")
         if call.resend is None or not isinstance(requests, dict) or not requests:
             return False
-        method, params = call.resend
         owner = call.owner
         refused = [r.get("method") for r in requests.values() if not isinstance(r, dict) or
                    owner is None or not owner.accepts(str(r.get("method")))]
@@ -157,7 +153,7 @@ class ModernUpstream:
                 f"the server asks for input the client did not declare ({refused[0]})")}
             return False
         assert owner is not None
-        this = Round(call, method, params, result.get("requestState"), set(requests))
+        this = Round(call, result.get("requestState"), set(requests))
         self.conn.hold_call(call)
         for key, request in requests.items():
             asked_id = self.conn.new_asked_id()
@@ -188,12 +184,14 @@ class ModernUpstream:
         this.answers[key] = result
         this.missing.discard(key)
         if not this.missing:
-            params = {k: v for k, v in this.params.items()
+            assert this.call.resend is not None
+            method, sent = this.call.resend
+            params = {k: v for k, v in sent.items()
                       if k not in ("inputResponses", "requestState")}
             params["inputResponses"] = this.answers
             if this.state is not None:
                 params["requestState"] = this.state
-            self.conn.resend(this.call, this.method, params)
+            self.conn.resend(this.call, method, params)
         return True
 
     def forget(self, call: Call) -> None:

@@ -8,6 +8,11 @@ from typing import Any
 from gateway.tasks.model import Task, iso
 
 
+def task_id_of(params: dict[str, Any]) -> Any:
+    """The task a tasks/* request names (both dialects: `taskId`)."""
+    return params.get("taskId")
+
+
 def task_fields(task: Task, ttl_key: str, poll_key: str) -> dict[str, Any]:
     """The Task object both dialects share; they differ only in the names of two fields."""
     out: dict[str, Any] = {"taskId": task.id, "status": str(task.status),

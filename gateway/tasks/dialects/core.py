@@ -17,7 +17,7 @@ import orjson
 from gateway import errors
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.tasks.dialects import task_fields
+from gateway.tasks.dialects import task_fields, task_id_of
 from gateway.tasks.model import Status, Task
 from gateway.tasks.store import TaskExpired, TaskNotFound
 
@@ -61,9 +61,9 @@ def is_task_call(params: dict[str, Any]) -> bool:
     return "task" in params
 
 
-def task_of(params: dict[str, Any]) -> Any:
-    """The task id a tasks/* request names."""
-    return params.get("taskId")
+def strip_task(params: dict[str, Any]) -> None:
+    """A task-augmented call's params as a plain call's."""
+    del params["task"]
 
 
 def requested_ttl(params: dict[str, Any]) -> int | None:
@@ -144,13 +144,13 @@ def lookup(engine: TaskEngine, task_id: Any, owner: str) -> Task:
 
 
 def get(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
-    return fields(lookup(engine, params.get("taskId"), owner))
+    return fields(lookup(engine, task_id_of(params), owner))
 
 
 def cancel(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
     """spec (Task Cancellation): -32602 for a terminal task; otherwise the task is cancelled
     before the answer, which shows it."""
-    task = lookup(engine, params.get("taskId"), owner)
+    task = lookup(engine, task_id_of(params), owner)
     if task.terminal:
         raise errors.InvalidParams(
             f"Cannot cancel task: already in terminal status '{task.status}'",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import errors
-from gateway.tasks.dialects import task_fields
+from gateway.tasks.dialects import task_fields, task_id_of
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Status, Task
 from gateway.tasks.store import TaskExpired, TaskNotFound
@@ -62,7 +62,7 @@ def detailed(task: Task) -> dict[str, Any]:
 def handle(engine: TaskEngine, method: str, params: dict[str, Any], owner: str
            ) -> dict[str, Any]:
     """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
-    task = _task(engine, params.get("taskId"), owner)
+    task = _task(engine, task_id_of(params), owner)
     if method == "tasks/get":
         return {**detailed(task), "resultType": "complete"}
     if method == "tasks/update":

@@ -96,8 +96,9 @@ class LegacyEra:
             # A modern server takes the level with each request: the session keeps it.
             params = msg.get("params")
             level = params.get("level") if isinstance(params, dict) else None
-            if level not in mcp.LOG_LEVELS:
-                raise errors.InvalidParams(f"Invalid params: unknown log level {level!r}")
+            if level not in mcp.LOG_LEVELS:  # a JSON-RPC error, as a server would answer
+                return json_response(errors.InvalidParams(
+                    f"Invalid params: unknown log level {level!r}").to_message(msg["id"]))
             session.level = level
             return json_response(jsonrpc.result(msg["id"], {}))
         if method in (mcp.SUBSCRIBE, mcp.UNSUBSCRIBE) and self._subscription(session, msg):

@@ -163,6 +163,9 @@ async def test_log_levels_reach_a_modern_upstream_per_request(url, client, http)
     level = await legacy.send({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel",
                                "params": {"level": "info"}})
     assert level.message["result"] == {}  # kept by the gateway, sent with each request
+    bad = await legacy.send({"jsonrpc": "2.0", "id": 6, "method": "logging/setLevel",
+                             "params": {"level": "loud"}})
+    assert bad.status == 200 and bad.message["error"]["code"] == -32602
     loud = await legacy.call("log", {"text": "heard"})
     logs = [e for e in loud.events if e.get("method") == "notifications/message"]
     assert logs and logs[0]["params"]["data"] == "heard"

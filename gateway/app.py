@@ -22,7 +22,7 @@ from gateway.observability import configure_logging, log, metrics
 from gateway.settings import Settings
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies
-from gateway.tasks.store import TaskStore
+from gateway.tasks.store.memory import MemoryStore
 from gateway.upstream import isolation
 from gateway.upstream.isolation import Backend
 
@@ -45,8 +45,8 @@ def create_app(conf: Settings) -> web.Application:
     key = conf.security.request_state_key
     sealer = Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
     limits = conf.limits
-    engine = TaskEngine(TaskStore(limits.max_tasks, limits.max_tasks_per_owner,
-                                  limits.max_result_bytes, limits.max_stored_bytes))
+    engine = TaskEngine(MemoryStore(limits.max_tasks, limits.max_tasks_per_owner,
+                                    limits.max_result_bytes, limits.max_stored_bytes), metrics)
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes)
@@ -101,7 +101,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 async def _reap(eras: list[LegacyEra], engine: TaskEngine) -> None:
     while True:
         await asyncio.sleep(REAP_EVERY_S)
-        engine.expire()
+        await engine.sweep()
         for era in eras:
             await era.expire()
 

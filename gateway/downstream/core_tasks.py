@@ -22,9 +22,10 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import core, task_id_of
 from gateway.tasks.engine import TaskEngine, watch_progress
-from gateway.tasks.model import Status, Task
+from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.tasks.store import StoreFull
+from gateway.upstream import native_tasks
 from gateway.upstream.base import IGNORE
 from gateway.upstream.isolation import Backend
 
@@ -135,9 +136,8 @@ class CoreTasks:
             raise errors.MethodNotFound(f"Tool {tool!r} does not support task-augmented "
                                         "calls (taskSupport: forbidden)")
         try:
-            task = self.engine.store.add(session.id, tool, core.NAME, policy.ttl(ttl),
-                                         self.engine.suggest_poll_ms(tool,
-                                                                     policy.poll_interval_ms))
+            task = await self.engine.create(session.id, tool, core.NAME, self.backend.name,
+                                            policy, ttl)
         except StoreFull as exc:
             metrics["tasks.refused_store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
@@ -152,12 +152,12 @@ class CoreTasks:
             conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
             call = conn.request(msg, session, IGNORE, headers)
         except errors.UpstreamError as exc:
-            self.engine.store.discard(task)
+            await self.engine.discard(task)
             return json_response(exc.to_message(client_id))
         link = Link(self.engine, session, task, relay_progress)
         session.tasks[task.id] = link
         self.engine.watch(task.id, link.changed)
-        self.engine.adopt(task, call, fail_on_is_error=True, timeout_ms=policy.timeout_ms,
+        self.engine.start(task, call, fail_on_is_error=True, timeout_ms=policy.timeout_ms,
                           done=lambda: self.backend.done(home, conn), relay=link.relay)
         return json_response(jsonrpc.result(client_id,
                                             core.created(task, policy.immediate_response)))
@@ -170,14 +170,14 @@ class CoreTasks:
             raise errors.InvalidParams("Invalid params: params must be an object")
         if method == core.RESULT:
             return await self.result(request, session, msg, params)
-        return json_response(jsonrpc.result(msg["id"], core.HANDLERS[method](
+        return json_response(jsonrpc.result(msg["id"], await core.HANDLERS[method](
             self.engine, params, session.id)))
 
     async def result(self, request: web.Request, session: Session, msg: Message,
                      params: dict[str, Any]) -> web.StreamResponse:
         """spec (Result Retrieval): blocks until the task is terminal. Its input requests
         travel on this response's stream meanwhile."""
-        task = core.lookup(self.engine, task_id_of(params), session.id)
+        task = await core.lookup(self.engine, task_id_of(params), session.id)
         link = session.tasks.get(task.id)
         if task.terminal or link is None:
             return json_response(core.final(task, msg["id"]))
@@ -200,15 +200,14 @@ class CoreTasks:
         for link in session.tasks.values():
             link.flush()
 
-    def end(self, session: Session) -> None:
+    async def end(self, session: Session) -> None:
         """Nobody else can reach a session's tasks: cancel those still running."""
         for link in list(session.tasks.values()):
-            if link.task.status in (Status.WORKING, Status.INPUT_REQUIRED):
-                self.engine.cancel(link.task, "client session ended")
+            await self.engine.cancel(link.task, "client session ended")
 
 
 def _note_native(session: Session, msg: Message) -> Message:
     """Remember the id of a task the upstream created, so tasks/* on it go there."""
-    if (task_id := core.created_task_id(msg)) is not None:
+    if (task_id := native_tasks.created_task_id(msg)) is not None:
         session.native_tasks[task_id] = True
     return msg

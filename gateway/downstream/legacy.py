@@ -51,7 +51,7 @@ class LegacyEra:
             self.on_notification(session, msg)
             return web.Response(status=202)
         if kind == "response":
-            self.on_reply(session, msg)
+            await self.on_reply(session, msg)
             return web.Response(status=202)
         return await self.on_request(request, session, msg)
 
@@ -181,10 +181,11 @@ class LegacyEra:
         assert session.conn is not None
         session.conn.notify(msg)
 
-    def on_reply(self, session: Session, msg: Message) -> None:
+    async def on_reply(self, session: Session, msg: Message) -> None:
         conn = session.replies.pop(msg["id"], None)
         # An answer to a task's input request also moves the task back to working.
-        if conn is None or not (self.tasks.engine.reply(msg) or conn.reply(msg["id"], msg)):
+        if conn is None or not (await self.tasks.engine.reply(msg)
+                                or conn.reply(msg["id"], msg)):
             raise errors.InvalidRequest(f"Invalid Request: no server request with id "
                                         f"{msg['id']!r} is waiting for an answer")
 
@@ -212,7 +213,7 @@ class LegacyEra:
         """End `session`: cancel its calls upstream, release its process, close its streams."""
         self.sessions.pop(session.id)
         session.closed = True
-        self.tasks.end(session)
+        await self.tasks.end(session)
         for call in list(session.calls.values()):
             call.conn.cancel(call, "client session ended")
             call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,

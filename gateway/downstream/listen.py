@@ -94,7 +94,7 @@ class Listeners:
             raise errors.TooManyListeners(
                 f"Too many listen streams: at most {self.max_per_owner} per client")
         honoured = _honoured(wanted, (conn.init_result or {}).get("capabilities", {}))
-        task_ids = self._task_ids(wanted, caller, engine)
+        task_ids = await self._task_ids(wanted, caller, engine)
         if task_ids is not None:
             honoured["taskIds"] = task_ids
         listener = Listener(msg["id"], {LIST_FILTERS[k][0] for k in honoured if k in
@@ -117,7 +117,7 @@ class Listeners:
         return resp
 
     @staticmethod
-    def _task_ids(wanted: dict[str, Any], caller: Any, engine: TaskEngine
+    async def _task_ids(wanted: dict[str, Any], caller: Any, engine: TaskEngine
                   ) -> list[str] | None:
         """The asked task ids this caller owns (others are left out, as unknown ones)."""
         ids = wanted.get("taskIds")
@@ -127,8 +127,7 @@ class Listeners:
             raise extension.missing()
         if not isinstance(ids, list):
             raise errors.InvalidParams("Invalid params: taskIds must be a list")
-        owned = {t.id for t in engine.store.owned_by(caller.principal)
-                 if t.dialect == extension.NAME}
+        owned = {t.id for t in await engine.owned(caller.principal, extension.NAME)}
         return [i for i in ids if i in owned]
 
     def _start(self, listener: Listener, conn: Connection) -> None:

@@ -29,10 +29,11 @@ from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Settings
-from gateway.tasks.dialects import core, extension, task_id_of
+from gateway.tasks.dialects import extension, task_id_of
 from gateway.tasks.engine import TaskEngine, watch_progress
 from gateway.tasks.policy import Policies, Policy
 from gateway.tasks.store import StoreFull
+from gateway.upstream import native_tasks
 from gateway.upstream.base import Call, Connection
 from gateway.upstream.isolation import Backend
 
@@ -171,7 +172,7 @@ class ModernExchange(Exchange):
     def start_budget(self) -> None:
         if self.policy is not None and self.response is None:
             self.budget = asyncio.get_running_loop().call_later(
-                self.policy.sync_budget_ms / 1000, self.era.to_task, self)
+                self.policy.sync_budget_ms / 1000, self.era.task_soon, self)
 
     def stop_budget(self) -> None:
         if self.budget is not None:
@@ -195,6 +196,7 @@ class ModernEra:
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000)
         self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.keepalive_s)
+        self._jobs: set[asyncio.Task[None]] = set()  # tasks being made after a budget ran out
 
     @property
     def server_info(self) -> Any:
@@ -220,8 +222,8 @@ class ModernEra:
         if method in extension.METHODS:
             if not extension.declared(caller.capabilities):
                 raise extension.missing()
-            if conn.modern is None or self.engine.store.knows(task_id_of(params)):
-                return json_response(jsonrpc.result(msg["id"], extension.handle(
+            if conn.modern is None or await self.engine.knows(task_id_of(params)):
+                return json_response(jsonrpc.result(msg["id"], await extension.handle(
                     self.engine, method, params, caller.principal)))
             # else a task of a modern upstream's own (a tool in mode never): its to serve
         elif method == mcp.LISTEN:
@@ -308,7 +310,7 @@ class ModernEra:
         follow = method == mcp.TOOLS_CALL and self.backend.native_tools.get(
             str(params.get("name"))) == "required"
         if follow:
-            core.ask_for_task(upstream_params)
+            native_tasks.ask_for_task(upstream_params)
         if ex.policy is not None:
             ex.own_progress = watch_progress(upstream_params)
         try:
@@ -319,7 +321,7 @@ class ModernEra:
             return json_response(exc.to_message(msg["id"]))
         ex.done = lambda: self.backend.done(conn, used)
         if ex.policy is not None and ex.policy.mode in ("always", "required"):
-            self.to_task(ex)
+            await self.to_task(ex)
         else:
             ex.start_budget()
         return await self._respond(request, ex, json_ok)
@@ -337,7 +339,13 @@ class ModernEra:
             return None
         return None if policy.mode == "never" else policy
 
-    def to_task(self, ex: ModernExchange) -> None:
+    def task_soon(self, ex: ModernExchange) -> None:
+        """The sync budget ran out: the call becomes a task (unless it answers first)."""
+        job = asyncio.get_running_loop().create_task(self.to_task(ex))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    async def to_task(self, ex: ModernExchange) -> None:
         """Answer `ex` with a task and let its call go on in the background. The task is in
         the store before the CreateTaskResult is sent (spec: durably created)."""
         ex.budget = None
@@ -345,15 +353,17 @@ class ModernEra:
             return
         tool = str(ex.tool or "")
         try:
-            task = self.engine.store.add(
-                ex.caller.principal, tool, extension.NAME, ex.policy.ttl(None),
-                self.engine.suggest_poll_ms(tool, ex.policy.poll_interval_ms))
+            task = await self.engine.create(ex.caller.principal, tool, extension.NAME,
+                                            self.backend.name, ex.policy)
         except StoreFull as exc:  # never evict a live task: answer inline instead
             metrics["tasks.inline_store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return
-        self.engine.adopt(task, ex.call, timeout_ms=ex.policy.timeout_ms, done=ex.done)
+        if ex.response is not None or ex.call is None:  # answered while the store wrote
+            await self.engine.discard(task)
+            return
+        self.engine.start(task, ex.call, timeout_ms=ex.policy.timeout_ms, done=ex.done)
         ex.done = None
         ex.finish(jsonrpc.dumps(jsonrpc.result(ex.call.client_id, extension.created(task))))
 

@@ -1,10 +1,19 @@
-"""The task engine: owns the upstream calls that became tasks, whichever dialect made them.
+"""The task engine: the one owner of the task lifecycle, whichever dialect made the task.
 
-A `TaskRun` is the `Sink` of one upstream `tools/call`: the server's input requests become the
-task's outstanding inputs (keys unique for the task's life), progress is folded into its
-status message, the response ends it. The engine answers inputs, cancels, enforces
-`timeout_ms`, tells watchers of every change, and learns how long each tool takes to suggest
-poll intervals. No wire shapes here: dialects render tasks; no HTTP: the era adapters call in.
+It alone creates, finds, lists, answers, cancels, expires and ends tasks; eras and dialects
+call it and never the store. A `TaskRun` is the sink of one upstream `tools/call` that became
+a task, running in this process: the server's input requests become the task's outstanding
+inputs (keys unique for the task's life), progress is folded into its status message, the
+response ends it. Changes are told to watchers at once and written to the store behind
+(one write per burst, in order); an end is written first and told after, compare-and-set,
+so nobody hears of a result the store does not hold. A running task ends by its response,
+by cancel, by `timeout_ms`, or when its ttl passes (spec: a task MAY be deleted after its
+ttl, whatever its status): its call is cancelled upstream, its process released, its
+watchers told (a waiting tasks/result answers, a listen stream is notified), and only then
+is its record forgotten.
+
+No wire shapes here (dialects render tasks); no HTTP; upstream calls are reached through
+the small `UpstreamCall` protocol declared below.
 """
 
 from __future__ import annotations
@@ -12,20 +21,16 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Protocol
 
-import orjson
-
-from gateway.observability import log, metrics, owner_hash
+from gateway.observability import log, owner_hash
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.tasks.model import Status, Task
+from gateway.tasks.model import Status, Task, new_id
+from gateway.tasks.policy import Policy
 from gateway.tasks.store import ResultTooLarge, TaskStore
-
-if TYPE_CHECKING:  # the connection knows nothing of tasks; a core upstream's own tasks aside
-    from gateway.upstream.base import Call
 
 POLL_FLOOR_MS = 250  # never suggest polling faster than this
 POLL_CEILING_MS = 30_000
@@ -34,89 +39,131 @@ Watcher = Callable[[Task], None]
 Relay = Callable[[Message], None]
 
 
-class TaskRun:
-    """One task's upstream call in the background: the call's `Sink` from now on."""
+class TaskNotFound(KeyError):
+    """Unknown, or another owner's (which must look exactly the same)."""
 
-    def __init__(self, engine: TaskEngine, task: Task, call: Call, fail_on_is_error: bool,
-                 done: Callable[[], None] | None, relay: Relay | None) -> None:
-        self.engine = engine
-        self.task = task
+
+class TaskExpired(KeyError):
+    """The owner's task, forgotten at its ttl a short while ago."""
+
+
+class UpstreamCall(Protocol):
+    """What the engine needs of an upstream call: upstream/ provides it."""
+
+    sink: Any  # where the call's messages and response go: the task's run, once adopted
+
+    @property
+    def upstream(self) -> str: ...
+
+    def cancel(self, why: str) -> None: ...
+
+    def reply(self, asked_id: Any, msg: Message) -> None:
+        """Answer a server request the call made (`msg` carries the server's own id)."""
+
+
+class TaskRun:
+    """A task's upstream call in the background: the call's sink from now on."""
+
+    def __init__(self, task: Task, call: UpstreamCall, changed: Callable[[TaskRun], None],
+                 ended: Callable[[TaskRun, Message], None]) -> None:
+        self.task = task  # the working copy: the freshest state, told to watchers
         self.call = call
-        self.fail_on_is_error = fail_on_is_error  # core dialect: isError fails the task
-        self.done = done  # releases the call's process
-        self.relay = relay  # core dialect: input requests and progress go on to the client
+        self.changed = changed
+        self.respond = ended
+        self.fail_on_is_error = False  # core dialect: isError fails the task
+        self.done: Callable[[], None] | None = None  # releases the call's process
+        self.relay: Relay | None = None  # core dialect: inputs and progress to the client
         self.asked: dict[str, Any] = {}  # input key -> the id the server asked under
         self.keys = 0
         self.used: set[str] = set()  # every key this task ever showed: never reused
-        self.timer: asyncio.TimerHandle | None = None
+        self.timers: list[asyncio.TimerHandle] = []
         self.started = time.monotonic()
+        self.ending = False  # an end is being written: nothing else changes the task
+        self.ended: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
+        self.dirty = False
+        self.flusher: asyncio.Task[None] | None = None
 
-    # -- Sink --------------------------------------------------------------------------------
     def on_message(self, msg: Message) -> None:
-        task = self.task
-        if task.terminal:
+        if self.ending:
             return
         if "id" in msg and "method" in msg:
-            self.keys += 1
-            key = mcp.input_key(msg, self.keys, self.used)  # spec: unique for the task's life
-            self.asked[key] = msg["id"]
-            self.engine.asked[msg["id"]] = self
-            task.inputs[key] = {"method": msg["method"], "params": msg.get("params", {})}
-            if task.status is Status.WORKING:
-                task.move(Status.INPUT_REQUIRED, "waiting for the client's input")
-                log.info("task.input_required", task=task.id, tool=task.tool,
-                         upstream=self.call.conn.name,
-                         owner=owner_hash(task.owner))
-            else:
-                task.touch()
-            self.engine.changed(task)
+            self._input(msg)
         elif msg.get("method") == mcp.PROGRESS:
             params = msg.get("params") or {}
             done, total, note = params.get("progress"), params.get("total"), params.get("message")
             status = f"{_num(done)}/{_num(total)}" if total is not None else f"{_num(done)}"
-            task.status_message = f"{status}: {note}" if note else status
-            task.touch()
-            self.engine.changed(task)
+            self.task.status_message = f"{status}: {note}" if note else status
+            self.task.touch()
         else:
             return
+        self.changed(self)
         if self.relay is not None:
             self.relay(msg)
 
-    def on_response(self, msg: Message) -> None:
-        if self.task.terminal:
-            return
-        error = msg.get("error")
-        if error is not None:
-            self.engine.finish(self, error=error)
+    def _input(self, msg: Message) -> None:
+        task = self.task
+        self.keys += 1
+        key = mcp.input_key(msg, self.keys, self.used)  # spec: unique for the task's life
+        self.asked[key] = msg["id"]
+        task.inputs[key] = {"method": msg["method"], "params": msg.get("params", {})}
+        if task.status is Status.WORKING:
+            task.move(Status.INPUT_REQUIRED, "waiting for the client's input")
+            log.info("task.input_required", task=task.id, tool=task.tool,
+                     upstream=task.upstream, owner=owner_hash(task.owner))
         else:
-            result = msg.get("result") or {}
-            failed = self.fail_on_is_error and result.get("isError") is True
-            self.engine.finish(self, result=result, failed=failed)
+            task.touch()
+
+    def on_response(self, msg: Message) -> None:
+        if not self.ending:
+            self.ending = True
+            self.respond(self, msg)
 
 
 class TaskEngine:
-    def __init__(self, store: TaskStore) -> None:
-        self.store = store
+    def __init__(self, store: TaskStore, counters: Counter[str] | None = None) -> None:
+        self._store = store
+        self.counters: Counter[str] = counters if counters is not None else Counter()
         self.runs: dict[str, TaskRun] = {}
-        self.asked: dict[str, TaskRun] = {}  # id of an input request sent on -> its task
+        self.asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
         self.watchers: defaultdict[str, set[Watcher]] = defaultdict(set)
         self.durations: defaultdict[str, deque[float]] = defaultdict(lambda: deque(maxlen=HISTORY))
+        self._background: set[asyncio.Task[Any]] = set()
 
-    def adopt(self, task: Task, call: Call, *, fail_on_is_error: bool = False,
+    # -- creating -----------------------------------------------------------------------------
+    async def create(self, owner: str, tool: str, dialect: str, upstream: str, policy: Policy,
+                     requested_ttl: int | None = None) -> Task:
+        """A new working task, in the store before anyone hears of it (spec: a task MUST
+        be retrievable once CreateTaskResult is sent). StoreFull when a bound is hit."""
+        task = Task(new_id(), owner, tool, dialect, policy.ttl(requested_ttl),
+                    self.suggest_poll_ms(tool, policy.poll_interval_ms), upstream=upstream,
+                    created_at=time.time())
+        await self._store.create(task)
+        return task
+
+    async def discard(self, task: Task) -> None:
+        """Forget a task whose call never started (it could not be sent, or was answered
+        before the task was made)."""
+        await self._store.delete(task.id)
+
+    def start(self, task: Task, call: UpstreamCall, *, fail_on_is_error: bool = False,
               timeout_ms: int | None = None, done: Callable[[], None] | None = None,
-              pending: list[Message] = (),  # type: ignore[assignment]
-              relay: Relay | None = None) -> TaskRun:
+              pending: Iterable[Message] = (), relay: Relay | None = None) -> TaskRun:
         """Make `task` the owner of `call`, from now on in the background."""
-        run = TaskRun(self, task, call, fail_on_is_error, done, relay)
+        run = TaskRun(task, call, self._changed, self._responded)
+        run.fail_on_is_error, run.done, run.relay = fail_on_is_error, done, relay
         call.sink = run
         self.runs[task.id] = run
+        loop = asyncio.get_running_loop()
         if timeout_ms is not None:
-            run.timer = asyncio.get_running_loop().call_later(
-                timeout_ms / 1000, self._timed_out, run, timeout_ms)
-        metrics["tasks.created"] += 1
-        log.info("task.created", task=task.id, tool=task.tool, upstream=call.conn.name,
-                 owner=owner_hash(task.owner),
-                 dialect=task.dialect)
+            run.timers.append(loop.call_later(timeout_ms / 1000, self._spawn_stop, run,
+                                              f"timed out after {timeout_ms} ms",
+                                              f"Task timed out after {timeout_ms} ms"))
+        if task.expires_at is not None:
+            run.timers.append(loop.call_later(max(0.0, task.expires_at - time.time()),
+                                              self._spawn_expire, run))
+        self.counters["tasks.created"] += 1
+        log.info("task.created", task=task.id, tool=task.tool, upstream=task.upstream,
+                 owner=owner_hash(task.owner), dialect=task.dialect)
         for msg in pending:
             run.on_message(msg)
         return run
@@ -131,18 +178,44 @@ class TaskEngine:
         median_ms = statistics.median(seen) * 1000
         return int(min(POLL_CEILING_MS, max(POLL_FLOOR_MS, median_ms / 4)))
 
+    # -- finding ------------------------------------------------------------------------------
+    async def find(self, task_id: Any, owner: str) -> Task:
+        """The owner's task; TaskExpired, or TaskNotFound for unknown and foreign ids."""
+        if isinstance(task_id, str):
+            run = self.runs.get(task_id)
+            task = run.task if run is not None else await self._store.get(task_id)
+            if task is not None and task.owner == owner:
+                return task
+            if await self._store.expired_owner(task_id) == owner:
+                raise TaskExpired(task_id)
+        raise TaskNotFound(task_id)
+
+    async def owned(self, owner: str, dialect: str) -> list[Task]:
+        """The owner's tasks of one dialect, oldest first."""
+        return [self._fresh(t) for t in await self._store.owned_by(owner)
+                if t.dialect == dialect]
+
+    async def knows(self, task_id: Any) -> bool:
+        """Whether `task_id` is (or lately was) a task of this gateway, whoever owns it."""
+        return isinstance(task_id, str) and (task_id in self.runs
+                                             or await self._store.knows(task_id))
+
+    def _fresh(self, task: Task) -> Task:
+        run = self.runs.get(task.id)
+        return run.task if run is not None else task
+
     # -- from the client ----------------------------------------------------------------------
-    def answer(self, task: Task, responses: dict[str, Any]) -> None:
+    async def answer(self, task: Task, responses: dict[str, Any]) -> None:
         """Answers go upstream under the server's own ids; unknown or already answered keys
         are ignored; the task works again once nothing is outstanding."""
         run = self.runs.get(task.id)
-        if run is None or task.terminal:
+        if run is None or run.ending:
             return
-        for key in [k for k in task.inputs if k in responses]:
+        for key in [k for k in run.task.inputs if k in responses]:
             self._answered(run, key, jsonrpc.result(None, responses[key]))
-        self._settle(task)
+        self._settle(run)
 
-    def reply(self, msg: Message) -> bool:
+    async def reply(self, msg: Message) -> bool:
         """A client's JSON-RPC answer (result or error) to an input request a task sent
         (core dialect); False when it answers no task's request."""
         run = self.asked.get(msg["id"])
@@ -150,81 +223,133 @@ class TaskEngine:
             return False
         key = next(k for k, v in run.asked.items() if v == msg["id"])
         self._answered(run, key, msg)
-        self._settle(run.task)
+        self._settle(run)
         return True
 
     def _answered(self, run: TaskRun, key: str, msg: Message) -> None:
-        """Send an answer upstream under the server's own id (the connection maps it)."""
         del run.task.inputs[key]
         asked_id = run.asked.pop(key)
         self.asked.pop(asked_id, None)
         msg["id"] = asked_id
-        run.call.conn.reply(asked_id, msg)
+        run.call.reply(asked_id, msg)
 
-    def _settle(self, task: Task) -> None:
+    def _settle(self, run: TaskRun) -> None:
+        task = run.task
         if not task.inputs and task.status is Status.INPUT_REQUIRED:
             task.move(Status.WORKING)
         task.touch()
-        self.changed(task)
+        self._changed(run)
 
-    def cancel(self, task: Task, why: str = "cancelled by the client") -> None:
-        """Ask the upstream to stop, and end the task cancelled unless it already ended."""
+    async def cancel(self, task: Task, why: str = "cancelled by the client") -> Task:
+        """Stop the upstream call and end the task cancelled, unless it ended already; the
+        task as it ended."""
         run = self.runs.get(task.id)
-        if task.terminal or run is None:
-            return
-        run.call.conn.cancel(run.call, why)
-        self._end(run, Status.CANCELLED, why)
+        if run is None:
+            return task
+        return await self._stop(run, Status.CANCELLED, why)
+
+    # -- changes ------------------------------------------------------------------------------
+    def _changed(self, run: TaskRun) -> None:
+        """Tell the watchers now; the store hears of it soon, in order, once per burst."""
+        for asked_id in run.asked.values():
+            self.asked[asked_id] = run
+        run.dirty = True
+        if run.flusher is None:
+            run.flusher = self._spawn(self._flush(run))
+        self._tell(run.task)
+
+    async def _flush(self, run: TaskRun) -> None:
+        try:
+            while run.dirty and not run.ending:
+                run.dirty = False
+                await self._store.save(run.task.copy())
+        finally:
+            run.flusher = None
 
     # -- ending -------------------------------------------------------------------------------
-    def finish(self, run: TaskRun, *, result: dict[str, Any] | None = None,
-               error: dict[str, Any] | None = None, failed: bool = False) -> None:
-        task = run.task
-        raw = jsonrpc.dumps(result if error is None else error)
-        try:
-            self.store.keep(task, len(raw))
-        except ResultTooLarge as exc:
-            result, error = None, {"code": jsonrpc.INTERNAL_ERROR, "message": str(exc)}
+    def _responded(self, run: TaskRun, msg: Message) -> None:
+        final = self._final(run)
+        error = msg.get("error")
         if error is not None:
-            task.error = error
-            self._end(run, Status.FAILED, str(error.get("message", "the call failed")))
+            final.error, final.size = error, len(jsonrpc.dumps(error))
+            final.move(Status.FAILED, str(error.get("message", "the call failed")))
         else:
-            # Kept serialized, as an exact-size copy (orjson's own buffer keeps 4 KiB even
-            # for small results): ~100 bytes instead of ~450 as dicts, and a tasks/get
-            # embeds it without serializing it again.
-            task.result = orjson.Fragment(bytes(memoryview(raw)))
-            self._end(run, Status.FAILED if failed else Status.COMPLETED, None)
+            result = msg.get("result") or {}
+            # An exact-size copy: orjson's own buffer keeps 4 KiB even for small results.
+            final.result = bytes(memoryview(jsonrpc.dumps(result)))
+            final.size = len(final.result)
+            failed = run.fail_on_is_error and result.get("isError") is True
+            final.move(Status.FAILED if failed else Status.COMPLETED)
+        self._spawn(self._commit(run, final))
 
-    def _timed_out(self, run: TaskRun, timeout_ms: int) -> None:
-        if run.task.terminal:
-            return
-        run.call.conn.cancel(run.call, "the task timed out")
-        run.task.error = {"code": jsonrpc.INTERNAL_ERROR,
-                          "message": f"Task timed out after {timeout_ms} ms"}
-        self._end(run, Status.FAILED, f"timed out after {timeout_ms} ms")
+    async def _stop(self, run: TaskRun, status: Status, message: str,
+                    error_text: str | None = None) -> Task:
+        """End a run that has not answered: its call is cancelled upstream."""
+        if run.ending:
+            return await asyncio.shield(run.ended)
+        run.ending = True
+        run.call.cancel(message)
+        final = self._final(run)
+        if error_text is not None:
+            final.error = {"code": jsonrpc.INTERNAL_ERROR, "message": error_text}
+        final.move(status, message)
+        return await self._commit(run, final)
 
-    def _end(self, run: TaskRun, status: Status, message: str | None) -> None:
-        task = run.task
-        task.inputs.clear()
-        self._forget_inputs(run)
-        task.move(status, message)
-        if run.timer is not None:
-            run.timer.cancel()
-        self.runs.pop(task.id, None)
-        duration = time.monotonic() - run.started
-        if status is not Status.CANCELLED:
-            self.durations[task.tool].append(duration)
-        if run.done is not None:
-            run.done()
-        metrics[f"tasks.{status}"] += 1
-        log.info(f"task.{status}", task=task.id, tool=task.tool, upstream=run.call.conn.name,
-                 owner=owner_hash(task.owner),
-                 duration_s=round(duration, 3))
-        self.changed(task)
+    def _spawn_stop(self, run: TaskRun, message: str, error_text: str) -> None:
+        self._spawn(self._stop(run, Status.FAILED, message, error_text))
 
-    def _forget_inputs(self, run: TaskRun) -> None:
+    def _spawn_expire(self, run: TaskRun) -> None:
+        self._spawn(self._expire(run))
+
+    async def _expire(self, run: TaskRun) -> None:
+        ttl = run.task.ttl_ms
+        task = await self._stop(run, Status.FAILED, f"expired: its ttl of {ttl} ms passed",
+                                f"Task expired: its ttl of {ttl} ms passed before it finished")
+        await self._store.delete(task.id, expired=True)
+        log.info("task.expired", task=task.id, tool=task.tool, upstream=task.upstream,
+                 owner=owner_hash(task.owner))
+
+    @staticmethod
+    def _final(run: TaskRun) -> Task:
+        final = run.task.copy()
+        final.inputs.clear()
+        return final
+
+    async def _commit(self, run: TaskRun, final: Task) -> Task:
+        """Write the end (compare-and-set), then tell everyone: nobody hears of a result
+        the store does not hold."""
+        if run.flusher is not None:
+            await run.flusher
+        try:
+            saved = await self._store.save(final)
+        except ResultTooLarge as exc:
+            final = self._final(run)
+            final.error = {"code": jsonrpc.INTERNAL_ERROR, "message": str(exc)}
+            final.move(Status.FAILED, str(exc))
+            saved = await self._store.save(final)
+        if not saved:  # the store holds another end already (it stays), or forgot the task
+            final = await self._store.get(final.id) or final
+        self._end(run, final)
+        return final
+
+    def _end(self, run: TaskRun, task: Task) -> None:
+        run.task = task
+        for timer in run.timers:
+            timer.cancel()
         for asked_id in run.asked.values():
             self.asked.pop(asked_id, None)
         run.asked.clear()
+        self.runs.pop(task.id, None)
+        duration = time.monotonic() - run.started
+        if task.status is not Status.CANCELLED:
+            self.durations[task.tool].append(duration)
+        if run.done is not None:
+            run.done()
+        self.counters[f"tasks.{task.status}"] += 1
+        log.info(f"task.{task.status}", task=task.id, tool=task.tool, upstream=task.upstream,
+                 owner=owner_hash(task.owner), duration_s=round(duration, 3))
+        run.ended.set_result(task)
+        self._tell(task)
 
     # -- watchers -----------------------------------------------------------------------------
     def watch(self, task_id: str, fn: Watcher) -> None:
@@ -237,22 +362,29 @@ class TaskEngine:
             if not fns:
                 del self.watchers[task_id]
 
-    def changed(self, task: Task) -> None:
+    def _tell(self, task: Task) -> None:
         for fn in list(self.watchers.get(task.id, ())):
             fn(task)
 
-    def expire(self) -> None:
-        """Drop expired tasks; a run still going is cancelled upstream."""
-        for task in self.store.sweep():
-            run = self.runs.pop(task.id, None)
-            if run is not None:
-                self._forget_inputs(run)
-                run.call.conn.cancel(run.call, "the task expired")
-                if run.done is not None:
-                    run.done()
-            log.info("task.expired", task=task.id, tool=task.tool, owner=owner_hash(task.owner),
-                     upstream=run.call.conn.name if run is not None else None)
-            self.watchers.pop(task.id, None)
+    # -- housekeeping -------------------------------------------------------------------------
+    async def sweep(self) -> int:
+        """Let the store forget finished tasks past their ttl (running ones end by their own
+        timers)."""
+        return await self._store.sweep()
+
+    def stored_bytes(self) -> int:
+        return self._store.stored_bytes()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task.engine_error", error=repr(task.exception()))
 
 
 def watch_progress(params: dict[str, Any]) -> bool:

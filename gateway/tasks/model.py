@@ -5,15 +5,21 @@ change. Statuses and transitions follow both task specs (2025-11-25 core tasks a
     working -> input_required | completed | failed | cancelled
     input_required -> working | completed | failed | cancelled
     completed, failed, cancelled: terminal, never change again
+
+A `Task` is a record: plain data that a store keeps a copy of (`copy`) or serializes
+(`record` / `from_record`, JSON through orjson, the result embedded as the raw JSON it is).
 """
 
 from __future__ import annotations
 
+import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
+
+import orjson
 
 
 class Status(StrEnum):
@@ -49,6 +55,11 @@ def iso(ts: float) -> str:
         "+00:00", "Z")
 
 
+def new_id() -> str:
+    """128 random bits, URL-safe: unguessable (spec: cryptographically secure task ids)."""
+    return secrets.token_urlsafe(16)
+
+
 @dataclass(slots=True, eq=False)
 class Task:
     id: str
@@ -57,17 +68,40 @@ class Task:
     dialect: str  # the wire it was created through; it renders only there
     ttl_ms: int | None
     poll_interval_ms: int
+    upstream: str = ""
     status: Status = Status.WORKING
     status_message: str | None = None
     created_at: float = field(default_factory=time.time)
     updated_at: float = 0.0
-    result: Any = None  # exactly what the call returned, as stored JSON (engine)
+    # Exactly what the call returned, kept serialized: an exact-size bytes object is ~100
+    # bytes where the parsed dicts are ~450, and tasks/get embeds it without serializing it
+    # again.
+    result: bytes | None = None
     error: dict[str, Any] | None = None  # the JSON-RPC error that failed it
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> request
     size: int = 0  # bytes of result or error kept
 
     def __post_init__(self) -> None:
         self.updated_at = self.updated_at or self.created_at
+        self.status = Status(self.status)
+
+    def copy(self) -> Task:
+        """A copy that shares nothing mutable with this one (the result bytes are
+        immutable)."""
+        return replace(self, inputs=dict(self.inputs))
+
+    def record(self) -> dict[str, Any]:
+        """The record as JSON-serializable data (orjson: the result embeds as raw JSON)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["status"] = str(self.status)
+        if self.result is not None:
+            out["result"] = orjson.Fragment(self.result)
+        return out
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Task:
+        result = data.get("result")
+        return cls(**{**data, "result": None if result is None else orjson.dumps(result)})
 
     @property
     def terminal(self) -> bool:

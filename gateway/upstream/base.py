@@ -27,8 +27,7 @@ from gateway.errors import UpstreamError
 from gateway.observability import log, metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.tasks.dialects import core
-from gateway.upstream import modern
+from gateway.upstream import modern, native_tasks
 from gateway.upstream.modern import ModernUpstream
 
 # Ids for server-to-client requests are unique across the whole process, so a session that
@@ -84,6 +83,17 @@ class Call:
     # created, after which the call waits on that task's tasks/result.
     follow_task: bool = False
     upstream_task: str | None = None
+
+    # -- what the task engine needs of a call (tasks/engine.py: UpstreamCall) ---------------
+    @property
+    def upstream(self) -> str:
+        return self.conn.name
+
+    def cancel(self, why: str) -> None:
+        self.conn.cancel(self, why)
+
+    def reply(self, asked_id: Any, msg: Message) -> None:
+        self.conn.reply(asked_id, msg)
 
 
 class Connection:
@@ -262,7 +272,7 @@ class Connection:
         if self.modern is not None:
             self.modern.forget(call)
         if call.upstream_task is not None and call.upstream_id in self._calls:
-            self.send_own(*core.cancel_request(call.upstream_task))
+            self.send_own(*native_tasks.cancel_request(call.upstream_task))
         if self._calls.pop(call.upstream_id, None) is not None:
             self.notify(jsonrpc.notification(
                 mcp.CANCELLED, {"requestId": call.upstream_id, "reason": reason}))
@@ -365,10 +375,10 @@ class Connection:
         if self.modern is not None and self.modern.handled(call, msg):
             return
         if call.follow_task and call.upstream_task is None and (
-                task_id := core.created_task_id(msg)) is not None:
+                task_id := native_tasks.created_task_id(msg)) is not None:
             # The caller sees one slow call: the task's tasks/result is its answer.
             call.upstream_task = task_id
-            self.resend(call, *core.result_request(task_id))
+            self.resend(call, *native_tasks.result_request(task_id))
             return
         msg["id"] = call.client_id
         call.sink.on_response(msg)

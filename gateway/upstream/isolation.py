@@ -19,7 +19,7 @@ from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Upstream as UpstreamConf
-from gateway.tasks.dialects import core
+from gateway.upstream import native_tasks
 from gateway.upstream.base import Connection, Owner
 from gateway.upstream.http import HttpUpstream
 from gateway.upstream.stdio import StdioUpstream
@@ -47,10 +47,10 @@ class Backend:
 
     def learn_tools(self, msg: Message) -> Message:
         """Note from a tools/list answer what the gateway must know of each tool."""
-        native = core.serves_tasks(self.primary.init_result)
+        native = native_tasks.serves_tasks(self.primary.init_result)
         for tool in mcp.listed_tools(msg):
             name = str(tool.get("name"))
-            support = core.own_support(tool)
+            support = native_tasks.own_support(tool)
             if native and support in ("required", "optional"):
                 self.native_tools[name] = support
             else:

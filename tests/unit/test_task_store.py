@@ -1,15 +1,17 @@
-"""The task model, its bounded store and per-tool policy: pure units, no I/O."""
+"""The task model, its bounded memory store and per-tool policy: pure units, no I/O."""
 
 from __future__ import annotations
 
 import tracemalloc
 
+import orjson
 import pytest
 
 from gateway.settings import Tasks
-from gateway.tasks.model import TRANSITIONS, InvalidTransition, Status, Task, iso
+from gateway.tasks.model import TRANSITIONS, InvalidTransition, Status, Task, iso, new_id
 from gateway.tasks.policy import Policies
-from gateway.tasks.store import ResultTooLarge, StoreFull, TaskExpired, TaskNotFound, TaskStore
+from gateway.tasks.store import ResultTooLarge, StoreFull
+from gateway.tasks.store.memory import MemoryStore
 
 
 class Clock:
@@ -47,73 +49,118 @@ def test_timestamps_are_iso_utc() -> None:
     assert t.updated_at >= before >= t.created_at
 
 
-def make_store(clock: Clock, **limits: int) -> TaskStore:
+def make_store(clock: Clock, **limits: int) -> MemoryStore:
     bounds = {"max_tasks": 3, "max_per_owner": 2, "max_result_bytes": 100,
               "max_stored_bytes": 150, **limits}
-    return TaskStore(**bounds, clock=clock)
+    return MemoryStore(**bounds, clock=clock)
 
 
-def test_store_bounds_refuse_and_never_evict_live_tasks() -> None:
+async def add(store: MemoryStore, owner: str, ttl_ms: int | None = 10_000,
+              status: Status = Status.COMPLETED) -> Task:
+    """A task as the engine creates it, ended at once unless `status` says otherwise (the
+    store forgets only finished tasks by itself)."""
+    t = Task(new_id(), owner, "tool", "extension", ttl_ms, 500, created_at=store.clock())
+    await store.create(t)
+    if status is not Status.WORKING:
+        t.move(status)
+        assert await store.save(t)
+    return t
+
+
+async def test_store_bounds_refuse_and_never_evict_live_tasks() -> None:
     clock = Clock()
     store = make_store(clock)
-    a1 = store.add("a", "tool", "extension", 10_000, 500)
-    store.add("a", "tool", "extension", 10_000, 500)
+    a1 = await add(store, "a")
+    await add(store, "a")
     with pytest.raises(StoreFull, match="this client"):
-        store.add("a", "tool", "extension", 10_000, 500)
-    store.add("b", "tool", "extension", 10_000, 500)
+        await add(store, "a")
+    await add(store, "b")
     with pytest.raises(StoreFull, match="maximum of 3"):
-        store.add("c", "tool", "extension", 10_000, 500)
-    assert store.get(a1.id, "a") is a1  # still there: nothing live was evicted
+        await add(store, "c")
+    held = await store.get(a1.id)  # still there: nothing live was evicted
+    assert held is not None and held.record() == a1.record() and held is not a1  # a copy
     clock.now += 11
-    store.add("c", "tool", "extension", 10_000, 500)  # expired ones made room
+    await add(store, "c")  # expired ones made room
     assert len(store) == 1
 
 
-def test_ids_are_unguessable_and_foreign_ids_look_unknown() -> None:
-    store = make_store(Clock(), max_tasks=100, max_per_owner=100)
-    ids = {store.add("a", "tool", "extension", None, 500).id for _ in range(50)}
-    assert len(ids) == 50 and all(len(i) >= 22 for i in ids)  # >= 128 random bits
-    some = next(iter(ids))
-    with pytest.raises(TaskNotFound):
-        store.get(some, "b")
-    with pytest.raises(TaskNotFound):
-        store.get("nope", "a")
-
-
-def test_expired_tasks_say_so_for_a_while_then_are_unknown() -> None:
+async def test_a_running_task_is_never_dropped_by_the_store() -> None:
     clock = Clock()
     store = make_store(clock)
-    t = store.add("a", "tool", "extension", 1000, 500)
+    running = await add(store, "a", 1000, Status.WORKING)
     clock.now += 2
-    with pytest.raises(TaskExpired):
-        store.get(t.id, "a")
-    with pytest.raises(TaskNotFound):
-        store.get(t.id, "b")  # expired or not, a foreign id looks unknown
-    clock.now += 3600
-    with pytest.raises(TaskNotFound):
-        store.get(t.id, "a")
+    assert await store.sweep() == 0 and len(store) == 1  # the engine ends it, not the store
+    assert await store.get(running.id) is None  # yet nobody reads it past its ttl
+    assert await store.expired_owner(running.id) == "a"
 
 
-def test_result_bytes_are_bounded_per_task_and_in_all() -> None:
-    store = make_store(Clock())
-    t1 = store.add("a", "tool", "extension", 10_000, 500)
-    t2 = store.add("b", "tool", "extension", 10_000, 500)
-    with pytest.raises(ResultTooLarge, match="at most 100 bytes"):
-        store.keep(t1, 101)
-    store.keep(t1, 100)
-    with pytest.raises(ResultTooLarge, match="storage"):
-        store.keep(t2, 60)
-    store.keep(t2, 50)
-    assert store.stored_bytes == 150
+async def test_ids_are_unguessable_and_foreign_ids_look_unknown() -> None:
+    store = make_store(Clock(), max_tasks=100, max_per_owner=100)
+    ids = {(await add(store, "a", None)).id for _ in range(50)}
+    assert len(ids) == 50 and all(len(i) >= 22 for i in ids)  # >= 128 random bits
+    assert await store.get("nope") is None
 
 
-def test_a_full_store_stays_bounded_in_memory() -> None:
+async def test_expired_tasks_say_so_for_a_while_then_are_unknown() -> None:
     clock = Clock()
-    store = TaskStore(1000, 1000, 10, 10_000, clock=clock)
+    store = make_store(clock)
+    t = await add(store, "a", 1000)
+    clock.now += 2
+    await store.sweep()
+    assert await store.get(t.id) is None and await store.expired_owner(t.id) == "a"
+    clock.now += 3600
+    assert await store.expired_owner(t.id) is None
+
+
+async def test_terminal_stays_terminal_whoever_writes_last() -> None:
+    store = make_store(Clock())
+    t = await add(store, "a", status=Status.WORKING)
+    late = t.copy()
+    t.move(Status.CANCELLED)
+    assert await store.save(t)
+    late.status_message = "50%"  # a stale working copy written after the end
+    assert not await store.save(late)
+    late.move(Status.COMPLETED)
+    assert not await store.save(late)
+    stored = await store.get(t.id)
+    assert stored is not None and stored.status is Status.CANCELLED
+
+
+async def test_result_bytes_are_bounded_per_task_and_in_all() -> None:
+    store = make_store(Clock())
+    t1 = await add(store, "a", status=Status.WORKING)
+    t2 = await add(store, "b", status=Status.WORKING)
+    t1.size = 101
+    with pytest.raises(ResultTooLarge, match="at most 100 bytes"):
+        await store.save(t1)
+    t1.size = 100
+    assert await store.save(t1)
+    t2.size = 60
+    with pytest.raises(ResultTooLarge, match="storage"):
+        await store.save(t2)
+    t2.size = 50
+    assert await store.save(t2)
+    assert store.stored_bytes() == 150
+    await store.delete(t1.id)
+    assert store.stored_bytes() == 50  # a forgotten task's bytes are returned
+
+
+def test_records_are_plain_json() -> None:
+    t = Task(new_id(), "a", "tool", "core", 1000, 500, upstream="main",
+             result=orjson.dumps({"content": [{"type": "text", "text": "hi"}]}))
+    t.inputs["elicitation-1"] = {"method": "elicitation/create", "params": {}}
+    back = Task.from_record(orjson.loads(orjson.dumps(t.record())))
+    assert orjson.dumps(back.record()) == orjson.dumps(t.record())
+    assert back.status is Status.WORKING and back.result == t.result
+
+
+async def test_a_full_store_stays_bounded_in_memory() -> None:
+    clock = Clock()
+    store = MemoryStore(1000, 1000, 10, 10_000, clock=clock)
     tracemalloc.start()
     for round_ in range(20):
         for _ in range(1000):
-            store.add(f"o{round_}", "tool", "extension", 1000, 500)
+            await add(store, f"o{round_}", 1000)
         clock.now += 2  # all expire; the next round replaces them
         if round_ == 1:
             baseline = tracemalloc.get_traced_memory()[0]
@@ -145,7 +192,7 @@ def test_policy_by_name_glob_and_upstream() -> None:
 def test_poll_interval_learns_from_durations() -> None:
     from gateway.tasks.engine import TaskEngine
 
-    engine = TaskEngine(TaskStore(10, 10, 100, 1000))
+    engine = TaskEngine(MemoryStore(10, 10, 100, 1000))
     assert engine.suggest_poll_ms("t", 1000) == 1000  # no history: the policy's value
     engine.durations["t"].extend([0.1, 0.1])
     assert engine.suggest_poll_ms("t", 1000) == 1000  # too little history still

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -18,11 +18,8 @@ from gateway import errors
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import task_fields, task_id_of
+from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
 from gateway.tasks.model import Status, Task
-from gateway.tasks.store import TaskExpired, TaskNotFound
-
-if TYPE_CHECKING:
-    from gateway.tasks.engine import TaskEngine
 
 NAME = "core"
 VERSION = "2025-11-25"  # the only revision with core tasks (the extension replaces them)
@@ -87,51 +84,11 @@ def mark_tools(msg: Message, support: Callable[[str], str]) -> Message:
     return msg
 
 
-
-
-# -- an upstream's own core tasks ----------------------------------------------------------
-def serves_tasks(init_result: dict[str, Any] | None) -> bool:
-    """Whether a 2025-11-25 upstream runs task-augmented tools/call itself."""
-    caps = (init_result or {}).get("capabilities")
-    tasks = caps.get("tasks") if isinstance(caps, dict) else None
-    requests = tasks.get("requests") if isinstance(tasks, dict) else None
-    tools = requests.get("tools") if isinstance(requests, dict) else None
-    return isinstance(tools, dict) and "call" in tools
-
-
-def own_support(tool: dict[str, Any]) -> Any:
-    """A listed tool's own `execution.taskSupport`, as the upstream declared it."""
-    execution = tool.get("execution")
-    return execution.get("taskSupport") if isinstance(execution, dict) else None
-
-
-def ask_for_task(params: dict[str, Any]) -> None:
-    """Make a tools/call's params task-augmented (spec: Creating Tasks)."""
-    params["task"] = {}
-
-
-def created_task_id(msg: Message) -> str | None:
-    """The task id of a CreateTaskResult, if `msg` answers with one."""
-    result = msg.get("result")
-    task = result.get("task") if isinstance(result, dict) else None
-    task_id = task.get("taskId") if isinstance(task, dict) else None
-    return task_id if isinstance(task_id, str) else None
-
-
-def result_request(task_id: str) -> tuple[str, dict[str, Any]]:
-    """tasks/result for a task: blocks until it ends, then returns what the call returned."""
-    return RESULT, {"taskId": task_id}
-
-
-def cancel_request(task_id: str) -> tuple[str, dict[str, Any]]:
-    return "tasks/cancel", {"taskId": task_id}
-
-
 # -- tasks/* ---------------------------------------------------------------------------------
-def lookup(engine: TaskEngine, task_id: Any, owner: str) -> Task:
+async def lookup(engine: TaskEngine, task_id: Any, owner: str) -> Task:
     """The owner's core task; -32602 for unknown, expired, foreign or other-dialect ids."""
     try:
-        task = engine.store.get(task_id, owner)
+        task = await engine.find(task_id, owner)
     except TaskExpired:
         raise errors.InvalidParams("Failed to retrieve task: Task has expired",
                                    {"taskId": task_id}) from None
@@ -143,28 +100,26 @@ def lookup(engine: TaskEngine, task_id: Any, owner: str) -> Task:
     return task
 
 
-def get(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
-    return fields(lookup(engine, task_id_of(params), owner))
+async def get(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
+    return fields(await lookup(engine, task_id_of(params), owner))
 
 
-def cancel(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
+async def cancel(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
     """spec (Task Cancellation): -32602 for a terminal task; otherwise the task is cancelled
     before the answer, which shows it."""
-    task = lookup(engine, task_id_of(params), owner)
+    task = await lookup(engine, task_id_of(params), owner)
     if task.terminal:
         raise errors.InvalidParams(
             f"Cannot cancel task: already in terminal status '{task.status}'",
             {"taskId": task.id})
-    engine.cancel(task, "The task was cancelled by request.")
-    return fields(task)
+    return fields(await engine.cancel(task, "The task was cancelled by request."))
 
 
-def list_page(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
+async def list_page(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
     """spec (Task Listing): the owner's tasks, oldest first, PAGE_SIZE at a time; the cursor
     is opaque (the position after the last task shown, so tasks expiring between pages do
     not shift the next one)."""
-    tasks = sorted((t for t in engine.store.owned_by(owner) if t.dialect == NAME),
-                   key=_position)
+    tasks = sorted(await engine.owned(owner, NAME), key=_position)
     cursor = params.get("cursor")
     if cursor is not None:
         after = _read_cursor(cursor)
@@ -203,7 +158,7 @@ def final(task: Task, id_: Any) -> Message:
         error = task.error or {"code": jsonrpc.INTERNAL_ERROR,
                                "message": task.status_message or "the task failed"}
         return {"jsonrpc": "2.0", "id": id_, "error": error}
-    result = orjson.loads(orjson.dumps(task.result))  # stored serialized (engine)
+    result = orjson.loads(task.result)  # kept serialized (model)
     meta = result.get("_meta")
     result["_meta"] = {**(meta if isinstance(meta, dict) else {}), **related}
     return jsonrpc.result(id_, result)

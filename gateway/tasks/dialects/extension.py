@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway import errors
 from gateway.tasks.dialects import task_fields, task_id_of
-from gateway.tasks.engine import TaskEngine
+from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
 from gateway.tasks.model import Status, Task
-from gateway.tasks.store import TaskExpired, TaskNotFound
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 NAME = "extension"
@@ -51,7 +52,8 @@ def detailed(task: Task) -> dict[str, Any]:
     """The DetailedTask: result, error or inputRequests inlined by status."""
     out = fields(task)
     if task.status is Status.COMPLETED:
-        out["result"] = task.result if task.result is not None else {}
+        # kept serialized (model): embedded as it is, never parsed again
+        out["result"] = orjson.Fragment(task.result) if task.result is not None else {}
     elif task.status is Status.FAILED:
         out["error"] = task.error or {"code": -32603, "message": task.status_message or ""}
     elif task.status is Status.INPUT_REQUIRED:
@@ -59,25 +61,25 @@ def detailed(task: Task) -> dict[str, Any]:
     return out
 
 
-def handle(engine: TaskEngine, method: str, params: dict[str, Any], owner: str
+async def handle(engine: TaskEngine, method: str, params: dict[str, Any], owner: str
            ) -> dict[str, Any]:
     """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
-    task = _task(engine, task_id_of(params), owner)
+    task = await _task(engine, task_id_of(params), owner)
     if method == "tasks/get":
         return {**detailed(task), "resultType": "complete"}
     if method == "tasks/update":
         responses = params.get("inputResponses")
         if not isinstance(responses, dict):
             raise errors.InvalidParams("Invalid params: inputResponses must be an object")
-        engine.answer(task, responses)
+        await engine.answer(task, responses)
     else:  # tasks/cancel: an ack, idempotent on terminal tasks (spec: eventual)
-        engine.cancel(task)
+        await engine.cancel(task)
     return {"resultType": "complete"}
 
 
-def _task(engine: TaskEngine, task_id: Any, owner: str) -> Task:
+async def _task(engine: TaskEngine, task_id: Any, owner: str) -> Task:
     try:
-        task = engine.store.get(task_id, owner)
+        task = await engine.find(task_id, owner)
     except TaskExpired:
         raise errors.InvalidParams("Task has expired", {"taskId": task_id}) from None
     except TaskNotFound:

@@ -1,0 +1,64 @@
+"""Where task records live: the `TaskStore` protocol every backend implements.
+
+A store is pure storage (the MCP SDK's rule: no execution): it keeps copies of records, never
+the engine's working objects, so the memory store and a shared one behave alike. It enforces
+the bounds of `limits.*` (live tasks in all and per owner, bytes of one result and of all)
+and refuses rather than evicting a task that has not expired. Status changes are
+compare-and-set against the transition table (model.py): a terminal record stays terminal,
+whoever writes last. A store forgets a finished task at its ttl by itself; a running task
+is never dropped by a store: expiring it is the engine's (it must cancel the call and tell
+the watchers first).
+
+    memory.py   the bounded embedded default (one process)
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gateway.tasks.model import Task
+
+
+class StoreFull(Exception):
+    """No room for another task; the message says which bound was hit."""
+
+
+class ResultTooLarge(Exception):
+    """A result or error over `max_result_bytes`, or beyond what all results may take."""
+
+
+class TaskStore(Protocol):
+    async def create(self, task: Task) -> None:
+        """Keep a new record, before anyone hears of its task; StoreFull when a bound is
+        reached."""
+
+    async def get(self, task_id: str) -> Task | None:
+        """A copy of the record, or None (unknown, or expired)."""
+
+    async def expired_owner(self, task_id: str) -> str | None:
+        """The owner of a task that expired lately (it then answers "expired", not "not
+        found"), else None."""
+
+    async def owned_by(self, owner: str) -> list[Task]:
+        """Copies of the owner's records, oldest first."""
+
+    async def save(self, task: Task) -> bool:
+        """Replace the record if the stored status may move to `task.status` (the same
+        status included, for a new message or inputs); False when it may not (the stored
+        one is terminal) or the record is gone. ResultTooLarge when `task.size` bytes
+        cannot be kept."""
+
+    async def delete(self, task_id: str, *, expired: bool = False) -> None:
+        """Forget a record (`expired`: remembered a while as expired)."""
+
+    async def sweep(self) -> int:
+        """Forget finished tasks past their ttl; how many went."""
+
+    async def knows(self, task_id: str) -> bool:
+        """Whether `task_id` is (or lately was) a task here, whoever owns it."""
+
+    def stored_bytes(self) -> int:
+        """Bytes of results and errors held (for /readyz and metrics)."""
+
+
+__all__ = ["ResultTooLarge", "StoreFull", "TaskStore"]

@@ -1,0 +1,172 @@
+"""The task engine's lifecycle over the memory store, with a fake upstream call: create,
+input, answer, cancel, timeout, expiry while running, store full, results too large."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway.protocol import jsonrpc
+from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
+from gateway.tasks.model import Status, Task
+from gateway.tasks.policy import Policy
+from gateway.tasks.store import StoreFull
+from gateway.tasks.store.memory import MemoryStore
+
+
+class FakeCall:
+    """An upstream call as the engine sees it: it records what the engine asks of it."""
+
+    def __init__(self) -> None:
+        self.sink: Any = None
+        self.cancelled: list[str] = []
+        self.replies: list[tuple[Any, dict[str, Any]]] = []
+
+    @property
+    def upstream(self) -> str:
+        return "fake"
+
+    def cancel(self, why: str) -> None:
+        self.cancelled.append(why)
+
+    def reply(self, asked_id: Any, msg: dict[str, Any]) -> None:
+        self.replies.append((asked_id, msg))
+
+
+def policy(ttl_ms: int = 60_000, timeout_ms: int | None = None) -> Policy:
+    return Policy("always", 0, ttl_ms, 3_600_000, 500, timeout_ms)
+
+
+async def running(engine: TaskEngine, ttl_ms: int = 60_000, timeout_ms: int | None = None,
+                  **start: Any) -> tuple[Task, FakeCall, list[Task]]:
+    """A started task, its fake call, and what its watcher was told."""
+    task = await engine.create("me", "slow", "extension", "fake", policy(ttl_ms), None)
+    call, told = FakeCall(), []
+    engine.watch(task.id, lambda t: told.append(t.copy()))
+    engine.start(task, call, timeout_ms=timeout_ms, **start)
+    return task, call, told
+
+
+async def settled() -> None:
+    for _ in range(5):  # the engine writes ends in the background: let it run
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore(10, 10, 1000, 1500)
+
+
+async def test_input_answer_progress_and_result(store: MemoryStore) -> None:
+    engine = TaskEngine(store)
+    task, call, told = await running(engine)
+    call.sink.on_message(jsonrpc.request(41, "elicitation/create", {"message": "name?"}))
+    assert task.status is Status.INPUT_REQUIRED and list(task.inputs) == ["elicitation-1"]
+    await engine.answer(task, {"elicitation-1": {"action": "accept"}, "unknown": {}})
+    assert call.replies == [(41, jsonrpc.result(41, {"action": "accept"}))]
+    assert task.status is Status.WORKING and not task.inputs
+    call.sink.on_message(jsonrpc.notification("notifications/progress",
+                                              {"progress": 1, "total": 2, "message": "half"}))
+    assert (await engine.find(task.id, "me")).status_message == "1/2: half"
+    call.sink.on_response(jsonrpc.result(7, {"content": []}))
+    await settled()
+    stored = await store.get(task.id)
+    assert stored is not None and stored.status is Status.COMPLETED
+    assert stored.result == b'{"content":[]}' and store.stored_bytes() == len(stored.result)
+    assert [t.status for t in told] == ["input_required", "working", "working", "completed"]
+    assert not engine.runs and not call.cancelled
+
+
+async def test_core_reply_with_an_error_goes_upstream(store: MemoryStore) -> None:
+    engine = TaskEngine(store)
+    task, call, _ = await running(engine)
+    call.sink.on_message(jsonrpc.request("s-1", "sampling/createMessage", {}))
+    assert not await engine.reply(jsonrpc.error("other", -1, "x"))  # no task asked that
+    assert await engine.reply(jsonrpc.error("s-1", -1, "declined"))
+    assert call.replies[0][1]["error"]["message"] == "declined"
+    assert task.status is Status.WORKING
+
+
+async def test_cancel_ends_at_once_and_a_late_answer_changes_nothing(store: MemoryStore
+                                                                     ) -> None:
+    engine = TaskEngine(store)
+    released = []
+    task, call, told = await running(engine, done=lambda: released.append(True))
+    ended = await engine.cancel(task, "stop")
+    assert ended.status is Status.CANCELLED and call.cancelled == ["stop"] and released
+    call.sink.on_response(jsonrpc.result(7, {"content": ["late"]}))
+    await settled()
+    stored = await store.get(task.id)
+    assert stored is not None and stored.status is Status.CANCELLED
+    assert store.stored_bytes() == 0 and told[-1].status is Status.CANCELLED
+    assert (await engine.cancel(ended)).status is Status.CANCELLED  # idempotent
+
+
+async def test_timeout_fails_the_task_and_cancels_the_call(store: MemoryStore) -> None:
+    engine = TaskEngine(store)
+    task, call, told = await running(engine, timeout_ms=20)
+    await asyncio.sleep(0.1)
+    found = await engine.find(task.id, "me")
+    assert found.status is Status.FAILED and found.error is not None
+    assert "timed out after 20 ms" in found.error["message"]
+    assert call.cancelled and told[-1].status is Status.FAILED
+
+
+async def test_expiry_while_running_cancels_releases_and_returns_the_bytes(
+        store: MemoryStore) -> None:
+    """Regression (a): the call is cancelled, its process released, and its result, when it
+    comes anyway, is never counted against the byte budget."""
+    engine = TaskEngine(store)
+    released = []
+    task, call, _ = await running(engine, ttl_ms=30, done=lambda: released.append(True))
+    await asyncio.sleep(0.1)
+    assert call.cancelled and released and not engine.runs
+    call.sink.on_response(jsonrpc.result(7, {"content": ["x" * 500]}))
+    await settled()
+    assert store.stored_bytes() == 0 and len(store) == 0
+    with pytest.raises(TaskExpired):
+        await engine.find(task.id, "me")
+    with pytest.raises(TaskNotFound):
+        await engine.find(task.id, "someone else")
+
+
+async def test_expiry_tells_a_waiting_watcher(store: MemoryStore) -> None:
+    """Regression (b): whoever waits on the task (a core tasks/result, a listen stream) is
+    told it ended; it never stays working."""
+    engine = TaskEngine(store)
+    task, _, told = await running(engine, ttl_ms=30)
+    waiter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
+    engine.watch(task.id, lambda t: t.terminal and not waiter.done() and waiter.set_result(t))
+    ended = await asyncio.wait_for(waiter, 2)
+    assert ended.status is Status.FAILED and "expired" in (ended.status_message or "")
+    assert told[-1].status is Status.FAILED
+
+
+async def test_a_full_store_refuses_new_tasks(store: MemoryStore) -> None:
+    engine = TaskEngine(MemoryStore(1, 1, 100, 100))
+    await running(engine)
+    with pytest.raises(StoreFull):
+        await engine.create("me", "slow", "extension", "fake", policy(), None)
+
+
+async def test_a_result_too_large_fails_the_task_with_a_clear_error() -> None:
+    store = MemoryStore(10, 10, 50, 1000)
+    engine = TaskEngine(store)
+    task, call, _ = await running(engine)
+    call.sink.on_response(jsonrpc.result(7, {"content": ["y" * 100]}))
+    await settled()
+    found = await engine.find(task.id, "me")
+    assert found.status is Status.FAILED and found.result is None
+    assert found.error is not None and "at most 50 bytes" in found.error["message"]
+    assert store.stored_bytes() == 0
+
+
+async def test_is_error_fails_a_core_task_yet_keeps_its_result(store: MemoryStore) -> None:
+    engine = TaskEngine(store)
+    task, call, _ = await running(engine, fail_on_is_error=True)
+    call.sink.on_response(jsonrpc.result(7, {"content": [], "isError": True}))
+    await settled()
+    found = await engine.find(task.id, "me")
+    assert found.status is Status.FAILED and found.result == b'{"content":[],"isError":true}'

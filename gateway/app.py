@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
 from gateway.downstream.session import SessionStore
-from gateway.observability import configure_logging, log, metrics
+from gateway.observability import configure_logging, log
 from gateway.settings import Settings
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies
@@ -30,6 +31,7 @@ BACKENDS = web.AppKey("backends", dict[str, Backend])
 ERAS = web.AppKey("eras", list[LegacyEra])
 MODERNS = web.AppKey("moderns", list[ModernEra])
 ENGINE = web.AppKey("engine", TaskEngine)
+COUNTERS = web.AppKey("counters", Counter[str])  # the app's own: no module-level state
 REAP_EVERY_S = 30.0
 
 
@@ -45,11 +47,12 @@ def create_app(conf: Settings) -> web.Application:
     key = conf.security.request_state_key
     sealer = Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
     limits = conf.limits
+    counters: Counter[str] = Counter()
     engine = TaskEngine(MemoryStore(limits.max_tasks, limits.max_tasks_per_owner,
-                                    limits.max_result_bytes, limits.max_stored_bytes), metrics)
+                                    limits.max_result_bytes, limits.max_stored_bytes), counters)
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
-        backend = isolation.build(name, up, conf.limits.max_message_bytes)
+        backend = isolation.build(name, up, conf.limits.max_message_bytes, counters)
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
         era = LegacyEra(backend, sessions, conf, engine, policies)
         modern = ModernEra(backend, conf, sealer, engine, policies)
@@ -64,6 +67,7 @@ def create_app(conf: Settings) -> web.Application:
     app[ERAS] = eras
     app[MODERNS] = moderns
     app[ENGINE] = engine
+    app[COUNTERS] = counters
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.cleanup_ctx.append(_lifecycle)
@@ -81,7 +85,7 @@ async def readyz(request: web.Request) -> web.Response:
     ready = all(b.ready for b in backends.values())
     body: dict[str, Any] = {"ready": ready,
                             "upstreams": {n: b.status() for n, b in backends.items()},
-                            "counters": dict(metrics)}
+                            "counters": dict(request.app[COUNTERS])}
     return json_response(body, 200 if ready else 503)
 
 

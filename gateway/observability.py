@@ -1,4 +1,4 @@
-"""Structured logging (structlog, configured once) and the gateway's counters.
+"""Structured logging (structlog, configured once); owners as short hashes.
 
 Event names are stable (`upstream.exited`, `session.created`, ...): dashboards and tests key on
 them. Secrets never reach a log line: headers are never logged, and owners appear as hashes.
@@ -9,14 +9,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-from collections import Counter
 
 import orjson
 import structlog
 
 from gateway.settings import Logging
-
-metrics: Counter[str] = Counter()
 
 
 def configure_logging(conf: Logging) -> None:

@@ -17,7 +17,7 @@ from aiohttp import web
 from gateway import errors
 from gateway.downstream.http import check_accept, json_response
 from gateway.downstream.session import Session, SessionExchange
-from gateway.observability import log, metrics
+from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import core, task_id_of
@@ -26,7 +26,7 @@ from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.tasks.store import StoreFull
 from gateway.upstream import native_tasks
-from gateway.upstream.base import IGNORE
+from gateway.upstream.connection import IGNORE
 from gateway.upstream.isolation import Backend
 
 
@@ -96,7 +96,8 @@ class CoreTasks:
         """A tool's taskSupport: the upstream's own when it runs the tool as a task itself
         (its tasks pass through: the gateway cannot run as a plain call what the server only
         runs as a task), else the gateway's from the tool's policy."""
-        return self.backend.native_tools.get(tool) or core.TASK_SUPPORT[self.policy(tool).mode]
+        own = self.backend.catalogue.own_task_support(tool)
+        return own or core.TASK_SUPPORT[self.policy(tool).mode]
 
     async def intercept(self, request: web.Request, session: Session, msg: Message,
                         ex: SessionExchange) -> web.StreamResponse | None:
@@ -111,7 +112,8 @@ class CoreTasks:
         if method == mcp.TOOLS_LIST:
             ex.edit = lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
         elif method == mcp.TOOLS_CALL and isinstance(params, dict):
-            if core.is_task_call(params) and params.get("name") in self.backend.native_tools:
+            if core.is_task_call(params) and self.backend.catalogue.own_task_support(
+                    params.get("name")):
                 # The upstream's own task: the call and tasks/* on its id pass through.
                 ex.edit = lambda m: _note_native(session, m)
                 return None
@@ -139,7 +141,7 @@ class CoreTasks:
             task = await self.engine.create(session.id, tool, core.NAME, self.backend.name,
                                             policy, ttl)
         except StoreFull as exc:
-            metrics["tasks.refused_store_full"] += 1
+            self.engine.counters["tasks.refused_store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,

@@ -21,6 +21,7 @@ from gateway.protocol.jsonrpc import Message
 class Exchange:
     __slots__ = ("_wake", "done", "early", "headers", "new_stream", "response", "sse_ok",
                  "status", "stream", "timer")
+    takes_mrtr = False  # a modern-only upstream's input_required becomes server requests
 
     def __init__(self, sse_ok: bool, new_stream: Callable[[], sse.Stream],
                  headers: dict[str, str]) -> None:
@@ -45,6 +46,9 @@ class Exchange:
             self._notify()
         else:
             self.unstreamable(msg)
+
+    def on_refused(self, capability: str) -> None:
+        """A server request for what this client did not declare was refused upstream."""
 
     def unstreamable(self, msg: Message) -> None:
         """A related message for a client that accepts no SSE: dropped unless overridden."""

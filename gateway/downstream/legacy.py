@@ -17,14 +17,14 @@ from gateway.downstream.core_tasks import CoreTasks
 from gateway.downstream.http import PRINCIPAL, check_accept, error_response, json_response
 from gateway.downstream.session import Session, SessionExchange, SessionStore
 from gateway.errors import UpstreamError
-from gateway.observability import log, metrics
+from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Settings
 from gateway.tasks.dialects import core
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies
-from gateway.upstream.base import Connection
+from gateway.upstream.connection import Connection
 from gateway.upstream.isolation import Backend
 
 
@@ -81,7 +81,7 @@ class LegacyEra:
         log.info("session.created", session=session.id[:8], protocol=version,
                  upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
-        metrics["sessions.created"] += 1
+        self.backend.counters["sessions.created"] += 1
         result = router.initialize_result(session.conn.init_result, version)
         return json_response(jsonrpc.result(msg["id"], result), headers={mcp.H_SESSION: session.id})
 
@@ -92,7 +92,7 @@ class LegacyEra:
         if method in router.LOCAL_REQUESTS:
             return json_response(jsonrpc.result(msg["id"], {}))
         assert session.conn is not None
-        if method == mcp.SET_LEVEL and session.conn.modern is not None:
+        if method == mcp.SET_LEVEL and session.conn.modern:
             # A modern server takes the level with each request: the session keeps it.
             params = msg.get("params")
             level = params.get("level") if isinstance(params, dict) else None

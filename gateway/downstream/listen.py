@@ -20,7 +20,8 @@ from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import extension
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Task
-from gateway.upstream.base import Connection
+from gateway.upstream.connection import Connection
+from gateway.upstream.correlator import Host
 
 # filter field -> (the notification it selects, the upstream capability that makes it real)
 LIST_FILTERS = {
@@ -33,6 +34,10 @@ LIST_FILTERS = {
 
 class Listener:
     """One listen stream: a broadcast-only `Owner` of its connection."""
+
+    capabilities: dict[str, Any] = {}  # it asks nothing of the server
+    level = None
+    modern = True
 
     def __init__(self, sub_id: Any, methods: set[str], uris: set[str], principal: str,
                  task_ids: list[str]) -> None:
@@ -52,7 +57,7 @@ class Listener:
     def accepts(self, method: str) -> bool:
         return False
 
-    def expect_reply(self, asked_id: str, conn: Connection) -> None:
+    def expect_reply(self, asked_id: str, host: Host) -> None:
         pass
 
     def is_subscribed(self, uri: str) -> bool:

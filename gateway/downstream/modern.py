@@ -25,7 +25,7 @@ from gateway.downstream.exchange import Exchange
 from gateway.downstream.http import PRINCIPAL, check_accept, json_response
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
-from gateway.observability import log, metrics
+from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Settings
@@ -34,7 +34,8 @@ from gateway.tasks.engine import TaskEngine, watch_progress
 from gateway.tasks.policy import Policies, Policy
 from gateway.tasks.store import StoreFull
 from gateway.upstream import native_tasks
-from gateway.upstream.base import Call, Connection
+from gateway.upstream.connection import Connection
+from gateway.upstream.correlator import Call, Host
 from gateway.upstream.isolation import Backend
 
 INPUT_BATCH_S = 0.02  # server requests arriving this close together share one round
@@ -63,7 +64,7 @@ class Caller:
     def deliver(self, msg: Message) -> None:
         pass  # a modern client receives nothing outside its requests' own streams
 
-    def expect_reply(self, asked_id: str, conn: Connection) -> None:
+    def expect_reply(self, asked_id: str, host: Host) -> None:
         pass  # answers come back as inputResponses, matched by the parked call
 
     def is_subscribed(self, uri: str) -> bool:
@@ -222,13 +223,13 @@ class ModernEra:
         if method in extension.METHODS:
             if not extension.declared(caller.capabilities):
                 raise extension.missing()
-            if conn.modern is None or await self.engine.knows(task_id_of(params)):
+            if not conn.modern or await self.engine.knows(task_id_of(params)):
                 return json_response(jsonrpc.result(msg["id"], await extension.handle(
                     self.engine, method, params, caller.principal)))
             # else a task of a modern upstream's own (a tool in mode never): its to serve
         elif method == mcp.LISTEN:
             return await self.listeners.listen(request, msg, caller, conn, self.engine)
-        elif method in mcp.MRTR_METHODS and "requestState" in params and conn.modern is None:
+        elif method in mcp.MRTR_METHODS and "requestState" in params and not conn.modern:
             return await self.resume(request, msg, caller)
         return await self.forward(request, msg, caller, conn)
 
@@ -279,7 +280,7 @@ class ModernEra:
         """spec 2026-07-28 Streamable HTTP, Server Behavior for Custom Headers: each argument
         the tool mirrors in an `Mcp-Param-*` header must be there and match the body (known
         from the upstream's tools/list; unknown ones are only passed on)."""
-        wanted = self.backend.param_headers.get(str(params.get("name")))
+        wanted = self.backend.catalogue.param_headers.get(str(params.get("name")))
         for path, part in (wanted or {}).items():
             value: Any = params.get("arguments")
             for key in path:
@@ -301,14 +302,14 @@ class ModernEra:
         ex.policy, ex.tool = self._task_policy(method, params, caller), params.get("name")
         used = await self.backend.for_request(conn, caller, method)
         # A modern-only upstream runs its own MRTR rounds: their fields go to it as they are.
-        msg["params"] = upstream_params = router.to_upstream(params, used.modern is not None)
-        if ex.policy is not None and used.modern is not None:
+        msg["params"] = upstream_params = router.to_upstream(params, used.modern)
+        if ex.policy is not None and used.modern:
             # The gateway decides about tasks here: the upstream must not make its own.
             caller.capabilities = extension.without(caller.capabilities)
         # A tool the upstream runs only as a task of its own: the call asks for that task
         # and the connection waits on its result, so here it is one slow call.
-        follow = method == mcp.TOOLS_CALL and self.backend.native_tools.get(
-            str(params.get("name"))) == "required"
+        follow = method == mcp.TOOLS_CALL and self.backend.catalogue.own_task_support(
+            params.get("name")) == "required"
         if follow:
             native_tasks.ask_for_task(upstream_params)
         if ex.policy is not None:
@@ -356,7 +357,7 @@ class ModernEra:
             task = await self.engine.create(ex.caller.principal, tool, extension.NAME,
                                             self.backend.name, ex.policy)
         except StoreFull as exc:  # never evict a live task: answer inline instead
-            metrics["tasks.inline_store_full"] += 1
+            self.engine.counters["tasks.inline_store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return

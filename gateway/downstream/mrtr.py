@@ -27,14 +27,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 from gateway import errors
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.upstream.base import Call, Connection
+from gateway.upstream.connection import Connection
+from gateway.upstream.correlator import Call
 
 STATE_FIELDS = ("inputResponses", "requestState")
 
@@ -108,6 +109,7 @@ class Parked:
     own_progress: bool = False  # the gateway, not the client, asked for progress
     _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     used: set[str] = field(default_factory=set)
+    takes_mrtr: ClassVar[bool] = False
 
     @property
     def conn(self) -> Connection:
@@ -137,6 +139,9 @@ class Parked:
 
     def on_response(self, msg: Message) -> None:
         self.response = msg
+
+    def on_refused(self, capability: str) -> None:
+        pass  # the retry's exchange hears of the call's end
 
 
 class ParkedCalls:

@@ -19,7 +19,8 @@ from gateway.downstream.exchange import Exchange
 from gateway.downstream.sse import Stream
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.upstream.base import Call, Connection
+from gateway.upstream.connection import Connection
+from gateway.upstream.correlator import Call, Host
 
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
 MAX_STREAMS = 64  # POST streams kept for resumption per session
@@ -40,7 +41,7 @@ class Session:
         self.capabilities = capabilities
         self.conn: Connection | None = None
         self.calls: dict[Any, Call] = {}  # by the client's request id
-        self.replies: OrderedDict[str, Connection] = OrderedDict()
+        self.replies: OrderedDict[str, Host] = OrderedDict()  # asked id -> who asked
         self.subscriptions: set[str] = set()
         self.tasks: dict[str, Any] = {}  # its running core tasks (core_tasks.Link) by id
         # Ids of tasks the upstream itself runs for it (its tasks/* go there), the latest.
@@ -61,8 +62,8 @@ class Session:
     def deliver(self, msg: Message) -> None:
         self.get_stream.push(jsonrpc.dumps(msg))
 
-    def expect_reply(self, asked_id: str, conn: Connection) -> None:
-        self.replies[asked_id] = conn
+    def expect_reply(self, asked_id: str, host: Host) -> None:
+        self.replies[asked_id] = host
         while len(self.replies) > MAX_OPEN_REPLIES:
             self.replies.popitem(last=False)
 

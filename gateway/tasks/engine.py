@@ -64,6 +64,8 @@ class UpstreamCall(Protocol):
 class TaskRun:
     """A task's upstream call in the background: the call's sink from now on."""
 
+    takes_mrtr = False  # a modern-only server's input_required becomes the task's inputs
+
     def __init__(self, task: Task, call: UpstreamCall, changed: Callable[[TaskRun], None],
                  ended: Callable[[TaskRun, Message], None]) -> None:
         self.task = task  # the working copy: the freshest state, told to watchers
@@ -117,6 +119,9 @@ class TaskRun:
         if not self.ending:
             self.ending = True
             self.respond(self, msg)
+
+    def on_refused(self, capability: str) -> None:
+        pass  # the call goes on without it, and fails by itself if it must
 
 
 class TaskEngine:

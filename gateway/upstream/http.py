@@ -1,13 +1,14 @@
-"""An MCP server over HTTP as an upstream: the gateway is a legacy-era client of it.
+"""The HTTP transport: an MCP server over Streamable HTTP (or the older HTTP+SSE).
 
-spec: mcp-base-2025-06-18.md, Streamable HTTP. The connection initializes once (newest legacy
-version the server accepts) and keeps the `Mcp-Session-Id` it is given; every message is its
-own POST, answered with JSON, an SSE stream, or 202; the server's own requests and
-notifications arrive on a GET stream as well. A 4xx to the POST of initialize means a server
+spec: mcp-base-2025-06-18.md, Streamable HTTP. The link's handshake runs over it once, and
+the transport keeps the `Mcp-Session-Id` it is given; every message is its own POST,
+answered with JSON, an SSE stream, or 202; the server's own requests and notifications
+arrive on a GET stream as well. A 4xx to the POST of initialize means a server
 of the older HTTP+SSE transport (2024-11-05; spec: Backwards Compatibility): one GET stream
-names the endpoint to POST to and carries every answer. Either way all messages are fed to
-the same correlation as a stdio upstream (`Connection._on_line`), so routing, tasks and MRTR
-do not care which transport is behind a call.
+names the endpoint to POST to and carries every answer. Either way every message goes to the
+link (connection.py) as a stdio server's would, so routing, tasks and MRTR do not care which
+transport is behind a call. Every request carries the protocol version the handshake
+settled on (spec: MCP-Protocol-Version on all subsequent requests).
 
 Failures: a POST that cannot connect is tried again (nothing was sent); one whose connection
 drops after sending is tried again only for read-only methods; otherwise its call fails at
@@ -22,19 +23,19 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urljoin
 
 import aiohttp
 
 from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
 from gateway.settings import Upstream as UpstreamConf
-from gateway.upstream import modern
-from gateway.upstream.base import Call, Connection
+from gateway.upstream import sse_client
+from gateway.upstream.correlator import Call
+from gateway.upstream.sse_client import EventReader
+from gateway.upstream.transport import Link
 
-RETRY_S = 1.0  # between attempts to (re)initialize, and before resuming a stream
+RETRY_S = sse_client.RETRY_S  # between attempts to (re)initialize
 CONNECT_ATTEMPTS = 3  # a POST that could not connect sent nothing: safe to try again
 RESUME_ATTEMPTS = 5  # GETs with Last-Event-ID for one answer whose stream ended early
 # Requests that change nothing on the server: sent again once when the connection drops
@@ -44,46 +45,19 @@ IDEMPOTENT = frozenset({mcp.PING, "tools/list", "prompts/list", "prompts/get",
                         "completion/complete"})
 
 
-class EventReader:
-    """Reads one SSE stream after another, remembering the last event id and `retry:`."""
-
-    def __init__(self) -> None:
-        self.last_id: str | None = None
-        self.retry_s = RETRY_S
-
-    async def events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, bytes]]:
-        event, data = "message", []
-        async for raw in resp.content:
-            line = raw.rstrip(b"\r\n")
-            if not line:
-                payload = b"\n".join(data)
-                if payload:  # an event with no data only primes the id (spec: polling)
-                    yield event, payload
-                event, data = "message", []
-                continue
-            name, _, value = line.partition(b":")
-            value = value[1:] if value.startswith(b" ") else value
-            if name == b"data":
-                data.append(value)
-            elif name == b"event":
-                event = value.decode()
-            elif name == b"id":
-                self.last_id = value.decode()
-            elif name == b"retry" and value.isdigit():
-                self.retry_s = int(value) / 1000
-
-
-class HttpUpstream(Connection):
+class HttpTransport:
     def __init__(self, name: str, conf: UpstreamConf, restart: bool = True) -> None:
-        super().__init__(name, conf.startup_timeout_ms / 1000)
         assert conf.url is not None
+        self.name = name
+        self.state = "starting"
+        self.restarts = 0
         self.conf = conf
         self.url = conf.url
         self.post_url = conf.url  # the HTTP+SSE transport names its own
         self.restart = restart
         self.session_id: str | None = None
-        self.version = mcp.LATEST_LEGACY
-        self.transport = "streamable-http"
+        self.version: str | None = None  # what the handshake settled on
+        self.kind = "streamable-http"
         self._http: aiohttp.ClientSession | None = None
         self._post_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=conf.connect_timeout_ms / 1000,
@@ -93,10 +67,12 @@ class HttpUpstream(Connection):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
         self._stream: asyncio.Task[None] | None = None  # the HTTP+SSE transport's stream
-        self._posts: dict[int, asyncio.Task[None]] = {}  # modern requests, to cancel them
+        self._posts: dict[int, asyncio.Task[None]] = {}  # by upstream id, to abort them
+        self._link: Link | None = None
 
-    # -- lifecycle (the same surface as StdioUpstream) ------------------------------------
-    def start(self) -> None:
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self, link: Link) -> None:
+        self._link = link
         # GET streams may be quiet for hours: only connecting has a deadline by default.
         timeout = aiohttp.ClientTimeout(total=None,
                                         sock_connect=self.conf.connect_timeout_ms / 1000)
@@ -104,7 +80,7 @@ class HttpUpstream(Connection):
         self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.name}")
 
     def status(self) -> dict[str, Any]:
-        return {**super().status(), "url": self.url, "transport": self.transport}
+        return {"url": self.url, "transport": self.kind}
 
     async def close(self) -> None:
         if self._task is not None:
@@ -113,7 +89,6 @@ class HttpUpstream(Connection):
                 await self._task
         for task in [*self._tasks, *([self._stream] if self._stream else [])]:
             task.cancel()
-        self.fail_all(UpstreamError(self.name, "the gateway is shutting down", "shutdown"))
         if self._http is not None:
             if self.session_id is not None:  # spec: DELETE ends the session
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
@@ -142,105 +117,81 @@ class HttpUpstream(Connection):
             self.restarts += 1
 
     async def _initialize(self) -> None:
+        assert self._link is not None
         self.session_id, self.post_url, self._refused = None, self.url, None
-        self.transport = "streamable-http"
+        self.kind, self.version, self.state = "streamable-http", None, "initializing"
         self._lost.clear()
         try:
-            await self._handshake(self._answer)
+            self.version = await self._link.on_up()
         except UpstreamError:
             if self._refused is None:
                 raise
             # spec (Backwards Compatibility): a 4xx to the POST of initialize, and no modern
             # server either: the HTTP+SSE transport, whose GET stream names where to POST.
             await self._open_sse_transport()
-            await self._handshake(self._answer)
-        assert self.init_result is not None
-        self.version = self.init_result["protocolVersion"]
-
-    async def _answer(self, reply: asyncio.Future[Message]) -> Message:
-        return await asyncio.wait_for(reply, self.startup_timeout_s)
+            self.version = await self._link.on_up()
 
     def _on_lost(self) -> None:
-        self.init_result, self.state = None, "restarting"
-        self._ready.clear()
+        assert self._link is not None
+        self.state = "restarting"
         if self._stream is not None:
             self._stream.cancel()
             self._stream = None
-        log.warning("upstream.session_lost", upstream=self.name, in_flight=self.in_flight)
-        self.fail_all(UpstreamError(self.name, f"upstream '{self.name}' ended its session",
-                                    "session_lost"))
+        log.warning("upstream.session_lost", upstream=self.name, in_flight=self._link.in_flight)
+        self._link.on_lost(UpstreamError(self.name, f"upstream '{self.name}' ended its session",
+                                         "session_lost"))
 
     # -- the HTTP+SSE transport (2024-11-05) --------------------------------------------------
     async def _open_sse_transport(self) -> None:
-        assert self._http is not None
-        resp = await self._http.get(self.url, headers={**self.conf.headers,
-                                                       "Accept": mcp.CT_SSE})
-        if resp.status != 200 or resp.content_type != mcp.CT_SSE:
-            resp.release()
-            raise UpstreamError(self.name, f"upstream '{self.name}' refused initialize (HTTP "
-                                f"{self._refused}) and offers no HTTP+SSE stream (HTTP "
-                                f"{resp.status})", "initialize")
-        events = EventReader().events(resp)
+        assert self._http is not None and self._link is not None
         try:
-            async for event, data in events:
-                if event == "endpoint":
-                    self.post_url = urljoin(self.url, data.decode().strip())
-                    break
-            else:
-                raise UpstreamError(self.name, f"upstream '{self.name}': its SSE stream "
-                                    "named no endpoint", "initialize")
-        except BaseException:
-            resp.release()
-            raise
-        self.transport = "http+sse"
+            resp, events, self.post_url = await sse_client.open_endpoint(
+                self._http, self.url, self.conf.headers)
+        except ValueError as exc:
+            raise UpstreamError(self.name, f"upstream '{self.name}' refused initialize (HTTP "
+                                f"{self._refused}) and {exc}", "initialize") from None
+        self.kind = "http+sse"
         log.info("upstream.http_sse_transport", upstream=self.name)
         self._stream = asyncio.create_task(self._pump_sse(resp, events))
 
     async def _pump_sse(self, resp: aiohttp.ClientResponse,
                         events: AsyncIterator[tuple[str, bytes]]) -> None:
+        assert self._link is not None
         try:
-            async for event, data in events:
-                if event == "message":
-                    self._on_line(data)
-        except (aiohttp.ClientError, TimeoutError):
-            pass
+            await sse_client.pump(resp, events, self._link.on_message)
         finally:
-            resp.release()
             self._lost.set()  # this transport's session is its stream
 
     # -- transport ----------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
         headers = {**self.conf.headers, "Content-Type": mcp.CT_JSON,
                    "Accept": f"{mcp.CT_JSON}, {mcp.CT_SSE}"}
-        if self.modern is not None:  # stateless: the version on every request, no session
-            headers[mcp.H_PROTOCOL] = modern.VERSION
-        elif self.session_id is not None:
-            headers[mcp.H_SESSION] = self.session_id
+        if self.version is not None:
             headers[mcp.H_PROTOCOL] = self.version
+        if self.session_id is not None:  # a modern server is stateless: it gives none
+            headers[mcp.H_SESSION] = self.session_id
         return headers
 
-    def _write(self, data: bytes, call: Call | None = None,
-               headers: dict[str, str] | None = None) -> None:
+    def write(self, data: bytes, call: Call | None = None,
+              headers: dict[str, str] | None = None) -> None:
         if self._http is None or self._http.closed:
             raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")
         task = asyncio.create_task(self._post(data, call, headers))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if self.modern is not None and call is not None:
+        if call is not None:
             uid = call.upstream_id
             self._posts[uid] = task
             task.add_done_callback(lambda _: self._posts.pop(uid, None))
 
-    def cancel(self, call: Call, reason: str) -> None:
-        """spec 2026-07-28 cancellation: over HTTP a modern server is told by closing the
-        request's stream; a legacy one by notifications/cancelled."""
+    def abort(self, call: Call) -> bool:
+        """Close the call's POST stream (spec 2026-07-28 cancellation: what cancels a
+        request on a modern server over HTTP)."""
         post = self._posts.pop(call.upstream_id, None)
         if post is None:
-            super().cancel(call, reason)
-            return
-        self.modern.forget(call)  # type: ignore[union-attr]
-        self._calls.pop(call.upstream_id, None)
+            return False
         post.cancel()
+        return True
 
     async def _post(self, data: bytes, call: Call | None, extra: dict[str, str] | None) -> None:
         assert self._http is not None
@@ -256,9 +207,10 @@ class HttpUpstream(Connection):
                 await asyncio.sleep(0.1 * attempt)
             except TimeoutError:
                 why = f"no reply within read_timeout_ms ({self.conf.read_timeout_ms})"
-                if call is not None and call.upstream_id in self._calls:
-                    self.notify(jsonrpc.notification(mcp.CANCELLED, {
-                        "requestId": call.upstream_id, "reason": why}))
+                if call is not None and self._link is not None and self._link.pending(call):
+                    with contextlib.suppress(UpstreamError):
+                        self.write(jsonrpc.dumps(jsonrpc.notification(mcp.CANCELLED, {
+                            "requestId": call.upstream_id, "reason": why})))
                 break
             except aiohttp.ClientError as exc:
                 why = f"the connection dropped: {exc}"
@@ -274,30 +226,32 @@ class HttpUpstream(Connection):
         sid = resp.headers.get(mcp.H_SESSION)
         if sid and self.session_id is None:
             self.session_id = sid
+        assert self._link is not None
         if resp.status >= 400:
-            if resp.status < 500 and self.init_result is None:
+            if resp.status < 500 and self.state == "initializing":
                 self._refused = resp.status
             if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
-                self._on_line(await resp.read())
+                self._link.on_message(await resp.read())
             self._failed(data, call, f"HTTP {resp.status}")
         elif resp.content_type == mcp.CT_SSE:
             reader = EventReader()
             await self._read(reader, resp)
             await self._resume(reader, call)
         elif resp.content_type == mcp.CT_JSON:
-            self._on_line(await resp.read())
+            self._link.on_message(await resp.read())
         # else 202 (a notification or response was accepted), or the HTTP+SSE transport,
         # whose answers come on its stream
 
     async def _read(self, reader: EventReader, resp: aiohttp.ClientResponse) -> None:
+        assert self._link is not None
         async for _, data in reader.events(resp):
-            self._on_line(data)
+            self._link.on_message(data)
 
     async def _resume(self, reader: EventReader, call: Call | None) -> None:
         """spec (Resumability): a stream that ended before the answer is picked up again with
         Last-Event-ID; a server that gave no event ids cannot resume, and the call fails."""
         attempts = 0
-        while call is not None and call.upstream_id in self._calls:
+        while call is not None and self._link is not None and self._link.pending(call):
             if reader.last_id is None or attempts == RESUME_ATTEMPTS:
                 self._failed(b"", call, "the stream ended before the answer")
                 return
@@ -314,7 +268,7 @@ class HttpUpstream(Connection):
     async def _listen(self) -> None:
         """The GET stream: the server's messages that belong to no POST (resumed with
         Last-Event-ID after a drop)."""
-        if self.transport != "streamable-http":
+        if self.kind != "streamable-http":
             return  # the HTTP+SSE stream is read since initialize
         assert self._http is not None
         reader = EventReader()
@@ -335,12 +289,12 @@ class HttpUpstream(Connection):
 
     def _failed(self, data: bytes, call: Call | None, why: str) -> None:
         """A request that got no answer fails now, with a JSON-RPC error that says why."""
-        if call is None or self._calls.pop(call.upstream_id, None) is None:
+        if call is None or self._link is None:
             return
-        log.warning("upstream.request_failed", upstream=self.name, reason=why,
-                    method=_method(data) if data else None)
-        call.sink.on_response(UpstreamError(
-            self.name, f"upstream '{self.name}': {why}", "connection").to_message(call.client_id))
+        error = UpstreamError(self.name, f"upstream '{self.name}': {why}", "connection")
+        if self._link.on_failed(call, error):
+            log.warning("upstream.request_failed", upstream=self.name, reason=why,
+                        method=_method(data) if data else None)
 
 
 def _method(data: bytes) -> str | None:

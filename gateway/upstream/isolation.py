@@ -11,6 +11,8 @@ The per-client and per-call modes make the routing of server-to-client requests 
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,47 +21,35 @@ from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.settings import Upstream as UpstreamConf
-from gateway.upstream import native_tasks
-from gateway.upstream.base import Connection, Owner
-from gateway.upstream.http import HttpUpstream
-from gateway.upstream.stdio import StdioUpstream
-
-Process = StdioUpstream | HttpUpstream  # a supervised upstream connection, either transport
+from gateway.upstream.catalogue import Catalogue
+from gateway.upstream.connection import Connection
+from gateway.upstream.correlator import Owner
+from gateway.upstream.http import HttpTransport
+from gateway.upstream.stdio import StdioTransport
+from gateway.upstream.transport import Transport
 
 
 class Backend:
     """The processes behind one named upstream."""
 
-    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int) -> None:
+    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
+                 counters: Counter[str] | None = None) -> None:
         self.name = name
         self.conf = conf
         self.max_message_bytes = max_message_bytes
+        self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.asked_ids = itertools.count(1)  # server requests, unique across its processes
+        self.catalogue = Catalogue()
         self.primary = self._new(restart=True)
         # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.
         self.forward = (frozenset(h.lower() for h in conf.forward_headers)
                         if conf.url is not None else None)
         if self.forward and "authorization" in self.forward:
             log.warning("upstream.forwards_authorization", upstream=name)
-        # What the upstream's tools/list answers said, by tool: those it runs as tasks of its
-        # own (2025-11-25 `execution.taskSupport`), and arguments mirrored in Mcp-Param-*.
-        self.native_tools: dict[str, str] = {}
-        self.param_headers: dict[str, dict[tuple[str, ...], str]] = {}
 
     def learn_tools(self, msg: Message) -> Message:
         """Note from a tools/list answer what the gateway must know of each tool."""
-        native = native_tasks.serves_tasks(self.primary.init_result)
-        for tool in mcp.listed_tools(msg):
-            name = str(tool.get("name"))
-            support = native_tasks.own_support(tool)
-            if native and support in ("required", "optional"):
-                self.native_tools[name] = support
-            else:
-                self.native_tools.pop(name, None)
-            if headers := mcp.header_params(tool.get("inputSchema")):
-                self.param_headers[name] = headers
-            else:
-                self.param_headers.pop(name, None)
-        return msg
+        return self.catalogue.learn(msg, self.primary.init_result)
 
     def client_headers(self, headers: Mapping[str, str]) -> dict[str, str] | None:
         """Those of a client request's `headers` the upstream gets: the ones named in
@@ -71,10 +61,14 @@ class Backend:
                if k.lower() in self.forward or k.lower().startswith("mcp-param-")}
         return out or None
 
-    def _new(self, restart: bool) -> Process:
+    def _new(self, restart: bool) -> Connection:
+        transport: Transport
         if self.conf.url is not None:
-            return HttpUpstream(self.name, self.conf, restart=restart)
-        return StdioUpstream(self.name, self.conf, self.max_message_bytes, restart=restart)
+            transport = HttpTransport(self.name, self.conf, restart=restart)
+        else:
+            transport = StdioTransport(self.name, self.conf, self.max_message_bytes, restart)
+        return Connection(self.name, transport, self.conf.startup_timeout_ms / 1000,
+                          self.asked_ids, self.counters)
 
     async def start(self) -> None:
         self.primary.start()
@@ -114,9 +108,10 @@ class Backend:
 class PerClient(Backend):
     """A process per legacy session, and per auth context of modern requests."""
 
-    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int) -> None:
-        super().__init__(name, conf, max_message_bytes)
-        self._by_principal: dict[str, Process] = {}
+    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
+                 counters: Counter[str] | None = None) -> None:
+        super().__init__(name, conf, max_message_bytes, counters)
+        self._by_principal: dict[str, Connection] = {}
 
     async def for_principal(self, principal: str) -> Connection:
         proc = self._by_principal.get(principal)
@@ -143,7 +138,6 @@ class PerClient(Backend):
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
-        assert isinstance(conn, StdioUpstream | HttpUpstream)
         await conn.close()
 
     async def start(self) -> None:
@@ -153,9 +147,10 @@ class PerClient(Backend):
 
 
 class PerCall(Backend):
-    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int) -> None:
-        super().__init__(name, conf, max_message_bytes)
-        self._warm: asyncio.Queue[Process] = asyncio.Queue()
+    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
+                 counters: Counter[str] | None = None) -> None:
+        super().__init__(name, conf, max_message_bytes, counters)
+        self._warm: asyncio.Queue[Connection] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
 
@@ -191,7 +186,6 @@ class PerCall(Backend):
 
     def done(self, conn: Connection, used: Connection) -> None:
         if used is not conn:
-            assert isinstance(used, StdioUpstream | HttpUpstream)
             self._spawn(used.close(), "retire")
 
     def _refill(self) -> None:
@@ -220,6 +214,7 @@ class PerCall(Backend):
                         error=str(task.exception()))
 
 
-def build(name: str, conf: UpstreamConf, max_message_bytes: int) -> Backend:
+def build(name: str, conf: UpstreamConf, max_message_bytes: int,
+          counters: Counter[str] | None = None) -> Backend:
     kind = {"shared": Backend, "client": PerClient, "call": PerCall}[conf.isolation]
-    return kind(name, conf, max_message_bytes)
+    return kind(name, conf, max_message_bytes, counters)

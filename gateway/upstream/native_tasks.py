@@ -10,9 +10,10 @@ spec: tasks-2025-11-25.md (Creating Tasks, Result Retrieval, Task Cancellation).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.protocol.jsonrpc import Message
+from gateway.upstream.correlator import Call
 
 RESULT = "tasks/result"
 CANCEL = "tasks/cancel"
@@ -53,3 +54,28 @@ def result_request(task_id: str) -> tuple[str, dict[str, Any]]:
 
 def cancel_request(task_id: str) -> tuple[str, dict[str, Any]]:
     return CANCEL, {"taskId": task_id}
+
+
+class Sender(Protocol):
+    def resend(self, call: Call, method: str, params: dict[str, Any]) -> None: ...
+
+    def send_own(self, method: str, params: dict[str, Any]) -> None: ...
+
+
+def follow(conn: Sender, call: Call, msg: Message) -> bool:
+    """True when `msg` is the CreateTaskResult of a call that asked for the upstream's own
+    task: the caller sees one slow call, which goes on as that task's tasks/result."""
+    if not call.follow_task or call.upstream_task is not None:
+        return False
+    task_id = created_task_id(msg)
+    if task_id is None:
+        return False
+    call.upstream_task = task_id
+    conn.resend(call, *result_request(task_id))
+    return True
+
+
+def cancel(conn: Sender, call: Call) -> None:
+    """A followed call that is cancelled cancels the upstream's task too."""
+    if call.upstream_task is not None:
+        conn.send_own(*cancel_request(call.upstream_task))

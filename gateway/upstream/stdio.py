@@ -1,15 +1,15 @@
-"""A stdio MCP server as a supervised subprocess.
+"""The stdio transport: an MCP server as a supervised subprocess.
 
 Framing is newline-delimited JSON read straight from the pipe into one buffer: no per-line
 limit (asyncio's StreamReader.readline stops at 64 KiB, which several-MiB messages hit), only a
 total bound, `limits.max_message_bytes`, past which the process is restarted rather than let
 it grow the gateway's memory. stderr lines are logged under the upstream's name.
 
-The supervisor spawns, initializes (the legacy handshake at the newest version the server
-accepts, declaring elicitation, sampling and roots so it may ask), then waits for the process
-to exit; an exit fails every call in flight at once and restarts with capped exponential
-backoff. Shutdown follows the spec (lifecycle, stdio): close stdin, wait, SIGTERM, SIGKILL.
-Each process leads its own process group so that `npx` and its children go together.
+The supervisor spawns, lets its link run the handshake (abandoned if the process exits
+meanwhile), then waits for the process to exit; an exit fails every call in flight at once
+and restarts with capped exponential backoff. Shutdown follows the spec (lifecycle, stdio):
+close stdin, wait, SIGTERM, SIGKILL. Each process leads its own process group so that `npx`
+and its children go together.
 """
 
 from __future__ import annotations
@@ -19,21 +19,26 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
+from typing import Any
 
 from gateway.errors import UpstreamError
-from gateway.observability import log, metrics
-from gateway.protocol.jsonrpc import Message
+from gateway.observability import log
 from gateway.settings import Upstream as UpstreamConf
-from gateway.upstream.base import Call, Connection
+from gateway.upstream.correlator import Call
+from gateway.upstream.transport import Link
 
 STABLE_AFTER_S = 10.0  # a process that lived this long resets the backoff
 
 
 class _Pipes(asyncio.SubprocessProtocol):
-    """Splits stdout into lines for the connection and logs stderr lines."""
+    """Splits stdout into lines for the link and logs stderr lines."""
 
-    def __init__(self, conn: StdioUpstream, max_bytes: int) -> None:
-        self.conn = conn
+    def __init__(self, name: str, on_line: Callable[[bytes | memoryview], None],
+                 kill: Callable[[], None], max_bytes: int) -> None:
+        self.name = name
+        self.on_line = on_line
+        self.kill = kill
         self.max_bytes = max_bytes
         self.out = bytearray()
         self.err = bytearray()
@@ -48,7 +53,7 @@ class _Pipes(asyncio.SubprocessProtocol):
     def _stdout(self, data: bytes) -> None:
         buf = self.out
         if not buf and data.endswith(b"\n") and data.count(b"\n") == 1:
-            self.conn._on_line(data)  # the common case: exactly one whole message
+            self.on_line(data)  # the common case: exactly one whole message
             return
         start = len(buf)
         buf += data
@@ -56,16 +61,16 @@ class _Pipes(asyncio.SubprocessProtocol):
         with memoryview(buf) as view:  # orjson parses views: no copy of each line
             while (nl := buf.find(b"\n", start)) >= 0:
                 if nl > pos:
-                    self.conn._on_line(view[pos:nl])
+                    self.on_line(view[pos:nl])
                 pos = start = nl + 1
         if pos == len(buf):
             self.out = bytearray()  # drop the capacity a big message left behind
         else:
             del buf[:pos]
         if len(self.out) > self.max_bytes:
-            log.error("upstream.message_too_large", upstream=self.conn.name, bytes=len(buf))
+            log.error("upstream.message_too_large", upstream=self.name, bytes=len(buf))
             self.out = bytearray()
-            self.conn._kill()
+            self.kill()
 
     def _stderr(self, data: bytes) -> None:
         self.err += data
@@ -73,7 +78,7 @@ class _Pipes(asyncio.SubprocessProtocol):
         self.err = bytearray(rest[-65536:])
         for line in lines:
             if line.strip():
-                log.info("upstream.stderr", upstream=self.conn.name,
+                log.info("upstream.stderr", upstream=self.name,
                          line=line.decode("utf-8", "replace")[:4000])
 
     def process_exited(self) -> None:
@@ -81,12 +86,16 @@ class _Pipes(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-class StdioUpstream(Connection):
+class StdioTransport:
     """One stdio server process, supervised: restarted when it exits (if `restart`)."""
+
+    kind = "stdio"
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  restart: bool = True) -> None:
-        super().__init__(name, conf.startup_timeout_ms / 1000)
+        self.name = name
+        self.state = "starting"
+        self.restarts = 0
         self.conf = conf
         self.max_message_bytes = max_message_bytes
         self.restart = restart
@@ -96,10 +105,15 @@ class StdioUpstream(Connection):
         self._outbox: list[bytes] = []
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._link: Link | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, link: Link) -> None:
+        self._link = link
         self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.name}")
+
+    def status(self) -> dict[str, Any]:
+        return {}
 
     async def close(self) -> None:
         self._closing = True
@@ -108,7 +122,6 @@ class StdioUpstream(Connection):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self._stop_process()
-        self.fail_all(UpstreamError(self.name, "the gateway is shutting down", "shutdown"))
 
     async def _supervise(self) -> None:
         failures = 0
@@ -137,7 +150,8 @@ class StdioUpstream(Connection):
         self.state = "starting"
         loop = asyncio.get_running_loop()
         env = {**os.environ, **self.conf.env} if self.conf.env else None
-        pipes = _Pipes(self, self.max_message_bytes)
+        assert self._link is not None
+        pipes = _Pipes(self.name, self._link.on_message, self._kill, self.max_message_bytes)
         assert self.conf.command is not None
         transport, _ = await loop.subprocess_exec(
             lambda: pipes, self.conf.command, *self.conf.args,
@@ -149,18 +163,20 @@ class StdioUpstream(Connection):
                  command=self.conf.command)
 
     async def _initialize(self) -> None:
-        await self._handshake(self._answer)
-
-    async def _answer(self, reply: asyncio.Future[Message]) -> Message:
-        """The server's answer to a handshake request, unless it exits or stays silent."""
-        assert self._pipes is not None
+        """The link's handshake, unless the process exits first."""
+        assert self._pipes is not None and self._link is not None
+        self.state = "initializing"
+        up = asyncio.ensure_future(self._link.on_up())
         exited = self._pipes.exited
-        done, _ = await asyncio.wait({reply, exited}, timeout=self.startup_timeout_s,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if reply not in done:
-            why = "exited during initialize" if exited in done else "did not answer initialize"
-            raise UpstreamError(self.name, f"upstream '{self.name}' {why}", "initialize")
-        return reply.result()
+        await asyncio.wait({up, exited}, return_when=asyncio.FIRST_COMPLETED)
+        if up.done():
+            up.result()  # UpstreamError when the handshake failed
+            return
+        up.cancel()
+        with contextlib.suppress(asyncio.CancelledError, UpstreamError):
+            await up
+        raise UpstreamError(self.name, f"upstream '{self.name}' exited during initialize",
+                            "initialize")
 
     async def _wait_exit(self) -> int | None:
         assert self._pipes is not None
@@ -174,23 +190,23 @@ class StdioUpstream(Connection):
         return code
 
     def _on_exit(self, code: int | None) -> None:
-        self.init_result = None
-        self._ready.clear()
+        assert self._link is not None
         self.state = "exited"
         self._stdin = None
-        metrics["upstream.exits"] += 1
-        log.warning("upstream.exited", upstream=self.name, code=code, in_flight=self.in_flight)
-        self.fail_all(UpstreamError(
+        log.warning("upstream.exited", upstream=self.name, code=code,
+                    in_flight=self._link.in_flight)
+        self._link.on_lost(UpstreamError(
             self.name, f"upstream '{self.name}' exited (code {code}) before answering",
             "exited", exitCode=code))
 
     # -- transport -------------------------------------------------------------------------
-    def _write(self, data: bytes, call: Call | None = None,
-               headers: dict[str, str] | None = None) -> None:
+    def write(self, data: bytes, call: Call | None = None,
+              headers: dict[str, str] | None = None) -> None:
         stdin = self._stdin
         if stdin is None or stdin.is_closing():
             raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")
-        if self.in_flight <= 1 and not self._outbox:
+        assert self._link is not None
+        if self._link.in_flight <= 1 and not self._outbox:
             stdin.writelines((data, b"\n"))  # nothing to batch with: no extra loop turn
             return
         # Under load, messages written in one event-loop turn leave in one write: a syscall
@@ -204,6 +220,9 @@ class StdioUpstream(Connection):
         stdin = self._stdin
         if stdin is not None and not stdin.is_closing():
             stdin.writelines(chunks)
+
+    def abort(self, call: Call) -> bool:
+        return False  # a pipe has no stream per call
 
     def _kill(self) -> None:
         if self._transport is not None:

@@ -1,9 +1,15 @@
-"""An upstream that speaks only the modern revision (2026-07-28), driven as a modern client.
+"""What differs between a legacy upstream and one that speaks only the modern revision
+(2026-07-28): two small wire objects, so the connection never branches on the era.
 
-Found by the probe of spec 2026-07-28 versioning (Backward Compatibility): the server refused
-`initialize` and answers `server/discover`. From then on every request carries the
-per-request envelope (`_meta` protocol version and the caller's client capabilities) and,
-over HTTP, the `Mcp-Method` / `Mcp-Name` headers. An `input_required` result goes as it is
+`LegacyWire`: requests go as they are; the server asks with JSON-RPC requests, which the
+correlator routes; resource subscriptions are resources/subscribe; cancellation is
+notifications/cancelled.
+
+`ModernWire`: the server is driven as a modern client. Found by the probe of spec 2026-07-28
+versioning (Backward Compatibility): the server refused `initialize` and answers
+`server/discover`. From then on every request carries the per-request envelope (`_meta`
+protocol version and the caller's client capabilities) and, over HTTP, the `Mcp-Method` /
+`Mcp-Name` headers. An `input_required` result goes as it is
 to a caller that takes MRTR rounds (a modern client's request); for anyone else (a legacy
 session, a task) each input request becomes an ordinary server-to-client request, and once
 all are answered the original request is sent again with `inputResponses` and the server's
@@ -15,13 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-
-if TYPE_CHECKING:
-    from gateway.upstream.base import Call, Connection, Owner
+from gateway.upstream.correlator import Call, Host, Owner, Sink
 
 VERSION = mcp.MODERN_VERSIONS[0]
 RELISTEN_S = 1.0  # before opening the listen stream again after the server ended it
@@ -40,14 +45,97 @@ class Round:
         self.answers: dict[str, Any] = {}
 
 
-class ModernUpstream:
+class Driver(Host, Protocol):
+    """What a modern wire needs of its connection."""
+
+    ready: bool
+    subscriptions: Mapping[str, int]
+
+    def request(self, msg: Message, owner: Owner | None, sink: Sink,
+                headers: dict[str, str] | None = None, follow_task: bool = False) -> Call: ...
+
+    def resend(self, call: Call, method: str, params: dict[str, Any]) -> None: ...
+
+    def hold_call(self, call: Call) -> None: ...
+
+    def drop_call(self, call: Call) -> None: ...
+
+    def new_asked_id(self) -> str: ...
+
+    def cancel(self, call: Call, reason: str) -> None: ...
+
+
+class LegacyWire:
+    era = "legacy"
+    cancels_by_closing = False  # spec 2025-06-18: a closed stream is no cancellation
+
+    def stamp(self, msg: Message, call: Call, headers: dict[str, str] | None
+              ) -> dict[str, str] | None:
+        return headers
+
+    def answered(self, call: Call, msg: Message) -> bool:
+        return False
+
+    def reply(self, asked_id: str, msg: Message) -> bool:
+        return False
+
+    def forget(self, call: Call) -> None:
+        pass
+
+    def swallowed(self, params: dict[str, Any], method: str) -> bool:
+        return False
+
+    def subscriptions_changed(self) -> bool:
+        """False: the connection sends resources/(un)subscribe itself."""
+        return False
+
+    def up(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+class ModernWire:
     """What a connection needs to speak to a modern-only server."""
 
-    def __init__(self, conn: Connection) -> None:
+    era = "modern"
+    # spec 2026-07-28 cancellation: over HTTP, closing the request's stream cancels it.
+    cancels_by_closing = True
+
+    def __init__(self, conn: Driver) -> None:
         self.conn = conn
         self.rounds: dict[str, tuple[Round, str]] = {}  # asked id -> (round, input key)
         self.listening: Call | None = None  # the gateway's own subscriptions/listen on it
         self.pending: asyncio.TimerHandle | None = None  # a re-listen about to happen
+        self.stopped = False  # replaced by a new handshake
+
+    def up(self) -> None:
+        self.relisten()
+
+    def reset(self) -> None:
+        self.rounds.clear()
+
+    def subscriptions_changed(self) -> bool:
+        """The listen stream carries what is held: True, nothing to send besides."""
+        self.relisten()
+        return True
+
+    def swallowed(self, params: dict[str, Any], method: str) -> bool:
+        """True for what only concerns the gateway's own listen stream; its notifications
+        lose that stream's tag on the way."""
+        if method == mcp.ACKNOWLEDGED:
+            return True  # the gateway's own listen stream on the server is open
+        self.untag(params)
+        return False
+
+    def stamp(self, msg: Message, call: Call, headers: dict[str, str] | None
+              ) -> dict[str, str]:
+        """The envelope of the request of `call`; the client's headers and those that
+        mirror it. An MRTR request is kept to be sent again."""
+        if msg["method"] in mcp.MRTR_METHODS:
+            call.resend = (msg["method"], msg["params"])
+        return {**(headers or {}), **self.envelope(msg, call.owner)}
 
     # -- change notifications ---------------------------------------------------------------
     def relisten(self) -> None:
@@ -64,7 +152,7 @@ class ModernUpstream:
         old, self.listening = self.listening, None
         if old is not None:
             self.conn.cancel(old, "the gateway's subscriptions changed")
-        if not self.conn.ready or self.conn.modern is not self:  # restarted since
+        if not self.conn.ready or self.stopped:  # restarted since
             return
         params = {"notifications": {
             "toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True,
@@ -113,32 +201,30 @@ class ModernUpstream:
         if not isinstance(params, dict):
             params = msg["params"] = {}
         meta = params.get("_meta")
-        caps = getattr(owner, "capabilities", None) or {}
+        caps = owner.capabilities if owner is not None else {}
         meta = {**(meta if isinstance(meta, dict) else {}), mcp.META_VERSION: VERSION,
                 # a 2025-11-25 session's `tasks` is legacy-only: not modern
                 mcp.META_CAPABILITIES: {k: v for k, v in caps.items() if k != "tasks"}}
-        level = getattr(owner, "level", None)  # the caller's log level: per request here
-        if level is not None:
-            meta[mcp.META_LOG_LEVEL] = level
+        if owner is not None and owner.level is not None:  # the caller's, per request here
+            meta[mcp.META_LOG_LEVEL] = owner.level
         params["_meta"] = meta
         method = msg["method"]
-        headers = {mcp.H_METHOD: method}
+        headers = {mcp.H_PROTOCOL: VERSION, mcp.H_METHOD: method}
         name = params.get(mcp.NAME_FIELD.get(method, ""))
         if isinstance(name, str):
             headers[mcp.H_NAME] = header_value(name)
         return headers
 
     # -- input_required -------------------------------------------------------------------
-    def handled(self, call: Call, msg: Message) -> bool:
+    def answered(self, call: Call, msg: Message) -> bool:
         """True when the response is not the caller's yet: its input requests went out as
         server-to-client requests (or failed the call). Results lose `resultType`, a
         field legacy clients do not know, when the caller is not modern."""
         result = msg.get("result")
         if not isinstance(result, dict):
             return False
-        if result.get("resultType") != "input_required" or getattr(
-                call.sink, "takes_mrtr", False):
-            if not getattr(call.owner, "modern", True):
+        if result.get("resultType") != "input_required" or call.sink.takes_mrtr:
+            if call.owner is not None and not call.owner.modern:
                 result.pop("resultType", None)
             return False
         requests = result.get("inputRequests")
@@ -212,8 +298,13 @@ class _Listening:
     """The sink of the gateway's own listen request: its notifications are not routed to
     it (they are broadcast); only its end matters."""
 
-    def __init__(self, owner: ModernUpstream) -> None:
+    takes_mrtr = False
+
+    def __init__(self, owner: ModernWire) -> None:
         self.owner = owner
+
+    def on_refused(self, capability: str) -> None:
+        pass
 
     def on_message(self, msg: Message) -> None:
         pass

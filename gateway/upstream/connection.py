@@ -1,0 +1,308 @@
+"""One upstream connection: a transport, the correlator of its calls, and the wire it speaks.
+
+The handshake is the same over every transport (spec 2025-06-18 lifecycle): `initialize` at
+the newest legacy version, declaring elicitation, sampling and roots so the server may ask;
+if the server refuses it, the modern probe (spec 2026-07-28 versioning: `server/discover`),
+after which a `ModernWire` speaks for the connection. Each message from the transport is
+parsed once here and handed to the correlator, the wire or native-task following.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from gateway import __version__
+from gateway.errors import UpstreamError
+from gateway.observability import log
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+from gateway.upstream import native_tasks, wire
+from gateway.upstream.correlator import Call, Correlator, Owner, Sink
+from gateway.upstream.transport import Transport
+
+
+class Connection:
+    """The calls of many callers over one transport; what downstream and the engine use."""
+
+    def __init__(self, name: str, transport: Transport, startup_timeout_s: float,
+                 asked_ids: Iterator[int], counters: Counter[str]) -> None:
+        self.name = name
+        self.transport = transport
+        self.startup_timeout_s = startup_timeout_s
+        self.counters = counters
+        self.calls = Correlator(self, transport.write, asked_ids, counters)
+        self.wire: wire.LegacyWire | wire.ModernWire = wire.LegacyWire()
+        self.init_result: dict[str, Any] | None = None
+        self._ready = asyncio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.transport.start(self)
+
+    async def close(self) -> None:
+        await self.transport.close()
+        self.calls.fail_all(UpstreamError(self.name, "the gateway is shutting down",
+                                          "shutdown"))
+
+    @property
+    def ready(self) -> bool:
+        return self.init_result is not None
+
+    @property
+    def modern(self) -> bool:
+        """Whether the server speaks only the modern revision."""
+        return self.wire.era == "modern"
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.calls.calls)
+
+    @property
+    def subscriptions(self) -> Counter[str]:
+        return self.calls.subscriptions
+
+    async def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until initialized; UpstreamError if that takes longer than `timeout_s`."""
+        if self.ready:
+            return
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout_s or self.startup_timeout_s)
+        except TimeoutError:
+            state = self.transport.state
+            raise UpstreamError(self.name, f"upstream '{self.name}' is not ready ({state})",
+                                "not_ready", state=state) from None
+
+    def status(self) -> dict[str, Any]:
+        return {"state": "ready" if self.ready else self.transport.state, "ready": self.ready,
+                "restarts": self.transport.restarts, "in_flight": self.in_flight,
+                "era": self.wire.era, **self.transport.status()}
+
+    # -- the transport's Link ------------------------------------------------------------
+    def on_message(self, data: bytes | memoryview) -> None:
+        try:
+            msg = jsonrpc.loads(data)
+        except jsonrpc.JSONDecodeError:
+            msg = None
+        if not isinstance(msg, dict):
+            log.warning("upstream.bad_message", upstream=self.name, size=len(data))
+        elif "method" in msg:
+            if "id" in msg:
+                self.calls.server_request(msg)
+            else:
+                self._on_notification(msg)
+        elif "id" in msg:
+            self._on_response(msg)
+
+    def _on_response(self, msg: Message) -> None:
+        call = self.calls.response(msg)
+        if call is None or self.wire.answered(call, msg):
+            return
+        if native_tasks.follow(self, call, msg):
+            return
+        msg["id"] = call.client_id
+        call.sink.on_response(msg)
+
+    def _on_notification(self, msg: Message) -> None:
+        method, params = msg["method"], msg.get("params")
+        if isinstance(params, dict):
+            if method == mcp.PROGRESS:
+                self.calls.progress(params, msg)
+                return
+            if self.wire.swallowed(params, method):
+                return
+        elif method == mcp.PROGRESS:
+            return
+        self.calls.notification(msg)
+
+    async def on_up(self) -> str:
+        """initialize; if the server refuses it, the modern probe; UpstreamError when
+        neither works. The protocol version settled on."""
+        reply = await self._ask_initialize()
+        if isinstance(reply.get("error"), dict) and await self._probe_modern():
+            return wire.VERSION
+        return self._initialized(reply)
+
+    def on_lost(self, error: UpstreamError) -> None:
+        self.init_result = None
+        self._ready.clear()
+        self.counters["upstream.exits"] += 1  # the process exited or the session ended
+        self.calls.fail_all(error)
+        self.wire.reset()
+
+    def on_failed(self, call: Call, error: UpstreamError) -> bool:
+        return self.calls.fail(call, error)
+
+    def pending(self, call: Call) -> bool:
+        return self.calls.calls.get(call.upstream_id) is call
+
+    # -- the handshake ---------------------------------------------------------------------
+    async def _ask_initialize(self) -> Message:
+        if isinstance(self.wire, wire.ModernWire):
+            self.wire.stopped = True
+        self.wire, self.init_result = wire.LegacyWire(), None
+        self._ready.clear()
+        return await self._ask(mcp.INITIALIZE, {
+            "protocolVersion": mcp.LATEST_LEGACY,
+            "capabilities": {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}},
+            "clientInfo": {"name": "mcp-task-gateway", "version": __version__},
+        })
+
+    async def _ask(self, method: str, params: dict[str, Any]) -> Message:
+        """The server's answer to one of the handshake's requests."""
+        sink = FutureSink()
+        call = self.request(jsonrpc.request(0, method, params), None, sink)
+        try:
+            return await asyncio.wait_for(sink.future, self.startup_timeout_s)
+        except TimeoutError:
+            raise UpstreamError(self.name, f"upstream '{self.name}' did not answer {method}",
+                                "initialize") from None
+        finally:
+            self.calls.drop(call)  # answered, or abandoned (the process exited meanwhile)
+
+    def _initialized(self, reply: Message) -> str:
+        """Accept the server's initialize reply (a version we speak) and become ready."""
+        result, error = reply.get("result"), reply.get("error")
+        if isinstance(error, dict):  # an error answer, or the transport failed the request
+            raise UpstreamError(self.name, f"initialize failed: {error.get('message')}",
+                                "initialize")
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        if not isinstance(result, dict) or version not in mcp.LEGACY_VERSIONS:
+            raise UpstreamError(self.name, f"upstream '{self.name}' answered initialize with "
+                                f"protocol version {version!r}, which the gateway does not "
+                                "speak", "initialize")
+        # Over HTTP, the first message that carries the negotiated version (spec 2025-06-18
+        # Streamable HTTP: Protocol Version Header).
+        self.transport.write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)), None,
+                             {mcp.H_PROTOCOL: str(version)})
+        self._become_ready(result)
+        for uri in self.subscriptions:  # a restarted server knows none of its watchers' URIs
+            self.send_own(mcp.SUBSCRIBE, {"uri": uri})
+        return str(version)
+
+    async def _probe_modern(self) -> bool:
+        self.wire = wire.ModernWire(self)  # the probe already carries the modern envelope
+        result = (await self._ask(mcp.DISCOVER, {})).get("result")
+        if not isinstance(result, dict) or wire.VERSION not in (
+                result.get("supportedVersions") or ()):
+            self.wire = wire.LegacyWire()
+            return False
+        self._become_ready(wire.ModernWire.init_result(result))
+        self.wire.up()
+        return True
+
+    def _become_ready(self, result: dict[str, Any]) -> None:
+        self.init_result = result
+        self._ready.set()
+        log.info("upstream.ready", upstream=self.name, protocol=result["protocolVersion"],
+                 server=(result.get("serverInfo") or {}).get("name"))
+
+    # -- downstream -> upstream ------------------------------------------------------------
+    def request(self, msg: Message, owner: Owner | None, sink: Sink,
+                headers: dict[str, str] | None = None, follow_task: bool = False) -> Call:
+        """Forward request `msg`, which this consumes: its id and progress token are
+        rewritten, and its params are let go once sent (they may be megabytes). `headers`
+        are the client's that an HTTP upstream receives (`forward_headers`, Mcp-Param-*)."""
+        if not self.ready and owner is not None:
+            raise UpstreamError(self.name, f"upstream '{self.name}' is not connected", "down")
+        call = self.calls.open(msg, owner, sink)
+        call.follow_task = follow_task
+        headers = self.wire.stamp(msg, call, headers)
+        self.calls.dispatch(call, jsonrpc.dumps(msg), headers)
+        msg.pop("params", None)
+        return call
+
+    def resend(self, call: Call, method: str, params: dict[str, Any]) -> None:
+        """Continue `call` with a new request under a new id: a modern upstream's next MRTR
+        round, or the tasks/result of the upstream's own task."""
+        msg = jsonrpc.request(self.calls.renumber(call, params), method, params)
+        try:
+            self.calls.dispatch(call, jsonrpc.dumps(msg), self.wire.stamp(msg, call, None))
+        except UpstreamError as exc:
+            call.sink.on_response(exc.to_message(call.client_id))
+
+    def hold_call(self, call: Call) -> None:
+        self.calls.hold_call(call)
+
+    def drop_call(self, call: Call) -> None:
+        self.calls.drop(call)
+
+    def new_asked_id(self) -> str:
+        return self.calls.new_asked_id()
+
+    def cancel(self, call: Call, reason: str) -> None:
+        """spec (cancellation): tell the upstream; a late response is then dropped here."""
+        self.wire.forget(call)
+        if self.pending(call):
+            native_tasks.cancel(self, call)
+        if self.calls.drop(call) and not (self.wire.cancels_by_closing
+                                          and self.transport.abort(call)):
+            self.notify(jsonrpc.notification(
+                mcp.CANCELLED, {"requestId": call.upstream_id, "reason": reason}))
+
+    def notify(self, msg: Message) -> None:
+        if self.ready:
+            self.calls.quietly(msg)
+
+    def reply(self, asked_id: Any, msg: Message) -> bool:
+        """A client's answer to a server-to-client request, back under the original id."""
+        return self.wire.reply(asked_id, msg) or self.calls.reply(asked_id, msg)
+
+    def attach(self, owner: Owner) -> None:
+        self.calls.attach(owner)
+
+    def detach(self, owner: Owner) -> None:
+        """Forget `owner`, cancelling whatever it still has in flight here."""
+        for call in self.calls.detach(owner):
+            self.cancel(call, "client session ended")
+
+    def watch(self, owner: Owner) -> None:
+        self.calls.watch(owner)
+
+    def unwatch(self, owner: Owner) -> None:
+        self.calls.unwatch(owner)
+
+    def hold(self, uri: str) -> bool:
+        """One more holder of a resource subscription; True when a subscribe must reach
+        the upstream (the first holder, unless the wire tells the server itself)."""
+        return self.calls.hold(uri) and not self.wire.subscriptions_changed()
+
+    def release(self, uri: str) -> bool:
+        """One holder fewer; True when an unsubscribe must reach the upstream."""
+        return self.calls.release(uri) and not self.wire.subscriptions_changed()
+
+    def send_own(self, method: str, params: dict[str, Any]) -> None:
+        """A request of the gateway's own whose answer nobody waits for (subscriptions)."""
+        if self.ready:
+            with contextlib.suppress(UpstreamError):
+                self.request(jsonrpc.request(0, method, params), None, IGNORE)
+
+
+class _Ignore:
+    takes_mrtr = False
+
+    def on_message(self, msg: Message) -> None:
+        pass
+
+    def on_response(self, msg: Message) -> None:
+        pass
+
+    def on_refused(self, capability: str) -> None:
+        pass
+
+
+IGNORE = _Ignore()  # a sink for answers nobody waits for
+
+
+class FutureSink(_Ignore):
+    """A sink for the gateway's own requests: the response resolves a future."""
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+    def on_response(self, msg: Message) -> None:
+        if not self.future.done():
+            self.future.set_result(msg)

@@ -1,0 +1,346 @@
+"""Correlation of one upstream link shared by many downstream callers: pure, no I/O.
+
+It owns id rewriting: every forwarded request gets a fresh upstream id, and progress tokens
+are rewritten the same way, so calls from different clients never collide. What comes back
+is handed to the `Sink` of the call it belongs to, or to an `Owner` (a downstream session,
+a modern caller, a listen stream) when it belongs to no call. Bytes leave through the `send`
+callable it is given; the wire object (wire.py) adds what a modern-only server needs.
+
+A server-to-client request from a legacy upstream names no call. DESIGN.md's rule: route it
+to the one owner with calls in flight (its oldest call), or to the only attached owner when
+nothing is in flight; otherwise never guess (that could leak one user's data to another):
+answer the upstream with an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.errors import UpstreamError
+from gateway.observability import log
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+
+
+class Sink(Protocol):
+    """Receives what belongs to one call: related messages, then exactly one response."""
+
+    takes_mrtr: bool  # a modern-only upstream's input_required may reach it as it is
+
+    def on_message(self, msg: Message) -> None: ...
+
+    def on_response(self, msg: Message) -> None: ...
+
+    def on_refused(self, capability: str) -> None:
+        """The gateway refused one of the server's requests for this call: its client did
+        not declare `capability`."""
+
+
+class Owner(Protocol):
+    """A downstream party that calls belong to, or that hears broadcasts."""
+
+    key: str
+    capabilities: dict[str, Any]  # what its client declared (sent on to modern servers)
+    level: str | None  # the log level it asked for (sent on to modern servers)
+    modern: bool  # a modern client: results keep `resultType`
+
+    def accepts(self, method: str) -> bool:
+        """Whether this owner declared the capability a server-to-client request needs."""
+
+    def deliver(self, msg: Message) -> None:
+        """A message for this owner that belongs to no live call (the GET stream)."""
+
+    def expect_reply(self, asked_id: str, host: Host) -> None:
+        """Remember that the answer to request `asked_id` goes back to `host`."""
+
+    def is_subscribed(self, uri: str) -> bool: ...
+
+
+class Host(Protocol):
+    """The connection a call runs on, as a call's holder sees it."""
+
+    name: str
+
+    def cancel(self, call: Call, reason: str) -> None: ...
+
+    def reply(self, asked_id: Any, msg: Message) -> bool: ...
+
+
+Send = Callable[[bytes, "Call | None", "dict[str, str] | None"], None]
+
+
+@dataclass(slots=True, eq=False)
+class Call:
+    """A request forwarded upstream and not yet answered."""
+
+    upstream_id: int
+    client_id: Any
+    owner: Owner | None  # None: the gateway's own request (initialize, subscriptions)
+    sink: Sink
+    conn: Host
+    progress_token: Any = None
+    # Parked: waiting between two HTTP requests for its client's input (MRTR). Its tool is
+    # blocked on the answers it asked for, so routing leaves it out while others run.
+    waiting: bool = False
+    started: float = field(default_factory=time.monotonic)
+    # A modern-only upstream may answer input_required: the request, kept to send again.
+    resend: tuple[str, dict[str, Any]] | None = None
+    # Sent as a task of the upstream's own (native_tasks.py): its id once created.
+    follow_task: bool = False
+    upstream_task: str | None = None
+
+    # -- what the task engine needs of a call (tasks/engine.py: UpstreamCall) ---------------
+    @property
+    def upstream(self) -> str:
+        return self.conn.name
+
+    def cancel(self, why: str) -> None:
+        self.conn.cancel(self, why)
+
+    def reply(self, asked_id: Any, msg: Message) -> None:
+        self.conn.reply(asked_id, msg)
+
+
+class Correlator:
+    """Calls in flight, server requests asked of owners, owners and watchers of one link."""
+
+    def __init__(self, host: Host, send: Send, asked_ids: Iterator[int],
+                 counters: Counter[str]) -> None:
+        self.host = host
+        self.send = send  # raises UpstreamError when the link is down
+        self.asked_ids = asked_ids  # shared by every link of one upstream (see new_asked_id)
+        self.counters = counters
+        self.owners: dict[str, Owner] = {}  # sessions: requests and broadcasts reach them
+        self.watchers: dict[str, Owner] = {}  # listen streams: broadcasts only
+        self.subscriptions: Counter[str] = Counter()  # resource URI -> holders
+        self._ids = itertools.count(1)
+        self.calls: dict[int, Call] = {}
+        self._asked: dict[str, tuple[Any, Owner]] = {}  # our id -> (upstream's id, owner)
+
+    # -- downstream -> upstream ------------------------------------------------------------
+    def open(self, msg: Message, owner: Owner | None, sink: Sink) -> Call:
+        """A call for request `msg`: its id and progress token rewritten (not sent yet)."""
+        uid = next(self._ids)
+        call = Call(uid, msg["id"], owner, sink, self.host)
+        params = msg.get("params")
+        if isinstance(params, dict):
+            meta = params.get("_meta")
+            if isinstance(meta, dict) and "progressToken" in meta:
+                # Tokens from different clients may be equal; the upstream id is unique here.
+                call.progress_token = meta["progressToken"]
+                params["_meta"] = {**meta, "progressToken": uid}
+        msg["id"] = uid
+        return call
+
+    def renumber(self, call: Call, params: dict[str, Any]) -> int:
+        """A new upstream id for a call that goes on with another request."""
+        self.calls.pop(call.upstream_id, None)
+        call.upstream_id = uid = next(self._ids)
+        call.waiting = False
+        meta = params.get("_meta")
+        if call.progress_token is not None and isinstance(meta, dict):
+            params["_meta"] = {**meta, "progressToken": uid}
+        return uid
+
+    def dispatch(self, call: Call, data: bytes, headers: dict[str, str] | None) -> None:
+        """Send a call's request: in flight from now, unless the link refuses it."""
+        self.calls[call.upstream_id] = call
+        try:
+            self.send(data, call, headers)
+        except Exception:
+            del self.calls[call.upstream_id]
+            raise
+
+    def hold_call(self, call: Call) -> None:
+        """Keep an answered call as the caller's while its client supplies input."""
+        call.waiting = True
+        self.calls[call.upstream_id] = call
+
+    def drop(self, call: Call) -> bool:
+        """Forget a call (it was cancelled or failed); False if it was gone already."""
+        return self.calls.pop(call.upstream_id, None) is not None
+
+    def fail(self, call: Call, error: UpstreamError) -> bool:
+        """Answer a call in flight with `error`; False if it was answered already."""
+        if not self.drop(call):
+            return False
+        call.sink.on_response(error.to_message(call.client_id))
+        return True
+
+    def new_asked_id(self) -> str:
+        """Ids of server requests are unique across the upstream's processes, so a session
+        that talks to several (isolation: call) never confuses two of them."""
+        return f"gw-{next(self.asked_ids)}"
+
+    def reply(self, asked_id: str, msg: Message) -> bool:
+        """A client's answer to a server-to-client request, back under the original id."""
+        entry = self._asked.pop(asked_id, None)
+        if entry is None:
+            return False
+        msg["id"] = entry[0]
+        self.quietly(msg)
+        return True
+
+    def attach(self, owner: Owner) -> None:
+        self.owners[owner.key] = owner
+
+    def detach(self, owner: Owner) -> list[Call]:
+        """Forget `owner`; its calls still in flight are returned (to be cancelled)."""
+        self.owners.pop(owner.key, None)
+        for asked_id in [k for k, (_, o) in self._asked.items() if o is owner]:
+            self.refuse(self._asked.pop(asked_id)[0], "client session ended")
+        return [c for c in self.calls.values() if c.owner is owner]
+
+    def watch(self, owner: Owner) -> None:
+        self.watchers[owner.key] = owner
+
+    def unwatch(self, owner: Owner) -> None:
+        self.watchers.pop(owner.key, None)
+
+    def hold(self, uri: str) -> bool:
+        """One more holder of a resource subscription; True for the first (the upstream
+        keeps one subscription per URI for all)."""
+        self.subscriptions[uri] += 1
+        return self.subscriptions[uri] == 1
+
+    def release(self, uri: str) -> bool:
+        """One holder fewer; True when it was the last."""
+        if self.subscriptions[uri] > 1:
+            self.subscriptions[uri] -= 1
+            return False
+        self.subscriptions.pop(uri, None)
+        return True
+
+    def fail_all(self, error: UpstreamError) -> None:
+        """Answer every call in flight with `error` (the link died or is going away)."""
+        calls, self.calls = self.calls, {}
+        self._asked.clear()
+        for call in calls.values():
+            call.sink.on_response(error.to_message(call.client_id))
+
+    # -- upstream -> downstream ------------------------------------------------------------
+    def response(self, msg: Message) -> Call | None:
+        """The call a response answers (no longer in flight), or None when it was cancelled
+        or failed already: its caller has been answered."""
+        return self.calls.pop(msg["id"], None)
+
+    def progress(self, params: dict[str, Any], msg: Message) -> None:
+        call = self.calls.get(params.get("progressToken"))  # type: ignore[arg-type]
+        if call is not None and call.progress_token is not None:
+            params["progressToken"] = call.progress_token
+            call.sink.on_message(msg)
+
+    def notification(self, msg: Message) -> None:
+        """A notification that is not progress: broadcast, or to the one owner it can be
+        for."""
+        method, params = msg["method"], msg.get("params")
+        if method.endswith("/list_changed"):
+            self._broadcast(msg, lambda _owner: True)
+        elif method == mcp.RESOURCE_UPDATED and isinstance(params, dict):
+            uri = params.get("uri")
+            self._broadcast(msg, lambda owner: owner.is_subscribed(uri))
+        elif method == mcp.CANCELLED and isinstance(params, dict):
+            self._forward_cancel(msg, params)
+        else:  # logging and anything else: to the one owner it can belong to
+            target = self._target()
+            if target is not None:
+                _deliver(target, msg)
+            elif not self.calls:
+                self._broadcast(msg, lambda _owner: True)
+            else:
+                self.counters["upstream.unroutable_notifications"] += 1
+
+    def server_request(self, msg: Message) -> None:
+        method = msg["method"]
+        if method == mcp.PING:
+            self.quietly(jsonrpc.result(msg["id"], {}))
+            return
+        target = self._target()
+        if target is None:
+            self._unroutable(msg)
+            return
+        owner = target.owner if isinstance(target, Call) else target
+        assert owner is not None
+        if not owner.accepts(method):
+            self._undeclared(msg, target)
+            return
+        asked_id = self.new_asked_id()
+        self._asked[asked_id] = (msg["id"], owner)
+        owner.expect_reply(asked_id, self.host)
+        msg["id"] = asked_id
+        _deliver(target, msg)
+
+    def _unroutable(self, msg: Message) -> None:
+        method = msg["method"]
+        if not self.owners and not self.calls:
+            log.info("upstream.request_unroutable", upstream=self.host.name, method=method,
+                     reason="no client connected")
+            self.refuse(msg["id"], "no client is connected to the gateway")
+            return
+        log.warning("upstream.request_unroutable", upstream=self.host.name, method=method,
+                    reason="several owners",
+                    owners=len({c.owner.key for c in self.calls.values() if c.owner}))
+        self.refuse(msg["id"], "the gateway cannot tell which client this request is for;"
+                    " use isolation: client or call")
+
+    def _undeclared(self, msg: Message, target: Call | Owner) -> None:
+        method = msg["method"]
+        cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
+        why = (f"the client did not declare the '{cap}' capability" if cap else
+               f"the gateway does not relay '{method}' to this client")
+        self.refuse(msg["id"], why, jsonrpc.METHOD_NOT_FOUND)
+        if cap and isinstance(target, Call):
+            target.sink.on_refused(cap)
+
+    def _forward_cancel(self, msg: Message, params: dict[str, Any]) -> None:
+        for asked_id, (orig, owner) in self._asked.items():
+            if orig == params.get("requestId"):
+                del self._asked[asked_id]
+                params["requestId"] = asked_id
+                owner.deliver(msg)
+                return
+
+    def _target(self) -> Call | Owner | None:
+        """The call (or owner) an unlabelled upstream message can only belong to, if any.
+
+        Candidates are the calls in flight, oldest first; calls parked waiting for their
+        client's input are left out while any other call runs (their tools are blocked on
+        the answers they asked for). All candidates must share one owner (auth context or
+        legacy session): across owners the gateway never guesses.
+        """
+        owned = [c for c in self.calls.values() if c.owner is not None]
+        candidates = [c for c in owned if not c.waiting] or owned
+        if candidates:
+            key = candidates[0].owner.key  # type: ignore[union-attr]
+            if any(c.owner.key != key for c in candidates):  # type: ignore[union-attr]
+                return None
+            return candidates[0]  # dicts keep insertion order: the owner's oldest call
+        if len(self.owners) == 1:
+            return next(iter(self.owners.values()))
+        return None
+
+    def _broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> None:
+        for owner in [*self.owners.values(), *self.watchers.values()]:
+            if want(owner):
+                owner.deliver(msg)
+
+    def refuse(self, upstream_id: Any, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> None:
+        self.quietly(jsonrpc.error(upstream_id, code, why))
+
+    def quietly(self, msg: Message) -> None:
+        """Best effort: for messages whose loss only matters while the upstream is up."""
+        with contextlib.suppress(UpstreamError):
+            self.send(jsonrpc.dumps(msg), None, None)
+
+
+def _deliver(target: Call | Owner, msg: Message) -> None:
+    if isinstance(target, Call):
+        target.sink.on_message(msg)
+    else:
+        target.deliver(msg)

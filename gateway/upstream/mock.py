@@ -1,0 +1,66 @@
+"""`MockTransport`: a transport whose server is a function, for unit tests (like httpx's).
+
+The handler gets each message the connection writes (parsed) and returns the messages the
+server sends back, delivered on the next loop turn; `server_sends` pushes one unprompted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from gateway.errors import UpstreamError
+from gateway.protocol import jsonrpc
+from gateway.protocol.jsonrpc import Message
+from gateway.upstream.correlator import Call
+from gateway.upstream.transport import Link
+
+Handler = Callable[[Message], list[Message]]
+
+
+class MockTransport:
+    kind = "mock"
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.state = "starting"
+        self.restarts = 0
+        self.written: list[Message] = []  # everything the connection sent, in order
+        self.headers: list[dict[str, str] | None] = []
+        self.link: Link | None = None
+        self.up: asyncio.Task[str] | None = None
+
+    def start(self, link: Link) -> None:
+        self.link, self.state = link, "initializing"
+        self.up = asyncio.get_running_loop().create_task(link.on_up())
+
+    def write(self, data: bytes, call: Call | None = None,
+              headers: dict[str, str] | None = None) -> None:
+        if self.state == "down":
+            raise UpstreamError("mock", "upstream 'mock' is not running", "down")
+        msg = jsonrpc.loads(data)
+        self.written.append(msg)
+        self.headers.append(headers)
+        for out in self.handler(msg):
+            self.server_sends(out)
+
+    def server_sends(self, msg: Message) -> None:
+        assert self.link is not None
+        asyncio.get_running_loop().call_soon(self.link.on_message, jsonrpc.dumps(msg))
+
+    def lose(self, why: str = "gone") -> None:
+        """The server goes away: calls in flight fail."""
+        assert self.link is not None
+        self.state = "down"
+        self.link.on_lost(UpstreamError("mock", f"upstream 'mock' {why}", "exited"))
+
+    def abort(self, call: Call) -> bool:
+        return False
+
+    async def close(self) -> None:
+        if self.up is not None:
+            self.up.cancel()
+
+    def status(self) -> dict[str, Any]:
+        return {}

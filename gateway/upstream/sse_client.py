@@ -1,0 +1,75 @@
+"""Reading server-sent events from an upstream: the event stream itself, and the endpoint
+event of the 2024-11-05 HTTP+SSE transport (spec 2025-06-18 Streamable HTTP, Backwards
+Compatibility: its GET stream names where to POST and carries every answer)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from urllib.parse import urljoin
+
+import aiohttp
+
+from gateway.protocol import mcp
+
+RETRY_S = 1.0  # before resuming a stream, unless the server said otherwise (`retry:`)
+
+
+class EventReader:
+    """Reads one SSE stream after another, remembering the last event id and `retry:`."""
+
+    def __init__(self) -> None:
+        self.last_id: str | None = None
+        self.retry_s = RETRY_S
+
+    async def events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, bytes]]:
+        event, data = "message", []
+        async for raw in resp.content:
+            line = raw.rstrip(b"\r\n")
+            if not line:
+                payload = b"\n".join(data)
+                if payload:  # an event with no data only primes the id (spec: polling)
+                    yield event, payload
+                event, data = "message", []
+                continue
+            name, _, value = line.partition(b":")
+            value = value[1:] if value.startswith(b" ") else value
+            if name == b"data":
+                data.append(value)
+            elif name == b"event":
+                event = value.decode()
+            elif name == b"id":
+                self.last_id = value.decode()
+            elif name == b"retry" and value.isdigit():
+                self.retry_s = int(value) / 1000
+
+
+async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
+                        ) -> tuple[aiohttp.ClientResponse, AsyncIterator[tuple[str, bytes]], str]:
+    """The HTTP+SSE stream, its events, and the URL its endpoint event names; ValueError
+    saying what is missing."""
+    resp = await http.get(url, headers={**headers, "Accept": mcp.CT_SSE})
+    if resp.status != 200 or resp.content_type != mcp.CT_SSE:
+        resp.release()
+        raise ValueError(f"offers no HTTP+SSE stream (HTTP {resp.status})")
+    events = EventReader().events(resp)
+    try:
+        async for event, data in events:
+            if event == "endpoint":
+                return resp, events, urljoin(url, data.decode().strip())
+        raise ValueError("its SSE stream named no endpoint")
+    except BaseException:
+        resp.release()
+        raise
+
+
+async def pump(resp: aiohttp.ClientResponse, events: AsyncIterator[tuple[str, bytes]],
+               on_message: Callable[[bytes], None]) -> None:
+    """Every message event of the stream to `on_message`, until it ends."""
+    try:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async for event, data in events:
+                if event == "message":
+                    on_message(data)
+    finally:
+        resp.release()

@@ -1,0 +1,64 @@
+"""The `Transport` protocol: how bytes reach one upstream server and come back.
+
+Transports sit side by side (stdio.py: a supervised subprocess; http.py: Streamable HTTP or
+the older HTTP+SSE), each owning its own supervision: spawning or connecting, restarting with
+backoff, and telling its `Link` (the connection, connection.py) what happens. They know
+nothing of ids, owners or tasks. A new transport (WebSocket, say) is one new module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gateway.errors import UpstreamError
+from gateway.upstream.correlator import Call
+
+
+class Link(Protocol):
+    """What a transport tells its connection, and the little it asks of it."""
+
+    name: str
+
+    def on_message(self, data: bytes | memoryview) -> None:
+        """One serialized JSON-RPC message from the server."""
+
+    async def on_up(self) -> str:
+        """The transport is connected: the connection's handshake runs (UpstreamError if
+        it fails); the protocol version it settled on is returned."""
+
+    def on_lost(self, error: UpstreamError) -> None:
+        """The server went away (the process exited, the session ended): calls in flight
+        fail with `error`."""
+
+    def on_failed(self, call: Call, error: UpstreamError) -> bool:
+        """One request got no answer; False when its call was answered already."""
+
+    def pending(self, call: Call) -> bool:
+        """Whether `call` still waits for its answer."""
+
+    @property
+    def in_flight(self) -> int: ...
+
+
+class Transport(Protocol):
+    kind: str  # "stdio", "streamable-http" or "http+sse", for /readyz
+    state: str  # starting, initializing, backoff, exited, ... (ready is the connection's)
+    restarts: int
+
+    def start(self, link: Link) -> None:
+        """Connect (or spawn) in the background, and keep doing so (unless told not to
+        restart) until closed."""
+
+    def write(self, data: bytes, call: Call | None = None,
+              headers: dict[str, str] | None = None) -> None:
+        """Send one serialized message (the request of `call`, if given, with the client's
+        `headers` that an HTTP upstream passes on); UpstreamError when down."""
+
+    def abort(self, call: Call) -> bool:
+        """Close the call's own stream, if it has one (True); that cancels it on a modern
+        server over HTTP."""
+
+    async def close(self) -> None: ...
+
+    def status(self) -> dict[str, Any]:
+        """What /readyz tells of the link besides state and restarts."""

@@ -1,0 +1,180 @@
+"""The upstream connection's rules over a mock transport: the handshake, id rewriting, the
+never-guess routing of server requests, refused capabilities, loss, and the modern wire."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from typing import Any
+
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+from gateway.upstream.connection import Connection
+from gateway.upstream.mock import MockTransport
+
+
+class Owner:
+    def __init__(self, key: str, *caps: str) -> None:
+        self.key = key
+        self.capabilities: dict[str, Any] = {c: {} for c in caps}
+        self.level: str | None = None
+        self.modern = False
+        self.delivered: list[Message] = []
+
+    def accepts(self, method: str) -> bool:
+        cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
+        return cap is None or cap in self.capabilities
+
+    def deliver(self, msg: Message) -> None:
+        self.delivered.append(msg)
+
+    def expect_reply(self, asked_id: str, host: Any) -> None:
+        pass
+
+    def is_subscribed(self, uri: str) -> bool:
+        return False
+
+
+class Sink:
+    takes_mrtr = False
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.responses: list[Message] = []
+        self.refused: list[str] = []
+
+    def on_message(self, msg: Message) -> None:
+        self.messages.append(msg)
+
+    def on_response(self, msg: Message) -> None:
+        self.responses.append(msg)
+
+    def on_refused(self, capability: str) -> None:
+        self.refused.append(capability)
+
+
+def legacy_server(msg: Message) -> list[Message]:
+    """Answers initialize and `echo` calls; other calls stay in flight."""
+    if msg.get("method") == mcp.INITIALIZE:
+        return [jsonrpc.result(msg["id"], {"protocolVersion": "2025-11-25", "capabilities": {},
+                                           "serverInfo": {"name": "mock"}})]
+    if msg.get("method") == mcp.TOOLS_CALL and msg["params"]["name"] == "echo":
+        return [jsonrpc.result(msg["id"], {"content": []})]
+    return []
+
+
+async def connect(handler: Any = legacy_server) -> tuple[Connection, MockTransport]:
+    transport = MockTransport(handler)
+    conn = Connection("mock", transport, 1.0, itertools.count(1), Counter())
+    conn.start()
+    await conn.wait_ready()
+    return conn, transport
+
+
+def call(name: str, id_: Any = 1) -> Message:
+    return jsonrpc.request(id_, mcp.TOOLS_CALL, {"name": name, "arguments": {}})
+
+
+async def turn() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_handshake_and_ids_rewritten_per_call() -> None:
+    conn, transport = await connect()
+    assert conn.init_result is not None and transport.written[1]["method"] == mcp.INITIALIZED
+    a, b = Owner("a"), Owner("b")
+    sink_a, sink_b = Sink(), Sink()
+    conn.request(call("echo", 7), a, sink_a)
+    conn.request(call("echo", 7), b, sink_b)  # the same client id from another client
+    sent = [m["id"] for m in transport.written[2:]]
+    assert len(set(sent)) == 2 and 7 not in sent
+    await turn()
+    assert sink_a.responses[0]["id"] == 7 and sink_b.responses[0]["id"] == 7
+
+
+async def test_server_requests_go_to_the_one_owner_in_flight_and_back() -> None:
+    conn, transport = await connect()
+    a = Owner("a", "elicitation")
+    first, second = Sink(), Sink()
+    conn.request(call("slow", 1), a, first)
+    conn.request(call("slow", 2), a, second)
+    transport.server_sends(jsonrpc.request("srv-9", "elicitation/create", {"message": "?"}))
+    await turn()
+    asked = first.messages[0]  # the owner's oldest call
+    assert asked["method"] == "elicitation/create" and asked["id"] != "srv-9"
+    assert not second.messages
+    assert conn.reply(asked["id"], jsonrpc.result(asked["id"], {"action": "decline"}))
+    assert transport.written[-1] == jsonrpc.result("srv-9", {"action": "decline"})
+
+
+async def test_never_guesses_across_owners() -> None:
+    conn, transport = await connect()
+    sinks = {key: Sink() for key in "ab"}
+    for key, sink in sinks.items():
+        conn.request(call("slow"), Owner(key, "elicitation"), sink)
+    transport.server_sends(jsonrpc.request("srv-1", "elicitation/create", {}))
+    await turn()
+    assert not any(s.messages for s in sinks.values())
+    refusal = transport.written[-1]
+    assert refusal["id"] == "srv-1" and "cannot tell which client" in refusal["error"]["message"]
+
+
+async def test_a_parked_call_is_left_out_while_another_runs() -> None:
+    conn, transport = await connect()
+    parked_sink, running_sink = Sink(), Sink()
+    parked = conn.request(call("asks"), Owner("a", "elicitation"), parked_sink)
+    conn.hold_call(parked)  # waiting for its client's input between two HTTP requests
+    conn.request(call("slow"), Owner("a", "elicitation"), running_sink)
+    transport.server_sends(jsonrpc.request("srv-2", "elicitation/create", {}))
+    await turn()
+    assert running_sink.messages and not parked_sink.messages
+
+
+async def test_an_undeclared_capability_is_refused_and_the_call_told() -> None:
+    conn, transport = await connect()
+    sink = Sink()
+    conn.request(call("slow"), Owner("a"), sink)  # declares no sampling
+    transport.server_sends(jsonrpc.request("srv-3", "sampling/createMessage", {}))
+    await turn()
+    assert transport.written[-1]["error"]["code"] == jsonrpc.METHOD_NOT_FOUND
+    assert sink.refused == ["sampling"] and not sink.messages
+
+
+async def test_losing_the_link_fails_every_call_in_flight() -> None:
+    conn, transport = await connect()
+    sinks = [Sink(), Sink()]
+    for i, sink in enumerate(sinks):
+        conn.request(call("slow", i), Owner("a"), sink)
+    transport.lose("exited (code 3)")
+    assert [s.responses[0]["error"]["data"]["reason"] for s in sinks] == ["exited"] * 2
+    assert not conn.ready and conn.in_flight == 0
+
+
+async def test_a_cancelled_call_drops_its_late_answer() -> None:
+    conn, transport = await connect()
+    sink = Sink()
+    c = conn.request(call("slow"), Owner("a"), sink)
+    conn.cancel(c, "stop")
+    assert transport.written[-1]["method"] == mcp.CANCELLED
+    transport.server_sends(jsonrpc.result(c.upstream_id, {"content": []}))
+    await turn()
+    assert not sink.responses
+
+
+async def test_a_server_that_refuses_initialize_is_driven_as_modern() -> None:
+    def modern_server(msg: Message) -> list[Message]:
+        if msg.get("method") == mcp.INITIALIZE:
+            return [jsonrpc.error(msg["id"], jsonrpc.METHOD_NOT_FOUND, "no")]
+        if msg.get("method") == mcp.DISCOVER:
+            return [jsonrpc.result(msg["id"], {"supportedVersions": ["2026-07-28"],
+                                               "capabilities": {}, "serverInfo": {}})]
+        return []
+
+    conn, transport = await connect(modern_server)
+    assert conn.modern and conn.status()["era"] == "modern"
+    conn.request(call("slow"), Owner("a", "elicitation"), Sink())
+    sent, headers = transport.written[-1], transport.headers[-1]
+    assert sent["params"]["_meta"][mcp.META_VERSION] == "2026-07-28"
+    assert headers is not None and headers[mcp.H_METHOD] == mcp.TOOLS_CALL

@@ -1,39 +1,169 @@
-"""Per-message decisions that need no I/O: version negotiation, what the gateway answers
-itself, and how an initialize result is built from the upstream's.
+"""Per-message decisions: one pure function per client era computes a `Decision` for each
+request from the message, what the upstream said of its tools (the catalogue) and the task
+policy. The eras (downstream/) carry decisions out; nothing here knows HTTP or does I/O.
 
-Transports carry the decisions out; nothing here knows HTTP.
+    PASS          forward to the upstream as it is
+    ANSWER        the gateway answers itself (`result`, or from its own state: `serve`)
+    SUBSCRIPTION  counted here: only the first subscribe / last unsubscribe goes upstream
+    AUGMENT       forward, and change the answer on its way back (`edit`)
+    TASK          the call becomes a task (`policy`; `at_once`, or after the sync budget)
+    MRTR          a retry that resumes a parked call with its input responses
+    REFUSE        answer with `error`
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from gateway.protocol import jsonrpc, mcp
-from gateway.tasks.dialects import core
+from gateway import errors
+from gateway.protocol import mcp
+from gateway.tasks.dialects import core, extension
+from gateway.tasks.policy import Policy
+from gateway.upstream.catalogue import Catalogue
 
-# Requests the gateway answers itself instead of forwarding.
-LOCAL_REQUESTS = frozenset({mcp.PING})
-# Client notifications that concern the gateway's own link with the upstream, not the server.
-SWALLOWED_NOTIFICATIONS = frozenset({mcp.INITIALIZED})
-
-
-def negotiate(requested: Any) -> str:
-    """spec (lifecycle, Version Negotiation): the same version if supported, else our latest."""
-    return requested if requested in mcp.LEGACY_VERSIONS else mcp.LATEST_LEGACY
+PolicyFor = Callable[[str], Policy]
 
 
-def initialize_result(upstream: dict[str, Any], version: str) -> dict[str, Any]:
-    """The answer to a client's initialize: the negotiated version, and what the upstream said
-    of itself (capabilities, serverInfo, instructions and any other field), untouched, except
-    that a 2025-11-25 session gets the gateway's core tasks in place of any the upstream has
-    (the gateway serves tasks/* for it; the upstream never sees a task request)."""
-    out = {**upstream, "protocolVersion": version}
-    if core.offered(version):
-        out["capabilities"] = {**upstream.get("capabilities", {}), "tasks": core.CAPABILITY}
-    return out
+class Kind(StrEnum):
+    PASS = "pass"
+    ANSWER = "answer"
+    SUBSCRIPTION = "subscription"
+    AUGMENT = "augment"
+    TASK = "task"
+    MRTR = "mrtr"
+    REFUSE = "refuse"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    kind: Kind
+    serve: str | None = None  # ANSWER: which of the gateway's own handlers answers
+    result: dict[str, Any] | None = None  # ANSWER: the result itself, when it is fixed
+    error: errors.GatewayError | None = None  # REFUSE
+    edit: str | None = None  # AUGMENT: "mark_tools" or "note_native"
+    policy: Policy | None = None  # TASK
+    at_once: bool = False  # TASK: a task now (always/required, or the client asked)
+    ttl: int | None = None  # TASK: the ttl the client asked for (core)
+    level: str | None = None  # ANSWER serve="set_level": the level to keep
+    follow: bool = False  # PASS: ask the upstream for its own task and follow it
+
+
+PASS = Decision(Kind.PASS)
+
+
+def refuse(error: errors.GatewayError) -> Decision:
+    return Decision(Kind.REFUSE, error=error)
+
+
+# -- the legacy era (initialize, sessions) ----------------------------------------------------
+def legacy(msg: dict[str, Any], *, core_tasks: bool, modern_upstream: bool,
+           native_task_ids: Container[str], catalogue: Catalogue,
+           policy_for: PolicyFor) -> Decision:
+    """A legacy session's request. `core_tasks`: the session speaks 2025-11-25, whose core
+    tasks the gateway serves; `native_task_ids`: tasks the upstream runs for the session."""
+    method, params = msg["method"], msg.get("params")
+    if method == mcp.PING:
+        return Decision(Kind.ANSWER, result={})
+    if method == mcp.SET_LEVEL and modern_upstream:
+        return _set_level(params)
+    if method in (mcp.SUBSCRIBE, mcp.UNSUBSCRIBE) and isinstance(params, dict) and \
+            isinstance(params.get("uri"), str):
+        return Decision(Kind.SUBSCRIPTION)
+    if not core_tasks:
+        return PASS
+    if method in core.METHODS:
+        return _core_tasks_request(params, native_task_ids)
+    if method == mcp.TOOLS_LIST:
+        return Decision(Kind.AUGMENT, edit="mark_tools")
+    if method == mcp.TOOLS_CALL and isinstance(params, dict):
+        return _core_call(params, catalogue, policy_for)
+    return PASS
+
+
+def _set_level(params: Any) -> Decision:
+    """A modern server takes the level with each request: the session keeps it."""
+    level = params.get("level") if isinstance(params, dict) else None
+    if level not in mcp.LOG_LEVELS:  # a JSON-RPC error, as a server would answer
+        return refuse(errors.InvalidParams(f"Invalid params: unknown log level {level!r}"))
+    return Decision(Kind.ANSWER, serve="set_level", result={}, level=level)
+
+
+def _core_tasks_request(params: Any, native_task_ids: Container[str]) -> Decision:
+    if params is None:
+        return Decision(Kind.ANSWER, serve="tasks")  # tasks/list may have no params at all
+    if not isinstance(params, dict):
+        return refuse(errors.InvalidParams("Invalid params: params must be an object"))
+    task_id = params.get("taskId")
+    if isinstance(task_id, str) and task_id in native_task_ids:
+        return PASS  # the upstream's own task
+    return Decision(Kind.ANSWER, serve="tasks")
+
+
+def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyFor
+               ) -> Decision:
+    name = params.get("name")
+    policy = policy_for(str(name or ""))
+    if not core.is_task_call(params):
+        if policy.mode == "required":  # spec (Tool-Level Negotiation): refuse plain calls
+            return refuse(errors.MethodNotFound(
+                f"Tool {name!r} must be called as a task (taskSupport: required)"))
+        return PASS
+    if catalogue.own_task_support(name):
+        return Decision(Kind.AUGMENT, edit="note_native")  # the upstream's own task
+    try:
+        ttl = core.requested_ttl(params)
+    except errors.InvalidParams as exc:
+        return refuse(exc)
+    if policy.mode == "never":  # spec (Tool-Level Negotiation): forbidden -> -32601
+        return refuse(errors.MethodNotFound(f"Tool {str(name or '')!r} does not support "
+                                            "task-augmented calls (taskSupport: forbidden)"))
+    return Decision(Kind.TASK, policy=policy, at_once=True, ttl=ttl)
 
 
 # -- the modern era (protocol 2026-07-28) --------------------------------------------------
+def modern(msg: dict[str, Any], *, capabilities: dict[str, Any], modern_upstream: bool,
+           gateway_task: bool, catalogue: Catalogue, policy_for: PolicyFor) -> Decision:
+    """A modern request whose envelope and headers were checked. `gateway_task`: tasks/*
+    names a task of the gateway's (else, on a modern upstream, one of the upstream's)."""
+    method, params = msg["method"], msg.get("params") or {}
+    if method == mcp.DISCOVER:
+        return Decision(Kind.ANSWER, serve="discover")
+    if method in extension.METHODS:
+        if not extension.declared(capabilities):
+            return refuse(extension.missing())
+        if not modern_upstream or gateway_task:
+            return Decision(Kind.ANSWER, serve="tasks")
+        return PASS  # a task of a modern upstream's own (a tool in mode never): its to serve
+    if method == mcp.LISTEN:
+        return Decision(Kind.ANSWER, serve="listen")
+    if method in mcp.MRTR_METHODS and "requestState" in params and not modern_upstream:
+        return Decision(Kind.MRTR)
+    if method == mcp.TOOLS_CALL:
+        return _modern_call(params, capabilities, catalogue, policy_for)
+    return PASS
+
+
+def _modern_call(params: dict[str, Any], capabilities: dict[str, Any], catalogue: Catalogue,
+                 policy_for: PolicyFor) -> Decision:
+    name = params.get("name")
+    # A tool the upstream runs only as a task of its own: the call asks for that task and
+    # the connection waits on its result, so here it is one slow call.
+    follow = catalogue.own_task_support(name) == "required"
+    policy = policy_for(str(name or ""))
+    if not extension.declared(capabilities):
+        if policy.mode == "required":
+            return refuse(extension.missing())
+        return Decision(Kind.PASS, follow=follow)
+    if policy.mode == "never":
+        return Decision(Kind.PASS, follow=follow)
+    return Decision(Kind.TASK, policy=policy, at_once=policy.mode in ("always", "required"),
+                    follow=follow)
+
+
+# -- era detection and version negotiation -------------------------------------------------
 def is_modern(msg: dict[str, Any], header_version: str | None) -> bool:
     """spec 2026-07-28 versioning, dual-era servers: a request carrying the modern `_meta`
     is modern; `initialize` (and anything else) selects the legacy era."""
@@ -45,61 +175,10 @@ def is_modern(msg: dict[str, Any], header_version: str | None) -> bool:
                                                                           mcp.LISTEN)
 
 
-def discover_result(upstream: dict[str, Any], ttl_ms: int, scope: str) -> dict[str, Any]:
-    """server/discover, answered from what the upstream said at its initialize."""
-    result: dict[str, Any] = {
-        "resultType": "complete", "supportedVersions": list(mcp.SUPPORTED_VERSIONS),
-        "capabilities": upstream.get("capabilities", {}),
-        "_meta": {mcp.META_SERVER_INFO: upstream.get("serverInfo", {})},
-        "ttlMs": ttl_ms, "cacheScope": scope}
-    if "instructions" in upstream:
-        result["instructions"] = upstream["instructions"]
-    return result
+def negotiate(requested: Any) -> str:
+    """spec (lifecycle, Version Negotiation): the same version if supported, else our latest."""
+    return requested if requested in mcp.LEGACY_VERSIONS else mcp.LATEST_LEGACY
 
 
-def to_upstream(params: dict[str, Any], modern_upstream: bool = False) -> dict[str, Any]:
-    """A modern request's params as the upstream should see them: without the modern
-    envelope keys (the connection stamps its own), without the MRTR fields unless the
-    upstream is modern-only (a legacy one never asked: the gateway answered those), and
-    without `task`, which the tasks extension says to ignore (a 2025-11-25 upstream would
-    make a task of its own); all else untouched."""
-    drop = ("task",) if modern_upstream else ("inputResponses", "requestState", "task")
-    out = {k: v for k, v in params.items() if k not in drop}
-    meta = out.get("_meta")
-    if isinstance(meta, dict):
-        meta = {k: v for k, v in meta.items() if k not in mcp.MODERN_META_KEYS}
-        if meta:
-            out["_meta"] = meta
-        else:
-            del out["_meta"]
-    return out
-
-
-def modern_response(method: str, msg: dict[str, Any], server_info: Any, ttl_ms: int,
-                    scope: str) -> tuple[dict[str, Any], int]:
-    """A legacy upstream's response made modern, with its HTTP status: every result carries
-    `resultType` and serverInfo, cacheable ones carry caching hints; -32002 (resource not
-    found, legacy) becomes -32602, and -32601 is a 404."""
-    error = msg.get("error")
-    if isinstance(error, dict):
-        if error.get("code") == mcp.LEGACY_RESOURCE_NOT_FOUND:
-            msg["error"] = {**error, "code": jsonrpc.INVALID_PARAMS}
-        return msg, 404 if error.get("code") == jsonrpc.METHOD_NOT_FOUND else 200
-    result = msg.get("result")
-    if isinstance(result, dict):
-        result.setdefault("resultType", "complete")
-        if method in mcp.CACHEABLE_METHODS:
-            result.setdefault("ttlMs", ttl_ms)
-            result.setdefault("cacheScope", scope)
-        meta = result.get("_meta")
-        if server_info and (meta is None or isinstance(meta, dict)):
-            result["_meta"] = {mcp.META_SERVER_INFO: server_info, **(meta or {})}
-    return msg, 200
-
-
-def log_wanted(level: Any, wanted: int | None) -> bool:
-    """spec 2026-07-28 logging: only for requests that set a level, at or above it."""
-    if wanted is None:
-        return False
-    rank = mcp.LOG_LEVELS.index(level) if level in mcp.LOG_LEVELS else len(mcp.LOG_LEVELS)
-    return rank >= wanted
+# Client notifications that concern the gateway's own link with the upstream, not the server.
+SWALLOWED_NOTIFICATIONS = frozenset({mcp.INITIALIZED})

@@ -10,6 +10,7 @@ spec: tasks-2025-11-25.md. Wire shapes live in tasks/dialects/core.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -20,6 +21,7 @@ from gateway.downstream.session import Session, SessionExchange
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.router import Decision
 from gateway.tasks.dialects import core, task_id_of
 from gateway.tasks.engine import TaskEngine, watch_progress
 from gateway.tasks.model import Task
@@ -71,7 +73,7 @@ class Link:
                 ex.on_response(core.final(task, client_id))
             self.held.clear()
             self.session.tasks.pop(task.id, None)
-            self.engine.unwatch(task.id, self.changed)
+            self.engine.watchers.unwatch(task.id, self.changed)
 
     def flush(self) -> None:
         for msg in self.held:
@@ -99,47 +101,28 @@ class CoreTasks:
         own = self.backend.catalogue.own_task_support(tool)
         return own or core.TASK_SUPPORT[self.policy(tool).mode]
 
-    async def intercept(self, request: web.Request, session: Session, msg: Message,
-                        ex: SessionExchange) -> web.StreamResponse | None:
-        """Core tasks (protocol 2025-11-25): the answer when the gateway gives it, else None
-        (the request goes upstream; a tools/list answer gains taskSupport on the way)."""
-        method, params = msg["method"], msg.get("params")
-        if method in core.METHODS:
-            task_id = task_id_of(params) if isinstance(params, dict) else None
-            if task_id in session.native_tasks:
-                return None  # the upstream's own task
-            return await self.serve(request, session, msg)
-        if method == mcp.TOOLS_LIST:
-            ex.edit = lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
-        elif method == mcp.TOOLS_CALL and isinstance(params, dict):
-            if core.is_task_call(params) and self.backend.catalogue.own_task_support(
-                    params.get("name")):
-                # The upstream's own task: the call and tasks/* on its id pass through.
-                ex.edit = lambda m: _note_native(session, m)
-                return None
-            if core.is_task_call(params):
-                return await self.call(session, msg, core.requested_ttl(params),
-                                       self.backend.client_headers(request.headers))
-            if self.policy(params.get("name")).mode == "required":
-                # spec (Tool-Level Negotiation): required tools refuse plain calls.
-                raise errors.MethodNotFound(f"Tool {params.get('name')!r} must be called "
-                                            "as a task (taskSupport: required)")
+    def edit(self, name: str | None, session: Session) -> Callable[[Message], Message] | None:
+        """The change the router asked for on an answer's way back: tools/list gains each
+        tool's taskSupport; the upstream's own task is remembered, so tasks/* on its id go
+        there."""
+        if name == "mark_tools":
+            return lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
+        if name == "note_native":
+            return lambda m: _note_native(session, m)
         return None
 
     # -- tools/call --------------------------------------------------------------------------
-    async def call(self, session: Session, msg: Message, ttl: int | None,
+    async def call(self, session: Session, msg: Message, decision: Decision,
                    headers: dict[str, str] | None) -> web.Response:
         """A task-augmented tools/call: the task is created, the call goes upstream without
         `params.task`, and the CreateTaskResult is the answer at once."""
         client_id, params = msg["id"], msg["params"]
-        policy = self.policy(params.get("name"))
+        policy = decision.policy
+        assert policy is not None
         tool = str(params.get("name") or "")
-        if policy.mode == "never":  # spec (Tool-Level Negotiation): forbidden -> -32601
-            raise errors.MethodNotFound(f"Tool {tool!r} does not support task-augmented "
-                                        "calls (taskSupport: forbidden)")
         try:
             task = await self.engine.create(session.id, tool, core.NAME, self.backend.name,
-                                            policy, ttl)
+                                            policy, decision.ttl)
         except StoreFull as exc:
             self.engine.counters["tasks.refused_store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
@@ -158,7 +141,7 @@ class CoreTasks:
             return json_response(exc.to_message(client_id))
         link = Link(self.engine, session, task, relay_progress)
         session.tasks[task.id] = link
-        self.engine.watch(task.id, link.changed)
+        self.engine.watchers.watch(task.id, link.changed)
         self.engine.start(task, call, fail_on_is_error=True, timeout_ms=policy.timeout_ms,
                           done=lambda: self.backend.done(home, conn), relay=link.relay)
         return json_response(jsonrpc.result(client_id,
@@ -167,13 +150,16 @@ class CoreTasks:
     # -- tasks/* -----------------------------------------------------------------------------
     async def serve(self, request: web.Request, session: Session, msg: Message
                     ) -> web.StreamResponse:
+        """tasks/*; their errors are JSON-RPC errors of the session's protocol (HTTP 200,
+        as the upstream's would be: clients treat a 4xx as a transport failure)."""
         method, params = msg["method"], msg.get("params") or {}
-        if not isinstance(params, dict):
-            raise errors.InvalidParams("Invalid params: params must be an object")
-        if method == core.RESULT:
-            return await self.result(request, session, msg, params)
-        return json_response(jsonrpc.result(msg["id"], await core.HANDLERS[method](
-            self.engine, params, session.id)))
+        try:
+            if method == core.RESULT:
+                return await self.result(request, session, msg, params)
+            return json_response(jsonrpc.result(msg["id"], await core.HANDLERS[method](
+                self.engine, params, session.id)))
+        except errors.InvalidParams as exc:
+            return json_response(exc.to_message(msg["id"]))
 
     async def result(self, request: web.Request, session: Session, msg: Message,
                      params: dict[str, Any]) -> web.StreamResponse:

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.downstream import sse
+from gateway.downstream import shapes, sse
 from gateway.downstream.core_tasks import CoreTasks
 from gateway.downstream.http import PRINCIPAL, check_accept, error_response, json_response
 from gateway.downstream.session import Session, SessionExchange, SessionStore
@@ -20,6 +20,7 @@ from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import core
 from gateway.tasks.engine import TaskEngine
@@ -82,45 +83,51 @@ class LegacyEra:
                  upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
         self.backend.counters["sessions.created"] += 1
-        result = router.initialize_result(session.conn.init_result, version)
+        result = shapes.initialize_result(session.conn.init_result, version)
         return json_response(jsonrpc.result(msg["id"], result), headers={mcp.H_SESSION: session.id})
 
     async def on_request(self, request: web.Request, session: Session, msg: Message
                          ) -> web.StreamResponse:
         json_ok, sse_ok = check_accept(request, need_json=True)
-        method = msg["method"]
-        if method in router.LOCAL_REQUESTS:
-            return json_response(jsonrpc.result(msg["id"], {}))
-        assert session.conn is not None
-        if method == mcp.SET_LEVEL and session.conn.modern:
-            # A modern server takes the level with each request: the session keeps it.
-            params = msg.get("params")
-            level = params.get("level") if isinstance(params, dict) else None
-            if level not in mcp.LOG_LEVELS:  # a JSON-RPC error, as a server would answer
-                return json_response(errors.InvalidParams(
-                    f"Invalid params: unknown log level {level!r}").to_message(msg["id"]))
-            session.level = level
-            return json_response(jsonrpc.result(msg["id"], {}))
-        if method in (mcp.SUBSCRIBE, mcp.UNSUBSCRIBE) and self._subscription(session, msg):
-            return json_response(jsonrpc.result(msg["id"], {}))
         client_id = msg["id"]
+        decision = self.decide(session, msg)
+        if decision.kind is Kind.REFUSE:
+            assert decision.error is not None  # a JSON-RPC error: HTTP 200, as a server's
+            return json_response(decision.error.to_message(client_id))
+        if decision.serve == "set_level":
+            session.level = decision.level
+        if decision.result is not None or (decision.kind is Kind.SUBSCRIPTION
+                                           and self._subscription(session, msg)):
+            return json_response(jsonrpc.result(client_id, decision.result or {}))
         if client_id in session.calls:
             raise errors.InvalidRequest(f"Invalid Request: id {client_id!r} is already in flight")
+        if decision.kind is Kind.ANSWER:  # tasks/* of the gateway's core tasks
+            return await self.tasks.serve(request, session, msg)
+        headers = self.backend.client_headers(request.headers)
+        if decision.kind is Kind.TASK:
+            return await self.tasks.call(session, msg, decision, headers)
         ex = SessionExchange(session, sse_ok)
-        if core.offered(session.version):
-            try:
-                answered = await self.tasks.intercept(request, session, msg, ex)
-            except (errors.InvalidParams, errors.MethodNotFound) as exc:
-                # A JSON-RPC error of the session's protocol: HTTP 200, as the upstream's.
-                return json_response(exc.to_message(client_id))
-            if answered is not None:
-                return answered
+        ex.edit = self.tasks.edit(decision.edit, session)
+        return await self.forward(request, session, msg, ex, json_ok, headers)
+
+    def decide(self, session: Session, msg: Message) -> router.Decision:
+        assert session.conn is not None
+        return router.legacy(msg, core_tasks=core.offered(session.version),
+                             modern_upstream=session.conn.modern,
+                             native_task_ids=session.native_tasks,
+                             catalogue=self.backend.catalogue, policy_for=self.tasks.policy)
+
+    async def forward(self, request: web.Request, session: Session, msg: Message,
+                      ex: SessionExchange, json_ok: bool, headers: dict[str, str] | None
+                      ) -> web.StreamResponse:
+        assert session.conn is not None
+        client_id = msg["id"]
         try:
-            conn = await self.backend.for_request(session.conn, session, method)
+            conn = await self.backend.for_request(session.conn, session, msg["method"])
         except UpstreamError as exc:
             return json_response(exc.to_message(client_id))
         try:
-            call = conn.request(msg, session, ex, self.backend.client_headers(request.headers))
+            call = conn.request(msg, session, ex, headers)
         except UpstreamError as exc:
             self.backend.done(session.conn, conn)
             return json_response(exc.to_message(client_id))
@@ -151,10 +158,7 @@ class LegacyEra:
         """True when the gateway answers a (un)subscribe itself: the upstream holds one
         subscription per URI for all sessions, so only the first subscribe and the last
         unsubscribe reach it."""
-        params = msg.get("params")
-        uri = params.get("uri") if isinstance(params, dict) else None
-        if not isinstance(uri, str):
-            return False
+        uri = msg["params"]["uri"]  # a string: the router said so
         assert session.conn is not None
         if msg["method"] == mcp.SUBSCRIBE:
             if uri in session.subscriptions:

@@ -111,13 +111,13 @@ class Listeners:
                                                            {"notifications": honoured})))
         self._start(listener, conn)
         for task_id in listener.task_ids:
-            engine.watch(task_id, listener.task_changed)
+            engine.watchers.watch(task_id, listener.task_changed)
         try:
             resp = await sse.open_response(request, {})
             await sse.pump(resp, listener.stream, 0, self.keepalive_s)
         finally:
             for task_id in listener.task_ids:
-                engine.unwatch(task_id, listener.task_changed)
+                engine.watchers.unwatch(task_id, listener.task_changed)
             self._stop(listener, conn)
         return resp
 

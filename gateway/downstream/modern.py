@@ -12,22 +12,22 @@ spec: 2026-07-28/01-basic-index, 02-versioning, 05-streamable-http, 08-mrtr, 10-
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import secrets
 from typing import Any
 
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.downstream import sse
+from gateway.downstream import envelope, shapes, sse
+from gateway.downstream.envelope import Caller
 from gateway.downstream.exchange import Exchange
-from gateway.downstream.http import PRINCIPAL, check_accept, json_response
+from gateway.downstream.http import check_accept, json_response
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import extension, task_id_of
 from gateway.tasks.engine import TaskEngine, watch_progress
@@ -35,40 +35,10 @@ from gateway.tasks.policy import Policies, Policy
 from gateway.tasks.store import StoreFull
 from gateway.upstream import native_tasks
 from gateway.upstream.connection import Connection
-from gateway.upstream.correlator import Call, Host
+from gateway.upstream.correlator import Call
 from gateway.upstream.isolation import Backend
 
 INPUT_BATCH_S = 0.02  # server requests arriving this close together share one round
-
-
-class Caller:
-    """The `Owner` of one modern request: what its `_meta` declared, nothing remembered."""
-
-    __slots__ = ("capabilities", "key", "level", "log_level", "principal")
-    modern = True  # a modern-only upstream's input_required rounds reach it as they are
-
-    def __init__(self, principal: str, capabilities: dict[str, Any], log_level: Any) -> None:
-        # The owner is the auth context (DESIGN.md): requests of one never guess across to
-        # another's. Capabilities stay per request.
-        self.key = f"modern:{principal}"
-        self.principal = principal
-        self.capabilities = capabilities
-        self.level = log_level if log_level in mcp.LOG_LEVELS else None  # as asked
-        self.log_level = (mcp.LOG_LEVELS.index(log_level) if log_level in mcp.LOG_LEVELS
-                          else None)
-
-    def accepts(self, method: str) -> bool:
-        cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
-        return cap is not None and cap in self.capabilities
-
-    def deliver(self, msg: Message) -> None:
-        pass  # a modern client receives nothing outside its requests' own streams
-
-    def expect_reply(self, asked_id: str, host: Host) -> None:
-        pass  # answers come back as inputResponses, matched by the parked call
-
-    def is_subscribed(self, uri: str) -> bool:
-        return False
 
 
 class ModernExchange(Exchange):
@@ -105,7 +75,7 @@ class ModernExchange(Exchange):
         elif msg.get("method") == mcp.LOG_MESSAGE:
             params = msg.get("params")
             level = params.get("level") if isinstance(params, dict) else None
-            if router.log_wanted(level, self.caller.log_level):
+            if shapes.log_wanted(level, self.caller.log_level):
                 super().on_message(msg)
         # Anything else is not about this request; listen streams carry change notifications.
 
@@ -118,7 +88,7 @@ class ModernExchange(Exchange):
             return
         if self.method == mcp.TOOLS_LIST:
             self.era.backend.learn_tools(msg)
-        msg, status = router.modern_response(self.method, msg, self.era.server_info,
+        msg, status = shapes.modern_response(self.method, msg, self.era.server_info,
                                              self.era.ttl_ms, self.era.scope)
         self.finish(jsonrpc.dumps(msg), status)
 
@@ -211,135 +181,73 @@ class ModernEra:
         if kind == "response":
             raise errors.InvalidRequest("Invalid Request: modern clients send no responses; "
                                         "answer input requests with inputResponses")
-        caller = self.check(request, msg)
-        method, params = msg["method"], msg.get("params") or {}
+        caller = envelope.check(request, msg, self.backend.catalogue)
         conn = await self.backend.for_principal(caller.principal)
-        if method == mcp.DISCOVER:
-            assert conn.init_result is not None
-            result = router.discover_result(conn.init_result, self.ttl_ms, self.scope)
-            caps = result["capabilities"] = dict(result["capabilities"])
-            caps["extensions"] = {**(caps.get("extensions") or {}), extension.EXTENSION: {}}
-            return json_response(jsonrpc.result(msg["id"], result))
-        if method in extension.METHODS:
-            if not extension.declared(caller.capabilities):
-                raise extension.missing()
-            if not conn.modern or await self.engine.knows(task_id_of(params)):
-                return json_response(jsonrpc.result(msg["id"], await extension.handle(
-                    self.engine, method, params, caller.principal)))
-            # else a task of a modern upstream's own (a tool in mode never): its to serve
-        elif method == mcp.LISTEN:
+        decision = await self.decide(msg, caller, conn)
+        if decision.kind is Kind.REFUSE:
+            assert decision.error is not None
+            raise decision.error
+        if decision.serve == "discover":
+            return json_response(jsonrpc.result(msg["id"], self.discover(conn)))
+        if decision.serve == "tasks":
+            return json_response(jsonrpc.result(msg["id"], await extension.handle(
+                self.engine, msg["method"], msg.get("params") or {}, caller.principal)))
+        if decision.serve == "listen":
             return await self.listeners.listen(request, msg, caller, conn, self.engine)
-        elif method in mcp.MRTR_METHODS and "requestState" in params and not conn.modern:
+        if decision.kind is Kind.MRTR:
             return await self.resume(request, msg, caller)
-        return await self.forward(request, msg, caller, conn)
+        return await self.forward(request, msg, caller, conn, decision)
 
-    # -- checks (spec 2026-07-28 basic: per-request fields; Streamable HTTP: validation) -----
-    def check(self, request: web.Request, msg: Message) -> Caller:
-        params = msg.get("params")
-        if params is not None and not isinstance(params, dict):
-            raise errors.InvalidParams("Invalid params: params must be an object")
-        meta = (params or {}).get("_meta")
-        if not isinstance(meta, dict) or not isinstance(meta.get(mcp.META_VERSION), str):
-            raise errors.InvalidParams(f"Invalid params: _meta[{mcp.META_VERSION!r}] is "
-                                       "required on every request")
-        version = meta[mcp.META_VERSION]
-        header = _header(request, mcp.H_PROTOCOL)
-        if header != version:
-            raise errors.HeaderMismatch(
-                f"Header mismatch: {mcp.H_PROTOCOL} {header!r} does not match the body's "
-                f"protocol version {version!r}")
-        if version not in mcp.MODERN_VERSIONS:
-            raise errors.UnsupportedModernVersion(
-                "Unsupported protocol version", {"supported": list(mcp.SUPPORTED_VERSIONS),
-                                                 "requested": version})
-        caps = meta.get(mcp.META_CAPABILITIES)
-        if not isinstance(caps, dict):
-            raise errors.InvalidParams(f"Invalid params: _meta[{mcp.META_CAPABILITIES!r}] is "
-                                       "required on every request")
-        method = msg["method"]
-        if _header(request, mcp.H_METHOD) != method:
-            raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_METHOD} does not match the "
-                                        f"body's method {method!r}")
-        if method not in mcp.MODERN_METHODS and method not in extension.METHODS:
-            raise errors.MethodNotFound(f"Method not found: {method}")
-        field = mcp.NAME_FIELD.get(method)
-        header_name = _header(request, mcp.H_NAME)
-        # The tasks extension's own rule: a Mcp-Name that disagrees with taskId is refused;
-        # like the SDK's reference server, an absent one is let through (clients in use
-        # today, FastMCP among them, do not send it on tasks/*).
-        if field is not None and not (header_name is None and method in extension.METHODS):
-            named = (params or {}).get(field)
-            if _decoded(header_name) != named:
-                raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_NAME} does not match "
-                                            f"the body's {field} {named!r}")
-        if method == mcp.TOOLS_CALL:
-            self._check_param_headers(request, params or {})
-        return Caller(request.get(PRINCIPAL, "anonymous"), caps, meta.get(mcp.META_LOG_LEVEL))
+    async def decide(self, msg: Message, caller: Caller, conn: Connection) -> router.Decision:
+        method, params = msg["method"], msg.get("params") or {}
+        # Only a modern upstream has tasks of its own that tasks/* could name instead.
+        ours = method in extension.METHODS and conn.modern and await self.engine.knows(
+            task_id_of(params))
+        return router.modern(msg, capabilities=caller.capabilities,
+                             modern_upstream=conn.modern, gateway_task=ours,
+                             catalogue=self.backend.catalogue,
+                             policy_for=lambda tool: self.policies.for_tool(self.backend.name,
+                                                                            tool))
 
-    def _check_param_headers(self, request: web.Request, params: dict[str, Any]) -> None:
-        """spec 2026-07-28 Streamable HTTP, Server Behavior for Custom Headers: each argument
-        the tool mirrors in an `Mcp-Param-*` header must be there and match the body (known
-        from the upstream's tools/list; unknown ones are only passed on)."""
-        wanted = self.backend.catalogue.param_headers.get(str(params.get("name")))
-        for path, part in (wanted or {}).items():
-            value: Any = params.get("arguments")
-            for key in path:
-                value = value.get(key) if isinstance(value, dict) else None
-            name = mcp.H_PARAM + part
-            raw = _header(request, name)
-            if raw is None and value is None:
-                continue
-            if raw is None or _decoded(raw, name) != mcp.header_text(value):
-                raise errors.HeaderMismatch(f"Header mismatch: {name} does not match the "
-                                            f"body's argument {'.'.join(path)!r}")
+    def discover(self, conn: Connection) -> dict[str, Any]:
+        """server/discover, from what the upstream said of itself, plus the extension."""
+        assert conn.init_result is not None
+        result = shapes.discover_result(conn.init_result, self.ttl_ms, self.scope)
+        caps = result["capabilities"] = dict(result["capabilities"])
+        caps["extensions"] = {**(caps.get("extensions") or {}), extension.EXTENSION: {}}
+        return result
 
     # -- forwarding ------------------------------------------------------------------------
     async def forward(self, request: web.Request, msg: Message, caller: Caller,
-                      conn: Connection) -> web.StreamResponse:
+                      conn: Connection, decision: router.Decision) -> web.StreamResponse:
         json_ok, sse_ok = check_accept(request, need_json=True)
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
-        ex.policy, ex.tool = self._task_policy(method, params, caller), params.get("name")
+        ex.policy, ex.tool = decision.policy, params.get("name")
         used = await self.backend.for_request(conn, caller, method)
         # A modern-only upstream runs its own MRTR rounds: their fields go to it as they are.
-        msg["params"] = upstream_params = router.to_upstream(params, used.modern)
+        msg["params"] = upstream_params = shapes.to_upstream(params, used.modern)
         if ex.policy is not None and used.modern:
             # The gateway decides about tasks here: the upstream must not make its own.
             caller.capabilities = extension.without(caller.capabilities)
-        # A tool the upstream runs only as a task of its own: the call asks for that task
-        # and the connection waits on its result, so here it is one slow call.
-        follow = method == mcp.TOOLS_CALL and self.backend.catalogue.own_task_support(
-            params.get("name")) == "required"
-        if follow:
+        if decision.follow:
             native_tasks.ask_for_task(upstream_params)
         if ex.policy is not None:
             ex.own_progress = watch_progress(upstream_params)
         try:
             ex.call = used.request(msg, caller, ex, self.backend.client_headers(request.headers),
-                                   follow)
+                                   decision.follow)
         except errors.UpstreamError as exc:
             self.backend.done(conn, used)
             return json_response(exc.to_message(msg["id"]))
         ex.done = lambda: self.backend.done(conn, used)
-        if ex.policy is not None and ex.policy.mode in ("always", "required"):
+        if decision.at_once:
             await self.to_task(ex)
         else:
             ex.start_budget()
         return await self._respond(request, ex, json_ok)
 
     # -- tasks (the io.modelcontextprotocol/tasks extension) --------------------------------
-    def _task_policy(self, method: str, params: dict[str, Any], caller: Caller
-                     ) -> Policy | None:
-        """The policy under which this call may become a task, or None: served inline."""
-        if method != mcp.TOOLS_CALL:
-            return None
-        policy = self.policies.for_tool(self.backend.name, str(params.get("name", "")))
-        if not extension.declared(caller.capabilities):
-            if policy.mode == "required":
-                raise extension.missing()
-            return None
-        return None if policy.mode == "never" else policy
-
     def task_soon(self, ex: ModernExchange) -> None:
         """The sync budget ran out: the call becomes a task (unless it answers first)."""
         job = asyncio.get_running_loop().create_task(self.to_task(ex))
@@ -448,19 +356,3 @@ class ModernEra:
     def close(self) -> None:
         self.parked.close()
         self.listeners.close()
-
-
-def _header(request: web.Request, name: str) -> str | None:
-    value = request.headers.get(name)
-    return value.strip() if value is not None else None
-
-
-def _decoded(value: str | None, header: str = mcp.H_NAME) -> str | None:
-    """spec 2026-07-28 Streamable HTTP, Value Encoding: `=?base64?...?=` carries UTF-8."""
-    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
-        return value
-    try:
-        return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        raise errors.HeaderMismatch(f"Header mismatch: {header} is not valid base64"
-                                    ) from None

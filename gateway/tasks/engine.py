@@ -19,9 +19,8 @@ the small `UpstreamCall` protocol declared below.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
@@ -29,12 +28,9 @@ from gateway.observability import log, owner_hash
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.model import Status, Task, new_id
-from gateway.tasks.policy import Policy
+from gateway.tasks.policy import Policy, PollAdvisor
 from gateway.tasks.store import ResultTooLarge, TaskStore
 
-POLL_FLOOR_MS = 250  # never suggest polling faster than this
-POLL_CEILING_MS = 30_000
-HISTORY = 20  # durations remembered per tool
 Watcher = Callable[[Task], None]
 Relay = Callable[[Message], None]
 
@@ -124,14 +120,35 @@ class TaskRun:
         pass  # the call goes on without it, and fails by itself if it must
 
 
+class Watchers:
+    """Who wants to hear of a task's changes (core links, listen streams), by task id."""
+
+    def __init__(self) -> None:
+        self._by_task: defaultdict[str, set[Watcher]] = defaultdict(set)
+
+    def watch(self, task_id: str, fn: Watcher) -> None:
+        self._by_task[task_id].add(fn)
+
+    def unwatch(self, task_id: str, fn: Watcher) -> None:
+        fns = self._by_task.get(task_id)
+        if fns is not None:
+            fns.discard(fn)
+            if not fns:
+                del self._by_task[task_id]
+
+    def tell(self, task: Task) -> None:
+        for fn in list(self._by_task.get(task.id, ())):
+            fn(task)
+
+
 class TaskEngine:
     def __init__(self, store: TaskStore, counters: Counter[str] | None = None) -> None:
         self._store = store
         self.counters: Counter[str] = counters if counters is not None else Counter()
         self.runs: dict[str, TaskRun] = {}
         self.asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
-        self.watchers: defaultdict[str, set[Watcher]] = defaultdict(set)
-        self.durations: defaultdict[str, deque[float]] = defaultdict(lambda: deque(maxlen=HISTORY))
+        self.watchers = Watchers()
+        self.poll = PollAdvisor()
         self._background: set[asyncio.Task[Any]] = set()
 
     # -- creating -----------------------------------------------------------------------------
@@ -140,7 +157,7 @@ class TaskEngine:
         """A new working task, in the store before anyone hears of it (spec: a task MUST
         be retrievable once CreateTaskResult is sent). StoreFull when a bound is hit."""
         task = Task(new_id(), owner, tool, dialect, policy.ttl(requested_ttl),
-                    self.suggest_poll_ms(tool, policy.poll_interval_ms), upstream=upstream,
+                    self.poll.suggest(tool, policy.poll_interval_ms), upstream=upstream,
                     created_at=time.time())
         await self._store.create(task)
         return task
@@ -172,16 +189,6 @@ class TaskEngine:
         for msg in pending:
             run.on_message(msg)
         return run
-
-    def suggest_poll_ms(self, tool: str, configured: int) -> int:
-        """From the policy until a tool has history; then a quarter of its median duration,
-        within [POLL_FLOOR_MS, POLL_CEILING_MS]: fast tools are polled soon, slow ones
-        less often."""
-        seen = self.durations.get(tool)
-        if not seen or len(seen) < 3:
-            return configured
-        median_ms = statistics.median(seen) * 1000
-        return int(min(POLL_CEILING_MS, max(POLL_FLOOR_MS, median_ms / 4)))
 
     # -- finding ------------------------------------------------------------------------------
     async def find(self, task_id: Any, owner: str) -> Task:
@@ -261,7 +268,7 @@ class TaskEngine:
         run.dirty = True
         if run.flusher is None:
             run.flusher = self._spawn(self._flush(run))
-        self._tell(run.task)
+        self.watchers.tell(run.task)
 
     async def _flush(self, run: TaskRun) -> None:
         try:
@@ -347,29 +354,14 @@ class TaskEngine:
         self.runs.pop(task.id, None)
         duration = time.monotonic() - run.started
         if task.status is not Status.CANCELLED:
-            self.durations[task.tool].append(duration)
+            self.poll.record(task.tool, duration)
         if run.done is not None:
             run.done()
         self.counters[f"tasks.{task.status}"] += 1
         log.info(f"task.{task.status}", task=task.id, tool=task.tool, upstream=task.upstream,
                  owner=owner_hash(task.owner), duration_s=round(duration, 3))
         run.ended.set_result(task)
-        self._tell(task)
-
-    # -- watchers -----------------------------------------------------------------------------
-    def watch(self, task_id: str, fn: Watcher) -> None:
-        self.watchers[task_id].add(fn)
-
-    def unwatch(self, task_id: str, fn: Watcher) -> None:
-        fns = self.watchers.get(task_id)
-        if fns is not None:
-            fns.discard(fn)
-            if not fns:
-                del self.watchers[task_id]
-
-    def _tell(self, task: Task) -> None:
-        for fn in list(self.watchers.get(task.id, ())):
-            fn(task)
+        self.watchers.tell(task)
 
     # -- housekeeping -------------------------------------------------------------------------
     async def sweep(self) -> int:

@@ -4,12 +4,18 @@ order written; each level overrides the defaults field by field."""
 
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from cachetools import LRUCache
 
 from gateway.settings import TaskPolicy, TaskPolicyOverride, Tasks
+
+POLL_FLOOR_MS = 250  # never suggest polling faster than this
+POLL_CEILING_MS = 30_000
+HISTORY = 20  # durations remembered per tool
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,4 +66,24 @@ def _match(tools: dict[str, TaskPolicyOverride], tool: str) -> TaskPolicyOverrid
     return next((o for pattern, o in tools.items() if fnmatchcase(tool, pattern)), None)
 
 
-__all__ = ["Policies", "Policy", "TaskPolicy"]
+class PollAdvisor:
+    """Poll intervals learned from how long each tool's tasks take."""
+
+    def __init__(self) -> None:
+        self.durations: defaultdict[str, deque[float]] = defaultdict(lambda: deque(maxlen=HISTORY))
+
+    def record(self, tool: str, seconds: float) -> None:
+        self.durations[tool].append(seconds)
+
+    def suggest(self, tool: str, configured: int) -> int:
+        """From the policy until a tool has history; then a quarter of its median duration,
+        within [POLL_FLOOR_MS, POLL_CEILING_MS]: fast tools are polled soon, slow ones
+        less often."""
+        seen = self.durations.get(tool)
+        if not seen or len(seen) < 3:
+            return configured
+        median_ms = statistics.median(seen) * 1000
+        return int(min(POLL_CEILING_MS, max(POLL_FLOOR_MS, median_ms / 4)))
+
+
+__all__ = ["Policies", "Policy", "PollAdvisor", "TaskPolicy"]

@@ -224,15 +224,6 @@ class Connection:
         except UpstreamError as exc:
             call.sink.on_response(exc.to_message(call.client_id))
 
-    def hold_call(self, call: Call) -> None:
-        self.calls.hold_call(call)
-
-    def drop_call(self, call: Call) -> None:
-        self.calls.drop(call)
-
-    def new_asked_id(self) -> str:
-        return self.calls.new_asked_id()
-
     def cancel(self, call: Call, reason: str) -> None:
         """spec (cancellation): tell the upstream; a late response is then dropped here."""
         self.wire.forget(call)

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.upstream.correlator import Call, Host, Owner, Sink
+from gateway.upstream.correlator import Call, Correlator, Host, Owner, Sink
 
 VERSION = mcp.MODERN_VERSIONS[0]
 RELISTEN_S = 1.0  # before opening the listen stream again after the server ended it
@@ -54,13 +54,9 @@ class Driver(Host, Protocol):
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
                 headers: dict[str, str] | None = None, follow_task: bool = False) -> Call: ...
 
+    calls: Correlator
+
     def resend(self, call: Call, method: str, params: dict[str, Any]) -> None: ...
-
-    def hold_call(self, call: Call) -> None: ...
-
-    def drop_call(self, call: Call) -> None: ...
-
-    def new_asked_id(self) -> str: ...
 
     def cancel(self, call: Call, reason: str) -> None: ...
 
@@ -240,9 +236,9 @@ class ModernWire:
             return False
         assert owner is not None
         this = Round(call, result.get("requestState"), set(requests))
-        self.conn.hold_call(call)
+        self.conn.calls.hold_call(call)
         for key, request in requests.items():
-            asked_id = self.conn.new_asked_id()
+            asked_id = self.conn.calls.new_asked_id()
             self.rounds[asked_id] = (this, key)
             owner.expect_reply(asked_id, self.conn)
             ask_params = dict(request.get("params") or {})
@@ -261,7 +257,7 @@ class ModernWire:
         result = msg.get("result")
         if not isinstance(result, dict):  # the client refused: so does the call
             self.forget(this.call)
-            self.conn.drop_call(this.call)
+            self.conn.calls.drop(this.call)
             this.call.sink.on_response(jsonrpc.error(
                 this.call.client_id, jsonrpc.INTERNAL_ERROR,
                 f"the client did not answer the server's input request {key!r}",

@@ -44,7 +44,7 @@ async def running(engine: TaskEngine, ttl_ms: int = 60_000, timeout_ms: int | No
     """A started task, its fake call, and what its watcher was told."""
     task = await engine.create("me", "slow", "extension", "fake", policy(ttl_ms), None)
     call, told = FakeCall(), []
-    engine.watch(task.id, lambda t: told.append(t.copy()))
+    engine.watchers.watch(task.id, lambda t: told.append(t.copy()))
     engine.start(task, call, timeout_ms=timeout_ms, **start)
     return task, call, told
 
@@ -138,7 +138,8 @@ async def test_expiry_tells_a_waiting_watcher(store: MemoryStore) -> None:
     engine = TaskEngine(store)
     task, _, told = await running(engine, ttl_ms=30)
     waiter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
-    engine.watch(task.id, lambda t: t.terminal and not waiter.done() and waiter.set_result(t))
+    engine.watchers.watch(task.id,
+                          lambda t: t.terminal and not waiter.done() and waiter.set_result(t))
     ended = await asyncio.wait_for(waiter, 2)
     assert ended.status is Status.FAILED and "expired" in (ended.status_message or "")
     assert told[-1].status is Status.FAILED

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.settings import Tasks
 from gateway.tasks.model import TRANSITIONS, InvalidTransition, Status, Task, iso, new_id
-from gateway.tasks.policy import Policies
+from gateway.tasks.policy import Policies, PollAdvisor
 from gateway.tasks.store import ResultTooLarge, StoreFull
 from gateway.tasks.store.memory import MemoryStore
 
@@ -190,15 +190,16 @@ def test_policy_by_name_glob_and_upstream() -> None:
 
 
 def test_poll_interval_learns_from_durations() -> None:
-    from gateway.tasks.engine import TaskEngine
-
-    engine = TaskEngine(MemoryStore(10, 10, 100, 1000))
-    assert engine.suggest_poll_ms("t", 1000) == 1000  # no history: the policy's value
-    engine.durations["t"].extend([0.1, 0.1])
-    assert engine.suggest_poll_ms("t", 1000) == 1000  # too little history still
-    engine.durations["t"].append(0.1)
-    assert engine.suggest_poll_ms("t", 1000) == 250  # quick tool: the floor, never below
-    engine.durations["slow"].extend([8.0, 12.0, 10.0])
-    assert engine.suggest_poll_ms("slow", 1000) == 2500  # a quarter of the median
-    engine.durations["slower"].extend([600.0] * 3)
-    assert engine.suggest_poll_ms("slower", 1000) == 30_000  # capped
+    poll = PollAdvisor()
+    assert poll.suggest("t", 1000) == 1000  # no history: the policy's value
+    poll.record("t", 0.1)
+    poll.record("t", 0.1)
+    assert poll.suggest("t", 1000) == 1000  # too little history still
+    poll.record("t", 0.1)
+    assert poll.suggest("t", 1000) == 250  # quick tool: the floor, never below
+    for seconds in (8.0, 12.0, 10.0):
+        poll.record("slow", seconds)
+    assert poll.suggest("slow", 1000) == 2500  # a quarter of the median
+    for _ in range(3):
+        poll.record("slower", 600.0)
+    assert poll.suggest("slower", 1000) == 30_000  # capped

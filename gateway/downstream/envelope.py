@@ -1,0 +1,130 @@
+"""The modern era's per-request envelope (spec 2026-07-28 basic: General fields; Streamable
+HTTP: Standard Headers, Value Encoding, Custom Headers): its checks against the body, each
+with the spec's error, and the `Caller` a valid request stands for.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from aiohttp import web
+
+from gateway import errors
+from gateway.downstream.http import PRINCIPAL
+from gateway.protocol import mcp
+from gateway.protocol.jsonrpc import Message
+from gateway.tasks.dialects import extension
+from gateway.upstream.catalogue import Catalogue
+from gateway.upstream.correlator import Host
+
+
+class Caller:
+    """The `Owner` of one modern request: what its `_meta` declared, nothing remembered."""
+
+    __slots__ = ("capabilities", "key", "level", "log_level", "principal")
+    modern = True  # a modern-only upstream's input_required rounds reach it as they are
+
+    def __init__(self, principal: str, capabilities: dict[str, Any], log_level: Any) -> None:
+        # The owner is the auth context (DESIGN.md): requests of one never guess across to
+        # another's. Capabilities stay per request.
+        self.key = f"modern:{principal}"
+        self.principal = principal
+        self.capabilities = capabilities
+        self.level = log_level if log_level in mcp.LOG_LEVELS else None  # as asked
+        self.log_level = (mcp.LOG_LEVELS.index(log_level) if log_level in mcp.LOG_LEVELS
+                          else None)
+
+    def accepts(self, method: str) -> bool:
+        cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
+        return cap is not None and cap in self.capabilities
+
+    def deliver(self, msg: Message) -> None:
+        pass  # a modern client receives nothing outside its requests' own streams
+
+    def expect_reply(self, asked_id: str, host: Host) -> None:
+        pass  # answers come back as inputResponses, matched by the parked call
+
+    def is_subscribed(self, uri: str) -> bool:
+        return False
+
+
+def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:
+    """The caller of a modern request whose envelope and headers agree with its body;
+    the spec's error for the first thing that does not."""
+    params = msg.get("params")
+    if params is not None and not isinstance(params, dict):
+        raise errors.InvalidParams("Invalid params: params must be an object")
+    meta = (params or {}).get("_meta")
+    if not isinstance(meta, dict) or not isinstance(meta.get(mcp.META_VERSION), str):
+        raise errors.InvalidParams(f"Invalid params: _meta[{mcp.META_VERSION!r}] is "
+                                   "required on every request")
+    version = meta[mcp.META_VERSION]
+    header = _header(request, mcp.H_PROTOCOL)
+    if header != version:
+        raise errors.HeaderMismatch(
+            f"Header mismatch: {mcp.H_PROTOCOL} {header!r} does not match the body's "
+            f"protocol version {version!r}")
+    if version not in mcp.MODERN_VERSIONS:
+        raise errors.UnsupportedModernVersion(
+            "Unsupported protocol version", {"supported": list(mcp.SUPPORTED_VERSIONS),
+                                             "requested": version})
+    caps = meta.get(mcp.META_CAPABILITIES)
+    if not isinstance(caps, dict):
+        raise errors.InvalidParams(f"Invalid params: _meta[{mcp.META_CAPABILITIES!r}] is "
+                                   "required on every request")
+    method = msg["method"]
+    if _header(request, mcp.H_METHOD) != method:
+        raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_METHOD} does not match the "
+                                    f"body's method {method!r}")
+    if method not in mcp.MODERN_METHODS and method not in extension.METHODS:
+        raise errors.MethodNotFound(f"Method not found: {method}")
+    field = mcp.NAME_FIELD.get(method)
+    header_name = _header(request, mcp.H_NAME)
+    # The tasks extension's own rule: a Mcp-Name that disagrees with taskId is refused;
+    # like the SDK's reference server, an absent one is let through (clients in use
+    # today, FastMCP among them, do not send it on tasks/*).
+    if field is not None and not (header_name is None and method in extension.METHODS):
+        named = (params or {}).get(field)
+        if _decoded(header_name) != named:
+            raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_NAME} does not match "
+                                        f"the body's {field} {named!r}")
+    if method == mcp.TOOLS_CALL:
+        _check_param_headers(request, params or {}, catalogue)
+    return Caller(request.get(PRINCIPAL, "anonymous"), caps, meta.get(mcp.META_LOG_LEVEL))
+
+
+def _check_param_headers(request: web.Request, params: dict[str, Any], catalogue: Catalogue
+                         ) -> None:
+    """spec 2026-07-28 Streamable HTTP, Server Behavior for Custom Headers: each argument
+    the tool mirrors in an `Mcp-Param-*` header must be there and match the body (known
+    from the upstream's tools/list; unknown ones are only passed on)."""
+    wanted = catalogue.param_headers.get(str(params.get("name")))
+    for path, part in (wanted or {}).items():
+        value: Any = params.get("arguments")
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        name = mcp.H_PARAM + part
+        raw = _header(request, name)
+        if raw is None and value is None:
+            continue
+        if raw is None or _decoded(raw, name) != mcp.header_text(value):
+            raise errors.HeaderMismatch(f"Header mismatch: {name} does not match the "
+                                        f"body's argument {'.'.join(path)!r}")
+
+
+def _header(request: web.Request, name: str) -> str | None:
+    value = request.headers.get(name)
+    return value.strip() if value is not None else None
+
+
+def _decoded(value: str | None, header: str = mcp.H_NAME) -> str | None:
+    """spec 2026-07-28 Streamable HTTP, Value Encoding: `=?base64?...?=` carries UTF-8."""
+    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    try:
+        return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise errors.HeaderMismatch(f"Header mismatch: {header} is not valid base64"
+                                    ) from None

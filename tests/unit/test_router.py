@@ -1,0 +1,164 @@
+"""The router's decisions, per era, from the message, the catalogue and the policy: no HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway import errors, router
+from gateway.protocol import jsonrpc, mcp
+from gateway.router import Kind
+from gateway.settings import Tasks
+from gateway.tasks.dialects import extension
+from gateway.tasks.policy import Policies
+from gateway.upstream.catalogue import Catalogue
+
+POLICIES = Policies(Tasks.model_validate({"tools": {
+    "quick": {"mode": "never"}, "slow": {"mode": "always"}, "must": {"mode": "required"}}}),
+    {})
+TASKS_EXT = {"extensions": {extension.EXTENSION: {}}}
+
+
+def catalogue(own: dict[str, str] | None = None) -> Catalogue:
+    """A catalogue as learned from a 2025-11-25 upstream's tools/list."""
+    cat = Catalogue()
+    tools = [{"name": n, "execution": {"taskSupport": s}} for n, s in (own or {}).items()]
+    cat.learn(jsonrpc.result(1, {"tools": tools}),
+              {"capabilities": {"tasks": {"requests": {"tools": {"call": {}}}}}})
+    return cat
+
+
+def legacy(method: str, params: Any = None, *, core_tasks: bool = True,
+           modern_upstream: bool = False, native: tuple[str, ...] = (),
+           cat: Catalogue | None = None) -> router.Decision:
+    return router.legacy(jsonrpc.request(1, method, params), core_tasks=core_tasks,
+                         modern_upstream=modern_upstream, native_task_ids=set(native),
+                         catalogue=cat or catalogue(),
+                         policy_for=lambda tool: POLICIES.for_tool("main", tool))
+
+
+def modern(method: str, params: Any = None, *, caps: dict[str, Any] | None = None,
+           modern_upstream: bool = False, ours: bool = False,
+           cat: Catalogue | None = None) -> router.Decision:
+    return router.modern(jsonrpc.request(1, method, params),
+                         capabilities=TASKS_EXT if caps is None else caps,
+                         modern_upstream=modern_upstream, gateway_task=ours,
+                         catalogue=cat or catalogue(),
+                         policy_for=lambda tool: POLICIES.for_tool("main", tool))
+
+
+def call(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": {}, **extra}
+
+
+# -- legacy -------------------------------------------------------------------------------------
+def test_legacy_answers_ping_and_passes_the_rest() -> None:
+    assert legacy(mcp.PING) == router.Decision(Kind.ANSWER, result={})
+    assert legacy("resources/read", {"uri": "x"}).kind is Kind.PASS
+    assert legacy(mcp.TOOLS_LIST, core_tasks=False).kind is Kind.PASS  # no core tasks
+
+
+def test_legacy_keeps_log_levels_only_for_a_modern_upstream() -> None:
+    kept = legacy(mcp.SET_LEVEL, {"level": "debug"}, modern_upstream=True)
+    assert (kept.kind, kept.serve, kept.level) == (Kind.ANSWER, "set_level", "debug")
+    bad = legacy(mcp.SET_LEVEL, {"level": "loud"}, modern_upstream=True)
+    assert bad.kind is Kind.REFUSE and isinstance(bad.error, errors.InvalidParams)
+    assert legacy(mcp.SET_LEVEL, {"level": "debug"}).kind is Kind.PASS
+
+
+def test_legacy_counts_subscriptions_with_a_uri() -> None:
+    assert legacy(mcp.SUBSCRIBE, {"uri": "file:///a"}).kind is Kind.SUBSCRIPTION
+    assert legacy(mcp.UNSUBSCRIBE, {"uri": "file:///a"}).kind is Kind.SUBSCRIPTION
+    assert legacy(mcp.SUBSCRIBE, {"uri": 3}).kind is Kind.PASS  # the server's to refuse
+
+
+def test_core_tasks_requests_are_answered_here_unless_the_upstream_runs_the_task() -> None:
+    assert legacy("tasks/get", {"taskId": "t1"}).serve == "tasks"
+    assert legacy("tasks/list").serve == "tasks"
+    assert legacy("tasks/result", {"taskId": "up-1"}, native=("up-1",)).kind is Kind.PASS
+    bad = legacy("tasks/get", [1, 2])
+    assert bad.kind is Kind.REFUSE and bad.error is not None and bad.error.code == -32602
+
+
+def test_core_tools_list_is_augmented_with_task_support() -> None:
+    assert legacy(mcp.TOOLS_LIST) == router.Decision(Kind.AUGMENT, edit="mark_tools")
+
+
+@pytest.mark.parametrize(("params", "kind", "code"), [
+    (call("slow", task={"ttl": 5000}), Kind.TASK, None),
+    (call("auto", task={}), Kind.TASK, None),
+    (call("quick", task={}), Kind.REFUSE, -32601),  # taskSupport forbidden
+    (call("slow", task={"ttl": -1}), Kind.REFUSE, -32602),
+    (call("slow", task=[]), Kind.REFUSE, -32602),
+    (call("must"), Kind.REFUSE, -32601),  # required tools refuse plain calls
+    (call("slow"), Kind.PASS, None),  # the client decides: a plain call is served inline
+])
+def test_core_tool_calls(params: dict[str, Any], kind: Kind, code: int | None) -> None:
+    decision = legacy(mcp.TOOLS_CALL, params)
+    assert decision.kind is kind
+    if code is not None:
+        assert decision.error is not None and decision.error.code == code
+    if kind is Kind.TASK:
+        assert decision.at_once and decision.policy is not None
+        assert decision.ttl == params["task"].get("ttl")
+
+
+def test_core_task_calls_of_the_upstreams_own_tools_pass_with_their_id_noted() -> None:
+    cat = catalogue({"research": "required"})
+    decided = legacy(mcp.TOOLS_CALL, call("research", task={}), cat=cat)
+    assert decided == router.Decision(Kind.AUGMENT, edit="note_native")
+
+
+# -- modern -------------------------------------------------------------------------------------
+def test_modern_answers_discover_and_listen_here() -> None:
+    assert modern(mcp.DISCOVER).serve == "discover"
+    assert modern(mcp.LISTEN, {"notifications": {}}).serve == "listen"
+    assert modern("prompts/get", {"name": "p"}).kind is Kind.PASS
+
+
+def test_modern_tasks_requests_need_the_extension() -> None:
+    refused = modern("tasks/get", {"taskId": "t"}, caps={})
+    assert refused.kind is Kind.REFUSE and refused.error is not None
+    assert refused.error.code == mcp.MISSING_CAPABILITY
+    assert modern("tasks/get", {"taskId": "t"}).serve == "tasks"
+    # On a modern upstream, a task the gateway does not know is the upstream's own.
+    assert modern("tasks/get", {"taskId": "t"}, modern_upstream=True).kind is Kind.PASS
+    assert modern("tasks/get", {"taskId": "t"}, modern_upstream=True, ours=True).serve == "tasks"
+
+
+def test_a_retry_with_request_state_resumes_its_parked_call() -> None:
+    retry = call("ask", requestState="s", inputResponses={})
+    assert modern(mcp.TOOLS_CALL, retry).kind is Kind.MRTR
+    # A modern upstream runs its own rounds: the retry goes to it as it is.
+    assert modern(mcp.TOOLS_CALL, retry, modern_upstream=True).kind is Kind.TASK
+
+
+@pytest.mark.parametrize(("tool", "caps", "kind", "at_once"), [
+    ("auto", TASKS_EXT, Kind.TASK, False),  # inline if done within the sync budget
+    ("slow", TASKS_EXT, Kind.TASK, True),
+    ("must", TASKS_EXT, Kind.TASK, True),
+    ("quick", TASKS_EXT, Kind.PASS, False),
+    ("slow", {}, Kind.PASS, False),  # a client without the extension is served inline
+    ("must", {}, Kind.REFUSE, False),  # ... unless the tool requires a task: -32021
+])
+def test_modern_tool_calls(tool: str, caps: dict[str, Any], kind: Kind, at_once: bool) -> None:
+    decision = modern(mcp.TOOLS_CALL, call(tool), caps=caps)
+    assert (decision.kind, decision.at_once) == (kind, at_once)
+    if kind is Kind.REFUSE:
+        assert decision.error is not None and decision.error.code == mcp.MISSING_CAPABILITY
+
+
+def test_modern_calls_follow_tools_the_upstream_runs_only_as_tasks() -> None:
+    cat = catalogue({"research": "required", "maybe": "optional"})
+    assert modern(mcp.TOOLS_CALL, call("research"), caps={}, cat=cat).follow
+    assert not modern(mcp.TOOLS_CALL, call("maybe"), caps={}, cat=cat).follow
+
+
+def test_era_detection_and_version_negotiation() -> None:
+    modern_meta = {"_meta": {mcp.META_VERSION: "2026-07-28"}}
+    assert router.is_modern(jsonrpc.request(1, mcp.TOOLS_LIST, modern_meta), None)
+    assert router.is_modern(jsonrpc.request(1, mcp.DISCOVER), None)
+    assert not router.is_modern(jsonrpc.request(1, mcp.INITIALIZE, {}), None)
+    assert router.negotiate("2025-06-18") == "2025-06-18"
+    assert router.negotiate("1999-01-01") == mcp.LATEST_LEGACY

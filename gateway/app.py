@@ -83,8 +83,11 @@ async def readyz(request: web.Request) -> web.Response:
     """200 only when every upstream is connected and initialized."""
     backends = request.app[BACKENDS]
     ready = all(b.ready for b in backends.values())
+    engine = request.app[ENGINE]
     body: dict[str, Any] = {"ready": ready,
                             "upstreams": {n: b.status() for n, b in backends.items()},
+                            "tasks": {"running": len(engine.runs),
+                                      "stored_bytes": engine.stored_bytes()},
                             "counters": dict(request.app[COUNTERS])}
     return json_response(body, 200 if ready else 503)
 

@@ -331,7 +331,15 @@ class TaskEngine:
         """Write the end (compare-and-set), then tell everyone: nobody hears of a result
         the store does not hold."""
         if run.flusher is not None:
-            await run.flusher
+            await asyncio.wait({run.flusher})  # its error, if any, is logged by itself
+        try:
+            final = await self._write_end(run, final)
+        except Exception as exc:  # the store failed: the end is still told, never a hang
+            log.error("task.store_error", task=final.id, error=repr(exc))
+        self._end(run, final)
+        return final
+
+    async def _write_end(self, run: TaskRun, final: Task) -> Task:
         try:
             saved = await self._store.save(final)
         except ResultTooLarge as exc:
@@ -341,7 +349,6 @@ class TaskEngine:
             saved = await self._store.save(final)
         if not saved:  # the store holds another end already (it stays), or forgot the task
             final = await self._store.get(final.id) or final
-        self._end(run, final)
         return final
 
     def _end(self, run: TaskRun, task: Task) -> None:
@@ -365,8 +372,7 @@ class TaskEngine:
 
     # -- housekeeping -------------------------------------------------------------------------
     async def sweep(self) -> int:
-        """Let the store forget finished tasks past their ttl (running ones end by their own
-        timers)."""
+        """The store forgets finished tasks past their ttl (running ones end by timer)."""
         return await self._store.sweep()
 
     def stored_bytes(self) -> int:

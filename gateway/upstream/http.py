@@ -59,9 +59,7 @@ class HttpTransport:
         self.version: str | None = None  # what the handshake settled on
         self.kind = "streamable-http"
         self._http: aiohttp.ClientSession | None = None
-        self._post_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=conf.connect_timeout_ms / 1000,
-            sock_read=conf.read_timeout_ms / 1000 if conf.read_timeout_ms else None)
+        self._stream_timeout, self._post_timeout = _timeouts(conf)
         self._refused: int | None = None  # HTTP status of a refused initialize POST
         self._lost = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -73,10 +71,7 @@ class HttpTransport:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, link: Link) -> None:
         self._link = link
-        # GET streams may be quiet for hours: only connecting has a deadline by default.
-        timeout = aiohttp.ClientTimeout(total=None,
-                                        sock_connect=self.conf.connect_timeout_ms / 1000)
-        self._http = aiohttp.ClientSession(timeout=timeout)
+        self._http = aiohttp.ClientSession(timeout=self._stream_timeout)
         self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.name}")
 
     def status(self) -> dict[str, Any]:
@@ -130,6 +125,7 @@ class HttpTransport:
             # server either: the HTTP+SSE transport, whose GET stream names where to POST.
             await self._open_sse_transport()
             self.version = await self._link.on_up()
+        self.state = "up"
 
     def _on_lost(self) -> None:
         assert self._link is not None
@@ -295,6 +291,15 @@ class HttpTransport:
         if self._link.on_failed(call, error):
             log.warning("upstream.request_failed", upstream=self.name, reason=why,
                         method=_method(data) if data else None)
+
+
+def _timeouts(conf: UpstreamConf) -> tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout]:
+    """For the session's GET streams, which may be quiet for hours (only connecting has a
+    deadline), and for POSTs (`read_timeout_ms` too, when set)."""
+    connect = conf.connect_timeout_ms / 1000
+    read = conf.read_timeout_ms / 1000 if conf.read_timeout_ms else None
+    return (aiohttp.ClientTimeout(total=None, sock_connect=connect),
+            aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read))
 
 
 def _method(data: bytes) -> str | None:

@@ -171,6 +171,7 @@ class StdioTransport:
         await asyncio.wait({up, exited}, return_when=asyncio.FIRST_COMPLETED)
         if up.done():
             up.result()  # UpstreamError when the handshake failed
+            self.state = "up"
             return
         up.cancel()
         with contextlib.suppress(asyncio.CancelledError, UpstreamError):

@@ -42,7 +42,7 @@ class Link(Protocol):
 
 class Transport(Protocol):
     kind: str  # "stdio", "streamable-http" or "http+sse", for /readyz
-    state: str  # starting, initializing, backoff, exited, ... (ready is the connection's)
+    state: str  # starting, initializing, up, backoff, exited, restarting, stopped
     restarts: int
 
     def start(self, link: Link) -> None:

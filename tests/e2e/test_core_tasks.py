@@ -172,6 +172,26 @@ async def test_cancel_while_running_and_after_completion(url, client) -> None:
     assert gone["error"]["code"] == -32800
 
 
+async def test_a_task_outliving_its_ttl_ends_and_lets_go(url, client, http) -> None:
+    """The issue's reproduction: a ttl shorter than the tool. The waiting tasks/result
+    answers at the ttl (it never hangs), the upstream call is cancelled, and the result
+    that would have come is never counted against the store."""
+    c = await session(client, url)
+    before = json.loads((await c.call("cancelled")).message["result"]["content"][0]["text"])
+    task_id = (await as_task(c, "sleep", {"ms": 1500}, {"ttl": 300}))["result"]["task"][
+        "taskId"]
+    answer = await asyncio.wait_for(request(c, "tasks/result", {"taskId": task_id}), 1.2)
+    assert "expired" in answer["error"]["message"]
+    after = json.loads((await c.call("cancelled")).message["result"]["content"][0]["text"])
+    assert len(after) == len(before) + 1  # the upstream got notifications/cancelled
+    gone = await request(c, "tasks/get", {"taskId": task_id})
+    assert gone["error"]["message"] == "Failed to retrieve task: Task has expired"
+    await asyncio.sleep(1.5)  # past the moment the sleep would have answered
+    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+        tasks = (await resp.json())["tasks"]
+    assert tasks == {"running": 0, "stored_bytes": 0}
+
+
 async def test_input_on_the_tasks_result_stream(url, client, http) -> None:
     c = await session(client, url)
     task_id = (await as_task(c, "ask", {"message": "Name?"}))["result"]["task"]["taskId"]

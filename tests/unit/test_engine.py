@@ -171,3 +171,19 @@ async def test_is_error_fails_a_core_task_yet_keeps_its_result(store: MemoryStor
     await settled()
     found = await engine.find(task.id, "me")
     assert found.status is Status.FAILED and found.result == b'{"content":[],"isError":true}'
+
+
+class BrokenStore(MemoryStore):
+    """A store that goes away once tasks are running (a shared store's server, say)."""
+
+    async def save(self, task: Task) -> bool:
+        raise ConnectionError("the store went away")
+
+
+async def test_a_store_that_goes_away_never_leaves_a_watcher_hanging() -> None:
+    engine = TaskEngine(BrokenStore(10, 10, 1000, 1000))
+    _, call, told = await running(engine)
+    call.sink.on_message(jsonrpc.notification("notifications/progress", {"progress": 1}))
+    call.sink.on_response(jsonrpc.result(7, {"content": []}))
+    await settled()
+    assert told[-1].status is Status.COMPLETED and not engine.runs

@@ -1,2 +1,4 @@
-"""The Streamable HTTP server side: request checks (`http`), SSE streams with replay (`sse`),
-legacy sessions (`session`, `legacy`), and the endpoint that picks the era (`endpoint`)."""
+"""The Streamable HTTP server side, carrying out the router's decisions: request checks
+(`http`), the endpoint that picks the era (`endpoint`), the legacy era (`legacy`, `session`,
+`core_tasks`), the modern era (`modern`, `envelope`, `mrtr`, `listen`), and what both share
+(`exchange`, `sse`, `shapes`)."""

@@ -23,10 +23,9 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.router import Decision
 from gateway.tasks.dialects import core, task_id_of
-from gateway.tasks.engine import TaskEngine, watch_progress
+from gateway.tasks.engine import StoreFull, TaskEngine, watch_progress
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
-from gateway.tasks.store import StoreFull
 from gateway.upstream import native_tasks
 from gateway.upstream.connection import IGNORE
 from gateway.upstream.isolation import Backend

@@ -30,9 +30,8 @@ from gateway.protocol.jsonrpc import Message
 from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import extension, task_id_of
-from gateway.tasks.engine import TaskEngine, watch_progress
+from gateway.tasks.engine import StoreFull, TaskEngine, watch_progress
 from gateway.tasks.policy import Policies, Policy
-from gateway.tasks.store import StoreFull
 from gateway.upstream import native_tasks
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Call

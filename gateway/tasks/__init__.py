@@ -1,3 +1,3 @@
-"""Tasks: the neutral task model (`model`), its bounded store (`store`), per-tool policy
-(`policy`). The engine and the wire dialects build on these; nothing here knows HTTP or the
-shape of a task on the wire."""
+"""Tasks: the neutral task record (`model`), the `TaskStore` protocol and its backends
+(`store`), per-tool policy (`policy`), the engine that alone owns the task lifecycle
+(`engine`), and the wire dialects (`dialects`). No HTTP here, and nothing of upstream/."""

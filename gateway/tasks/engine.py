@@ -29,7 +29,7 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.model import Status, Task, new_id
 from gateway.tasks.policy import Policy, PollAdvisor
-from gateway.tasks.store import ResultTooLarge, TaskStore
+from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
 
 Watcher = Callable[[Task], None]
 Relay = Callable[[Message], None]
@@ -403,3 +403,7 @@ def watch_progress(params: dict[str, Any]) -> bool:
 
 def _num(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+__all__ = ["StoreFull", "TaskEngine", "TaskExpired", "TaskNotFound", "TaskRun",
+           "UpstreamCall", "Watchers", "watch_progress"]

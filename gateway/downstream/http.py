@@ -75,6 +75,9 @@ async def read_message(request: web.Request, max_bytes: int
     if kind is None:
         raise errors.InvalidRequest("Invalid Request: not a JSON-RPC 2.0 request, "
                                     "notification or response")
+    if jsonrpc.too_deep(msg):  # checked here, once: the gateway re-serializes what it reads
+        raise errors.InvalidRequest(f"Invalid Request: nested deeper than {jsonrpc.MAX_DEPTH} "
+                                    "levels, more than the gateway forwards")
     return msg, kind
 
 

@@ -176,7 +176,8 @@ class LegacyEra:
             return
         if method == mcp.CANCELLED:
             params = msg.get("params")
-            call = session.calls.get(params.get("requestId")) if isinstance(params, dict) else None
+            request_id = params.get("requestId") if isinstance(params, dict) else None
+            call = session.calls.get(request_id) if jsonrpc.valid_id(request_id) else None
             if call is not None:
                 call.conn.cancel(call, str(params.get("reason") or "cancelled by the client"))
                 call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,

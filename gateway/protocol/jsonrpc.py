@@ -18,6 +18,9 @@ INTERNAL_ERROR: Final = -32603
 REQUEST_CANCELLED: Final = -32800  # the code LSP and most MCP SDKs use for cancellation
 
 Kind = Literal["request", "notification", "response"]
+# Nesting the gateway forwards: orjson writes at most 254 levels (it reads 1024), and the
+# gateway wraps what it forwards in a few levels of its own (results, tasks, SSE).
+MAX_DEPTH: Final = 200
 Message = dict[str, Any]
 
 
@@ -56,15 +59,30 @@ def classify(msg: Any) -> Kind | None:
             return None
         if "id" not in msg:
             return "notification"
-        return "request" if _valid_id(msg["id"]) else None
-    if "id" in msg and ("result" in msg) != ("error" in msg):
-        return "response"
+        return "request" if valid_id(msg["id"]) else None
+    if "id" in msg and ("result" in msg) != ("error" in msg) and (
+            valid_id(msg["id"]) or (msg["id"] is None and "error" in msg)):
+        return "response"  # null only for an error about a request it could not read
     return None
 
 
-def _valid_id(id_: Any) -> bool:
+def valid_id(id_: Any) -> bool:
     # spec (base protocol, Requests): "the ID MUST NOT be null"; strings or integers only.
     return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value` nests objects and arrays deeper than `limit` (strings and numbers,
+    however big, cost nothing here: only containers are visited)."""
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def dumps(msg: Message) -> bytes:

@@ -56,6 +56,17 @@ async def test_a_restarted_server_is_told_its_subscriptions_again(gateway, clien
     assert json.loads(text_of(await mcp.call("subscribed"))) == ["test://a"]
 
 
+async def test_malformed_upstream_lines_are_dropped_alone(gateway, client) -> None:
+    """Issue 11: a server's malformed lines, in the same read as a real answer, are logged
+    and dropped; the answer still reaches its call, and the link keeps serving."""
+    url = await gateway()
+    mcp = client(url)
+    await mcp.initialize({"roots": {}})
+    reply = await asyncio.wait_for(mcp.call("garble"), 5)
+    assert text_of(reply) == "answered after garbage"
+    assert text_of(await mcp.call("echo", {"text": "still here"})) == "still here"
+
+
 async def test_hanging_call_times_out_and_is_cancelled_upstream(gateway, client, http) -> None:
     url = await gateway(upstream={"request_timeout_ms": 300})
     mcp = client(url)

@@ -45,6 +45,25 @@ async def test_notifications_and_responses_get_202(gateway, client) -> None:
     assert reply.status == 202 and reply.raw == b""
 
 
+async def test_a_cancel_naming_no_possible_request_is_ignored(gateway, client) -> None:
+    """Issue 11: a requestId that is an array or object once answered 500."""
+    mcp = client(await gateway())
+    await mcp.initialize()
+    for bad in ([1], {"a": 1}, None):
+        reply = await mcp.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                "params": {"requestId": bad}})
+        assert reply.status == 202
+    assert text_of(await mcp.call("echo", {"text": "still fine"})) == "still fine"
+
+
+async def test_an_answer_nested_too_deep_fails_its_call_with_a_reason(gateway, client) -> None:
+    mcp = client(await gateway())
+    await mcp.initialize()
+    error = (await mcp.call("deep", {"levels": 230})).message["error"]
+    assert error["code"] == -32603 and "nested deeper than 200 levels" in error["message"]
+    assert text_of(await mcp.call("deep", {"levels": 150})).startswith("nested 150")
+
+
 @pytest.mark.parametrize(("data", "code"), [
     (b"{not json", -32700),
     (b"[]", -32600),
@@ -53,6 +72,12 @@ async def test_notifications_and_responses_get_202(gateway, client) -> None:
     (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', -32600),
     (b'{"jsonrpc":"2.0","method":7}', -32600),
     (b'"just a string"', -32600),
+    # Issue 11: once 500s. A response whose id is an object; a request nested deeper than
+    # the gateway can write again (orjson reads 1024 levels and writes 254).
+    (b'{"jsonrpc":"2.0","id":{"a":1},"result":{}}', -32600),
+    (b'{"jsonrpc":"2.0","id":[1],"error":{"code":1,"message":"x"}}', -32600),
+    (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":'
+     + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}}", -32600),
 ])
 async def test_malformed_bodies_get_json_rpc_errors(gateway, client, data, code) -> None:
     mcp = client(await gateway())

@@ -17,7 +17,13 @@ import os
 import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
-         "changed", "touch", "whoami", "cancelled", "params", "ask2", "subscribed"]
+         "changed", "touch", "whoami", "cancelled", "params", "ask2", "subscribed", "garble",
+         "deep"]
+# Lines a broken server might write: JSON-RPC in name only (see the "garble" tool).
+GARBLE = [b'{"jsonrpc":"2.0","id":{"a":1},"result":{}}', b'{"jsonrpc":"2.0","method":null,"id":3}',
+          b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":[1]}}',
+          b'{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":{}}}',
+          b"{not json"]
 out = sys.stdout.buffer
 pending: dict = {}
 cancelled: list = []  # request ids the client cancelled, as this server saw them
@@ -105,6 +111,14 @@ async def call_tool(params: dict) -> dict:
         return text(json.dumps(cancelled))
     if name == "subscribed":
         return text(json.dumps(sorted(subscribed)))
+    if name == "deep":  # structured content nested `levels` deep
+        nested: object = 1
+        for _ in range(int(args.get("levels", 1))):
+            nested = {"a": nested}
+        return {**text(f"nested {args.get('levels')}"), "structuredContent": nested}
+    if name == "garble":  # malformed lines, flushed with the answer in one write
+        out.write(b"".join(line + b"\n" for line in GARBLE))
+        return text("answered after garbage")
     return {"content": [{"type": "text", "text": f"unknown tool {name}"}], "isError": True}
 
 

@@ -20,7 +20,7 @@ from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.upstream import native_tasks, wire
+from gateway.upstream import inbound, native_tasks, wire
 from gateway.upstream.correlator import Call, Correlator, Owner, Sink
 from gateway.upstream.transport import Transport
 
@@ -83,30 +83,15 @@ class Connection:
 
     # -- the transport's Link ------------------------------------------------------------
     def on_message(self, data: bytes | memoryview) -> None:
-        """One message from the server, checked once, here: a malformed one is logged and
-        dropped alone, and nothing further on meets a field of the wrong type."""
+        checked = inbound.check(data, self.name)
+        if checked is None:
+            return  # malformed: logged and dropped alone
         try:
-            msg = jsonrpc.loads(data)
-        except jsonrpc.JSONDecodeError:
-            msg = None
-        kind = jsonrpc.classify(msg)
-        flaw = "not a JSON-RPC 2.0 message" if kind is None else _flaw(msg, kind)
-        if flaw is None and jsonrpc.too_deep(msg):
-            if kind == "response":  # its call is told why, rather than waiting forever
-                msg = jsonrpc.error(msg["id"], jsonrpc.INTERNAL_ERROR, (
-                    f"upstream '{self.name}' answered with JSON nested deeper than "
-                    f"{jsonrpc.MAX_DEPTH} levels, more than the gateway forwards"))
-            else:
-                flaw = f"nested deeper than {jsonrpc.MAX_DEPTH} levels"
-        if flaw is not None:
-            log.warning("upstream.bad_message", upstream=self.name, size=len(data), why=flaw)
-            return
-        try:
-            self._dispatch(msg, kind)
+            self._dispatch(*checked)
         except Exception as exc:  # a bug must not take the rest of the read with it
             log.error("upstream.message_failed", upstream=self.name, error=repr(exc))
 
-    def _dispatch(self, msg: Message, kind: jsonrpc.Kind | None) -> None:
+    def _dispatch(self, msg: Message, kind: jsonrpc.Kind) -> None:
         if kind == "request":
             self.calls.server_request(msg)
         elif kind == "notification":
@@ -285,29 +270,6 @@ class Connection:
         if self.ready:
             with contextlib.suppress(UpstreamError):
                 self.request(jsonrpc.request(0, method, params), None, IGNORE)
-
-
-# Fields the gateway routes on, by notification: each must be a JSON-RPC id (str or int).
-_ID_FIELDS = {mcp.PROGRESS: "progressToken", mcp.CANCELLED: "requestId"}
-
-
-def _flaw(msg: Message, kind: jsonrpc.Kind) -> str | None:
-    """What makes a well-formed JSON-RPC message one the gateway cannot route, if anything
-    (MCP: params are an object; the fields routing reads have the types the spec gives)."""
-    if kind == "response":
-        return None
-    params = msg.get("params")
-    if params is not None and not isinstance(params, dict):
-        return "params is not an object"
-    if kind == "request":
-        return None
-    method, given = msg["method"], params or {}
-    field = _ID_FIELDS.get(method)
-    if field is not None and not jsonrpc.valid_id(given.get(field)):
-        return f"{field} is not a string or an integer"
-    if method == mcp.RESOURCE_UPDATED and not isinstance(given.get("uri"), str):
-        return "uri is not a string"
-    return None
 
 
 class _Ignore:

@@ -134,6 +134,7 @@ class CoreTasks:
         home = session.conn
         try:
             conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
+            await conn.reachable()
             call = conn.request(msg, session, IGNORE, headers)
         except errors.UpstreamError as exc:
             await self.engine.discard(task)

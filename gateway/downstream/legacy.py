@@ -126,6 +126,7 @@ class LegacyEra:
             conn = await self.backend.for_request(session.conn, session, msg["method"])
         except UpstreamError as exc:
             return json_response(exc.to_message(client_id))
+        await conn.reachable()
         try:
             call = conn.request(msg, session, ex, headers)
         except UpstreamError as exc:

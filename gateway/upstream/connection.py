@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from gateway import __version__
@@ -23,6 +23,8 @@ from gateway.protocol.jsonrpc import Message
 from gateway.upstream import inbound, native_tasks, wire
 from gateway.upstream.correlator import Call, Correlator, Owner, Sink
 from gateway.upstream.transport import Transport
+
+CONNECTING = frozenset({"starting", "initializing", "restarting"})  # transport states
 
 
 class Connection:
@@ -61,9 +63,12 @@ class Connection:
     def in_flight(self) -> int:
         return len(self.calls.calls)
 
-    @property
-    def subscriptions(self) -> Counter[str]:
-        return self.calls.subscriptions
+    async def reachable(self) -> None:
+        """A call that arrives while the link (re)connects waits for it (startup_timeout_ms
+        at most); one that arrives while it backs off after failures is failed at once."""
+        if not self.ready and self.transport.state in CONNECTING:
+            with contextlib.suppress(UpstreamError):
+                await self.wait_ready()
 
     async def wait_ready(self, timeout_s: float | None = None) -> None:
         """Wait until initialized; UpstreamError if that takes longer than `timeout_s`."""
@@ -82,20 +87,20 @@ class Connection:
                 "era": self.wire.era, **self.transport.status()}
 
     # -- the transport's Link ------------------------------------------------------------
-    def on_message(self, data: bytes | memoryview) -> None:
+    def on_message(self, data: bytes | memoryview, via: Call | None = None) -> None:
         checked = inbound.check(data, self.name)
         if checked is None:
             return  # malformed: logged and dropped alone
         try:
-            self._dispatch(*checked)
+            self._dispatch(*checked, via)
         except Exception as exc:  # a bug must not take the rest of the read with it
             log.error("upstream.message_failed", upstream=self.name, error=repr(exc))
 
-    def _dispatch(self, msg: Message, kind: jsonrpc.Kind) -> None:
+    def _dispatch(self, msg: Message, kind: jsonrpc.Kind, via: Call | None) -> None:
         if kind == "request":
-            self.calls.server_request(msg)
+            self.calls.server_request(msg, via)
         elif kind == "notification":
-            self._on_notification(msg)
+            self._on_notification(msg, via)
         else:
             self._on_response(msg)
 
@@ -108,7 +113,7 @@ class Connection:
         msg["id"] = call.client_id
         call.sink.on_response(msg)
 
-    def _on_notification(self, msg: Message) -> None:
+    def _on_notification(self, msg: Message, via: Call | None) -> None:
         method, params = msg["method"], msg.get("params")
         if isinstance(params, dict):
             if method == mcp.PROGRESS:
@@ -116,7 +121,7 @@ class Connection:
                 return
             if self.wire.swallowed(params, method):
                 return
-        self.calls.notification(msg)
+        self.calls.notification(msg, via)
 
     async def on_up(self) -> str:
         """initialize; if the server refuses it, the modern probe; UpstreamError when
@@ -126,11 +131,11 @@ class Connection:
             return wire.VERSION
         return self._initialized(reply)
 
-    def on_lost(self, error: UpstreamError) -> None:
+    def on_lost(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
         self.init_result = None
         self._ready.clear()
         self.counters["upstream.exits"] += 1  # the process exited or the session ended
-        self.calls.fail_all(error)
+        self.calls.fail_all(error, keep)
         self.wire.reset()
 
     def on_failed(self, call: Call, error: UpstreamError) -> bool:
@@ -179,7 +184,7 @@ class Connection:
         self.transport.write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)), None,
                              {mcp.H_PROTOCOL: str(version)})
         self._become_ready(result)
-        for uri in self.subscriptions:  # a restarted server knows none of its watchers' URIs
+        for uri in self.calls.subscriptions:  # a restarted server knows none of its watchers' URIs
             self.send_own(mcp.SUBSCRIBE, {"uri": uri})
         return str(version)
 

@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -217,12 +217,15 @@ class Correlator:
         self.subscriptions.pop(uri, None)
         return True
 
-    def fail_all(self, error: UpstreamError) -> None:
-        """Answer every call in flight with `error` (the link died or is going away)."""
-        calls, self.calls = self.calls, {}
+    def fail_all(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
+        """Answer every call in flight with `error` (the link died or is going away), but
+        those in `keep` (to be sent again)."""
+        calls = self.calls
+        self.calls = {uid: c for uid, c in calls.items() if c in keep}
         self._asked.clear()
         for call in calls.values():
-            call.sink.on_response(error.to_message(call.client_id))
+            if call not in keep:
+                call.sink.on_response(error.to_message(call.client_id))
 
     # -- upstream -> downstream ------------------------------------------------------------
     def response(self, msg: Message) -> Call | None:
@@ -236,9 +239,9 @@ class Correlator:
             params["progressToken"] = call.progress_token
             call.sink.on_message(msg)
 
-    def notification(self, msg: Message) -> None:
+    def notification(self, msg: Message, via: Call | None = None) -> None:
         """A notification that is not progress: broadcast, or to the one owner it can be
-        for."""
+        for (the call on whose stream it came, if any)."""
         method, params = msg["method"], msg.get("params")
         if method.endswith("/list_changed"):
             self._broadcast(msg, lambda _owner: True)
@@ -248,7 +251,7 @@ class Correlator:
         elif method == mcp.CANCELLED and isinstance(params, dict):
             self._forward_cancel(msg, params)
         else:  # logging and anything else: to the one owner it can belong to
-            target = self._target()
+            target = self._came_with(via) or self._target()
             if target is not None:
                 _deliver(target, msg)
             elif not self.calls:
@@ -256,12 +259,14 @@ class Correlator:
             else:
                 self.counters["upstream.unroutable_notifications"] += 1
 
-    def server_request(self, msg: Message) -> None:
+    def server_request(self, msg: Message, via: Call | None = None) -> None:
+        """A server's request of a client: to the call on whose stream it came (exact),
+        else to the one call or owner it can belong to (never guessed)."""
         method = msg["method"]
         if method == mcp.PING:
             self.quietly(jsonrpc.result(msg["id"], {}))
             return
-        target = self._target()
+        target = self._came_with(via) or self._target()
         if target is None:
             self._unroutable(msg)
             return
@@ -305,6 +310,12 @@ class Correlator:
                 params["requestId"] = asked_id
                 owner.deliver(msg)
                 return
+
+    def _came_with(self, via: Call | None) -> Call | None:
+        """The call a message's stream belongs to, while it is a client's and in flight."""
+        if via is None or via.owner is None or self.calls.get(via.upstream_id) is not via:
+            return None
+        return via
 
     def _target(self) -> Call | Owner | None:
         """The call (or owner) an unlabelled upstream message can only belong to, if any.

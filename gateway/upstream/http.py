@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -49,8 +49,7 @@ class HttpTransport:
     def __init__(self, name: str, conf: UpstreamConf, restart: bool = True) -> None:
         assert conf.url is not None
         self.name = name
-        self.state = "starting"
-        self.restarts = 0
+        self.state, self.restarts = "starting", 0
         self.conf = conf
         self.url = conf.url
         self.post_url = conf.url  # the HTTP+SSE transport names its own
@@ -66,6 +65,7 @@ class HttpTransport:
         self._task: asyncio.Task[None] | None = None
         self._stream: asyncio.Task[None] | None = None  # the HTTP+SSE transport's stream
         self._posts: dict[int, asyncio.Task[None]] = {}  # by upstream id, to abort them
+        self._resending: set[Call] = set()  # calls to send again on the next session
         self._link: Link | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -86,10 +86,7 @@ class HttpTransport:
             task.cancel()
         if self._http is not None:
             if self.session_id is not None:  # spec: DELETE ends the session
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    async with self._http.delete(self.url, headers=self._headers(),
-                                                 timeout=aiohttp.ClientTimeout(total=2)):
-                        pass
+                await _delete(self._http, self.url, self._headers())
             await self._http.close()
 
     async def _supervise(self) -> None:
@@ -135,7 +132,7 @@ class HttpTransport:
             self._stream = None
         log.warning("upstream.session_lost", upstream=self.name, in_flight=self._link.in_flight)
         self._link.on_lost(UpstreamError(self.name, f"upstream '{self.name}' ended its session",
-                                         "session_lost"))
+                                         "session_lost"), keep=set(self._resending))
 
     # -- the HTTP+SSE transport (2024-11-05) --------------------------------------------------
     async def _open_sse_transport(self) -> None:
@@ -148,15 +145,9 @@ class HttpTransport:
                                 f"{self._refused}) and {exc}", "initialize") from None
         self.kind = "http+sse"
         log.info("upstream.http_sse_transport", upstream=self.name)
-        self._stream = asyncio.create_task(self._pump_sse(resp, events))
-
-    async def _pump_sse(self, resp: aiohttp.ClientResponse,
-                        events: AsyncIterator[tuple[str, bytes]]) -> None:
-        assert self._link is not None
-        try:
-            await sse_client.pump(resp, events, self._link.on_message)
-        finally:
-            self._lost.set()  # this transport's session is its stream
+        # This transport's session is its stream: when it ends, the session is lost.
+        self._stream = asyncio.create_task(sse_client.pump(resp, events,
+                                                           self._link.on_message, self._lost.set))
 
     # -- transport ----------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
@@ -181,22 +172,29 @@ class HttpTransport:
             task.add_done_callback(lambda _: self._posts.pop(uid, None))
 
     def abort(self, call: Call) -> bool:
-        """Close the call's POST stream (spec 2026-07-28 cancellation: what cancels a
-        request on a modern server over HTTP)."""
+        """Close the call's POST stream (spec 2026-07-28: cancels it on a modern server)."""
         post = self._posts.pop(call.upstream_id, None)
         if post is None:
             return False
         post.cancel()
         return True
 
-    async def _post(self, data: bytes, call: Call | None, extra: dict[str, str] | None) -> None:
+    async def _post(self, data: bytes, call: Call | None, extra: dict[str, str] | None,
+                    again: bool = True) -> None:
         assert self._http is not None
         headers = {**extra, **self._headers()} if extra else self._headers()
+        carried = headers.get(mcp.H_SESSION)
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             try:
                 async with self._http.post(self.post_url, data=data, headers=headers,
                                            timeout=self._post_timeout) as resp:
-                    await self._answered(resp, data, call)
+                    if resp.status == 404 and carried is not None:
+                        gone = True
+                    else:
+                        gone = False
+                        await self._answered(resp, data, call)
+                if gone:
+                    await self._again(data, call, extra, carried, again)
                 return
             except aiohttp.ClientConnectorError as exc:  # nothing was sent
                 why = f"cannot connect: {exc}"
@@ -214,11 +212,30 @@ class HttpTransport:
                     break
         self._failed(data, call, why)
 
+    async def _again(self, data: bytes, call: Call | None, extra: dict[str, str] | None,
+                     carried: str, again: bool) -> None:
+        """spec (Session Management): a 404 to a request that carried the session id means
+        the server forgot the session and did not process the request: the transport starts
+        a new session, and the request goes once more (its call kept meanwhile)."""
+        if self.session_id == carried:
+            self._lost.set()
+        if call is None or not again or self._link is None:
+            self._failed(data, call, "the server lost the session again")
+            return
+        self._resending.add(call)
+        try:
+            await _until(lambda: self.state == "up" and self.session_id != carried,
+                         self.conf.startup_timeout_ms / 1000)
+        except TimeoutError:
+            self._failed(data, call, "the session was lost and no new one began in time")
+            return
+        finally:
+            self._resending.discard(call)
+        if self._link.pending(call):
+            await self._post(data, call, extra, again=False)
+
     async def _answered(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None
                         ) -> None:
-        if resp.status == 404 and self.session_id is not None:
-            self._lost.set()  # spec: 404 means the session is gone
-            return
         sid = resp.headers.get(mcp.H_SESSION)
         if sid and self.session_id is None:
             self.session_id = sid
@@ -227,21 +244,16 @@ class HttpTransport:
             if resp.status < 500 and self.state == "initializing":
                 self._refused = resp.status
             if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
-                self._link.on_message(await resp.read())
+                self._link.on_message(await resp.read(), call)
             self._failed(data, call, f"HTTP {resp.status}")
-        elif resp.content_type == mcp.CT_SSE:
+        elif resp.content_type == mcp.CT_SSE:  # a POST's stream: what comes on it is its call's
             reader = EventReader()
-            await self._read(reader, resp)
+            await sse_client.read(reader, resp, self._link.on_message, call)
             await self._resume(reader, call)
         elif resp.content_type == mcp.CT_JSON:
-            self._link.on_message(await resp.read())
+            self._link.on_message(await resp.read(), call)
         # else 202 (a notification or response was accepted), or the HTTP+SSE transport,
         # whose answers come on its stream
-
-    async def _read(self, reader: EventReader, resp: aiohttp.ClientResponse) -> None:
-        assert self._link is not None
-        async for _, data in reader.events(resp):
-            self._link.on_message(data)
 
     async def _resume(self, reader: EventReader, call: Call | None) -> None:
         """spec (Resumability): a stream that ended before the answer is picked up again with
@@ -254,33 +266,24 @@ class HttpTransport:
             attempts += 1
             await asyncio.sleep(reader.retry_s)
             assert self._http is not None
-            headers = {**self._headers(), "Accept": mcp.CT_SSE,
-                       mcp.H_LAST_EVENT: reader.last_id}
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with self._http.get(self.url, headers=headers) as resp:
-                    if resp.status == 200:
-                        await self._read(reader, resp)
+            await sse_client.follow(self._http, self.url, self._headers(), reader,
+                                    self._link.on_message, call)
 
     async def _listen(self) -> None:
         """The GET stream: the server's messages that belong to no POST (resumed with
         Last-Event-ID after a drop)."""
         if self.kind != "streamable-http":
             return  # the HTTP+SSE stream is read since initialize
-        assert self._http is not None
+        assert self._http is not None and self._link is not None
         reader = EventReader()
         while True:
-            headers = {**self._headers(), "Accept": mcp.CT_SSE}
-            if reader.last_id is not None:
-                headers[mcp.H_LAST_EVENT] = reader.last_id
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with self._http.get(self.url, headers=headers) as resp:
-                    if resp.status == 405:
-                        return  # the server offers no GET stream (spec allows it)
-                    if resp.status == 404:
-                        self._lost.set()
-                        return
-                    if resp.status == 200:
-                        await self._read(reader, resp)
+            status = await sse_client.follow(self._http, self.url, self._headers(), reader,
+                                             self._link.on_message, None)
+            if status == 405:
+                return  # the server offers no GET stream (spec allows it)
+            if status == 404:
+                self._lost.set()
+                return
             await asyncio.sleep(reader.retry_s)
 
     def _failed(self, data: bytes, call: Call | None, why: str) -> None:
@@ -291,6 +294,22 @@ class HttpTransport:
         if self._link.on_failed(call, error):
             log.warning("upstream.request_failed", upstream=self.name, reason=why,
                         method=_method(data) if data else None)
+
+
+async def _until(holds: Callable[[], bool], timeout_s: float) -> None:
+    """Wait until `holds()`, looking every 20 ms; TimeoutError after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not holds():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError
+        await asyncio.sleep(0.02)
+
+
+async def _delete(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> None:
+    """End an upstream session, best effort (two seconds at most)."""
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        async with http.delete(url, headers=headers, timeout=aiohttp.ClientTimeout(total=2)):
+            pass
 
 
 def _timeouts(conf: UpstreamConf) -> tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout]:

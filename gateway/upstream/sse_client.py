@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 from urllib.parse import urljoin
 
 import aiohttp
@@ -44,6 +45,30 @@ class EventReader:
                 self.retry_s = int(value) / 1000
 
 
+async def read(reader: EventReader, resp: aiohttp.ClientResponse,
+               on_message: Callable[[bytes, Any], None], via: Any) -> None:
+    """Every message of one stream to `on_message`, with the call it belongs to (`via`)."""
+    async for _, data in reader.events(resp):
+        on_message(data, via)
+
+
+async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str],
+                 reader: EventReader, on_message: Callable[[bytes, Any], None], via: Any
+                 ) -> int | None:
+    """GET `url` as an event stream, resumed after the reader's last event id, and read it
+    to its end; the HTTP status, or None when the connection failed."""
+    wanted = {**headers, "Accept": mcp.CT_SSE}
+    if reader.last_id is not None:
+        wanted[mcp.H_LAST_EVENT] = reader.last_id
+    try:
+        async with http.get(url, headers=wanted) as resp:
+            if resp.status == 200:
+                await read(reader, resp, on_message, via)
+            return resp.status
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+
+
 async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
                         ) -> tuple[aiohttp.ClientResponse, AsyncIterator[tuple[str, bytes]], str]:
     """The HTTP+SSE stream, its events, and the URL its endpoint event names; ValueError
@@ -64,8 +89,8 @@ async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[
 
 
 async def pump(resp: aiohttp.ClientResponse, events: AsyncIterator[tuple[str, bytes]],
-               on_message: Callable[[bytes], None]) -> None:
-    """Every message event of the stream to `on_message`, until it ends."""
+               on_message: Callable[[bytes], None], on_end: Callable[[], None]) -> None:
+    """Every message event of the stream to `on_message` until it ends; then `on_end`."""
     try:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async for event, data in events:
@@ -73,3 +98,4 @@ async def pump(resp: aiohttp.ClientResponse, events: AsyncIterator[tuple[str, by
                     on_message(data)
     finally:
         resp.release()
+        on_end()

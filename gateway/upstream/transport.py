@@ -8,6 +8,7 @@ nothing of ids, owners or tasks. A new transport (WebSocket, say) is one new mod
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Protocol
 
 from gateway.errors import UpstreamError
@@ -19,16 +20,17 @@ class Link(Protocol):
 
     name: str
 
-    def on_message(self, data: bytes | memoryview) -> None:
-        """One serialized JSON-RPC message from the server."""
+    def on_message(self, data: bytes | memoryview, via: Call | None = None) -> None:
+        """One serialized JSON-RPC message from the server; `via`: the call on whose own
+        stream it came (an HTTP POST's), which a server request there belongs to."""
 
     async def on_up(self) -> str:
         """The transport is connected: the connection's handshake runs (UpstreamError if
         it fails); the protocol version it settled on is returned."""
 
-    def on_lost(self, error: UpstreamError) -> None:
+    def on_lost(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
         """The server went away (the process exited, the session ended): calls in flight
-        fail with `error`."""
+        fail with `error`, but those in `keep`, which the transport will send again."""
 
     def on_failed(self, call: Call, error: UpstreamError) -> bool:
         """One request got no answer; False when its call was answered already."""

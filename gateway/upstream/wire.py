@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 from gateway.protocol import jsonrpc, mcp
@@ -49,7 +48,6 @@ class Driver(Host, Protocol):
     """What a modern wire needs of its connection."""
 
     ready: bool
-    subscriptions: Mapping[str, int]
 
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
                 headers: dict[str, str] | None = None, follow_task: bool = False) -> Call: ...
@@ -152,7 +150,7 @@ class ModernWire:
             return
         params = {"notifications": {
             "toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True,
-            "resourceSubscriptions": sorted(self.conn.subscriptions)}}
+            "resourceSubscriptions": sorted(self.conn.calls.subscriptions)}}
         self.listening = self.conn.request(jsonrpc.request(0, mcp.LISTEN, params), None,
                                            _Listening(self))
 

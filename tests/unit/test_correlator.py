@@ -178,3 +178,15 @@ async def test_a_server_that_refuses_initialize_is_driven_as_modern() -> None:
     sent, headers = transport.written[-1], transport.headers[-1]
     assert sent["params"]["_meta"][mcp.META_VERSION] == "2026-07-28"
     assert headers is not None and headers[mcp.H_METHOD] == mcp.TOOLS_CALL
+
+
+async def test_a_request_on_a_calls_own_stream_goes_to_that_call() -> None:
+    conn, transport = await connect()
+    mine, theirs = Sink(), Sink()
+    asking = conn.request(call("asks"), Owner("a", "elicitation"), mine)
+    conn.request(call("slow"), Owner("b", "elicitation"), theirs)
+    request = jsonrpc.dumps(jsonrpc.request("srv-4", "elicitation/create", {}))
+    conn.on_message(request, via=asking)  # e.g. on the SSE stream of its HTTP POST
+    assert mine.messages[0]["method"] == "elicitation/create" and not theirs.messages
+    conn.on_message(request, via=None)  # the same without a stream: never guessed
+    assert transport.written[-1]["error"]["message"].startswith("the gateway cannot tell")

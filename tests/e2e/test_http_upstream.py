@@ -11,6 +11,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from conftest import free_port, listening, serve_fixture, served, wait_until_ready
 from mcp import Client
 from mcp_http import BASIC, next_event, text_of
@@ -52,86 +53,89 @@ async def test_two_upstreams_behind_one_gateway(gateway, direct_url, client, htt
         "This is a simple text response for testing."
 
 
-async def test_upstream_restart_mid_session(gateway, client, http) -> None:
-    port = free_port()
-    server = serve_fixture(port)
+class SdkServer:
+    """The Python SDK fixture server over its own Streamable HTTP, on a port it keeps
+    across restarts."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc = serve_fixture(self.port)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+    async def restart(self) -> None:
+        """Stopped (if it runs) and started again, without the sessions it had."""
+        self.stop()
+        self.proc = serve_fixture(self.port)
+        await listening(self.port)
+
+
+@pytest.fixture
+async def sdk_server() -> AsyncIterator[SdkServer]:
+    server = SdkServer()
     try:
-        await listening(port)
-        url = await gateway(url=f"http://127.0.0.1:{port}/mcp")
-        mcp = client(url)
-        await mcp.initialize()
-        assert text_of(await mcp.call("test_simple_text")).startswith("This is")
-        server.terminate()
-        server.wait(10)
-        failed = await asyncio.wait_for(mcp.call("test_simple_text"), 10)
-        assert failed.message["error"]["data"]["upstream"] == "main"  # a clear error, no hang
-        server = serve_fixture(port)  # the same server comes back, without the old session
-        await listening(port)
-        await wait_until_ready(url.removesuffix("/mcp"))
-        for _ in range(50):
-            reply = await mcp.call("test_simple_text")
-            if "result" in reply.message:
-                break
-            await asyncio.sleep(0.2)
-        assert text_of(reply).startswith("This is")  # same client session, new upstream one
+        await listening(server.port)
+        yield server
     finally:
-        server.terminate()
-        server.wait(10)
+        server.stop()
 
 
-async def test_a_restarted_upstream_is_reinitialized_and_the_call_sent_again(gateway, client
-                                                                           ) -> None:
+async def test_upstream_restart_mid_session(gateway, client, sdk_server) -> None:
+    url = await gateway(url=sdk_server.url)
+    mcp = client(url)
+    await mcp.initialize()
+    assert text_of(await mcp.call("test_simple_text")).startswith("This is")
+    sdk_server.stop()
+    failed = await asyncio.wait_for(mcp.call("test_simple_text"), 10)
+    assert failed.message["error"]["data"]["upstream"] == "main"  # a clear error, no hang
+    await sdk_server.restart()  # the same server comes back, without the old session
+    await wait_until_ready(url.removesuffix("/mcp"))
+    for _ in range(50):
+        reply = await mcp.call("test_simple_text")
+        if "result" in reply.message:
+            break
+        await asyncio.sleep(0.2)
+    assert text_of(reply).startswith("This is")  # same client session, new upstream one
+
+
+async def test_a_restarted_upstream_is_reinitialized_and_the_call_sent_again(gateway, client,
+                                                                           sdk_server) -> None:
     """Issue 11: the next call after an HTTP upstream lost its session (it restarted) gets
     its answer, not "upstream ended its session": the gateway begins a new upstream session
     and sends the request once more (a 404 means the server did not process it)."""
-    port = free_port()
-    server = serve_fixture(port)
-    try:
-        await listening(port)
-        url = await gateway(url=f"http://127.0.0.1:{port}/mcp")
-        mcp = client(url)
-        await mcp.initialize()
-        assert text_of(await mcp.call("test_simple_text")).startswith("This is")
-        for _ in range(2):  # twice: each restart is handled alike
-            server.terminate()
-            server.wait(10)
-            server = serve_fixture(port)
-            await listening(port)
-            reply = await asyncio.wait_for(mcp.call("test_simple_text"), 15)
-            assert text_of(reply).startswith("This is")  # same client session, new upstream one
-    finally:
-        server.terminate()
-        server.wait(10)
+    mcp = client(await gateway(url=sdk_server.url))
+    await mcp.initialize()
+    assert text_of(await mcp.call("test_simple_text")).startswith("This is")
+    for _ in range(2):  # twice: each restart is handled alike
+        await sdk_server.restart()
+        reply = await asyncio.wait_for(mcp.call("test_simple_text"), 15)
+        assert text_of(reply).startswith("This is")  # same client session, new upstream one
 
 
-async def test_a_request_on_a_posts_stream_goes_to_that_posts_caller(gateway, client, http
-                                                                     ) -> None:
+async def test_a_request_on_a_posts_stream_goes_to_that_posts_caller(gateway, client, http,
+                                                                     sdk_server) -> None:
     """Issue 11: the server's elicitation on a POST's own SSE stream belongs to that POST's
     call, even while another client has a call in flight (routing by the stream is exact;
     without it the gateway could not tell the two apart and refused)."""
-    port = free_port()
-    server = serve_fixture(port)
-    try:
-        await listening(port)
-        url = await gateway(url=f"http://127.0.0.1:{port}/mcp")
-        asker, bystander = client(url), client(url)
-        await asker.initialize({"elicitation": {}})
-        await bystander.initialize({"elicitation": {}})
-        busy = asyncio.create_task(bystander.call("slow_compute", {"seconds": 2}))
-        await asyncio.sleep(0.3)
-        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                "params": {"name": "test_elicitation", "arguments": {"message": "Name?"}}}
-        async with http.post(asker.url, json=body, headers=asker.headers()) as stream:
-            asked = await next_event(stream)
-            assert asked["method"] == "elicitation/create"
-            await asker.send({"jsonrpc": "2.0", "id": asked["id"],
-                              "result": {"action": "accept", "content": {"response": "Ada"}}})
-            final = await next_event(stream)
-        assert final["id"] == 7 and "Ada" in final["result"]["content"][0]["text"]
-        assert text_of(await busy).startswith("computed in 2")
-    finally:
-        server.terminate()
-        server.wait(10)
+    url = await gateway(url=sdk_server.url)
+    asker, bystander = client(url), client(url)
+    await asker.initialize({"elicitation": {}})
+    await bystander.initialize({"elicitation": {}})
+    busy = asyncio.create_task(bystander.call("slow_compute", {"seconds": 2}))
+    await asyncio.sleep(0.3)
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "test_elicitation", "arguments": {"message": "Name?"}}}
+    async with http.post(asker.url, json=body, headers=asker.headers()) as stream:
+        asked = await next_event(stream)
+        assert asked["method"] == "elicitation/create"
+        await asker.send({"jsonrpc": "2.0", "id": asked["id"],
+                          "result": {"action": "accept", "content": {"response": "Ada"}}})
+        final = await next_event(stream)
+    assert final["id"] == 7 and "Ada" in final["result"]["content"][0]["text"]
+    assert text_of(await busy).startswith("computed in 2")
 
 
 async def test_an_unreachable_http_upstream_is_reported_not_hung(gateway, client, http) -> None:

@@ -66,13 +66,15 @@ class McpHttp:
         return h
 
     async def initialize(self, capabilities: dict[str, Any] | None = None,
-                         version: str = "2025-06-18") -> Reply:
+                         version: str = "2025-06-18", headers: dict[str, str] | None = None
+                         ) -> Reply:
+        extra = headers or {}
         reply = await self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": version, "capabilities": capabilities or {},
-            "clientInfo": {"name": "test", "version": "1"}}})
+            "clientInfo": {"name": "test", "version": "1"}}}, **extra)
         self.session_id = reply.headers.get("Mcp-Session-Id")
         self.version = reply.body["result"]["protocolVersion"]
-        await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"}, **extra)
         return reply
 
     async def send(self, msg: Any, *, data: bytes | None = None, **headers: str) -> Reply:

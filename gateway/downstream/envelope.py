@@ -63,9 +63,9 @@ def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:
     version = meta[mcp.META_VERSION]
     header = _header(request, mcp.H_PROTOCOL)
     if header != version:
-        raise errors.HeaderMismatch(
-            f"Header mismatch: {mcp.H_PROTOCOL} {header!r} does not match the body's "
-            f"protocol version {version!r}")
+        said = f"{header!r} does not match" if header is not None else "is missing; it must match"
+        raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_PROTOCOL} {said} the body's "
+                                    f"protocol version {version!r}")
     if version not in mcp.MODERN_VERSIONS:
         raise errors.UnsupportedModernVersion(
             "Unsupported protocol version", {"supported": list(mcp.SUPPORTED_VERSIONS),

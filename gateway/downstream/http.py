@@ -7,7 +7,7 @@ Every refusal is a `GatewayError` raised here, rendered once by `error_response`
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -100,6 +100,18 @@ def _too_large(limit: int) -> errors.PayloadTooLarge:
                                   {"maxBytes": limit})
 
 
+def _undecodable(headers: Mapping[str, str]) -> str | None:
+    """The name of a header whose bytes are not UTF-8 (aiohttp keeps them as surrogate
+    escapes, which cannot be encoded again), if any."""
+    for name, value in headers.items():
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                return name
+    return None
+
+
 class Guard:
     """Origin, CORS and bearer-token checks in front of every route but health probes."""
 
@@ -135,6 +147,12 @@ class Guard:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in self.OPEN_PATHS:
             return await handler(request)
+        if (bad := _undecodable(request.headers)) is not None:
+            # Checked once, here: every later use (a token compare, an error that names a
+            # header, a header forwarded upstream) may assume text. The value is never
+            # echoed: it may be a token.
+            return error_response(errors.InvalidRequest(
+                f"Bad Request: the {bad} header is not valid UTF-8"))
         origin = request.headers.get(mcp.H_ORIGIN)
         # spec (Streamable HTTP, Security Warning): servers MUST validate Origin (DNS rebinding).
         if origin is not None and not self.origin_allowed(origin):

@@ -94,6 +94,7 @@ async def test_envelope_and_header_rules(url, http, mutate, status, code) -> Non
         reply = await read(resp)
     assert (reply.status, reply.body["error"]["code"]) == (status, code)
     assert reply.body["id"] == 7
+    assert "None" not in reply.body["error"]["message"]  # says what is missing, in words
 
 
 async def test_header_values_may_be_padded_or_base64(url, http) -> None:

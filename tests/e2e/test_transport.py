@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from mcp_http import ACCEPT_BOTH, McpHttp, parse_sse, text_of
+from yarl import URL
 
 
 async def test_initialize_issues_a_secure_session_and_negotiates(gateway, client) -> None:
@@ -258,3 +260,39 @@ async def test_readyz_and_healthz(gateway, http) -> None:
     assert resp.status == 200 and body["upstreams"]["main"]["state"] == "ready"
     async with http.get(url.replace("/mcp", "/healthz")) as resp:
         assert resp.status == 200 and (await resp.json()) == {"status": "ok"}
+
+
+async def raw_post(url: str, headers: dict[str, str], bad: tuple[bytes, bytes],
+                   body: bytes) -> tuple[int, dict]:
+    """POST with one header whose bytes are not UTF-8 (no HTTP client sends that)."""
+    target = URL(url)
+    reader, writer = await asyncio.open_connection(target.host, target.port)
+    lines = [f"POST {target.path} HTTP/1.1", f"Host: {target.host}", "Connection: close",
+             f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+    writer.write("\r\n".join(lines).encode() + b"\r\n" + bad[0] + b": " + bad[1] +
+                 b"\r\n\r\n" + body)
+    raw = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(rest)
+
+
+@pytest.mark.parametrize("name", [b"Origin", b"Authorization", b"MCP-Protocol-Version",
+                                  b"Mcp-Name", b"X-Anything"])
+async def test_header_bytes_that_are_not_utf8_get_400(gateway, client, name) -> None:
+    """Issue 11: Origin, Authorization and MCP-Protocol-Version once answered a plain-text
+    500 (the value came back in an error, or was compared as a token); every header is now
+    checked once, at the boundary. The value is never echoed: it may be a secret."""
+    url = await gateway(auth={"bearer_tokens": ["secret"]})
+    mcp = client(url)
+    await mcp.initialize(headers={"Authorization": "Bearer secret"})
+    headers = {**mcp.headers(), "Authorization": "Bearer secret"}
+    headers.pop(name.decode(), None)
+    body = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "ping"}).encode()
+    status, answer = await raw_post(url, headers, (name, b"\xff\xfe" + b"\x80" * 3), body)
+    assert status == 400 and answer["error"]["code"] == -32600
+    assert answer["error"]["message"] == (f"Bad Request: the {name.decode()} header is not "
+                                          "valid UTF-8")
+    fine = await mcp.send({"jsonrpc": "2.0", "id": 6, "method": "ping"},
+                          Authorization="Bearer secret")
+    assert fine.status == 200 and fine.body["result"] == {}

@@ -33,6 +33,8 @@ MODERNS = web.AppKey("moderns", list[ModernEra])
 ENGINE = web.AppKey("engine", TaskEngine)
 COUNTERS = web.AppKey("counters", Counter[str])  # the app's own: no module-level state
 REAP_EVERY_S = 30.0
+SETTLE_S = 2.0  # for the ends of tasks to be written at shutdown
+HANDLERS_S = 2.0  # for answered requests to finish sending at shutdown
 
 
 def create_app(conf: Settings) -> web.Application:
@@ -71,7 +73,7 @@ def create_app(conf: Settings) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.cleanup_ctx.append(_lifecycle)
-    app.on_shutdown.append(_close_streams)
+    app.on_shutdown.append(_stop)
     return app
 
 
@@ -102,6 +104,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     with contextlib.suppress(asyncio.CancelledError):
         await reaper
     await asyncio.gather(*(b.close() for b in backends.values()))
+    log.info("shutdown.upstreams_stopped")
     log.info("gateway.stopped")
 
 
@@ -113,12 +116,24 @@ async def _reap(eras: list[LegacyEra], engine: TaskEngine) -> None:
             await era.expire()
 
 
-async def _close_streams(app: web.Application) -> None:
+async def _stop(app: web.Application) -> None:
+    """Graceful shutdown, in stages (aiohttp has stopped accepting before this runs, and
+    ends the upstream processes after it, in `_lifecycle`): calls in flight are answered
+    with a JSON-RPC error that says the gateway is stopping (and cancelled upstream), so
+    clients see an answer rather than a dropped connection; tasks whose calls ended so are
+    written as failed; streams end cleanly."""
+    log.info("shutdown.accepting_stopped")
+    calls = sum(b.stop_calls() for b in app[BACKENDS].values())
+    log.info("shutdown.calls_answered", calls=calls)
+    running = len(app[ENGINE].runs)
+    left = await app[ENGINE].settle(SETTLE_S)
+    log.info("shutdown.tasks_ended", tasks=running - left, still_running=left)
     for era in app[ERAS]:
         for session in era.sessions.all():
             session.close_streams()
     for modern in app[MODERNS]:
         modern.close()
+    log.info("shutdown.streams_closed")
 
 
 def serve(conf: Settings) -> int:
@@ -129,7 +144,7 @@ def serve(conf: Settings) -> int:
     log.info("gateway.listening", host=conf.listen.host, port=conf.listen.port,
              upstreams=sorted(conf.upstreams))
     web.run_app(app, host=conf.listen.host, port=conf.listen.port,
-                access_log=None, print=None, shutdown_timeout=5.0, loop=loop,
+                access_log=None, print=None, shutdown_timeout=HANDLERS_S, loop=loop,
                 # A modern client cancels by closing its stream (spec 2026-07-28); legacy
                 # calls outlive their handlers anyway.
                 handler_cancellation=True)

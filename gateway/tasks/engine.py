@@ -177,12 +177,12 @@ class TaskEngine:
         self.runs[task.id] = run
         loop = asyncio.get_running_loop()
         if timeout_ms is not None:
-            run.timers.append(loop.call_later(timeout_ms / 1000, self._spawn_stop, run,
-                                              f"timed out after {timeout_ms} ms",
-                                              f"Task timed out after {timeout_ms} ms"))
-        if task.expires_at is not None:
+            run.timers.append(loop.call_later(timeout_ms / 1000, lambda: self._spawn(self._stop(
+                run, Status.FAILED, f"timed out after {timeout_ms} ms",
+                f"Task timed out after {timeout_ms} ms"))))
+        if task.expires_at is not None:  # a coroutine made only when the timer fires
             run.timers.append(loop.call_later(max(0.0, task.expires_at - time.time()),
-                                              self._spawn_expire, run))
+                                              lambda: self._spawn(self._expire(run))))
         self.counters["tasks.created"] += 1
         log.info("task.created", task=task.id, tool=task.tool, upstream=task.upstream,
                  owner=owner_hash(task.owner), dialect=task.dialect)
@@ -307,12 +307,6 @@ class TaskEngine:
         final.move(status, message)
         return await self._commit(run, final)
 
-    def _spawn_stop(self, run: TaskRun, message: str, error_text: str) -> None:
-        self._spawn(self._stop(run, Status.FAILED, message, error_text))
-
-    def _spawn_expire(self, run: TaskRun) -> None:
-        self._spawn(self._expire(run))
-
     async def _expire(self, run: TaskRun) -> None:
         ttl = run.task.ttl_ms
         task = await self._stop(run, Status.FAILED, f"expired: its ttl of {ttl} ms passed",
@@ -377,6 +371,13 @@ class TaskEngine:
 
     def stored_bytes(self) -> int:
         return self._store.stored_bytes()
+
+    async def settle(self, timeout_s: float) -> int:
+        """Wait (at most `timeout_s`) for the ends being written; how many tasks still run
+        here afterwards (none, once their calls have been answered)."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=timeout_s)
+        return len(self.runs)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)

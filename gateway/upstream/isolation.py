@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import weakref
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -40,6 +41,7 @@ class Backend:
         self.counters: Counter[str] = counters if counters is not None else Counter()
         self.asked_ids = itertools.count(1)  # server requests, unique across its processes
         self.catalogue = Catalogue()
+        self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
         self.primary = self._new(restart=True)
         # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.
         self.forward = (frozenset(h.lower() for h in conf.forward_headers)
@@ -67,8 +69,21 @@ class Backend:
             transport = HttpTransport(self.name, self.conf, restart=restart)
         else:
             transport = StdioTransport(self.name, self.conf, self.max_message_bytes, restart)
-        return Connection(self.name, transport, self.conf.startup_timeout_ms / 1000,
+        conn = Connection(self.name, transport, self.conf.startup_timeout_ms / 1000,
                           self.asked_ids, self.counters)
+        self.connections.add(conn)
+        return conn
+
+    def stop_calls(self) -> int:
+        """The gateway is stopping: every client's call in flight, on any of this upstream's
+        processes, is cancelled and answered with an error that says so."""
+        error = UpstreamError(self.name, "the gateway is stopping", "shutdown")
+        calls = [(conn, call) for conn in list(self.connections)
+                 for call in list(conn.calls.calls.values()) if call.owner is not None]
+        for conn, call in calls:
+            conn.cancel(call, error.message)
+            call.sink.on_response(error.to_message(call.client_id))
+        return len(calls)
 
     async def start(self) -> None:
         self.primary.start()

@@ -13,7 +13,7 @@ import time
 
 import aiohttp
 from conftest import free_port, wait_until_ready
-from mcp_http import BASIC, text_of
+from mcp_http import BASIC, McpHttp, text_of
 from test_modern import modern
 
 
@@ -142,6 +142,41 @@ async def test_sigterm_stops_cleanly_with_no_orphans(http) -> None:
         assert "gateway.stopped" in stderr
         for pid in upstream_pids:
             assert not _alive(pid), f"upstream {pid} outlived the gateway"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+async def test_sigterm_answers_calls_in_flight_then_stops_in_stages(http) -> None:
+    """Issue 11: on SIGTERM, calls in flight get a JSON-RPC error saying the gateway is
+    stopping (not a dropped connection), a running task ends failed, the upstream process
+    ends, all within docker stop's 10 seconds; each stage is logged."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port), "--",
+                             *BASIC], stderr=subprocess.PIPE)
+    try:
+        await wait_until_ready(f"http://127.0.0.1:{port}")
+        mcp = McpHttp(http, f"http://127.0.0.1:{port}/mcp")
+        await mcp.initialize(version="2025-11-25")
+        slow = asyncio.create_task(mcp.call("sleep", {"ms": 30_000}))
+        task = await mcp.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "name": "sleep", "arguments": {"ms": 30_000}, "task": {}}})
+        assert task.body["result"]["task"]["status"] == "working"
+        await asyncio.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        answer = (await asyncio.wait_for(slow, 10)).message["error"]
+        assert answer["message"] == "the gateway is stopping"
+        assert answer["data"] == {"upstream": "main", "reason": "shutdown"}
+        assert proc.wait(10) == 0
+        events = [json.loads(line)["event"] for line in proc.stderr.read().splitlines()
+                  if line.startswith(b"{")]
+        stages = [e for e in events if e.startswith("shutdown.") or e == "gateway.stopped"]
+        assert stages == ["shutdown.accepting_stopped", "shutdown.calls_answered",
+                          "shutdown.tasks_ended", "shutdown.streams_closed",
+                          "shutdown.upstreams_stopped", "gateway.stopped"]
+        assert "task.failed" in events
     finally:
         if proc.poll() is None:
             proc.kill()

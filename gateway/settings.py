@@ -6,6 +6,7 @@ Loaded once at start; nothing else reads YAML or the environment for settings.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -120,6 +121,9 @@ class Security(_Model):
     # Key that seals MRTR requestState (HMAC-SHA256). Unset: a random key per start, so
     # states do not survive a restart (their parked calls do not either).
     request_state_key: str | None = Field(None, min_length=16)
+    # Serve beyond loopback with no bearer token, on purpose (behind a proxy that
+    # authenticates, say); without it such a configuration is refused.
+    allow_unauthenticated: bool = False
 
 
 class Caching(_Model):
@@ -146,6 +150,18 @@ class Settings(_Model):
     logging: Logging = Logging()
 
     @model_validator(mode="after")
+    def _authenticated_beyond_loopback(self) -> Settings:
+        """spec (Streamable HTTP, Security Warning): servers SHOULD implement proper
+        authentication; reachable from other machines, the gateway insists on it."""
+        if (not _loopback(self.listen.host) and not any(self.auth.bearer_tokens)
+                and not self.security.allow_unauthenticated):
+            raise ValueError(
+                f"listen.host {self.listen.host} is reachable from other machines and "
+                "auth.bearer_tokens is empty: set a token, bind to 127.0.0.1, or set "
+                "security.allow_unauthenticated: true to serve without authentication")
+        return self
+
+    @model_validator(mode="after")
     def _distinct_paths(self) -> Settings:
         seen: dict[str, str] = {}
         for name, up in self.upstreams.items():
@@ -153,6 +169,15 @@ class Settings(_Model):
                 raise ValueError(f"upstreams '{seen[up.path]}' and '{name}' share path {up.path}")
             seen[up.path] = name
         return self
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve anywhere
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

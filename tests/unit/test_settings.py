@@ -39,6 +39,7 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
         "tasks": {"defaults": {"mode": "auto", "sync_budget_ms": 500},
                   "tools": {"longRunning*": {"mode": "always"}}},
         "limits": {"max_tasks": 5}, "auth": {"bearer_tokens": []},
+        "security": {"allow_unauthenticated": True},
         "logging": {"level": "debug", "format": "console"}})
     assert s.upstreams["main"].env == {"API_KEY": "abc"}
     assert s.upstreams["main"].isolation == "client"
@@ -134,3 +135,23 @@ def test_start_without_upstream_is_a_clear_error() -> None:
     res = run_cli()
     assert res.returncode == 2
     assert "no upstream" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(("host", "auth", "allowed", "ok"), [
+    ("0.0.0.0", [], False, False),
+    ("10.1.2.3", [""], False, False),  # an empty token is no token
+    ("0.0.0.0", ["s3cret"], False, True),
+    ("0.0.0.0", [], True, True),
+    ("127.0.0.1", [], False, True),
+    ("localhost", [], False, True),
+    ("::1", [], False, True),
+])
+def test_serving_beyond_loopback_needs_auth_or_says_so(host, auth, allowed, ok) -> None:
+    raw = {"listen": {"host": host}, "upstreams": {"m": {"command": "x"}},
+           "auth": {"bearer_tokens": auth}, "security": {"allow_unauthenticated": allowed}}
+    if ok:
+        assert from_mapping(raw).listen.host == host
+        return
+    with pytest.raises(ConfigError, match=r"security\.allow_unauthenticated: true") as caught:
+        from_mapping(raw)
+    assert f"listen.host {host} is reachable from other machines" in str(caught.value)

@@ -77,7 +77,9 @@ async def main() -> None:
     conf = {"listen": {"port": port},
             "upstreams": {"main": {"command": SERVER[0], "args": SERVER[1:]}},
             "tasks": {"defaults": {"mode": "always", "ttl_ms": 3_600_000}},
-            "limits": {"max_tasks": args.tasks + 10, "max_tasks_per_owner": args.tasks + 10},
+            "limits": {"max_tasks": args.tasks + 10, "max_tasks_per_owner": args.tasks + 10,
+                       # the engine's own speed is measured: no rate limits
+                       "task_requests_per_s": 0, "task_creations_per_s": 0},
             "logging": {"level": "warning"}}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         json.dump(conf, f)  # JSON is YAML

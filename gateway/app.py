@@ -20,6 +20,7 @@ from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
 from gateway.downstream.session import SessionStore
 from gateway.observability import configure_logging, log
+from gateway.ratelimit import Admission, RateLimiter
 from gateway.settings import Settings
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies
@@ -50,8 +51,12 @@ def create_app(conf: Settings) -> web.Application:
     sealer = Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
     limits = conf.limits
     counters: Counter[str] = Counter()
+    admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),
+                          RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
+                          counters)
     engine = TaskEngine(MemoryStore(limits.max_tasks, limits.max_tasks_per_owner,
-                                    limits.max_result_bytes, limits.max_stored_bytes), counters)
+                                    limits.max_result_bytes, limits.max_stored_bytes), counters,
+                        admission)
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters)

@@ -19,7 +19,8 @@ the HTTP status that carries it.
     │   ├── HeaderMismatch            -32020  400   Mcp-* headers disagree with the body
     │   ├── MissingCapability         -32021  400   the request lacks a needed capability
     │   ├── UnsupportedModernVersion  -32022  400   protocol version we do not speak
-    │   └── TooManyListeners          -32600  429   listen streams over the per-owner bound
+    │   ├── TooManyListeners          -32600  429   listen streams over the per-owner bound
+    │   └── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
     └── UpstreamError                 -32603  200   the upstream failed this call (sent as a
                                                     JSON-RPC response, so HTTP stays 200)
 
@@ -32,6 +33,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from gateway.protocol import jsonrpc, mcp
+
+SERVER_ERROR = -32000  # JSON-RPC's range for implementation-defined server errors
 
 
 class GatewayError(Exception):
@@ -119,6 +122,18 @@ class UnsupportedModernVersion(ProtocolError):
 
 class TooManyListeners(ProtocolError):
     http_status = 429
+
+
+class TooManyRequests(ProtocolError):
+    """A rate limit: the caller should slow down (data: retryAfterMs)."""
+
+    code = SERVER_ERROR
+    http_status = 429
+
+    @classmethod
+    def after(cls, what: str, per_s: float, wait_s: float) -> TooManyRequests:
+        return cls(f"Too many {what}: at most {per_s:g} a second; slow down and retry",
+                   {"retryAfterMs": max(1, round(wait_s * 1000))})
 
 
 class UpstreamError(GatewayError):

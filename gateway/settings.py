@@ -110,6 +110,11 @@ class Limits(_Model):
     max_parked: int = Field(1000, ge=1, description="calls waiting for a modern client's input")
     park_timeout_ms: int = Field(300_000, ge=100, description="then the parked call is cancelled")
     max_listeners_per_owner: int = Field(16, ge=1, description="subscriptions/listen streams")
+    # Per owner (auth context or session), token buckets; a rate of 0 means no limit.
+    task_requests_per_s: float = Field(200, ge=0, description="tasks/* requests")
+    task_requests_burst: int = Field(400, ge=1)
+    task_creations_per_s: float = Field(100, ge=0, description="new tasks")
+    task_creations_burst: int = Field(200, ge=1)
 
 
 class Auth(_Model):

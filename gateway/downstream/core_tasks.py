@@ -128,6 +128,8 @@ class CoreTasks:
                         upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
                                                f"Cannot create task: {exc}"))
+        except errors.TooManyRequests as exc:  # HTTP 200: a JSON-RPC error of the session's
+            return json_response(exc.to_message(client_id))
         core.strip_task(params)  # the upstream serves a plain call (it may know no tasks)
         relay_progress = not watch_progress(params)
         assert session.conn is not None
@@ -154,11 +156,12 @@ class CoreTasks:
         as the upstream's would be: clients treat a 4xx as a transport failure)."""
         method, params = msg["method"], msg.get("params") or {}
         try:
+            self.engine.admission.request(session.id)
             if method == core.RESULT:
                 return await self.result(request, session, msg, params)
             return json_response(jsonrpc.result(msg["id"], await core.HANDLERS[method](
                 self.engine, params, session.id)))
-        except errors.InvalidParams as exc:
+        except (errors.InvalidParams, errors.TooManyRequests) as exc:
             return json_response(exc.to_message(msg["id"]))
 
     async def result(self, request: web.Request, session: Session, msg: Message,

@@ -189,6 +189,7 @@ class ModernEra:
         if decision.serve == "discover":
             return json_response(jsonrpc.result(msg["id"], self.discover(conn)))
         if decision.serve == "tasks":
+            self.engine.admission.request(caller.principal)
             return json_response(jsonrpc.result(msg["id"], await extension.handle(
                 self.engine, msg["method"], msg.get("params") or {}, caller.principal)))
         if decision.serve == "listen":
@@ -266,6 +267,10 @@ class ModernEra:
         except StoreFull as exc:  # never evict a live task: answer inline instead
             self.engine.counters["tasks.inline_store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
+                        upstream=self.backend.name)
+            return
+        except errors.TooManyRequests as exc:  # the extension lets the gateway answer inline
+            log.warning("task.rate_limited", tool=tool, reason=exc.message,
                         upstream=self.backend.name)
             return
         if ex.response is not None or ex.call is None:  # answered while the store wrote

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from gateway.observability import log, owner_hash
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.ratelimit import UNLIMITED, Admission
 from gateway.tasks.model import Status, Task, new_id
 from gateway.tasks.policy import Policy, PollAdvisor
 from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
@@ -142,9 +143,11 @@ class Watchers:
 
 
 class TaskEngine:
-    def __init__(self, store: TaskStore, counters: Counter[str] | None = None) -> None:
+    def __init__(self, store: TaskStore, counters: Counter[str] | None = None,
+                 admission: Admission | None = None) -> None:
         self._store = store
         self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.admission = admission or Admission(UNLIMITED, UNLIMITED, self.counters)
         self.runs: dict[str, TaskRun] = {}
         self.asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
         self.watchers = Watchers()
@@ -155,7 +158,9 @@ class TaskEngine:
     async def create(self, owner: str, tool: str, dialect: str, upstream: str, policy: Policy,
                      requested_ttl: int | None = None) -> Task:
         """A new working task, in the store before anyone hears of it (spec: a task MUST
-        be retrievable once CreateTaskResult is sent). StoreFull when a bound is hit."""
+        be retrievable once CreateTaskResult is sent). StoreFull when a bound is hit,
+        TooManyRequests when the owner creates tasks too fast."""
+        self.admission.creation(owner)
         task = Task(new_id(), owner, tool, dialect, policy.ttl(requested_ttl),
                     self.poll.suggest(tool, policy.poll_interval_ms), upstream=upstream,
                     created_at=time.time())
@@ -163,8 +168,7 @@ class TaskEngine:
         return task
 
     async def discard(self, task: Task) -> None:
-        """Forget a task whose call never started (it could not be sent, or was answered
-        before the task was made)."""
+        """Forget a task whose call never started (or answered before it was made)."""
         await self._store.delete(task.id)
 
     def start(self, task: Task, call: UpstreamCall, *, fail_on_is_error: bool = False,
@@ -203,18 +207,14 @@ class TaskEngine:
         raise TaskNotFound(task_id)
 
     async def owned(self, owner: str, dialect: str) -> list[Task]:
-        """The owner's tasks of one dialect, oldest first."""
-        return [self._fresh(t) for t in await self._store.owned_by(owner)
-                if t.dialect == dialect]
+        """The owner's tasks of one dialect, oldest first (running ones as they are now)."""
+        return [self.runs[t.id].task if t.id in self.runs else t
+                for t in await self._store.owned_by(owner) if t.dialect == dialect]
 
     async def knows(self, task_id: Any) -> bool:
         """Whether `task_id` is (or lately was) a task of this gateway, whoever owns it."""
         return isinstance(task_id, str) and (task_id in self.runs
                                              or await self._store.knows(task_id))
-
-    def _fresh(self, task: Task) -> Task:
-        run = self.runs.get(task.id)
-        return run.task if run is not None else task
 
     # -- from the client ----------------------------------------------------------------------
     async def answer(self, task: Task, responses: dict[str, Any]) -> None:

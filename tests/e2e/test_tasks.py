@@ -220,3 +220,37 @@ async def test_params_task_is_ignored(url, http) -> None:
     if result["resultType"] == "task":
         result = (await wait_for(http, url, result["taskId"], "completed"))["result"]
     assert "task" not in json.loads(result["content"][0]["text"])
+
+
+async def test_rate_limits_per_owner_on_task_requests_and_creation(gateway, http,
+                                                                   client) -> None:
+    """Issue 11: too many tasks/* requests or new tasks from one owner get a JSON-RPC error
+    that says to slow down (HTTP 429 for a modern client; 200 in a core-tasks session, as
+    its other errors); a modern call whose task would be one too many is answered inline."""
+    limits = {"task_requests_per_s": 1, "task_requests_burst": 2,
+              "task_creations_per_s": 0.5, "task_creations_burst": 1}
+    url = await gateway(tasks=POLICY, limits=limits)
+    first = (await call(http, url, "whoami")).body["result"]
+    assert first["resultType"] == "task"
+    inline = (await call(http, url, "whoami")).body["result"]  # no token left for a task
+    assert inline["resultType"] == "complete" and inline["content"]
+    replies = [await tasks_op(http, url, "tasks/get", first["taskId"]) for _ in range(3)]
+    assert [r.status for r in replies] == [200, 200, 429]
+    slow_down = replies[2].body["error"]
+    assert slow_down["code"] == -32000 and "slow down" in slow_down["message"]
+    assert slow_down["data"]["retryAfterMs"] > 0
+    await asyncio.sleep(slow_down["data"]["retryAfterMs"] / 1000)
+    assert (await tasks_op(http, url, "tasks/get", first["taskId"])).status == 200
+    # A core-tasks session is an owner of its own, with buckets of its own.
+    core = client(url)
+    await core.initialize(version="2025-11-25")
+    created = await core.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                               "params": {"name": "whoami", "arguments": {}, "task": {}}})
+    assert "task" in created.body["result"]
+    refused = await core.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                               "params": {"name": "whoami", "arguments": {}, "task": {}}})
+    assert refused.status == 200 and refused.body["error"]["code"] == -32000
+    polls = [await core.send({"jsonrpc": "2.0", "id": 3 + i, "method": "tasks/list"})
+             for i in range(3)]
+    assert [p.status for p in polls] == [200, 200, 200]
+    assert "error" in polls[2].body and "result" in polls[1].body

@@ -20,7 +20,7 @@ from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
 from gateway.downstream.session import SessionStore
 from gateway.observability import configure_logging, log
-from gateway.ratelimit import Admission, RateLimiter
+from gateway.ratelimit import Admission, InFlight, RateLimiter
 from gateway.settings import Settings
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies
@@ -54,6 +54,7 @@ def create_app(conf: Settings) -> web.Application:
     admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
                           counters)
+    inflight = InFlight(limits.max_calls_per_owner, counters)
     engine = TaskEngine(MemoryStore(limits.max_tasks, limits.max_tasks_per_owner,
                                     limits.max_result_bytes, limits.max_stored_bytes), counters,
                         admission)
@@ -61,8 +62,8 @@ def create_app(conf: Settings) -> web.Application:
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters)
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
-        era = LegacyEra(backend, sessions, conf, engine, policies)
-        modern = ModernEra(backend, conf, sealer, engine, policies)
+        era = LegacyEra(backend, sessions, conf, engine, policies, inflight)
+        modern = ModernEra(backend, conf, sealer, engine, policies, inflight)
         endpoint = Endpoint(era, modern, conf.limits.max_body_bytes)
         app.router.add_post(up.path, endpoint.post)
         app.router.add_get(up.path, endpoint.get, allow_head=False)

@@ -61,3 +61,26 @@ class Admission:
 
 
 UNLIMITED = RateLimiter(0, 1)
+
+
+class InFlight:
+    """Calls in flight per owner (auth context), at most `limit` each: one client cannot
+    take every process and every slot of an upstream. Owners with none are forgotten."""
+
+    def __init__(self, limit: int, counters: Counter[str]) -> None:
+        self.limit = limit
+        self.counters = counters
+        self._calls: Counter[str] = Counter()
+
+    def take(self, owner: str) -> None:
+        """One more call of `owner`, or TooManyRequests."""
+        if self._calls[owner] >= self.limit:
+            self.counters["rejections.calls_in_flight"] += 1
+            raise TooManyRequests(f"Too many calls in flight: at most {self.limit} per client; "
+                                  "wait for one to finish", {"maxInFlight": self.limit})
+        self._calls[owner] += 1
+
+    def release(self, owner: str) -> None:
+        self._calls[owner] -= 1
+        if self._calls[owner] <= 0:
+            del self._calls[owner]

@@ -115,6 +115,7 @@ class Limits(_Model):
     task_requests_burst: int = Field(400, ge=1)
     task_creations_per_s: float = Field(100, ge=0, description="new tasks")
     task_creations_burst: int = Field(200, ge=1)
+    max_calls_per_owner: int = Field(256, ge=1, description="calls in flight per auth context")
 
 
 class Auth(_Model):

@@ -20,6 +20,7 @@ from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.ratelimit import InFlight
 from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import core
@@ -33,8 +34,9 @@ class LegacyEra:
     """Handles legacy-era requests for one upstream."""
 
     def __init__(self, backend: Backend, sessions: SessionStore, conf: Settings,
-                 engine: TaskEngine, policies: Policies) -> None:
+                 engine: TaskEngine, policies: Policies, inflight: InFlight) -> None:
         self.backend = backend
+        self.inflight = inflight
         self.sessions = sessions
         self.keepalive_s = conf.listen.sse_keepalive_ms / 1000
         self.tasks = CoreTasks(backend, engine, policies, self.keepalive_s)
@@ -123,14 +125,19 @@ class LegacyEra:
         assert session.conn is not None
         client_id = msg["id"]
         try:
+            self.inflight.take(session.principal)
+        except errors.TooManyRequests as exc:  # a JSON-RPC error: HTTP 200, as a server's
+            return json_response(exc.to_message(client_id))
+        try:
             conn = await self.backend.for_request(session.conn, session, msg["method"])
         except UpstreamError as exc:
+            self.inflight.release(session.principal)
             return json_response(exc.to_message(client_id))
         await conn.reachable()
         try:
             call = conn.request(msg, session, ex, headers)
         except UpstreamError as exc:
-            self.backend.done(session.conn, conn)
+            self._finished(session, client_id, conn)
             return json_response(exc.to_message(client_id))
         session.calls[client_id] = call
         ex.done = lambda: self._finished(session, client_id, conn)
@@ -141,6 +148,7 @@ class LegacyEra:
 
     def _finished(self, session: Session, client_id: Any, used: Connection) -> None:
         session.calls.pop(client_id, None)
+        self.inflight.release(session.principal)
         assert session.conn is not None
         self.backend.done(session.conn, used)
 

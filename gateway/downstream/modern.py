@@ -27,6 +27,7 @@ from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.ratelimit import InFlight
 from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import extension, task_id_of
@@ -154,8 +155,9 @@ class ModernEra:
     """Handles modern-era requests for one upstream."""
 
     def __init__(self, backend: Backend, conf: Settings, sealer: Sealer, engine: TaskEngine,
-                 policies: Policies) -> None:
+                 policies: Policies, inflight: InFlight) -> None:
         self.backend = backend
+        self.inflight = inflight
         self.engine = engine
         self.policies = policies
         self.keepalive_s = conf.listen.sse_keepalive_ms / 1000
@@ -224,7 +226,12 @@ class ModernEra:
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
         ex.policy, ex.tool = decision.policy, params.get("name")
-        used = await self.backend.for_request(conn, caller, method)
+        self.inflight.take(caller.principal)  # TooManyRequests: 429
+        try:
+            used = await self.backend.for_request(conn, caller, method)
+        except errors.UpstreamError:
+            self.inflight.release(caller.principal)
+            raise
         # A modern-only upstream runs its own MRTR rounds: their fields go to it as they are.
         msg["params"] = upstream_params = shapes.to_upstream(params, used.modern)
         if ex.policy is not None and used.modern:
@@ -238,14 +245,19 @@ class ModernEra:
             ex.call = used.request(msg, caller, ex, self.backend.client_headers(request.headers),
                                    decision.follow)
         except errors.UpstreamError as exc:
-            self.backend.done(conn, used)
+            self._done(caller, conn, used)
             return json_response(exc.to_message(msg["id"]))
-        ex.done = lambda: self.backend.done(conn, used)
+        ex.done = lambda: self._done(caller, conn, used)
         if decision.at_once:
             await self.to_task(ex)
         else:
             ex.start_budget()
         return await self._respond(request, ex, json_ok)
+
+    def _done(self, caller: Caller, conn: Connection, used: Connection) -> None:
+        """The call is over (answered, or its task ended): its process and its slot go."""
+        self.backend.done(conn, used)
+        self.inflight.release(caller.principal)
 
     # -- tasks (the io.modelcontextprotocol/tasks extension) --------------------------------
     def task_soon(self, ex: ModernExchange) -> None:
@@ -292,8 +304,9 @@ class ModernEra:
             # MUST be treated as cancelling the request.
             if ex.response is None and ex.call is not None:
                 ex.call.conn.cancel(ex.call, "the client closed the request's stream")
-                if ex.done is not None:
-                    ex.done()
+                done, ex.done = ex.done, None  # once: it frees the call's process and slot
+                if done is not None:
+                    done()
             raise
 
     def _timed_out(self, ex: ModernExchange) -> None:

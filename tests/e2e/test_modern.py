@@ -269,3 +269,15 @@ async def test_an_abandoned_round_does_not_capture_the_next_call(url, http) -> N
                       inputResponses={key: {"action": "decline"}},
                       requestState=second["requestState"])
     assert json.loads(done.body["result"]["content"][0]["text"]) == {"action": "decline"}
+
+
+async def test_modern_calls_in_flight_are_bounded_per_client(gateway, http) -> None:
+    url = await gateway(limits={"max_calls_per_owner": 1})
+    slow = asyncio.create_task(modern(http, url, "tools/call",
+                                      {"name": "sleep", "arguments": {"ms": 800}}))
+    await asyncio.sleep(0.2)
+    refused = await modern(http, url, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
+    assert refused.status == 429 and refused.body["error"]["data"] == {"maxInFlight": 1}
+    assert (await slow).body["result"]["content"][0]["text"] == "slept 800"
+    again = await modern(http, url, "tools/call", {"name": "echo", "arguments": {"text": "y"}})
+    assert again.body["result"]["content"][0]["text"] == "y"  # the slot came back

@@ -296,3 +296,18 @@ async def test_header_bytes_that_are_not_utf8_get_400(gateway, client, name) -> 
     fine = await mcp.send({"jsonrpc": "2.0", "id": 6, "method": "ping"},
                           Authorization="Bearer secret")
     assert fine.status == 200 and fine.body["result"] == {}
+
+
+async def test_calls_in_flight_are_bounded_per_client(gateway, client) -> None:
+    """Issue 11: one client (auth context) cannot hold more than max_calls_per_owner calls
+    at once, in either era; a slot comes back when a call ends."""
+    url = await gateway(limits={"max_calls_per_owner": 2})
+    mcp = client(url)
+    await mcp.initialize()
+    slow = [asyncio.create_task(mcp.call("sleep", {"ms": 800})) for _ in range(2)]
+    await asyncio.sleep(0.2)
+    refused = (await mcp.call("echo", {"text": "third"})).message["error"]
+    assert refused["code"] == -32000 and refused["data"] == {"maxInFlight": 2}
+    assert "Too many calls in flight" in refused["message"]
+    await asyncio.gather(*slow)
+    assert text_of(await mcp.call("echo", {"text": "after"})) == "after"

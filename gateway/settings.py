@@ -107,6 +107,8 @@ class Limits(_Model):
     max_sessions: int = Field(1000, ge=1)
     session_idle_ms: int = Field(3_600_000, ge=1000)
     replay_events: int = Field(256, ge=0, description="SSE events kept per stream for resume")
+    replay_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="and bytes kept per stream")
+    slow_reader_ms: int = Field(30_000, ge=100, description="a write waits this long at most")
     max_parked: int = Field(1000, ge=1, description="calls waiting for a modern client's input")
     park_timeout_ms: int = Field(300_000, ge=100, description="then the parked call is cancelled")
     max_listeners_per_owner: int = Field(16, ge=1, description="subscriptions/listen streams")

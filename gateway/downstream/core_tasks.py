@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import errors
+from gateway.downstream import sse
 from gateway.downstream.http import check_accept, json_response
 from gateway.downstream.session import Session, SessionExchange
 from gateway.observability import log
@@ -84,11 +85,11 @@ class CoreTasks:
     """Serves core tasks for one upstream's legacy sessions."""
 
     def __init__(self, backend: Backend, engine: TaskEngine, policies: Policies,
-                 keepalive_s: float) -> None:
+                 flow: sse.Flow) -> None:
         self.backend = backend
         self.engine = engine
         self.policies = policies
-        self.keepalive_s = keepalive_s
+        self.flow = flow
 
     def policy(self, tool: Any) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
@@ -180,7 +181,7 @@ class CoreTasks:
             ex.on_message(held)
         link.held.clear()
         try:
-            return await ex.respond(request, json_ok, self.keepalive_s)
+            return await ex.respond(request, json_ok, self.flow)
         finally:
             if waiter in link.waiters:
                 link.waiters.remove(waiter)

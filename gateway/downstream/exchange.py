@@ -83,11 +83,11 @@ class Exchange:
             if handle is not None:
                 handle.cancel()
 
-    async def respond(self, request: web.Request, json_ok: bool, keepalive_s: float
+    async def respond(self, request: web.Request, json_ok: bool, flow: sse.Flow
                       ) -> web.StreamResponse:
         if json_ok:
             if self.response is None and not self.early:
-                await self._wait(keepalive_s if self.sse_ok else None)
+                await self._wait(flow.keepalive_s if self.sse_ok else None)
             while not self.sse_ok and self.response is None:
                 await self._wait(None)
             if self.response is not None and not self.early:
@@ -100,5 +100,5 @@ class Exchange:
         if self.response is not None:
             stream.push(self.response, last=True)
         resp = await sse.open_response(request, self.headers)
-        await sse.pump(resp, stream, 0, keepalive_s)
+        await sse.pump(request, resp, stream, 0, flow)
         return resp

@@ -38,9 +38,9 @@ class LegacyEra:
         self.backend = backend
         self.inflight = inflight
         self.sessions = sessions
-        self.keepalive_s = conf.listen.sse_keepalive_ms / 1000
-        self.tasks = CoreTasks(backend, engine, policies, self.keepalive_s)
-        self.replay = conf.limits.replay_events
+        self.flow = sse.Flow.of(conf)
+        self.tasks = CoreTasks(backend, engine, policies, self.flow)
+        self.replay = (conf.limits.replay_events, conf.limits.replay_bytes)
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
 
@@ -65,8 +65,8 @@ class LegacyEra:
             return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS,
                                                "Invalid params: initialize needs params"))
         version = router.negotiate(params.get("protocolVersion"))
-        session = Session(version, params.get("capabilities") or {}, self.replay,
-                          request.get(PRINCIPAL, "anonymous"))
+        session = Session(version, params.get("capabilities") or {}, *self.replay,
+                          principal=request.get(PRINCIPAL, "anonymous"))
         try:
             evicted = self.sessions.add(session)
         except OverflowError:
@@ -144,7 +144,7 @@ class LegacyEra:
         if self.request_timeout_s is not None:
             ex.timer = asyncio.get_running_loop().call_later(
                 self.request_timeout_s, self._timed_out, session, client_id)
-        return await ex.respond(request, json_ok, self.keepalive_s)
+        return await ex.respond(request, json_ok, self.flow)
 
     def _finished(self, session: Session, client_id: Any, used: Connection) -> None:
         session.calls.pop(client_id, None)
@@ -215,7 +215,7 @@ class LegacyEra:
         resp = await sse.open_response(request, {mcp.H_SESSION: session.id})
         if stream is session.get_stream:
             self.tasks.opened_get(session)
-        await sse.pump(resp, stream, after, self.keepalive_s)
+        await sse.pump(request, resp, stream, after, self.flow)
         return resp
 
     async def delete(self, request: web.Request) -> web.StreamResponse:

@@ -83,9 +83,9 @@ class Listener:
 
 
 class Listeners:
-    def __init__(self, max_per_owner: int, keepalive_s: float) -> None:
+    def __init__(self, max_per_owner: int, flow: sse.Flow) -> None:
         self.max_per_owner = max_per_owner
-        self.keepalive_s = keepalive_s
+        self.flow = flow
         self.per_owner: Counter[str] = Counter()
         self.live: set[Listener] = set()
 
@@ -114,7 +114,7 @@ class Listeners:
             engine.watchers.watch(task_id, listener.task_changed)
         try:
             resp = await sse.open_response(request, {})
-            await sse.pump(resp, listener.stream, 0, self.keepalive_s)
+            await sse.pump(request, resp, listener.stream, 0, self.flow)
         finally:
             for task_id in listener.task_ids:
                 engine.watchers.unwatch(task_id, listener.task_changed)

@@ -160,14 +160,14 @@ class ModernEra:
         self.inflight = inflight
         self.engine = engine
         self.policies = policies
-        self.keepalive_s = conf.listen.sse_keepalive_ms / 1000
+        self.flow = sse.Flow.of(conf)
         self.ttl_ms = conf.caching.ttl_ms
         self.scope = conf.caching.scope
         self.sealer = sealer
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000)
-        self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.keepalive_s)
+        self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.flow)
         self._jobs: set[asyncio.Task[None]] = set()  # tasks being made after a budget ran out
 
     @property
@@ -298,7 +298,7 @@ class ModernEra:
             ex.timer = asyncio.get_running_loop().call_later(
                 self.request_timeout_s, self._timed_out, ex)
         try:
-            return await ex.respond(request, json_ok, self.keepalive_s)
+            return await ex.respond(request, json_ok, self.flow)
         except asyncio.CancelledError:
             # spec 2026-07-28 Streamable HTTP, Cancellation: closing the response stream
             # MUST be treated as cancelling the request.

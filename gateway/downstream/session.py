@@ -16,7 +16,7 @@ from typing import Any
 from cachetools import LRUCache
 
 from gateway.downstream.exchange import Exchange
-from gateway.downstream.sse import Stream
+from gateway.downstream.sse import REPLAY_BYTES, Stream
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.connection import Connection
@@ -31,7 +31,7 @@ class Session:
     modern = False  # a modern-only upstream's input_required becomes server requests here
 
     def __init__(self, version: str, capabilities: dict[str, Any], replay: int,
-                 principal: str = "anonymous") -> None:
+                 replay_bytes: int = REPLAY_BYTES, principal: str = "anonymous") -> None:
         # spec (Session Management): "globally unique and cryptographically secure", visible
         # ASCII only. 256 random bits, URL-safe base64.
         self.id = secrets.token_urlsafe(32)
@@ -47,8 +47,8 @@ class Session:
         # Ids of tasks the upstream itself runs for it (its tasks/* go there), the latest.
         self.native_tasks: LRUCache[str, bool] = LRUCache(MAX_NATIVE_TASKS)
         self.level: str | None = None  # logging/setLevel, kept for a modern-only upstream
-        self.replay = replay
-        self.get_stream = Stream("0", replay)
+        self.replay = (replay, replay_bytes)  # what each of its streams keeps
+        self.get_stream = Stream("0", *self.replay)
         self.streams: LRUCache[str, Stream] = LRUCache(MAX_STREAMS)
         self._stream_no = 0
         self.last_seen = time.monotonic()
@@ -73,7 +73,7 @@ class Session:
     # -- streams ---------------------------------------------------------------------------
     def new_stream(self) -> Stream:
         self._stream_no += 1
-        stream = Stream(str(self._stream_no), self.replay)
+        stream = Stream(str(self._stream_no), *self.replay)
         self.streams[stream.key] = stream
         return stream
 

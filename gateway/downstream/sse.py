@@ -3,8 +3,13 @@
 spec (Streamable HTTP, Resumability): event ids are unique across the session's streams, and
 a client that reconnects with `Last-Event-ID` gets what it missed on *that* stream only. An id
 here is `<stream key>-<sequence>`, so it names its stream. Each stream keeps its last
-`limits.replay_events` events; a stream whose writer is gone keeps filling the buffer, so a
-call whose client dropped off can still deliver its response on resume.
+`limits.replay_events` events and at most `limits.replay_bytes` bytes (the newest event is
+always kept); a stream whose writer is gone keeps filling the buffer, so a call whose client
+dropped off can still deliver its response on resume.
+
+Slow readers: a write that the client has not taken within `limits.slow_reader_ms` cuts that
+client off (its connection is aborted, so the bytes queued for it are freed at once): one
+reader that never reads cannot hold the gateway's memory.
 """
 
 from __future__ import annotations
@@ -12,34 +17,59 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from dataclasses import dataclass
 
 from aiohttp import web
 
+from gateway.observability import log
 from gateway.protocol import mcp
+from gateway.settings import Settings
 
 KEEPALIVE = b": keep-alive\n\n"
 # The buffer also holds events not yet written: never so small that a burst between two
 # writes loses some (a stream with no replay still queues this many).
 MIN_QUEUE = 64
+REPLAY_BYTES = 16 << 20  # per stream, when no setting says otherwise
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """How streams are paced: keep-alive comments when idle, and how long one write may wait
+    for a slow reader before that reader is cut off."""
+
+    keepalive_s: float
+    slow_s: float
+
+    @classmethod
+    def of(cls, conf: Settings) -> Flow:
+        return cls(conf.listen.sse_keepalive_ms / 1000, conf.limits.slow_reader_ms / 1000)
 
 
 class Stream:
     """The events of one SSE stream, whether or not a client is reading it right now."""
 
-    __slots__ = ("_waiter", "buffer", "closed", "key", "sent", "seq", "writer")
+    __slots__ = ("_waiter", "buffer", "bytes", "closed", "key", "max_bytes", "max_events",
+                 "sent", "seq", "writer")
 
-    def __init__(self, key: str, replay: int) -> None:
+    def __init__(self, key: str, replay: int, max_bytes: int = REPLAY_BYTES) -> None:
         self.key = key
         self.seq = 0
         self.sent = 0  # the last sequence number written to a live connection
         self.closed = False  # the final event is in: writers stop after it
-        self.buffer: deque[tuple[int, bytes]] = deque(maxlen=max(replay, MIN_QUEUE))
+        self.max_events = max(replay, MIN_QUEUE)
+        self.max_bytes = max_bytes
+        self.buffer: deque[tuple[int, bytes]] = deque()
+        self.bytes = 0
         self._waiter: asyncio.Future[None] | None = None
         self.writer: object | None = None  # the one connection reading this stream now
 
     def push(self, data: bytes, *, last: bool = False) -> None:
         self.seq += 1
         self.buffer.append((self.seq, data))
+        self.bytes += len(data)
+        while len(self.buffer) > 1 and (len(self.buffer) > self.max_events
+                                        or self.bytes > self.max_bytes):
+            self.bytes -= len(self.buffer.popleft()[1])  # the oldest go; the newest stays
         if last:
             self.closed = True
         self._wake()
@@ -93,20 +123,42 @@ async def open_response(request: web.Request, headers: dict[str, str]) -> web.St
     return resp
 
 
-async def pump(resp: web.StreamResponse, stream: Stream, after: int, keepalive_s: float) -> None:
+async def pump(request: web.Request, resp: web.StreamResponse, stream: Stream, after: int,
+               flow: Flow) -> None:
     """Write `stream`'s events after sequence `after` until it closes, the client leaves, or
-    another connection takes the stream over (spec: each message goes on one stream only)."""
+    another connection takes the stream over (spec: each message goes on one stream only).
+    A client that does not take a write within `flow.slow_s` is cut off."""
     stream._wake()  # a previous reader wakes, sees it is no longer the writer, and returns
     stream.writer = resp
     with contextlib.suppress(ConnectionError):
         while stream.writer is resp:
             batch = stream.since(after)
             if batch:
-                await resp.write(b"".join(frame(stream.key, s, d) for s, d in batch))
+                data = b"".join(frame(stream.key, s, d) for s, d in batch)
+                if not await _write(request, resp, data, flow.slow_s):
+                    break
                 after = stream.sent = batch[-1][0]
-            if stream.closed and after >= stream.seq:
+                continue  # more may have come while the write waited: look before waiting
+            if stream.closed:
                 return
-            if not await stream.wait(keepalive_s) and stream.writer is resp:
-                await resp.write(KEEPALIVE)
+            if not await stream.wait(flow.keepalive_s) and stream.writer is resp and \
+                    not await _write(request, resp, KEEPALIVE, flow.slow_s):
+                break
     if stream.writer is resp:
         stream.writer = None
+
+
+async def _write(request: web.Request, resp: web.StreamResponse, data: bytes, slow_s: float
+                 ) -> bool:
+    """False when the reader did not take `data` in time: its connection is aborted, which
+    frees what was queued for it (the events stay in the stream for a resume)."""
+    try:
+        async with asyncio.timeout(slow_s):  # no task of its own: writes stay in order
+            await resp.write(data)
+    except TimeoutError:
+        log.warning("stream.slow_reader_cut", path=request.path, pending_bytes=len(data),
+                    waited_s=slow_s)
+        if request.transport is not None:
+            request.transport.abort()
+        return False
+    return True

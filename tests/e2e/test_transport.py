@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
@@ -311,3 +312,27 @@ async def test_calls_in_flight_are_bounded_per_client(gateway, client) -> None:
     assert "Too many calls in flight" in refused["message"]
     await asyncio.gather(*slow)
     assert text_of(await mcp.call("echo", {"text": "after"})) == "after"
+
+
+async def test_a_reader_that_never_reads_is_cut_off(gateway, client) -> None:
+    """Issue 11: a client that never reads a big answer is cut off after slow_reader_ms,
+    which frees what was queued for it; the gateway goes on serving others."""
+    url = await gateway(limits={"slow_reader_ms": 300})
+    mcp = client(url)
+    await mcp.initialize()
+    target = URL(url)
+    reader, writer = await asyncio.open_connection(target.host, target.port)
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "blob", "arguments": {"bytes": 30_000_000}}}).encode()
+    writer.write(f"POST {target.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Accept: text/event-stream\r\nMcp-Session-Id: {mcp.session_id}\r\n"
+                 f"MCP-Protocol-Version: 2025-06-18\r\nContent-Length: {len(body)}\r\n\r\n"
+                 .encode() + body)
+    await asyncio.sleep(3)  # reads nothing meanwhile
+    received = 0
+    with contextlib.suppress(ConnectionError):
+        while chunk := await asyncio.wait_for(reader.read(1 << 20), 5):
+            received += len(chunk)
+    writer.close()
+    assert 0 < received < 30_000_000  # the connection ended before the whole answer
+    assert text_of(await mcp.call("echo", {"text": "still serving"})) == "still serving"

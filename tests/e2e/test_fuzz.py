@@ -209,7 +209,8 @@ def running() -> Iterator[tuple[int, dict[str, str]]]:
                              "MCP-Protocol-Version": MODERN, "Mcp-Method": "server/discover"})
         if status == 200:
             break
-    sessions = {"core": session(gw.port, "2025-11-25"), "plain": session(gw.port, "2025-06-18")}
+    sessions = {"core": session(gw.port, "2025-11-25"), "plain": session(gw.port, "2025-06-18"),
+                "bystander": session(gw.port, "2025-11-25")}  # takes no part in the fuzzing
     TASK_IDS.extend(own_tasks(gw.port, sessions["core"]))
     yield gw.port, sessions
     gw.stop()
@@ -227,6 +228,29 @@ def test_no_input_gets_a_5xx_a_drop_or_a_hang(running: Any, data: Any) -> None:
     if ctype.startswith("application/json"):
         answer = json.loads(body)
         assert "error" in answer or "result" in answer
+
+
+def test_nothing_reached_a_session_that_took_no_part(running: Any) -> None:
+    """No request of the fuzzing (none of its tools asks the client anything or broadcasts)
+    may have put a message on another session's GET stream: replayed from its start, the
+    bystander's stream holds nothing."""
+    port, sessions = running
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/mcp", headers={
+            "Accept": "text/event-stream", "Mcp-Session-Id": sessions["bystander"],
+            "MCP-Protocol-Version": "2025-11-25", "Last-Event-ID": "0-0"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert conn.sock is not None
+        conn.sock.settimeout(0.5)
+        try:
+            seen = resp.read1(65536)
+        except TimeoutError:
+            seen = b""
+    finally:
+        conn.close()
+    assert b"data:" not in seen, seen[:500]
 
 
 def test_the_gateway_still_serves_after_the_fuzzing(running: Any) -> None:

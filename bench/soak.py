@@ -10,15 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
-import os
-import sys
-import tempfile
 import time
 
-from tasks import ROOT, TaskClient, create, rss_mib
+from tasks import TaskClient, create, rss_mib, running, task_gateway
 
-from bench import SERVER, free_port
+from bench import free_port
 
 
 async def live_tasks(client: TaskClient, n: int) -> list[str]:
@@ -51,48 +47,23 @@ async def poll_for(client: TaskClient, ids: list[str], seconds: float) -> tuple[
     return counts["polls"], counts["errors"]
 
 
-def config(port: int, tasks: int, live: int) -> dict:
-    return {"listen": {"port": port},
-            "upstreams": {"main": {"command": SERVER[0], "args": SERVER[1:]}},
-            "tasks": {"defaults": {"mode": "always", "ttl_ms": 3_600_000}},
-            "limits": {"max_tasks": tasks + live + 10,
-                       "max_tasks_per_owner": tasks + live + 10,
-                       "max_calls_per_owner": live + 64,
-                       "task_requests_per_s": 0, "task_creations_per_s": 0},
-            "logging": {"level": "warning"}}
-
-
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--live", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=60)
     args = ap.parse_args()
-    port = free_port()
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        json.dump(config(port, args.tasks, args.live), f)  # JSON is YAML
-    gateway = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "--config", f.name, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        await asyncio.sleep(2)
-        client = TaskClient(f"http://127.0.0.1:{port}/mcp")
-        await client.start()
-        try:
-            start = rss_mib(gateway.pid)
-            began = time.perf_counter()
-            done = await create(client, args.tasks, 32)
-            created_s = time.perf_counter() - began
-            after_finished = rss_mib(gateway.pid)
-            live = await live_tasks(client, args.live)
-            polls, errors = await poll_for(client, live, args.seconds)
-            end = rss_mib(gateway.pid)
-        finally:
-            await client.close()
-    finally:
-        gateway.terminate()
-        await gateway.wait()
-        os.unlink(f.name)
+    conf = task_gateway(free_port(), args.tasks + args.live,
+                        max_calls_per_owner=args.live + 64)
+    async with running(conf) as (gateway, client):
+        start = rss_mib(gateway.pid)
+        began = time.perf_counter()
+        done = await create(client, args.tasks, 32)
+        created_s = time.perf_counter() - began
+        after_finished = rss_mib(gateway.pid)
+        live = await live_tasks(client, args.live)
+        polls, errors = await poll_for(client, live, args.seconds)
+        end = rss_mib(gateway.pid)
     print(f"{len(done)} tasks created and finished in {created_s:.1f} s "
           f"({len(done) / created_s:.0f}/s)")
     print(f"RSS: {start[0]:.1f} MiB at the start, {after_finished[0]:.1f} MiB holding them "

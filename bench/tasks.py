@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from bench import SERVER, Modern, free_port, pct
@@ -69,18 +71,20 @@ async def poll(client: TaskClient, ids: list[str], n: int, concurrency: int) -> 
             "p99_ms": pct(latencies, 99) * 1000}
 
 
-async def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tasks", type=int, default=100_000)
-    args = ap.parse_args()
-    port = free_port()
-    conf = {"listen": {"port": port},
+def task_gateway(port: int, tasks: int, **limits: int) -> dict:
+    """Settings of a gateway whose every call becomes a task, holding `tasks` of them; no
+    rate limits: the engine's own speed is measured."""
+    return {"listen": {"port": port},
             "upstreams": {"main": {"command": SERVER[0], "args": SERVER[1:]}},
             "tasks": {"defaults": {"mode": "always", "ttl_ms": 3_600_000}},
-            "limits": {"max_tasks": args.tasks + 10, "max_tasks_per_owner": args.tasks + 10,
-                       # the engine's own speed is measured: no rate limits
-                       "task_requests_per_s": 0, "task_creations_per_s": 0},
+            "limits": {"max_tasks": tasks + 10, "max_tasks_per_owner": tasks + 10,
+                       "task_requests_per_s": 0, "task_creations_per_s": 0, **limits},
             "logging": {"level": "warning"}}
+
+
+@contextlib.asynccontextmanager
+async def running(conf: dict) -> AsyncIterator[tuple[asyncio.subprocess.Process, TaskClient]]:
+    """The gateway as a process of its own with `conf`, and a task-capable client of it."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         json.dump(conf, f)  # JSON is YAML
     gateway = await asyncio.create_subprocess_exec(
@@ -88,21 +92,29 @@ async def main() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         await asyncio.sleep(2)
-        client = TaskClient(f"http://127.0.0.1:{port}/mcp")
+        client = TaskClient(f"http://127.0.0.1:{conf['listen']['port']}/mcp")
         await client.start()
         try:
-            before = rss_mib(gateway.pid)
-            began = time.perf_counter()
-            ids = await create(client, args.tasks, 32)
-            created_s = time.perf_counter() - began
-            held = rss_mib(gateway.pid)
-            polled = await poll(client, ids, 10_000, 32)
+            yield gateway, client
         finally:
             await client.close()
     finally:
         gateway.terminate()
         await gateway.wait()
         os.unlink(f.name)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", type=int, default=100_000)
+    args = ap.parse_args()
+    async with running(task_gateway(free_port(), args.tasks)) as (gateway, client):
+        before = rss_mib(gateway.pid)
+        began = time.perf_counter()
+        ids = await create(client, args.tasks, 32)
+        created_s = time.perf_counter() - began
+        held = rss_mib(gateway.pid)
+        polled = await poll(client, ids, 10_000, 32)
     print(f"created {len(ids)} tasks in {created_s:.1f} s ({len(ids) / created_s:.0f}/s)")
     print(f"tasks/get at 32 concurrent: {polled['rps']:.0f} req/s, p50 {polled['p50_ms']:.2f} ms,"
           f" p99 {polled['p99_ms']:.2f} ms")

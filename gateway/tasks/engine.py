@@ -64,9 +64,10 @@ class TaskRun:
     takes_mrtr = False  # a modern-only server's input_required becomes the task's inputs
 
     def __init__(self, task: Task, call: UpstreamCall, changed: Callable[[TaskRun], None],
-                 ended: Callable[[TaskRun, Message], None]) -> None:
+                 ended: Callable[[TaskRun, Message], None], index: dict[Any, TaskRun]) -> None:
         self.task = task  # the working copy: the freshest state, told to watchers
         self.call = call
+        self.index = index  # the engine's: id of an input request -> its run
         self.changed = changed
         self.respond = ended
         self.fail_on_is_error = False  # core dialect: isError fails the task
@@ -104,6 +105,7 @@ class TaskRun:
         self.keys += 1
         key = mcp.input_key(msg, self.keys, self.used)  # spec: unique for the task's life
         self.asked[key] = msg["id"]
+        self.index[msg["id"]] = self
         task.inputs[key] = {"method": msg["method"], "params": msg.get("params", {})}
         if task.status is Status.WORKING:
             task.move(Status.INPUT_REQUIRED, "waiting for the client's input")
@@ -175,7 +177,7 @@ class TaskEngine:
               timeout_ms: int | None = None, done: Callable[[], None] | None = None,
               pending: Iterable[Message] = (), relay: Relay | None = None) -> TaskRun:
         """Make `task` the owner of `call`, from now on in the background."""
-        run = TaskRun(task, call, self._changed, self._responded)
+        run = TaskRun(task, call, self._changed, self._responded, self.asked)
         run.fail_on_is_error, run.done, run.relay = fail_on_is_error, done, relay
         call.sink = run
         self.runs[task.id] = run
@@ -263,8 +265,6 @@ class TaskEngine:
     # -- changes ------------------------------------------------------------------------------
     def _changed(self, run: TaskRun) -> None:
         """Tell the watchers now; the store hears of it soon, in order, once per burst."""
-        for asked_id in run.asked.values():
-            self.asked[asked_id] = run
         run.dirty = True
         if run.flusher is None:
             run.flusher = self._spawn(self._flush(run))

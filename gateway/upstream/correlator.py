@@ -197,6 +197,10 @@ class Correlator:
             self.refuse(self._asked.pop(asked_id)[0], "client session ended")
         return [c for c in self.calls.values() if c.owner is owner]
 
+    def clients_calls(self) -> list[Call]:
+        """The calls in flight that belong to a client (not the gateway's own)."""
+        return [c for c in self.calls.values() if c.owner is not None]
+
     def watch(self, owner: Owner) -> None:
         self.watchers[owner.key] = owner
 

@@ -79,7 +79,7 @@ class Backend:
         processes, is cancelled and answered with an error that says so."""
         error = UpstreamError(self.name, "the gateway is stopping", "shutdown")
         calls = [(conn, call) for conn in list(self.connections)
-                 for call in list(conn.calls.calls.values()) if call.owner is not None]
+                 for call in conn.calls.clients_calls()]
         for conn, call in calls:
             conn.cancel(call, error.message)
             call.sink.on_response(error.to_message(call.client_id))

@@ -5,14 +5,22 @@ of one result (`max_result_bytes`) and of all results (`max_stored_bytes`). A fu
 refuses new tasks and never evicts a task that has not expired. Finished tasks past their
 ttl are swept (on every create, and by the app's reaper); for a while after that their id
 answers "expired", then "not found". Coroutines only by signature: nothing here waits.
+
+Memory: a store may hold 100,000 finished tasks, so what it keeps is compact (a few hundred
+bytes a task): names shared by every task of a tool or owner are interned, an empty inputs
+map is one shared object, and deadlines are kept per whole second (a list entry a task
+rather than a heap tuple and a float).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
+import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 
 from cachetools import TTLCache
 
@@ -20,6 +28,15 @@ from gateway.tasks.model import TRANSITIONS, Task
 from gateway.tasks.store import ResultTooLarge, StoreFull
 
 EXPIRED_MEMORY_S = 600.0  # how long an expired id still answers "expired"
+_NO_INPUTS: dict = {}  # shared by kept records; never handed out (get returns copies)
+
+
+def _kept(task: Task) -> Task:
+    """The copy the store keeps: shares nothing mutable with `task`, and as little memory
+    with other records as it can."""
+    return replace(task, owner=sys.intern(task.owner), tool=sys.intern(task.tool),
+                   upstream=sys.intern(task.upstream),
+                   inputs=dict(task.inputs) if task.inputs else _NO_INPUTS)
 
 
 class MemoryStore:
@@ -34,7 +51,8 @@ class MemoryStore:
         self._per_owner: Counter[str] = Counter()
         self._bytes = 0
         self._expired: TTLCache[str, str] = TTLCache(max_tasks, EXPIRED_MEMORY_S, timer=clock)
-        self._deadlines: list[tuple[float, str]] = []  # heap: sweeping is O(log n) a task
+        self._due_in: defaultdict[int, list[str]] = defaultdict(list)  # second -> task ids
+        self._seconds: list[int] = []  # heap of the keys of _due_in
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -48,10 +66,16 @@ class MemoryStore:
             raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
         if self._per_owner[task.owner] >= self.max_per_owner:
             raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks")
-        self._tasks[task.id] = task.copy()
+        self._tasks[task.id] = _kept(task)
         self._per_owner[task.owner] += 1
         if task.expires_at is not None:
-            heapq.heappush(self._deadlines, (task.expires_at, task.id))
+            self._due_at(task.expires_at, task.id)
+
+    def _due_at(self, when: float, task_id: str) -> None:
+        second = math.ceil(when)  # a bucket is swept once all of its deadlines have passed
+        if second not in self._due_in:
+            heapq.heappush(self._seconds, second)
+        self._due_in[second].append(task_id)
 
     async def get(self, task_id: str) -> Task | None:
         task = self._tasks.get(task_id)
@@ -72,7 +96,7 @@ class MemoryStore:
                             and task.status not in TRANSITIONS[held.status]):
             return False  # compare-and-set: a terminal record stays terminal
         self._account(held.size, task.size)
-        self._tasks[task.id] = task.copy()
+        self._tasks[task.id] = _kept(task)
         return True
 
     def _account(self, old: int, new: int) -> None:
@@ -99,18 +123,18 @@ class MemoryStore:
         """Finished tasks past their ttl go; a running one stays for the engine to end (its
         timer is due at the same moment), and is looked at again a little later."""
         now, gone, later = self.clock(), 0, []
-        while self._deadlines and self._deadlines[0][0] <= now:
-            _, task_id = heapq.heappop(self._deadlines)
-            task = self._tasks.get(task_id)
-            if task is None:
-                continue
-            if task.terminal:
-                await self.delete(task_id, expired=True)
-                gone += 1
-            else:
-                later.append((now + 1.0, task_id))
-        for entry in later:
-            heapq.heappush(self._deadlines, entry)
+        while self._seconds and self._seconds[0] <= now:
+            for task_id in self._due_in.pop(heapq.heappop(self._seconds)):
+                task = self._tasks.get(task_id)
+                if task is None:
+                    continue
+                if task.terminal:
+                    await self.delete(task_id, expired=True)
+                    gone += 1
+                else:
+                    later.append(task_id)
+        for task_id in later:
+            self._due_at(now + 1.0, task_id)
         return gone
 
     async def knows(self, task_id: str) -> bool:

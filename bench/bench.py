@@ -134,7 +134,10 @@ async def result_of(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     if resp.headers["Content-Type"].startswith("text/event-stream"):
         data = [ln[5:] for ln in raw.split(b"\n") if ln.startswith(b"data:")]
         return json.loads(data[-1])["result"]  # type: ignore[no-any-return]
-    return json.loads(raw)["result"]  # type: ignore[no-any-return]
+    body = json.loads(raw)
+    if "result" not in body:
+        raise RuntimeError(f"no result: {body}")
+    return body["result"]  # type: ignore[no-any-return]
 
 
 def pct(values: list[float], p: float) -> float:

@@ -91,8 +91,8 @@ class Exchange:
             while not self.sse_ok and self.response is None:
                 await self._wait(None)
             if self.response is not None and not self.early:
-                return web.Response(body=self.response, status=self.status,
-                                    headers=JSON_HEADERS)
+                return await sse.send_body(request, self.response, self.status,
+                                           JSON_HEADERS, flow)
         self.stream = stream = self.new_stream()
         for data in self.early:
             stream.push(data)

@@ -308,6 +308,11 @@ class ModernEra:
                 if done is not None:
                     done()
             raise
+        finally:
+            # The call and its exchange name each other: a cycle only the garbage collector
+            # frees, which may not run for a long time on a quiet gateway, and meanwhile the
+            # answer stays held (many MiB for a big result a slow reader never took).
+            ex.call = None
 
     def _timed_out(self, ex: ModernExchange) -> None:
         """`request_timeout_ms` passed on this HTTP request: cancel the call upstream."""

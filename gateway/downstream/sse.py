@@ -9,7 +9,8 @@ dropped off can still deliver its response on resume.
 
 Slow readers: a write that the client has not taken within `limits.slow_reader_ms` cuts that
 client off (its connection is aborted, so the bytes queued for it are freed at once): one
-reader that never reads cannot hold the gateway's memory.
+reader that never reads cannot hold the gateway's memory. A big plain-JSON answer is
+written under the same rule (`send_body`).
 """
 
 from __future__ import annotations
@@ -146,6 +147,27 @@ async def pump(request: web.Request, resp: web.StreamResponse, stream: Stream, a
                 break
     if stream.writer is resp:
         stream.writer = None
+
+
+# Up to this size a body fits the transport's buffer at once: aiohttp writes it without
+# waiting for the reader, so no slow-reader rule is needed (nor the cost of a timer).
+BUFFERED = 1 << 16
+
+
+async def send_body(request: web.Request, body: bytes, status: int, headers: dict[str, str],
+                    flow: Flow) -> web.StreamResponse:
+    """A whole JSON answer. Above `BUFFERED` bytes it is written here, under the slow-reader
+    rule, rather than by aiohttp after the handler returns, which waits for the reader
+    without end and holds the body meanwhile."""
+    if len(body) <= BUFFERED:
+        return web.Response(body=body, status=status, headers=headers)
+    resp = web.StreamResponse(status=status, headers=headers)
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    with contextlib.suppress(ConnectionError):
+        if await _write(request, resp, body, flow.slow_s):
+            await resp.write_eof()
+    return resp
 
 
 async def _write(request: web.Request, resp: web.StreamResponse, data: bytes, slow_s: float

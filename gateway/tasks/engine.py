@@ -66,7 +66,7 @@ class TaskRun:
     def __init__(self, task: Task, call: UpstreamCall, changed: Callable[[TaskRun], None],
                  ended: Callable[[TaskRun, Message], None], index: dict[Any, TaskRun]) -> None:
         self.task = task  # the working copy: the freshest state, told to watchers
-        self.call = call
+        self.call: UpstreamCall | None = call  # None once ended (see TaskEngine._end)
         self.index = index  # the engine's: id of an input request -> its run
         self.changed = changed
         self.respond = ended
@@ -245,6 +245,7 @@ class TaskEngine:
         asked_id = run.asked.pop(key)
         self.asked.pop(asked_id, None)
         msg["id"] = asked_id
+        assert run.call is not None  # answers reach running tasks only
         run.call.reply(asked_id, msg)
 
     def _settle(self, run: TaskRun) -> None:
@@ -300,6 +301,7 @@ class TaskEngine:
         if run.ending:
             return await asyncio.shield(run.ended)
         run.ending = True
+        assert run.call is not None  # not ending, so not ended
         run.call.cancel(message)
         final = self._final(run)
         if error_text is not None:
@@ -347,6 +349,9 @@ class TaskEngine:
 
     def _end(self, run: TaskRun, task: Task) -> None:
         run.task = task
+        # The call names its run as sink: without this the pair (and the result) would wait
+        # for the garbage collector, which a quiet gateway may not run for a long while.
+        run.call = None
         for timer in run.timers:
             timer.cancel()
         for asked_id in run.asked.values():

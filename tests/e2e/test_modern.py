@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import itertools
 import json
 from typing import Any
@@ -281,3 +282,25 @@ async def test_modern_calls_in_flight_are_bounded_per_client(gateway, http) -> N
     assert (await slow).body["result"]["content"][0]["text"] == "slept 800"
     again = await modern(http, url, "tools/call", {"name": "echo", "arguments": {"text": "y"}})
     assert again.body["result"]["content"][0]["text"] == "y"  # the slot came back
+
+
+async def test_an_answered_request_frees_its_answer_at_once(url, http, client) -> None:
+    """Issue 11 (memory returns once readers are gone): nothing of a finished request, in
+    either era, waits for the garbage collector, which a quiet gateway may not run for a long
+    while, holding every big answer meanwhile."""
+    legacy = client(url)
+    await legacy.initialize()
+    gc.collect()
+    gc.disable()
+    try:
+        for size in (1 << 20, 2 << 20):
+            reply = await call(http, url, "blob", {"bytes": size})
+            assert len(reply.body["result"]["content"][0]["text"]) == size
+            reply = await legacy.call("blob", {"bytes": size})
+            assert len(reply.body["result"]["content"][0]["text"]) == size
+        await asyncio.sleep(0.1)
+        held = [type(o).__name__ for o in gc.get_objects() if type(o).__name__.endswith(
+            "Exchange")]
+    finally:
+        gc.enable()
+    assert held == []

@@ -5,6 +5,7 @@ ownership, bounds and notifications."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
 from typing import Any
@@ -254,3 +255,21 @@ async def test_rate_limits_per_owner_on_task_requests_and_creation(gateway, http
              for i in range(3)]
     assert [p.status for p in polls] == [200, 200, 200]
     assert "error" in polls[2].body and "result" in polls[1].body
+
+
+async def test_a_finished_task_frees_its_call_at_once(url, http) -> None:
+    """Issue 11 (memory): once a task has ended, its run and upstream call wait for no
+    garbage collector; only the stored record (with the result) stays, until its ttl."""
+    gc.collect()
+    gc.disable()
+    try:
+        ids = [(await call(http, url, "blob", {"bytes": 1 << 20})).body["result"]["taskId"]
+               for _ in range(2)]
+        for task_id in ids:
+            done = await wait_for(http, url, task_id, "completed")
+            assert len(done["result"]["content"][0]["text"]) == 1 << 20
+        held = [type(o).__name__ for o in gc.get_objects()
+                if type(o).__name__ in ("TaskRun", "Call")]
+    finally:
+        gc.enable()
+    assert held == []

@@ -314,9 +314,11 @@ async def test_calls_in_flight_are_bounded_per_client(gateway, client) -> None:
     assert text_of(await mcp.call("echo", {"text": "after"})) == "after"
 
 
-async def test_a_reader_that_never_reads_is_cut_off(gateway, client) -> None:
-    """Issue 11: a client that never reads a big answer is cut off after slow_reader_ms,
-    which frees what was queued for it; the gateway goes on serving others."""
+@pytest.mark.parametrize("accept", ["text/event-stream", ACCEPT_BOTH])
+async def test_a_reader_that_never_reads_is_cut_off(gateway, client, accept) -> None:
+    """Issue 11: a client that never reads a big answer, streamed or plain JSON, is cut off
+    after slow_reader_ms, which frees what was queued for it; the gateway goes on serving
+    others."""
     url = await gateway(limits={"slow_reader_ms": 300})
     mcp = client(url)
     await mcp.initialize()
@@ -325,7 +327,7 @@ async def test_a_reader_that_never_reads_is_cut_off(gateway, client) -> None:
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "blob", "arguments": {"bytes": 30_000_000}}}).encode()
     writer.write(f"POST {target.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 f"Accept: text/event-stream\r\nMcp-Session-Id: {mcp.session_id}\r\n"
+                 f"Accept: {accept}\r\nMcp-Session-Id: {mcp.session_id}\r\n"
                  f"MCP-Protocol-Version: 2025-06-18\r\nContent-Length: {len(body)}\r\n\r\n"
                  .encode() + body)
     await asyncio.sleep(3)  # reads nothing meanwhile

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import secrets
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,12 +20,16 @@ from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
 from gateway.downstream.session import SessionStore
+from gateway.errors import StoreUnavailable
 from gateway.observability import configure_logging, log
 from gateway.ratelimit import Admission, InFlight, RateLimiter
 from gateway.settings import Settings
 from gateway.tasks.engine import TaskEngine
+from gateway.tasks.lease import Lease
 from gateway.tasks.policy import Policies
+from gateway.tasks.store import TaskStore
 from gateway.tasks.store.memory import MemoryStore
+from gateway.tasks.store.redis import RedisStore
 from gateway.upstream import isolation
 from gateway.upstream.isolation import Backend
 
@@ -33,6 +38,7 @@ ERAS = web.AppKey("eras", list[LegacyEra])
 MODERNS = web.AppKey("moderns", list[ModernEra])
 ENGINE = web.AppKey("engine", TaskEngine)
 COUNTERS = web.AppKey("counters", Counter[str])  # the app's own: no module-level state
+LEASE = web.AppKey("lease", Lease)
 REAP_EVERY_S = 30.0
 SETTLE_S = 2.0  # for the ends of tasks to be written at shutdown
 HANDLERS_S = 2.0  # for answered requests to finish sending at shutdown
@@ -47,7 +53,7 @@ def create_app(conf: Settings) -> web.Application:
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
-    key = conf.security.request_state_key
+    key = conf.replica.secret or conf.security.request_state_key
     sealer = Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
     limits = conf.limits
     counters: Counter[str] = Counter()
@@ -55,9 +61,8 @@ def create_app(conf: Settings) -> web.Application:
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
                           counters)
     inflight = InFlight(limits.max_calls_per_owner, counters)
-    engine = TaskEngine(MemoryStore(limits.max_tasks, limits.max_tasks_per_owner,
-                                    limits.max_result_bytes, limits.max_stored_bytes), counters,
-                        admission)
+    engine = TaskEngine(_store(conf), counters, admission,
+                        conf.replica.id or secrets.token_hex(8))
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters)
@@ -76,11 +81,22 @@ def create_app(conf: Settings) -> web.Application:
     app[MODERNS] = moderns
     app[ENGINE] = engine
     app[COUNTERS] = counters
+    app[LEASE] = Lease(engine, conf.store.backend, conf.store.lease_ms)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
     return app
+
+
+def _store(conf: Settings) -> TaskStore:
+    limits, store = conf.limits, conf.store
+    bounds = (limits.max_tasks, limits.max_tasks_per_owner, limits.max_result_bytes,
+              limits.max_stored_bytes)
+    if store.backend == "redis":
+        assert store.url is not None  # settings insist
+        return RedisStore(store.url, store.key_prefix, *bounds)
+    return MemoryStore(*bounds)
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -90,18 +106,22 @@ async def healthz(_: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     """200 only when every upstream is connected and initialized."""
     backends = request.app[BACKENDS]
-    ready = all(b.ready for b in backends.values())
     engine = request.app[ENGINE]
+    lease = request.app[LEASE]
+    ready = all(b.ready for b in backends.values()) and lease.store_up
     body: dict[str, Any] = {"ready": ready,
                             "upstreams": {n: b.status() for n, b in backends.items()},
                             "tasks": {"running": len(engine.runs),
                                       "stored_bytes": engine.stored_bytes()},
+                            "store": lease.status(),
                             "counters": dict(request.app[COUNTERS])}
     return json_response(body, 200 if ready else 503)
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     backends = app[BACKENDS]
+    lease = app[LEASE]
+    await lease.start()
     for backend in backends.values():
         await backend.start()
     reaper = asyncio.create_task(_reap(app[ERAS], app[ENGINE]))
@@ -109,6 +129,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     reaper.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await reaper
+    await lease.stop()
     await asyncio.gather(*(b.close() for b in backends.values()))
     log.info("shutdown.upstreams_stopped")
     log.info("gateway.stopped")
@@ -117,7 +138,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 async def _reap(eras: list[LegacyEra], engine: TaskEngine) -> None:
     while True:
         await asyncio.sleep(REAP_EVERY_S)
-        await engine.sweep()
+        with contextlib.suppress(StoreUnavailable):  # the lease keeper logs it
+            await engine.sweep()
         for era in eras:
             await era.expire()
 

@@ -28,6 +28,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", choices=MODES, metavar="MODE", help="default task mode for tools")
     p.add_argument("--task-tool", action="append", default=[], metavar="NAME=MODE",
                    help="task mode for one tool (repeatable; NAME may be a glob)")
+    p.add_argument("--store-url", metavar="URL",
+                   help="share tasks through Redis/Valkey (redis://host:port/db)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", choices=("json", "console"))
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -58,6 +60,9 @@ def build_settings(args: argparse.Namespace) -> Settings:
                 up["isolation"] = args.isolation
     _set(raw, ("listen", "host"), args.host)
     _set(raw, ("listen", "port"), args.port)
+    if args.store_url:
+        _set(raw, ("store", "backend"), "redis")
+        _set(raw, ("store", "url"), args.store_url)
     _set(raw, ("logging", "level"), args.log_level)
     _set(raw, ("logging", "format"), args.log_format)
     _set(raw, ("tasks", "defaults", "mode"), args.tasks)

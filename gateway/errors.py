@@ -21,8 +21,9 @@ the HTTP status that carries it.
     │   ├── UnsupportedModernVersion  -32022  400   protocol version we do not speak
     │   ├── TooManyListeners          -32600  429   listen streams over the per-owner bound
     │   └── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
-    └── UpstreamError                 -32603  200   the upstream failed this call (sent as a
-                                                    JSON-RPC response, so HTTP stays 200)
+    ├── UpstreamError                 -32603  200   the upstream failed this call (sent as a
+    │                                               JSON-RPC response, so HTTP stays 200)
+    └── StoreUnavailable              -32603  503   the shared task store does not answer
 
 Raise where the fault is known; the transport turns the error into a response with
 `to_message(id)` and `http_status`.
@@ -147,3 +148,14 @@ class UpstreamError(GatewayError):
         """`request_timeout_ms` passed: the gateway gave up on the call (and cancelled it)."""
         return cls(upstream, f"upstream '{upstream}' did not answer within {seconds:g} s",
                    "timeout")
+
+
+class StoreUnavailable(GatewayError):
+    """The shared task store (Redis/Valkey) does not answer: tasks cannot be read or made
+    until it is back (the gateway reconnects by itself); pass-through calls go on."""
+
+    http_status = 503
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"The task store is unavailable ({detail}); try again shortly",
+                         {"reason": "store_unavailable"})

@@ -134,6 +134,36 @@ class Security(_Model):
     allow_unauthenticated: bool = False
 
 
+class Store(_Model):
+    """Where tasks live: `memory` (the embedded default, one process) or `redis` (any Redis
+    >= 6.2 or Valkey server, shared by every replica)."""
+
+    backend: Literal["memory", "redis"] = "memory"
+    url: str | None = Field(None, description="redis://host:port/db, rediss:// for TLS")
+    key_prefix: str = Field("mcpgw:", min_length=1)
+    lease_ms: int = Field(10_000, ge=1000, description="then a silent replica is gone")
+
+    @model_validator(mode="after")
+    def _url_for_redis(self) -> Store:
+        if self.backend == "redis":
+            if not self.url:
+                raise ValueError("store.backend redis needs store.url (redis://host:port/db)")
+            if self.url.split("://", 1)[0] not in ("redis", "rediss", "unix"):
+                raise ValueError(f"store.url must be a redis://, rediss:// or unix:// URL, "
+                                 f"not {self.url.split('://', 1)[0]}://...")
+        return self
+
+
+class Replica(_Model):
+    """This process among several sharing one store."""
+
+    id: str | None = Field(None, min_length=1, max_length=128,
+                           description="default: a random id per process")
+    # Seals MRTR requestState (HMAC-SHA256); the same on every replica, so any of them
+    # opens what another sealed. Unset: security.request_state_key, else random per start.
+    secret: str | None = Field(None, min_length=16)
+
+
 class Caching(_Model):
     """Hints on cacheable modern results (spec 2026-07-28, caching). The gateway cannot
     know how fresh an upstream's lists are, so by default they are stale at once."""
@@ -156,6 +186,8 @@ class Settings(_Model):
     security: Security = Security()
     caching: Caching = Caching()
     logging: Logging = Logging()
+    store: Store = Store()
+    replica: Replica = Replica()
 
     @model_validator(mode="after")
     def _authenticated_beyond_loopback(self) -> Settings:

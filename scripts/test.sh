@@ -5,9 +5,19 @@
 #     (from its lockfile);
 #   - .test-envs/mcp130: the Python SDK mcp==1.30.0, whose version clashes with ours (the
 #     last one with the 2025-11-25 tasks client);
+#   - a Redis-compatible server and HAProxy for the replica tests (Debian's packages, when
+#     neither redis-server/valkey-server nor haproxy is on PATH);
 #   - ruff, then pytest (extra arguments go to pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if ! { command -v redis-server || command -v valkey-server; } >/dev/null || \
+        ! command -v haproxy >/dev/null; then
+    sudo=$([ "$(id -u)" = 0 ] || echo sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get install -y -qq redis-server haproxy >/dev/null 2>&1 || {
+        $sudo apt-get update -qq && $sudo apt-get install -y -qq redis-server haproxy >/dev/null; }
+fi
 
 python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'

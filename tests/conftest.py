@@ -10,7 +10,9 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +140,55 @@ async def direct_url() -> AsyncIterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+class RedisServer:
+    """A real Redis-compatible server (Valkey's or Debian's redis-server, which
+    scripts/test.sh installs) on a free loopback port, keeping nothing on disk; it can be
+    stopped and started again on the same port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("valkey-server") or shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("no redis-server or valkey-server: run scripts/test.sh")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.1).close()
+                return
+            except OSError:
+                self.proc.poll()
+                if self.proc.returncode is not None:
+                    break
+                time.sleep(0.05)
+        raise AssertionError(f"the Redis server on port {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One server for the session; each test keeps to its own key prefix."""
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    return f"test-{uuid.uuid4().hex[:12]}:"

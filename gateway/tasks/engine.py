@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
@@ -30,9 +30,10 @@ from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import UNLIMITED, Admission
 from gateway.tasks.model import Status, Task, new_id
 from gateway.tasks.policy import Policy, PollAdvisor
+from gateway.tasks.replicas import Replicas
 from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
+from gateway.tasks.watchers import Watchers
 
-Watcher = Callable[[Task], None]
 Relay = Callable[[Message], None]
 
 
@@ -123,38 +124,42 @@ class TaskRun:
         pass  # the call goes on without it, and fails by itself if it must
 
 
-class Watchers:
-    """Who wants to hear of a task's changes (core links, listen streams), by task id."""
+class Background:
+    """The engine's own asyncio tasks (writes, timed ends): kept until done, errors logged."""
 
     def __init__(self) -> None:
-        self._by_task: defaultdict[str, set[Watcher]] = defaultdict(set)
+        self._tasks: set[asyncio.Task[Any]] = set()
 
-    def watch(self, task_id: str, fn: Watcher) -> None:
-        self._by_task[task_id].add(fn)
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._reap)
+        return task
 
-    def unwatch(self, task_id: str, fn: Watcher) -> None:
-        fns = self._by_task.get(task_id)
-        if fns is not None:
-            fns.discard(fn)
-            if not fns:
-                del self._by_task[task_id]
+    def _reap(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task.engine_error", error=repr(task.exception()))
 
-    def tell(self, task: Task) -> None:
-        for fn in list(self._by_task.get(task.id, ())):
-            fn(task)
+    async def wait(self, timeout_s: float) -> None:
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
 
 
 class TaskEngine:
     def __init__(self, store: TaskStore, counters: Counter[str] | None = None,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, replica: str = "") -> None:
         self._store = store
+        self.replica = replica  # this process, among replicas sharing the store
         self.counters: Counter[str] = counters if counters is not None else Counter()
         self.admission = admission or Admission(UNLIMITED, UNLIMITED, self.counters)
         self.runs: dict[str, TaskRun] = {}
         self.asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
         self.watchers = Watchers()
+        self.replicas = Replicas(store, replica, self.runs, self.watchers, self.counters)
         self.poll = PollAdvisor()
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = Background()
+        self._spawn = self._background.spawn
 
     # -- creating -----------------------------------------------------------------------------
     async def create(self, owner: str, tool: str, dialect: str, upstream: str, policy: Policy,
@@ -165,7 +170,7 @@ class TaskEngine:
         self.admission.creation(owner)
         task = Task(new_id(), owner, tool, dialect, policy.ttl(requested_ttl),
                     self.poll.suggest(tool, policy.poll_interval_ms), upstream=upstream,
-                    created_at=time.time())
+                    replica=self.replica, created_at=time.time())
         await self._store.create(task)
         return task
 
@@ -203,7 +208,7 @@ class TaskEngine:
             run = self.runs.get(task_id)
             task = run.task if run is not None else await self._store.get(task_id)
             if task is not None and task.owner == owner:
-                return task
+                return task if run is not None else await self.replicas.unless_stranded(task)
             if await self._store.expired_owner(task_id) == owner:
                 raise TaskExpired(task_id)
         raise TaskNotFound(task_id)
@@ -259,9 +264,13 @@ class TaskEngine:
         """Stop the upstream call and end the task cancelled, unless it ended already; the
         task as it ended."""
         run = self.runs.get(task.id)
-        if run is None:
+        if run is not None:
+            return await self._stop(run, Status.CANCELLED, why)
+        if task.terminal:
             return task
-        return await self._stop(run, Status.CANCELLED, why)
+        # Another replica runs it: the end is written here (compare-and-set), and that
+        # replica's end of the call is then refused by the store.
+        return await self.replicas.end(task, Status.CANCELLED, why)
 
     # -- changes ------------------------------------------------------------------------------
     def _changed(self, run: TaskRun) -> None:
@@ -371,7 +380,9 @@ class TaskEngine:
 
     # -- housekeeping -------------------------------------------------------------------------
     async def sweep(self) -> int:
-        """The store forgets finished tasks past their ttl (running ones end by timer)."""
+        """The store forgets finished tasks past their ttl (running ones end by timer), and
+        tasks whose replica is gone are failed."""
+        await self.replicas.fail_stranded()
         return await self._store.sweep()
 
     def stored_bytes(self) -> int:
@@ -380,20 +391,8 @@ class TaskEngine:
     async def settle(self, timeout_s: float) -> int:
         """Wait (at most `timeout_s`) for the ends being written; how many tasks still run
         here afterwards (none, once their calls have been answered)."""
-        if self._background:
-            await asyncio.wait(set(self._background), timeout=timeout_s)
+        await self._background.wait(timeout_s)
         return len(self.runs)
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._reap)
-        return task
-
-    def _reap(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("task.engine_error", error=repr(task.exception()))
 
 
 def watch_progress(params: dict[str, Any]) -> bool:

@@ -69,6 +69,7 @@ class Task:
     ttl_ms: int | None
     poll_interval_ms: int
     upstream: str = ""
+    replica: str = ""  # the gateway process that runs its call (a shared store's replicas)
     status: Status = Status.WORKING
     status_message: str | None = None
     created_at: float = field(default_factory=time.time)

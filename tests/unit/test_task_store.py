@@ -1,8 +1,12 @@
-"""The task model, its bounded memory store and per-tool policy: pure units, no I/O."""
+"""The task model, per-tool policy, and the `TaskStore` contract, held by both stores: the
+memory store, and the Redis store against a real Redis-compatible server (each test under its
+own key prefix)."""
 
 from __future__ import annotations
 
+import time
 import tracemalloc
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 import pytest
@@ -10,13 +14,14 @@ import pytest
 from gateway.settings import Tasks
 from gateway.tasks.model import TRANSITIONS, InvalidTransition, Status, Task, iso, new_id
 from gateway.tasks.policy import Policies, PollAdvisor
-from gateway.tasks.store import ResultTooLarge, StoreFull
+from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
 from gateway.tasks.store.memory import MemoryStore
+from gateway.tasks.store.redis import RedisStore
 
 
 class Clock:
     def __init__(self) -> None:
-        self.now = 1_000_000.0
+        self.now = time.time()  # near the Redis server's own clock, which expires keys
 
     def __call__(self) -> float:
         return self.now
@@ -49,17 +54,35 @@ def test_timestamps_are_iso_utc() -> None:
     assert t.updated_at >= before >= t.created_at
 
 
-def make_store(clock: Clock, **limits: int) -> MemoryStore:
-    bounds = {"max_tasks": 3, "max_per_owner": 2, "max_result_bytes": 100,
-              "max_stored_bytes": 150, **limits}
-    return MemoryStore(**bounds, clock=clock)
+Maker = Callable[..., TaskStore]
 
 
-async def add(store: MemoryStore, owner: str, ttl_ms: int | None = 10_000,
+@pytest.fixture(params=["memory", "redis"])
+async def make_store(request, key_prefix) -> AsyncIterator[Maker]:
+    made: list[TaskStore] = []
+
+    def make(clock: Clock, **limits: int) -> TaskStore:
+        bounds = {"max_tasks": 3, "max_per_owner": 2, "max_result_bytes": 100,
+                  "max_stored_bytes": 150, **limits}
+        if request.param == "memory":
+            store: TaskStore = MemoryStore(**bounds, clock=clock)
+        else:
+            url = request.getfixturevalue("redis_server").url
+            store = RedisStore(url, key_prefix, **bounds, clock=clock)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        await store.close()
+
+
+async def add(store: TaskStore, owner: str, ttl_ms: int | None = 10_000,
               status: Status = Status.COMPLETED) -> Task:
     """A task as the engine creates it, ended at once unless `status` says otherwise (the
     store forgets only finished tasks by itself)."""
-    t = Task(new_id(), owner, "tool", "extension", ttl_ms, 500, created_at=store.clock())
+    t = Task(new_id(), owner, "tool", "extension", ttl_ms, 500,
+             created_at=store.clock())  # type: ignore[attr-defined]
     await store.create(t)
     if status is not Status.WORKING:
         t.move(status)
@@ -67,7 +90,7 @@ async def add(store: MemoryStore, owner: str, ttl_ms: int | None = 10_000,
     return t
 
 
-async def test_store_bounds_refuse_and_never_evict_live_tasks() -> None:
+async def test_store_bounds_refuse_and_never_evict_live_tasks(make_store) -> None:
     clock = Clock()
     store = make_store(clock)
     a1 = await add(store, "a")
@@ -80,28 +103,30 @@ async def test_store_bounds_refuse_and_never_evict_live_tasks() -> None:
     held = await store.get(a1.id)  # still there: nothing live was evicted
     assert held is not None and held.record() == a1.record() and held is not a1  # a copy
     clock.now += 11
-    await add(store, "c")  # expired ones made room
-    assert len(store) == 1
+    for owner in "cde":
+        await add(store, owner)  # expired ones made room for three
+    assert await store.get(a1.id) is None
 
 
-async def test_a_running_task_is_never_dropped_by_the_store() -> None:
+async def test_a_running_task_is_never_dropped_by_the_store(make_store) -> None:
     clock = Clock()
     store = make_store(clock)
     running = await add(store, "a", 1000, Status.WORKING)
     clock.now += 2
-    assert await store.sweep() == 0 and len(store) == 1  # the engine ends it, not the store
+    await store.sweep()
+    assert await store.knows(running.id)  # the engine ends it, not the store
     assert await store.get(running.id) is None  # yet nobody reads it past its ttl
     assert await store.expired_owner(running.id) == "a"
 
 
-async def test_ids_are_unguessable_and_foreign_ids_look_unknown() -> None:
+async def test_ids_are_unguessable_and_foreign_ids_look_unknown(make_store) -> None:
     store = make_store(Clock(), max_tasks=100, max_per_owner=100)
     ids = {(await add(store, "a", None)).id for _ in range(50)}
     assert len(ids) == 50 and all(len(i) >= 22 for i in ids)  # >= 128 random bits
     assert await store.get("nope") is None
 
 
-async def test_expired_tasks_say_so_for_a_while_then_are_unknown() -> None:
+async def test_expired_tasks_say_so_for_a_while_then_are_unknown(make_store) -> None:
     clock = Clock()
     store = make_store(clock)
     t = await add(store, "a", 1000)
@@ -112,7 +137,7 @@ async def test_expired_tasks_say_so_for_a_while_then_are_unknown() -> None:
     assert await store.expired_owner(t.id) is None
 
 
-async def test_terminal_stays_terminal_whoever_writes_last() -> None:
+async def test_terminal_stays_terminal_whoever_writes_last(make_store) -> None:
     store = make_store(Clock())
     t = await add(store, "a", status=Status.WORKING)
     late = t.copy()
@@ -126,7 +151,7 @@ async def test_terminal_stays_terminal_whoever_writes_last() -> None:
     assert stored is not None and stored.status is Status.CANCELLED
 
 
-async def test_result_bytes_are_bounded_per_task_and_in_all() -> None:
+async def test_result_bytes_are_bounded_per_task_and_in_all(make_store) -> None:
     store = make_store(Clock())
     t1 = await add(store, "a", status=Status.WORKING)
     t2 = await add(store, "b", status=Status.WORKING)

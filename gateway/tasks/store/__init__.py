@@ -9,7 +9,12 @@ whoever writes last. A store forgets a finished task at its ttl by itself; a run
 is never dropped by a store: expiring it is the engine's (it must cancel the call and tell
 the watchers first).
 
+Replicas sharing a store each hold a lease (`beat`); a task records the replica that runs
+it, and the running tasks of a replica whose lease has gone are `stranded`: the engine fails
+them. The memory store serves one process, whose tasks are all its own.
+
     memory.py   the bounded embedded default (one process)
+    redis.py    Redis or Valkey, shared by replicas
 """
 
 from __future__ import annotations
@@ -59,6 +64,22 @@ class TaskStore(Protocol):
 
     def stored_bytes(self) -> int:
         """Bytes of results and errors held (for /readyz and metrics)."""
+
+    async def beat(self, replica: str, lease_ms: int) -> None:
+        """Hold (or renew) `replica`'s lease for `lease_ms`."""
+
+    async def leave(self, replica: str) -> None:
+        """Give the lease up (a clean stop, once its tasks are written)."""
+
+    async def alive(self, replica: str) -> bool:
+        """Whether `replica` holds its lease."""
+
+    async def stranded(self, replica: str | None = None) -> list[str]:
+        """Ids of tasks still running on `replica` (a previous life of this one, at start),
+        or on any replica whose lease has gone."""
+
+    async def close(self) -> None:
+        """Let go of connections."""
 
 
 __all__ = ["ResultTooLarge", "StoreFull", "TaskStore"]

@@ -35,7 +35,7 @@ def _kept(task: Task) -> Task:
     """The copy the store keeps: shares nothing mutable with `task`, and as little memory
     with other records as it can."""
     return replace(task, owner=sys.intern(task.owner), tool=sys.intern(task.tool),
-                   upstream=sys.intern(task.upstream),
+                   upstream=sys.intern(task.upstream), replica=sys.intern(task.replica),
                    inputs=dict(task.inputs) if task.inputs else _NO_INPUTS)
 
 
@@ -142,3 +142,19 @@ class MemoryStore:
 
     def _due(self, task: Task) -> bool:
         return task.expires_at is not None and task.expires_at <= self.clock()
+
+    # -- replicas: one process, whose tasks are all its own ----------------------------------
+    async def beat(self, replica: str, lease_ms: int) -> None:
+        pass
+
+    async def leave(self, replica: str) -> None:
+        pass
+
+    async def alive(self, replica: str) -> bool:
+        return True
+
+    async def stranded(self, replica: str | None = None) -> list[str]:
+        return []
+
+    async def close(self) -> None:
+        pass

@@ -1,0 +1,69 @@
+"""This replica's hold on a shared task store: the first beat (and the tasks a previous
+life of this replica left running, failed), a heartbeat every third of `store.lease_ms`, the
+store's state as this replica sees it (logged when it changes, shown by /readyz), and the
+lease given up at a clean stop. With the memory store there is nothing to hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from gateway.errors import StoreUnavailable
+from gateway.observability import log
+from gateway.tasks.engine import TaskEngine
+
+
+class Lease:
+    def __init__(self, engine: TaskEngine, backend: str, lease_ms: int) -> None:
+        self.engine = engine
+        self.backend = backend
+        self.lease_ms = lease_ms
+        self.store_up = True
+        self.error: str | None = None
+        self._recovered = backend == "memory"
+        self._beating: asyncio.Task[None] | None = None
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"backend": self.backend, "up": self.store_up,
+                               "replica": self.engine.replica}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    async def start(self) -> None:
+        if self.backend == "memory":
+            return
+        await self._beat()  # a store down at start: pass-through serves, /readyz says so
+        self._beating = asyncio.create_task(self._keep())
+
+    async def _keep(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            await self._beat()
+
+    async def _beat(self) -> None:
+        try:
+            await self.engine.replicas.beat(self.lease_ms)
+            if not self._recovered:
+                failed = await self.engine.replicas.recover()
+                self._recovered = True
+                log.info("replica.recovered", replica=self.engine.replica, tasks_failed=failed)
+        except StoreUnavailable as exc:
+            if self.store_up:
+                log.error("store.unavailable", backend=self.backend, error=exc.message)
+            self.store_up, self.error = False, exc.message
+            return
+        if not self.store_up:
+            log.info("store.available", backend=self.backend)
+        self.store_up, self.error = True, None
+
+    async def stop(self) -> None:
+        """After the tasks' ends are written: others need not wait for the lease to lapse."""
+        if self._beating is not None:
+            self._beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beating
+        with contextlib.suppress(StoreUnavailable):
+            await self.engine.replicas.leave()

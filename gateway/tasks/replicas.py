@@ -1,0 +1,78 @@
+"""This replica among those sharing a task store: its lease, and the tasks that other
+replicas run or left behind.
+
+A task records the replica that runs its call. Read elsewhere, a running task whose
+replica's lease has gone is failed on the spot (and a sweeper fails the rest); a cancel that
+reaches another replica is written here, compare-and-set, so whichever end is written first
+stays. With the memory store every task is this process's own, and none of this happens.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from gateway.observability import log, owner_hash
+from gateway.protocol import jsonrpc
+from gateway.tasks.model import Status, Task
+from gateway.tasks.store import TaskStore
+from gateway.tasks.watchers import Watchers
+
+STRANDED = "the gateway replica running this task stopped"
+
+
+class Replicas:
+    def __init__(self, store: TaskStore, replica: str, runs: dict[str, Any],
+                 watchers: Watchers, counters: Counter[str]) -> None:
+        self.store = store
+        self.replica = replica
+        self.runs = runs  # the engine's: tasks running here
+        self.watchers = watchers
+        self.counters = counters
+
+    async def unless_stranded(self, task: Task) -> Task:
+        """`task` as read; failed first if the replica that ran it is gone."""
+        if task.terminal or task.replica in ("", self.replica) or \
+                await self.store.alive(task.replica):
+            return task
+        return await self.end(task, Status.FAILED, STRANDED)
+
+    async def end(self, task: Task, status: Status, message: str) -> Task:
+        final = task.copy()
+        final.inputs.clear()
+        if status is Status.FAILED:
+            final.error = {"code": jsonrpc.INTERNAL_ERROR, "message": message}
+        final.move(status, message)
+        if not await self.store.save(final):
+            return await self.store.get(task.id) or task  # someone else ended it first
+        self.counters[f"tasks.{status}"] += 1
+        log.info(f"task.{status}", task=task.id, tool=task.tool, upstream=task.upstream,
+                 owner=owner_hash(task.owner), replica=task.replica, reason=message)
+        self.watchers.tell(final)
+        return final
+
+    async def recover(self) -> int:
+        """At start: tasks a previous life of this replica left running are failed."""
+        return await self._fail(await self.store.stranded(self.replica))
+
+    async def _fail(self, ids: list[str]) -> int:
+        failed = 0
+        for task_id in ids:
+            task = await self.store.get(task_id)
+            if task is not None and not task.terminal and task_id not in self.runs:
+                failed += (await self.end(task, Status.FAILED, STRANDED)).status \
+                    is Status.FAILED
+        return failed
+
+    async def fail_stranded(self) -> int:
+        """Tasks of replicas whose lease has gone are failed."""
+        return await self._fail(await self.store.stranded())
+
+    async def beat(self, lease_ms: int) -> None:
+        """Renew this replica's lease (a shared store); StoreUnavailable when it is down."""
+        await self.store.beat(self.replica, lease_ms)
+
+    async def leave(self) -> None:
+        """A clean stop, once this replica's tasks are written: the lease goes at once."""
+        await self.store.leave(self.replica)
+        await self.store.close()

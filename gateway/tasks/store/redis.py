@@ -1,0 +1,327 @@
+"""The shared task store: Redis or Valkey (>= 6.2, standalone), for several gateway replicas.
+
+Keys, under `store.key_prefix` (P):
+
+    P t:<id>           hash: status, owner, replica, rec (the record as JSON, without its
+                       result), res (the result's raw JSON); it lingers EXPIRED_MEMORY_S past
+                       the task's ttl, so that its id answers "expired" meanwhile
+    P live             sorted set of every task held, scored by the end of its ttl (ms):
+                       what `limits.max_tasks` counts
+    P o:<owner>        the same, per owner: `max_tasks_per_owner`, core tasks/list
+    P sizes, P bytes   bytes of each result or error held, and their sum: `max_stored_bytes`
+    P run:<replica>    the tasks a replica runs; P replicas: every replica with such a set
+    P lease:<replica>  renewed by the replica's heartbeat; gone lease_ms after it stops
+    P gone:<id>        the owner of a running task ended at its ttl (it answers "expired")
+
+Whatever checks a bound or a status is one Lua script, atomic across replicas: creation
+checks both task bounds; a save is compare-and-set against the transition table (a terminal
+record stays terminal, whoever writes last) and checks the bytes bound. The scripts name a
+task's hash from the prefix, so a cluster (keys spread over shards) is not supported.
+
+A server that does not answer raises `StoreUnavailable` at once (a short connect and read
+timeout, two quick retries); redis-py reconnects by itself when it is back.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
+
+import orjson
+import redis.asyncio as aioredis
+from cachetools import TTLCache
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from gateway.errors import StoreUnavailable
+from gateway.tasks.model import TERMINAL, TRANSITIONS, Status, Task
+from gateway.tasks.store import ResultTooLarge, StoreFull
+from gateway.tasks.store.memory import EXPIRED_MEMORY_S
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Tasks whose ttl passed leave the bounds (their hashes linger as "expired" a while).
+_PRUNE = """
+local function prune(live, sizes, bytes, now)
+  local gone = redis.call('ZRANGEBYSCORE', live, '-inf', now, 'LIMIT', 0, 500)
+  for _, id in ipairs(gone) do
+    local size = redis.call('HGET', sizes, id)
+    if size then
+      redis.call('DECRBY', bytes, size)
+      redis.call('HDEL', sizes, id)
+    end
+  end
+  if #gone > 0 then redis.call('ZREM', live, unpack(gone)) end
+  return #gone
+end
+"""
+
+# KEYS: live, o:<owner>, t:<id>, run:<replica>, replicas, sizes, bytes
+# ARGV: id, now, score, max_tasks, max_per_owner, status, owner, replica, rec, pexpireat
+_CREATE = _PRUNE + """
+prune(KEYS[1], KEYS[6], KEYS[7], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 1 end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 2 end
+redis.call('HSET', KEYS[3], 'status', ARGV[6], 'owner', ARGV[7], 'replica', ARGV[8],
+           'rec', ARGV[9])
+if ARGV[10] ~= '' then redis.call('PEXPIREAT', KEYS[3], ARGV[10]) end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+if ARGV[8] ~= '' then
+  redis.call('SADD', KEYS[4], ARGV[1])
+  redis.call('SADD', KEYS[5], ARGV[8])
+end
+return 0
+"""
+
+# KEYS: t:<id>, live, sizes, bytes, run:<replica>
+# ARGV: id, ",<statuses that may move to status>,", status, size, max_stored, rec, res,
+#       terminal ("1" or "0")
+_SAVE = """
+local total = tonumber(redis.call('GET', KEYS[4]) or '0')
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {0, total} end
+if cur ~= ARGV[3] and not string.find(ARGV[2], ',' .. cur .. ',', 1, true) then
+  return {0, total}
+end
+local old = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+local new = tonumber(ARGV[4])
+if new ~= old then
+  if total - old + new > tonumber(ARGV[5]) then return {-1, total} end
+  total = redis.call('INCRBY', KEYS[4], new - old)
+  if new > 0 then redis.call('HSET', KEYS[3], ARGV[1], new)
+  else redis.call('HDEL', KEYS[3], ARGV[1]) end
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'rec', ARGV[6])
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[7]) end
+if ARGV[8] == '1' then redis.call('SREM', KEYS[5], ARGV[1]) end
+return {1, total}
+"""
+
+# KEYS: t:<id>, live, sizes, bytes, gone:<id>; ARGV: id, expired, remember ms, prefix
+_DELETE = """
+local held = redis.call('HMGET', KEYS[1], 'owner', 'replica')
+if not held[1] then return tonumber(redis.call('GET', KEYS[4]) or '0') end
+local size = redis.call('HGET', KEYS[3], ARGV[1])
+if size then
+  redis.call('DECRBY', KEYS[4], size)
+  redis.call('HDEL', KEYS[3], ARGV[1])
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', ARGV[4] .. 'o:' .. held[1], ARGV[1])
+redis.call('SREM', ARGV[4] .. 'run:' .. held[2], ARGV[1])
+if ARGV[2] == '1' then redis.call('SET', KEYS[5], held[1], 'PX', ARGV[3]) end
+return tonumber(redis.call('GET', KEYS[4]) or '0')
+"""
+
+# KEYS: live, sizes, bytes; ARGV: now
+_SWEEP = _PRUNE + """
+local gone = prune(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+return {gone, tonumber(redis.call('GET', KEYS[3]) or '0')}
+"""
+
+# Tasks a replica ran that have not ended; ids that ended or went leave its set.
+# KEYS: run:<replica>; ARGV: prefix
+_STRANDED = """
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local status = redis.call('HGET', ARGV[1] .. 't:' .. id, 'status')
+  if status == 'working' or status == 'input_required' then table.insert(out, id)
+  else redis.call('SREM', KEYS[1], id) end
+end
+return out
+"""
+
+_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def _guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """A server that does not answer becomes `StoreUnavailable` (a JSON-RPC error)."""
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except _DOWN as exc:
+            raise StoreUnavailable(type(exc).__name__) from exc
+    call.__name__, call.__doc__ = fn.__name__, fn.__doc__
+    return call
+
+
+def _encode(task: Task) -> tuple[bytes, bytes]:
+    """The record without its result, and the result as the raw JSON it is (or b"")."""
+    rec = task.record()
+    rec.pop("result", None)
+    return orjson.dumps(rec), task.result or b""
+
+
+def _decode(rec: bytes, res: bytes | None) -> Task:
+    return Task(**{**orjson.loads(rec), "result": res or None})
+
+
+def _ms(seconds: float) -> int:
+    return math.ceil(seconds * 1000)
+
+
+# From which statuses each status may be reached (itself included: a new message, inputs).
+_SOURCES = {s: "," + ",".join([str(s), *(str(f) for f in Status if s in TRANSITIONS[f])]) + ","
+            for s in Status}
+
+
+class RedisStore:
+    def __init__(self, url: str, prefix: str, max_tasks: int, max_per_owner: int,
+                 max_result_bytes: int, max_stored_bytes: int,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.max_tasks = max_tasks
+        self.max_per_owner = max_per_owner
+        self.max_result_bytes = max_result_bytes
+        self.max_stored_bytes = max_stored_bytes
+        self.clock = clock
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=64, timeout=2, socket_connect_timeout=1, socket_timeout=2,
+            retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2))
+        self.redis = aioredis.Redis(connection_pool=pool)
+        self._create = self.redis.register_script(_CREATE)
+        self._save = self.redis.register_script(_SAVE)
+        self._delete = self.redis.register_script(_DELETE)
+        self._sweep = self.redis.register_script(_SWEEP)
+        self._stranded = self.redis.register_script(_STRANDED)
+        self._alive: TTLCache[str, bool] = TTLCache(1024, 1.0)  # leases seen held lately
+        self._bytes = 0
+
+    def key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    # -- records ----------------------------------------------------------------------------
+    @_guarded
+    async def create(self, task: Task) -> None:
+        rec, _ = _encode(task)
+        end = task.expires_at
+        refused = await self._create(
+            keys=[self.key("live"), self.key("o", task.owner), self.key("t", task.id),
+                  self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
+                  self.key("bytes")],
+            args=[task.id, _ms(self.clock()), "+inf" if end is None else _ms(end),
+                  self.max_tasks, self.max_per_owner, str(task.status), task.owner,
+                  task.replica, rec, "" if end is None else _ms(end + EXPIRED_MEMORY_S)])
+        if refused == 1:
+            raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
+        if refused == 2:
+            raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks")
+
+    @_guarded
+    async def get(self, task_id: str) -> Task | None:
+        rec, res = await self.redis.hmget(self.key("t", task_id), "rec", "res")
+        if rec is None:
+            return None
+        task = _decode(rec, res)
+        return None if self._due(task) else task
+
+    @_guarded
+    async def expired_owner(self, task_id: str) -> str | None:
+        rec = await self.redis.hget(self.key("t", task_id), "rec")
+        if rec is not None:
+            task = _decode(rec, None)
+            end = task.expires_at
+            remembered = end is not None and end <= self.clock() < end + EXPIRED_MEMORY_S
+            return task.owner if remembered else None
+        owner = await self.redis.get(self.key("gone", task_id))
+        return None if owner is None else owner.decode()
+
+    @_guarded
+    async def owned_by(self, owner: str) -> list[Task]:
+        ids = await self.redis.zrangebyscore(self.key("o", owner), _ms(self.clock()), "+inf")
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.hmget(self.key("t", task_id.decode()), "rec", "res")
+            held = await pipe.execute()
+        tasks = [_decode(rec, res) for rec, res in held if rec is not None]
+        return sorted((t for t in tasks if not self._due(t)), key=lambda t: t.created_at)
+
+    @_guarded
+    async def save(self, task: Task) -> bool:
+        if task.size > self.max_result_bytes:
+            raise ResultTooLarge(f"the result is {task.size} bytes; the gateway keeps at most "
+                                 f"{self.max_result_bytes} bytes per task")
+        rec, res = _encode(task)
+        saved, self._bytes = await self._save(
+            keys=[self.key("t", task.id), self.key("live"), self.key("sizes"),
+                  self.key("bytes"), self.key("run", task.replica)],
+            args=[task.id, _SOURCES[task.status], str(task.status), task.size,
+                  self.max_stored_bytes, rec, res, "1" if task.status in TERMINAL else "0"])
+        if saved == -1:
+            raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
+                                 "bytes) is full")
+        return bool(saved)
+
+    @_guarded
+    async def delete(self, task_id: str, *, expired: bool = False) -> None:
+        self._bytes = await self._delete(
+            keys=[self.key("t", task_id), self.key("live"), self.key("sizes"),
+                  self.key("bytes"), self.key("gone", task_id)],
+            args=[task_id, "1" if expired else "0", _ms(EXPIRED_MEMORY_S), self.prefix])
+
+    @_guarded
+    async def sweep(self) -> int:
+        gone, self._bytes = await self._sweep(
+            keys=[self.key("live"), self.key("sizes"), self.key("bytes")],
+            args=[_ms(self.clock())])
+        return int(gone)
+
+    @_guarded
+    async def knows(self, task_id: str) -> bool:
+        return bool(await self.redis.exists(self.key("t", task_id), self.key("gone", task_id)))
+
+    def stored_bytes(self) -> int:
+        """Of every replica, as of this replica's last write or sweep."""
+        return self._bytes
+
+    # -- replicas ---------------------------------------------------------------------------
+    @_guarded
+    async def beat(self, replica: str, lease_ms: int) -> None:
+        await self.redis.set(self.key("lease", replica), b"1", px=lease_ms)
+
+    @_guarded
+    async def leave(self, replica: str) -> None:
+        await self.redis.delete(self.key("lease", replica))
+
+    @_guarded
+    async def alive(self, replica: str) -> bool:
+        if replica in self._alive:
+            return True
+        held = bool(await self.redis.exists(self.key("lease", replica)))
+        if held:
+            self._alive[replica] = True
+        return held
+
+    @_guarded
+    async def stranded(self, replica: str | None = None) -> list[str]:
+        """Running tasks of `replica`, or of every replica whose lease has gone."""
+        if replica is not None:
+            return await self._stranded_on(replica)
+        out: list[str] = []
+        for name in await self.redis.smembers(self.key("replicas")):
+            gone = name.decode()
+            if not await self.redis.exists(self.key("lease", gone)):
+                ids = await self._stranded_on(gone)
+                out += ids
+                if not ids:
+                    await self.redis.srem(self.key("replicas"), gone)
+        return out
+
+    async def _stranded_on(self, replica: str) -> list[str]:
+        ids = await self._stranded(keys=[self.key("run", replica)], args=[self.prefix])
+        return [i.decode() for i in ids]
+
+    async def close(self) -> None:
+        await self.redis.aclose(close_connection_pool=True)
+
+    def _due(self, task: Task) -> bool:
+        return task.expires_at is not None and task.expires_at <= self.clock()

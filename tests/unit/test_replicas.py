@@ -1,0 +1,120 @@
+"""Replicas sharing one Redis store, as engines in one process over a real Redis-compatible
+server, with fake upstream calls: any replica reads a task, a cancel written elsewhere wins,
+a replica whose lease lapsed has its running tasks failed (when read, by the sweeper, and by
+its own next life), and the bounds hold whichever replica creates."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from test_engine import policy, running
+
+from gateway.protocol import jsonrpc
+from gateway.tasks.engine import TaskEngine
+from gateway.tasks.model import Status, Task
+from gateway.tasks.replicas import STRANDED
+from gateway.tasks.store import StoreFull
+from gateway.tasks.store.redis import RedisStore
+
+Replica = Callable[..., TaskEngine]
+
+
+async def read(engine: TaskEngine, task_id: str, until: Callable[[Task], bool]) -> Task:
+    """The task as `engine` reads it, once `until` holds (writes go behind, over a socket)."""
+    for _ in range(200):
+        task = await engine.find(task_id, "me")
+        if until(task):
+            return task
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {task}")
+
+
+@pytest.fixture
+async def replica(redis_server, key_prefix) -> AsyncIterator[Replica]:
+    stores: list[RedisStore] = []
+
+    def make(name: str, max_tasks: int = 100, max_per_owner: int = 100) -> TaskEngine:
+        store = RedisStore(redis_server.url, key_prefix, max_tasks, max_per_owner, 1000, 10_000)
+        stores.append(store)
+        return TaskEngine(store, replica=name)
+
+    yield make
+    for store in stores:
+        await store.close()
+
+
+async def test_a_task_made_on_one_replica_is_read_on_another(replica) -> None:
+    a, b = replica("a"), replica("b")
+    await a.replicas.beat(10_000)
+    task, call, _ = await running(a)
+    seen = await b.find(task.id, "me")
+    assert (seen.status, seen.replica, seen.tool) == (Status.WORKING, "a", "slow")
+    call.sink.on_message(jsonrpc.request(7, "elicitation/create", {"message": "name?"}))
+    asked = await read(b, task.id, lambda t: t.status is Status.INPUT_REQUIRED)
+    assert list(asked.inputs) == ["elicitation-1"]
+    call.sink.on_response(jsonrpc.result(1, {"content": [{"type": "text", "text": "hi"}]}))
+    done = await read(b, task.id, lambda t: t.terminal)
+    assert done.status is Status.COMPLETED and b"hi" in (done.result or b"")
+    assert [t.id for t in await b.owned("me", "extension")] == [task.id]
+
+
+async def test_a_cancel_on_another_replica_wins_over_the_late_result(replica) -> None:
+    a, b = replica("a"), replica("b")
+    await a.replicas.beat(10_000)
+    task, call, told = await running(a)
+    cancelled = await b.cancel(await b.find(task.id, "me"))
+    assert cancelled.status is Status.CANCELLED
+    call.sink.on_response(jsonrpc.result(1, {"content": []}))  # the call answers anyway
+    for _ in range(200):
+        if told and told[-1].terminal:
+            break
+        await asyncio.sleep(0.01)
+    assert told[-1].status is Status.CANCELLED  # a's own watchers hear the stored end
+    assert (await a.find(task.id, "me")).status is Status.CANCELLED
+
+
+async def test_a_lapsed_replica_has_its_running_tasks_failed(replica) -> None:
+    a, b = replica("a"), replica("b")
+    await a.replicas.beat(300)
+    read, _, _ = await running(a)
+    swept, _, _ = await running(a)
+    assert (await b.find(read.id, "me")).status is Status.WORKING  # a holds its lease
+    await asyncio.sleep(1.2)  # a's lease lapses (and b's cache of it, a second)
+    failed = await b.find(read.id, "me")  # failed when read...
+    assert failed.status is Status.FAILED and failed.status_message == STRANDED
+    assert failed.error == {"code": jsonrpc.INTERNAL_ERROR, "message": STRANDED}
+    await b.sweep()  # ...or by the sweeper
+    assert (await replica("c").find(swept.id, "me")).status is Status.FAILED
+
+
+async def test_a_replica_fails_what_its_previous_life_left_running(replica) -> None:
+    first = replica("a")
+    await first.replicas.beat(10_000)  # its lease still holds when it comes back
+    task, _, _ = await running(first)
+    again = replica("a")
+    assert await again.replicas.recover() == 1
+    assert (await again.find(task.id, "me")).status is Status.FAILED
+
+
+async def test_bounds_hold_under_concurrent_creation_on_three_replicas(replica) -> None:
+    engines = [replica(n, max_tasks=30, max_per_owner=30) for n in "abc"]
+
+    async def create(engine: TaskEngine) -> bool:
+        try:
+            await engine.create("me", "slow", "extension", "fake", policy(), None)
+            return True
+        except StoreFull:
+            return False
+
+    made = await asyncio.gather(*(create(engines[i % 3]) for i in range(90)))
+    assert sum(made) == 30
+
+
+async def test_a_foreign_owner_finds_nothing_on_any_replica(replica) -> None:
+    a, b = replica("a"), replica("b")
+    task, _, _ = await running(a)
+    for engine in (a, b):
+        with pytest.raises(KeyError):
+            await engine.find(task.id, "someone else")

@@ -157,6 +157,8 @@ class TaskEngine:
         self.asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
         self.watchers = Watchers()
         self.replicas = Replicas(store, replica, self.runs, self.watchers, self.counters)
+        self.replicas.stop = lambda run, why: self._stop(run, Status.CANCELLED, why)
+        self.replicas.answer = self.answer
         self.poll = PollAdvisor()
         self._background = Background()
         self._spawn = self._background.spawn
@@ -228,6 +230,8 @@ class TaskEngine:
         """Answers go upstream under the server's own ids; unknown or already answered keys
         are ignored; the task works again once nothing is outstanding."""
         run = self.runs.get(task.id)
+        if run is None and not task.terminal and task.replica != self.replica:
+            await self.replicas.forward(task, {"op": "answer", "responses": responses})
         if run is None or run.ending:
             return
         for key in [k for k in run.task.inputs if k in responses]:
@@ -268,9 +272,11 @@ class TaskEngine:
             return await self._stop(run, Status.CANCELLED, why)
         if task.terminal:
             return task
-        # Another replica runs it: the end is written here (compare-and-set), and that
-        # replica's end of the call is then refused by the store.
-        return await self.replicas.end(task, Status.CANCELLED, why)
+        # Another replica runs it: the end is written here (compare-and-set), so the ack
+        # shows it, and that replica is asked to cancel the call (its own end is refused).
+        ended = await self.replicas.end(task, Status.CANCELLED, why)
+        await self.replicas.forward(task, {"op": "cancel", "why": why})
+        return ended
 
     # -- changes ------------------------------------------------------------------------------
     def _changed(self, run: TaskRun) -> None:
@@ -285,12 +291,13 @@ class TaskEngine:
             while run.dirty and not run.ending:
                 run.dirty = False
                 await self._store.save(run.task.copy())
+                await self.replicas.changed(run.task)
         finally:
             run.flusher = None
 
     # -- ending -------------------------------------------------------------------------------
     def _responded(self, run: TaskRun, msg: Message) -> None:
-        final = self._final(run)
+        final = _final(run)
         error = msg.get("error")
         if error is not None:
             final.error, final.size = error, len(jsonrpc.dumps(error))
@@ -312,7 +319,7 @@ class TaskEngine:
         run.ending = True
         assert run.call is not None  # not ending, so not ended
         run.call.cancel(message)
-        final = self._final(run)
+        final = _final(run)
         if error_text is not None:
             final.error = {"code": jsonrpc.INTERNAL_ERROR, "message": error_text}
         final.move(status, message)
@@ -326,34 +333,17 @@ class TaskEngine:
         log.info("task.expired", task=task.id, tool=task.tool, upstream=task.upstream,
                  owner=owner_hash(task.owner))
 
-    @staticmethod
-    def _final(run: TaskRun) -> Task:
-        final = run.task.copy()
-        final.inputs.clear()
-        return final
-
     async def _commit(self, run: TaskRun, final: Task) -> Task:
         """Write the end (compare-and-set), then tell everyone: nobody hears of a result
         the store does not hold."""
         if run.flusher is not None:
             await asyncio.wait({run.flusher})  # its error, if any, is logged by itself
         try:
-            final = await self._write_end(run, final)
+            final = await _write_end(self._store, run, final)
         except Exception as exc:  # the store failed: the end is still told, never a hang
             log.error("task.store_error", task=final.id, error=repr(exc))
         self._end(run, final)
-        return final
-
-    async def _write_end(self, run: TaskRun, final: Task) -> Task:
-        try:
-            saved = await self._store.save(final)
-        except ResultTooLarge as exc:
-            final = self._final(run)
-            final.error = {"code": jsonrpc.INTERNAL_ERROR, "message": str(exc)}
-            final.move(Status.FAILED, str(exc))
-            saved = await self._store.save(final)
-        if not saved:  # the store holds another end already (it stays), or forgot the task
-            final = await self._store.get(final.id) or final
+        await self.replicas.changed(final)
         return final
 
     def _end(self, run: TaskRun, task: Task) -> None:
@@ -393,6 +383,27 @@ class TaskEngine:
         here afterwards (none, once their calls have been answered)."""
         await self._background.wait(timeout_s)
         return len(self.runs)
+
+
+def _final(run: TaskRun) -> Task:
+    final = run.task.copy()
+    final.inputs.clear()
+    return final
+
+
+async def _write_end(store: TaskStore, run: TaskRun, final: Task) -> Task:
+    """The end as stored: `final`, failed instead when its result is too big to keep, or
+    the end another writer stored first (it stays)."""
+    try:
+        saved = await store.save(final)
+    except ResultTooLarge as exc:
+        final = _final(run)
+        final.error = {"code": jsonrpc.INTERNAL_ERROR, "message": str(exc)}
+        final.move(Status.FAILED, str(exc))
+        saved = await store.save(final)
+    if not saved:  # the store holds another end already, or forgot the task
+        final = await store.get(final.id) or final
+    return final
 
 
 def watch_progress(params: dict[str, Any]) -> bool:

@@ -1,7 +1,8 @@
 """This replica's hold on a shared task store: the first beat (and the tasks a previous
 life of this replica left running, failed), a heartbeat every third of `store.lease_ms`, the
-store's state as this replica sees it (logged when it changes, shown by /readyz), and the
-lease given up at a clean stop. With the memory store there is nothing to hold.
+replicas' channels listened to, the store's state as this replica sees it (logged when it
+changes, shown by /readyz), and the lease given up at a clean stop. With the memory store
+there is nothing to hold.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class Lease:
         self.store_up = True
         self.error: str | None = None
         self._recovered = backend == "memory"
-        self._beating: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []  # the heartbeat, the channels
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "up": self.store_up,
@@ -36,7 +37,8 @@ class Lease:
         if self.backend == "memory":
             return
         await self._beat()  # a store down at start: pass-through serves, /readyz says so
-        self._beating = asyncio.create_task(self._keep())
+        self._tasks = [asyncio.create_task(self._keep()),
+                       asyncio.create_task(self.engine.replicas.listen())]
 
     async def _keep(self) -> None:
         while True:
@@ -61,9 +63,9 @@ class Lease:
 
     async def stop(self) -> None:
         """After the tasks' ends are written: others need not wait for the lease to lapse."""
-        if self._beating is not None:
-            self._beating.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._beating
+                await task
         with contextlib.suppress(StoreUnavailable):
             await self.engine.replicas.leave()

@@ -4,14 +4,20 @@ replicas run or left behind.
 A task records the replica that runs its call. Read elsewhere, a running task whose
 replica's lease has gone is failed on the spot (and a sweeper fails the rest); a cancel that
 reaches another replica is written here, compare-and-set, so whichever end is written first
-stays. With the memory store every task is this process's own, and none of this happens.
+stays, and sent on to the replica that runs the call, with input answers (its control
+channel). Every change written is announced on the events channel, so that watchers on
+other replicas (listen streams) hear of it. With the memory store every task is this
+process's own, and none of this happens.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gateway.errors import StoreUnavailable
 from gateway.observability import log, owner_hash
 from gateway.protocol import jsonrpc
 from gateway.tasks.model import Status, Task
@@ -19,12 +25,16 @@ from gateway.tasks.store import TaskStore
 from gateway.tasks.watchers import Watchers
 
 STRANDED = "the gateway replica running this task stopped"
+EVENTS = "events"  # the channel of task changes; each replica also has "ctl:<its id>"
 
 
 class Replicas:
     def __init__(self, store: TaskStore, replica: str, runs: dict[str, Any],
                  watchers: Watchers, counters: Counter[str]) -> None:
         self.store = store
+        # The engine's, for requests from other replicas about tasks whose calls run here.
+        self.stop: Callable[[Any, str], Awaitable[Any]] = _nothing
+        self.answer: Callable[[Task, dict[str, Any]], Awaitable[None]] = _nothing
         self.replica = replica
         self.runs = runs  # the engine's: tasks running here
         self.watchers = watchers
@@ -49,7 +59,35 @@ class Replicas:
         log.info(f"task.{status}", task=task.id, tool=task.tool, upstream=task.upstream,
                  owner=owner_hash(task.owner), replica=task.replica, reason=message)
         self.watchers.tell(final)
+        await self.changed(final)
         return final
+
+    # -- channels ---------------------------------------------------------------------------
+    async def changed(self, task: Task) -> None:
+        """Tell the other replicas that `task` changed (their watchers read it again)."""
+        with contextlib.suppress(StoreUnavailable):  # they poll the record meanwhile
+            await self.store.publish(EVENTS, {"task": task.id, "from": self.replica})
+
+    async def forward(self, task: Task, request: dict[str, Any]) -> None:
+        """A request about a task another replica runs, sent to that replica."""
+        await self.store.publish(f"ctl:{task.replica}", {**request, "task": task.id})
+
+    async def listen(self) -> None:
+        """Until cancelled: changes made elsewhere, and requests for tasks run here."""
+        await self.store.listen([EVENTS, f"ctl:{self.replica}"], self._heard)
+
+    async def _heard(self, channel: str, msg: dict[str, Any]) -> None:
+        task_id = msg.get("task")
+        if not isinstance(task_id, str):
+            return
+        if channel != EVENTS:
+            await self._control(task_id, msg)
+        elif msg.get("from") != self.replica and task_id not in self.runs and \
+                self.watchers.watching(task_id):
+            with contextlib.suppress(StoreUnavailable):
+                task = await self.store.get(task_id)
+                if task is not None:
+                    self.watchers.tell(task)
 
     async def recover(self) -> int:
         """At start: tasks a previous life of this replica left running are failed."""
@@ -76,3 +114,17 @@ class Replicas:
         """A clean stop, once this replica's tasks are written: the lease goes at once."""
         await self.store.leave(self.replica)
         await self.store.close()
+
+    async def _control(self, task_id: str, msg: dict[str, Any]) -> None:
+        """Another replica's request about a task whose call runs here."""
+        run = self.runs.get(task_id)
+        if run is None or run.ending:
+            return
+        if msg.get("op") == "cancel":
+            await self.stop(run, str(msg.get("why") or "cancelled by the client"))
+        elif msg.get("op") == "answer" and isinstance(msg.get("responses"), dict):
+            await self.answer(run.task, msg["responses"])
+
+
+async def _nothing(*_: Any) -> None:
+    pass

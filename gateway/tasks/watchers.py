@@ -27,6 +27,9 @@ class Watchers:
             if not fns:
                 del self._by_task[task_id]
 
+    def watching(self, task_id: str) -> bool:
+        return task_id in self._by_task
+
     def tell(self, task: Task) -> None:
         for fn in list(self._by_task.get(task.id, ())):
             fn(task)

@@ -60,6 +60,44 @@ async def test_a_task_made_on_one_replica_is_read_on_another(replica) -> None:
     assert [t.id for t in await b.owned("me", "extension")] == [task.id]
 
 
+async def until(check: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never happened")
+
+
+@pytest.fixture
+async def listening() -> AsyncIterator[Callable[[TaskEngine], None]]:
+    """Run engines' channel listeners for the test."""
+    jobs: list[asyncio.Task[None]] = []
+    yield lambda engine: jobs.append(asyncio.create_task(engine.replicas.listen()))
+    for job in jobs:
+        job.cancel()
+    await asyncio.gather(*jobs, return_exceptions=True)
+
+
+async def test_requests_on_another_replica_reach_the_call(replica, listening) -> None:
+    a, b = replica("a"), replica("b")
+    listening(a)
+    listening(b)
+    await a.replicas.beat(10_000)
+    await asyncio.sleep(0.1)  # subscribed
+    task, call, _ = await running(a)
+    heard: list[Task] = []
+    b.watchers.watch(task.id, heard.append)  # a listen stream on b, say
+    call.sink.on_message(jsonrpc.request(7, "elicitation/create", {"message": "name?"}))
+    await until(lambda: any(t.status is Status.INPUT_REQUIRED for t in heard))
+    await b.answer(await b.find(task.id, "me"), {"elicitation-1": {"action": "accept"}})
+    await until(lambda: bool(call.replies))  # the answer reached a's upstream call
+    assert call.replies == [(7, jsonrpc.result(7, {"action": "accept"}))]
+    await b.cancel(await b.find(task.id, "me"), "enough")
+    await until(lambda: bool(call.cancelled))  # so did the cancel
+    assert call.cancelled == ["enough"]
+    await until(lambda: bool(heard) and heard[-1].status is Status.CANCELLED)
+
+
 async def test_a_cancel_on_another_replica_wins_over_the_late_result(replica) -> None:
     a, b = replica("a"), replica("b")
     await a.replicas.beat(10_000)

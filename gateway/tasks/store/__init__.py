@@ -11,7 +11,8 @@ the watchers first).
 
 Replicas sharing a store each hold a lease (`beat`); a task records the replica that runs
 it, and the running tasks of a replica whose lease has gone are `stranded`: the engine fails
-them. The memory store serves one process, whose tasks are all its own.
+them. Replicas tell each other of changes and requests through the store's channels
+(`publish`, `listen`). The memory store serves one process, whose tasks are all its own.
 
     memory.py   the bounded embedded default (one process)
     redis.py    Redis or Valkey, shared by replicas
@@ -19,9 +20,12 @@ them. The memory store serves one process, whose tasks are all its own.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from gateway.tasks.model import Task
+
+Handler = Callable[[str, dict[str, Any]], Awaitable[None]]  # channel, message
 
 
 class StoreFull(Exception):
@@ -78,8 +82,16 @@ class TaskStore(Protocol):
         """Ids of tasks still running on `replica` (a previous life of this one, at start),
         or on any replica whose lease has gone."""
 
+    async def publish(self, channel: str, message: dict[str, Any]) -> None:
+        """Send `message` to every replica listening on `channel` (at most once: a replica
+        that is not listening right then misses it)."""
+
+    async def listen(self, channels: list[str], handler: Handler) -> None:
+        """Hand each message on `channels` to `handler`, until cancelled (reconnecting by
+        itself)."""
+
     async def close(self) -> None:
         """Let go of connections."""
 
 
-__all__ = ["ResultTooLarge", "StoreFull", "TaskStore"]
+__all__ = ["Handler", "ResultTooLarge", "StoreFull", "TaskStore"]

@@ -14,6 +14,7 @@ rather than a heap tuple and a float).
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import math
 import sys
@@ -21,11 +22,12 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from cachetools import TTLCache
 
 from gateway.tasks.model import TRANSITIONS, Task
-from gateway.tasks.store import ResultTooLarge, StoreFull
+from gateway.tasks.store import Handler, ResultTooLarge, StoreFull
 
 EXPIRED_MEMORY_S = 600.0  # how long an expired id still answers "expired"
 _NO_INPUTS: dict = {}  # shared by kept records; never handed out (get returns copies)
@@ -155,6 +157,12 @@ class MemoryStore:
 
     async def stranded(self, replica: str | None = None) -> list[str]:
         return []
+
+    async def publish(self, channel: str, message: dict[str, Any]) -> None:
+        pass
+
+    async def listen(self, channels: list[str], handler: Handler) -> None:
+        await asyncio.Event().wait()  # nobody else to hear from
 
     async def close(self) -> None:
         pass

@@ -24,10 +24,11 @@ timeout, two quick retries); redis-py reconnects by itself when it is back.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
@@ -39,7 +40,7 @@ from redis.retry import Retry
 
 from gateway.errors import StoreUnavailable
 from gateway.tasks.model import TERMINAL, TRANSITIONS, Status, Task
-from gateway.tasks.store import ResultTooLarge, StoreFull
+from gateway.tasks.store import Handler, ResultTooLarge, StoreFull
 from gateway.tasks.store.memory import EXPIRED_MEMORY_S
 
 P = ParamSpec("P")
@@ -319,6 +320,27 @@ class RedisStore:
     async def _stranded_on(self, replica: str) -> list[str]:
         ids = await self._stranded(keys=[self.key("run", replica)], args=[self.prefix])
         return [i.decode() for i in ids]
+
+    # -- channels -----------------------------------------------------------------------------
+    @_guarded
+    async def publish(self, channel: str, message: dict[str, Any]) -> None:
+        await self.redis.publish(self.key(channel), orjson.dumps(message))
+
+    async def listen(self, channels: list[str], handler: Handler) -> None:
+        """Messages sent while the connection is down are lost: readers fall back on the
+        records (a bounded poll)."""
+        names = {self.key(c): c for c in channels}
+        while True:
+            try:
+                async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(*names)
+                    while True:
+                        msg = await pubsub.get_message(timeout=1.0)
+                        if msg is not None and msg["type"] == "message":
+                            await handler(names[msg["channel"].decode()],
+                                          orjson.loads(msg["data"]))
+            except _DOWN:
+                await asyncio.sleep(0.5)
 
     async def close(self) -> None:
         await self.redis.aclose(close_connection_pool=True)

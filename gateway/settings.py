@@ -12,7 +12,14 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 TaskMode = Literal["never", "auto", "always", "required"]
 Isolation = Literal["shared", "client", "call"]
@@ -162,6 +169,11 @@ class Replica(_Model):
     # Seals MRTR requestState (HMAC-SHA256); the same on every replica, so any of them
     # opens what another sealed. Unset: security.request_state_key, else random per start.
     secret: str | None = Field(None, min_length=16)
+
+    @field_validator("id", "secret", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: Any) -> Any:
+        return None if value == "" else value  # `${HOSTNAME:-}` and the like
 
 
 class Caching(_Model):

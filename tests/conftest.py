@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -147,8 +150,9 @@ class RedisServer:
     scripts/test.sh installs) on a free loopback port, keeping nothing on disk; it can be
     stopped and started again on the same port."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_in: str | None = None) -> None:
         self.port = free_port()
+        self.keep_in = keep_in  # a folder: what it holds survives a restart (append-only file)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -159,9 +163,11 @@ class RedisServer:
         binary = shutil.which("valkey-server") or shutil.which("redis-server")
         if binary is None:
             pytest.fail("no redis-server or valkey-server: run scripts/test.sh")
+        keep = ["--appendonly", "no"] if self.keep_in is None else [
+            "--appendonly", "yes", "--appendfsync", "always", "--dir", self.keep_in]
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *keep],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(200):
             try:
                 socket.create_connection(("127.0.0.1", self.port), 0.1).close()
@@ -192,3 +198,67 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture
 def key_prefix() -> str:
     return f"test-{uuid.uuid4().hex[:12]}:"
+
+
+ROOT = Path(__file__).parents[1]
+# The task policy of replica groups (test_tasks.POLICY's, unless a test gives its own).
+REPLICA_POLICY = {"defaults": {"mode": "auto", "sync_budget_ms": 200, "ttl_ms": 60_000,
+                               "poll_interval_ms": 700},
+                  "tools": {"echo": {"mode": "never"}, "ask": {"mode": "always"}}}
+
+
+class Replica:
+    """One gateway process of the group."""
+
+    def __init__(self, name: str, conf: dict[str, Any]) -> None:
+        self.name = name
+        self.port = free_port()
+        conf = {**conf, "listen": {"port": self.port}, "replica": {
+            "id": name, "secret": "a secret every replica shares"}}
+        fd, self.config = tempfile.mkstemp(suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            json.dump(conf, f)  # JSON is YAML
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    async def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", self.config], cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await wait_until_ready(self.url.removesuffix("/mcp"))
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(sig)
+            self.proc.wait(15)
+            self.proc = None
+
+
+Group = Callable[..., Any]
+
+
+@pytest.fixture
+async def group(redis_server, key_prefix) -> AsyncIterator[Group]:
+    """`await group(n, **overrides)`: n replicas sharing the store, started."""
+    made: list[Replica] = []
+
+    async def start(n: int = 3, redis: RedisServer | None = None, **overrides: Any
+                    ) -> list[Replica]:
+        conf = {"upstreams": {"main": {"command": BASIC[0], "args": BASIC[1:]}},
+                "tasks": REPLICA_POLICY, "auth": {"bearer_tokens": ["alice-token", "bob-token"]},
+                "store": {"backend": "redis", "url": (redis or redis_server).url,
+                          "key_prefix": key_prefix, "lease_ms": 1000},
+                "logging": {"level": "warning"}, **overrides}
+        replicas = [Replica(f"r{i}", conf) for i in range(n)]
+        made.extend(replicas)
+        await asyncio.gather(*(r.start() for r in replicas))
+        return replicas
+
+    yield start
+    for replica in made:
+        replica.stop(signal.SIGKILL)
+        os.unlink(replica.config)

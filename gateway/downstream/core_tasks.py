@@ -129,8 +129,8 @@ class CoreTasks:
                         upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
                                                f"Cannot create task: {exc}"))
-        except errors.TooManyRequests as exc:  # HTTP 200: a JSON-RPC error of the session's
-            return json_response(exc.to_message(client_id))
+        except (errors.TooManyRequests, errors.StoreUnavailable) as exc:  # HTTP 200: a
+            return json_response(exc.to_message(client_id))  # JSON-RPC error of the session's
         core.strip_task(params)  # the upstream serves a plain call (it may know no tasks)
         relay_progress = not watch_progress(params)
         assert session.conn is not None

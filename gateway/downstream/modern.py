@@ -281,6 +281,11 @@ class ModernEra:
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return
+        except errors.StoreUnavailable as exc:  # the extension lets the gateway answer inline
+            self.engine.counters["tasks.inline_store_unavailable"] += 1
+            log.warning("task.store_unavailable", tool=tool, reason=exc.message,
+                        upstream=self.backend.name)
+            return
         except errors.TooManyRequests as exc:  # the extension lets the gateway answer inline
             log.warning("task.rate_limited", tool=tool, reason=exc.message,
                         upstream=self.backend.name)
@@ -288,7 +293,14 @@ class ModernEra:
         if ex.response is not None or ex.call is None:  # answered while the store wrote
             await self.engine.discard(task)
             return
-        self.engine.start(task, ex.call, timeout_ms=ex.policy.timeout_ms, done=ex.done)
+        # Input asked while the store wrote (a shared store takes a round trip) is the
+        # task's now, not an input_required round of this request.
+        if ex.batch is not None:
+            ex.batch.cancel()
+            ex.batch = None
+        pending, ex.inputs = ex.inputs, []
+        self.engine.start(task, ex.call, timeout_ms=ex.policy.timeout_ms, done=ex.done,
+                          pending=pending)
         ex.done = None
         ex.finish(jsonrpc.dumps(jsonrpc.result(ex.call.client_id, extension.created(task))))
 

@@ -1,0 +1,125 @@
+"""Replicas sharing a real Redis-compatible server: three gateway processes on loopback, each
+in front of its own stdio test server, reached over real HTTP by task-capable clients of
+the tasks extension. A task made on one is read, answered and cancelled on the others; a
+replica killed mid-task leaves its task failed, not working forever; finished results
+outlive every replica's restart; a store that goes away gives clear errors and comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from typing import Any
+
+import aiohttp
+from conftest import RedisServer, Replica
+from test_tasks import TASKS, call, tasks_op, wait_for
+
+ALICE, BOB = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer bob-token"}
+
+
+async def cancelled_upstream(http: aiohttp.ClientSession, replica: Replica) -> list[Any]:
+    """Request ids the replica's own stdio server was told to cancel."""
+    reply = await call(http, replica.url, "cancelled", caps={}, headers=ALICE)
+    return json.loads(reply.body["result"]["content"][0]["text"])
+
+
+async def test_made_on_one_read_answered_and_cancelled_on_others(group, http) -> None:
+    a, b, c = await group(3)
+    caps = {**TASKS, "elicitation": {}}
+    asked = (await call(http, a.url, "ask", {"message": "Name?"}, caps, ALICE)).body["result"]
+    waiting = await wait_for(http, b.url, asked["taskId"], "input_required", ALICE)
+    (key, request), = waiting["inputRequests"].items()
+    assert request["params"]["message"] == "Name?"
+    answer = {"action": "accept", "content": {"name": "Ada"}}
+    ack = await tasks_op(http, c.url, "tasks/update", asked["taskId"], ALICE,
+                         inputResponses={key: answer})
+    assert ack.body["result"] == {"resultType": "complete"}
+    done = await wait_for(http, b.url, asked["taskId"], "completed", ALICE)
+    assert json.loads(done["result"]["content"][0]["text"]) == answer  # a's server got it
+
+    slow = (await call(http, a.url, "sleep", {"ms": 20_000}, headers=ALICE)).body["result"]
+    assert (await tasks_op(http, b.url, "tasks/cancel", slow["taskId"], ALICE)).status == 200
+    for replica in (a, b, c):
+        got = await wait_for(http, replica.url, slow["taskId"], "cancelled", ALICE)
+        assert got["status"] == "cancelled"
+    for _ in range(100):
+        if await cancelled_upstream(http, a):
+            break
+        await asyncio.sleep(0.05)
+    assert len(await cancelled_upstream(http, a)) == 1  # notifications/cancelled reached it
+    assert await cancelled_upstream(http, b) == []
+
+
+async def test_a_foreign_owner_finds_nothing_on_any_replica(group, http) -> None:
+    replicas = await group(3)
+    task = (await call(http, replicas[0].url, "sleep", {"ms": 1000}, headers=ALICE)
+            ).body["result"]
+    for replica in replicas:
+        reply = await tasks_op(http, replica.url, "tasks/get", task["taskId"], BOB)
+        assert reply.body["error"]["code"] == -32602
+        assert "not found" in reply.body["error"]["message"].lower()
+
+
+async def test_a_killed_replica_leaves_its_task_failed_not_working(group, http) -> None:
+    a, b = await group(2)
+    task = (await call(http, a.url, "sleep", {"ms": 60_000}, headers=ALICE)).body["result"]
+    assert (await tasks_op(http, b.url, "tasks/get", task["taskId"], ALICE)
+            ).body["result"]["status"] == "working"
+    a.stop(signal.SIGKILL)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    failed = await wait_for(http, b.url, task["taskId"], "failed", ALICE)
+    assert loop.time() - began < 1.0 + 2.5  # the lease, plus a second or two
+    assert "replica" in failed["statusMessage"] and "stopped" in failed["statusMessage"]
+
+
+async def test_finished_results_outlive_every_replica_restarting(group, http) -> None:
+    replicas = await group(2)
+    task = (await call(http, replicas[0].url, "sleep", {"ms": 300}, headers=ALICE)
+            ).body["result"]
+    await wait_for(http, replicas[1].url, task["taskId"], "completed", ALICE)
+    for replica in replicas:
+        replica.stop()
+    for replica in replicas:
+        await replica.start()
+    for replica in replicas:
+        done = await wait_for(http, replica.url, task["taskId"], "completed", ALICE)
+        assert done["result"]["content"][0]["text"] == "slept 300"
+
+
+async def test_a_store_that_goes_away_and_comes_back(group, http, tmp_path) -> None:
+    own = RedisServer(keep_in=str(tmp_path))
+    own.start()
+    try:
+        a, = await group(1, redis=own)
+        kept = (await call(http, a.url, "sleep", {"ms": 300}, headers=ALICE)).body["result"]
+        await wait_for(http, a.url, kept["taskId"], "completed", ALICE)
+        own.stop()
+        # Pass-through goes on; a call that may become a task is answered inline.
+        echoed = await call(http, a.url, "echo", {"text": "hi"}, headers=ALICE)
+        assert echoed.body["result"]["content"][0]["text"] == "hi"
+        inline = (await call(http, a.url, "sleep", {"ms": 300}, headers=ALICE)).body["result"]
+        assert inline["resultType"] == "complete" and "taskId" not in inline
+        assert inline["content"][0]["text"] == "slept 300"
+        reply = await tasks_op(http, a.url, "tasks/get", kept["taskId"], ALICE)
+        assert reply.status == 503 and reply.body["error"]["code"] == -32603
+        assert "task store is unavailable" in reply.body["error"]["message"]
+        await ready_is(http, a, 503)
+        own.start()
+        await ready_is(http, a, 200)
+        back = await tasks_op(http, a.url, "tasks/get", kept["taskId"], ALICE)
+        assert back.body["result"]["taskId"] == kept["taskId"]  # nothing was in memory only
+    finally:
+        own.stop()
+
+
+async def ready_is(http: aiohttp.ClientSession, replica: Replica, status: int) -> None:
+    for _ in range(100):
+        async with http.get(replica.url.replace("/mcp", "/readyz")) as resp:
+            if resp.status == status:
+                body = await resp.json()
+                assert body["store"]["up"] is (status == 200)
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"/readyz never answered {status}")

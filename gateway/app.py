@@ -61,8 +61,8 @@ def create_app(conf: Settings) -> web.Application:
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
                           counters)
     inflight = InFlight(limits.max_calls_per_owner, counters)
-    engine = TaskEngine(_store(conf), counters, admission,
-                        conf.replica.id or secrets.token_hex(8))
+    replica = conf.replica.id or secrets.token_hex(8)
+    engine = TaskEngine(_store(conf, replica), counters, admission, replica)
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters)
@@ -89,13 +89,13 @@ def create_app(conf: Settings) -> web.Application:
     return app
 
 
-def _store(conf: Settings) -> TaskStore:
+def _store(conf: Settings, replica: str) -> TaskStore:
     limits, store = conf.limits, conf.store
     bounds = (limits.max_tasks, limits.max_tasks_per_owner, limits.max_result_bytes,
               limits.max_stored_bytes)
     if store.backend == "redis":
         assert store.url is not None  # settings insist
-        return RedisStore(store.url, store.key_prefix, *bounds)
+        return RedisStore(store.url, store.key_prefix, *bounds, replica=replica)
     return MemoryStore(*bounds)
 
 

@@ -291,7 +291,6 @@ class TaskEngine:
             while run.dirty and not run.ending:
                 run.dirty = False
                 await self._store.save(run.task.copy())
-                await self.replicas.changed(run.task)
         finally:
             run.flusher = None
 
@@ -343,7 +342,6 @@ class TaskEngine:
         except Exception as exc:  # the store failed: the end is still told, never a hang
             log.error("task.store_error", task=final.id, error=repr(exc))
         self._end(run, final)
-        await self.replicas.changed(final)
         return final
 
     def _end(self, run: TaskRun, task: Task) -> None:

@@ -28,7 +28,8 @@ class Lease:
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "up": self.store_up,
-                               "replica": self.engine.replica}
+                               "replica": self.engine.replica,
+                               "requests": self.engine.replicas.store.requests}
         if self.error is not None:
             out["error"] = self.error
         return out

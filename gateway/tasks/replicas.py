@@ -5,9 +5,9 @@ A task records the replica that runs its call. Read elsewhere, a running task wh
 replica's lease has gone is failed on the spot (and a sweeper fails the rest); a cancel that
 reaches another replica is written here, compare-and-set, so whichever end is written first
 stays, and sent on to the replica that runs the call, with input answers (its control
-channel). Every change written is announced on the events channel, so that watchers on
-other replicas (listen streams) hear of it. With the memory store every task is this
-process's own, and none of this happens.
+channel). Every change a replica writes is announced by the store on its events channel,
+so that watchers on other replicas (listen streams) hear of it. With the memory store every
+task is this process's own, and none of this happens.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from gateway.errors import StoreUnavailable
 from gateway.observability import log, owner_hash
 from gateway.protocol import jsonrpc
 from gateway.tasks.model import Status, Task
-from gateway.tasks.store import TaskStore
+from gateway.tasks.store import EVENTS, TaskStore
 from gateway.tasks.watchers import Watchers
 
 STRANDED = "the gateway replica running this task stopped"
-EVENTS = "events"  # the channel of task changes; each replica also has "ctl:<its id>"
 
 
 class Replicas:
@@ -59,15 +58,9 @@ class Replicas:
         log.info(f"task.{status}", task=task.id, tool=task.tool, upstream=task.upstream,
                  owner=owner_hash(task.owner), replica=task.replica, reason=message)
         self.watchers.tell(final)
-        await self.changed(final)
         return final
 
     # -- channels ---------------------------------------------------------------------------
-    async def changed(self, task: Task) -> None:
-        """Tell the other replicas that `task` changed (their watchers read it again)."""
-        with contextlib.suppress(StoreUnavailable):  # they poll the record meanwhile
-            await self.store.publish(EVENTS, {"task": task.id, "from": self.replica})
-
     async def forward(self, task: Task, request: dict[str, Any]) -> None:
         """A request about a task another replica runs, sent to that replica."""
         await self.store.publish(f"ctl:{task.replica}", {**request, "task": task.id})

@@ -74,6 +74,14 @@ async def test_a_killed_replica_leaves_its_task_failed_not_working(group, http) 
     assert "replica" in failed["statusMessage"] and "stopped" in failed["statusMessage"]
 
 
+async def test_a_stopped_replica_writes_its_tasks_end_before_it_goes(group, http) -> None:
+    a, b = await group(2)
+    task = (await call(http, a.url, "sleep", {"ms": 60_000}, headers=ALICE)).body["result"]
+    a.stop(signal.SIGTERM)  # returns once the process has exited
+    got = (await tasks_op(http, b.url, "tasks/get", task["taskId"], ALICE)).body["result"]
+    assert got["status"] == "failed" and "stopping" in got["statusMessage"]
+
+
 async def test_finished_results_outlive_every_replica_restarting(group, http) -> None:
     replicas = await group(2)
     task = (await call(http, replicas[0].url, "sleep", {"ms": 300}, headers=ALICE)
@@ -102,16 +110,25 @@ async def test_a_store_that_goes_away_and_comes_back(group, http, tmp_path) -> N
         inline = (await call(http, a.url, "sleep", {"ms": 300}, headers=ALICE)).body["result"]
         assert inline["resultType"] == "complete" and "taskId" not in inline
         assert inline["content"][0]["text"] == "slept 300"
-        reply = await tasks_op(http, a.url, "tasks/get", kept["taskId"], ALICE)
+        cached = await tasks_op(http, a.url, "tasks/get", kept["taskId"], ALICE)
+        assert cached.body["result"]["status"] == "completed"  # finished: read before, kept
+        reply = await tasks_op(http, a.url, "tasks/get", "never-read-here", ALICE)
         assert reply.status == 503 and reply.body["error"]["code"] == -32603
         assert "task store is unavailable" in reply.body["error"]["message"]
         await ready_is(http, a, 503)
         own.start()
         await ready_is(http, a, 200)
-        back = await tasks_op(http, a.url, "tasks/get", kept["taskId"], ALICE)
-        assert back.body["result"]["taskId"] == kept["taskId"]  # nothing was in memory only
+        back = await a_fresh_read(http, kept["taskId"], own, group)
+        assert back["taskId"] == kept["taskId"]  # it was in the store, not only in memory
     finally:
         own.stop()
+
+
+async def a_fresh_read(http: aiohttp.ClientSession, task_id: str, redis: RedisServer,
+                       group: Any) -> dict[str, Any]:
+    """The task as a replica that never read it sees it (from the store, then)."""
+    fresh, = await group(1, redis=redis)
+    return (await tasks_op(http, fresh.url, "tasks/get", task_id, ALICE)).body["result"]
 
 
 async def ready_is(http: aiohttp.ClientSession, replica: Replica, status: int) -> None:

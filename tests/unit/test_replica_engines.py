@@ -36,7 +36,8 @@ async def replica(redis_server, key_prefix) -> AsyncIterator[Replica]:
     stores: list[RedisStore] = []
 
     def make(name: str, max_tasks: int = 100, max_per_owner: int = 100) -> TaskEngine:
-        store = RedisStore(redis_server.url, key_prefix, max_tasks, max_per_owner, 1000, 10_000)
+        store = RedisStore(redis_server.url, key_prefix, max_tasks, max_per_owner, 1000, 10_000,
+                           replica=name)
         stores.append(store)
         return TaskEngine(store, replica=name)
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from gateway.tasks.model import Task
 
 Handler = Callable[[str, dict[str, Any]], Awaitable[None]]  # channel, message
+EVENTS = "events"  # the channel of task changes; each replica also has "ctl:<its id>"
 
 
 class StoreFull(Exception):
@@ -37,6 +38,8 @@ class ResultTooLarge(Exception):
 
 
 class TaskStore(Protocol):
+    requests: int  # made to a store server so far (round trips; none for the memory store)
+
     async def create(self, task: Task) -> None:
         """Keep a new record, before anyone hears of its task; StoreFull when a bound is
         reached."""
@@ -55,7 +58,8 @@ class TaskStore(Protocol):
         """Replace the record if the stored status may move to `task.status` (the same
         status included, for a new message or inputs); False when it may not (the stored
         one is terminal) or the record is gone. ResultTooLarge when `task.size` bytes
-        cannot be kept."""
+        cannot be kept. A shared store announces the change to the other replicas (the
+        events channel: `{"task": id, "from": replica}`) in the same round trip."""
 
     async def delete(self, task_id: str, *, expired: bool = False) -> None:
         """Forget a record (`expired`: remembered a while as expired)."""
@@ -94,4 +98,4 @@ class TaskStore(Protocol):
         """Let go of connections."""
 
 
-__all__ = ["Handler", "ResultTooLarge", "StoreFull", "TaskStore"]
+__all__ = ["EVENTS", "Handler", "ResultTooLarge", "StoreFull", "TaskStore"]

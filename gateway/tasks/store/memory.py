@@ -55,6 +55,7 @@ class MemoryStore:
         self._expired: TTLCache[str, str] = TTLCache(max_tasks, EXPIRED_MEMORY_S, timer=clock)
         self._due_in: defaultdict[int, list[str]] = defaultdict(list)  # second -> task ids
         self._seconds: list[int] = []  # heap of the keys of _due_in
+        self.requests = 0  # to another process: none
 
     def __len__(self) -> int:
         return len(self._tasks)

@@ -32,7 +32,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -40,7 +40,7 @@ from redis.retry import Retry
 
 from gateway.errors import StoreUnavailable
 from gateway.tasks.model import TERMINAL, TRANSITIONS, Status, Task
-from gateway.tasks.store import Handler, ResultTooLarge, StoreFull
+from gateway.tasks.store import EVENTS, Handler, ResultTooLarge, StoreFull
 from gateway.tasks.store.memory import EXPIRED_MEMORY_S
 
 P = ParamSpec("P")
@@ -81,9 +81,9 @@ end
 return 0
 """
 
-# KEYS: t:<id>, live, sizes, bytes, run:<replica>
+# KEYS: t:<id>, live, sizes, bytes, run:<replica>, events
 # ARGV: id, ",<statuses that may move to status>,", status, size, max_stored, rec, res,
-#       terminal ("1" or "0")
+#       terminal ("1" or "0"), the announcement
 _SAVE = """
 local total = tonumber(redis.call('GET', KEYS[4]) or '0')
 local cur = redis.call('HGET', KEYS[1], 'status')
@@ -102,6 +102,7 @@ end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'rec', ARGV[6])
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[7]) end
 if ARGV[8] == '1' then redis.call('SREM', KEYS[5], ARGV[1]) end
+redis.call('PUBLISH', KEYS[6], ARGV[9])
 return {1, total}
 """
 
@@ -140,12 +141,16 @@ end
 return out
 """
 
+FINISHED_CACHE_BYTES = 32 << 20
 _DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 def _guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """A server that does not answer becomes `StoreUnavailable` (a JSON-RPC error)."""
+    """A server that does not answer becomes `StoreUnavailable` (a JSON-RPC error); each
+    call is counted as a request to the store (one round trip, but for `owned_by` and
+    `stranded`)."""
     async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        args[0].requests += 1  # type: ignore[attr-defined]
         try:
             return await fn(*args, **kwargs)
         except _DOWN as exc:
@@ -176,9 +181,10 @@ _SOURCES = {s: "," + ",".join([str(s), *(str(f) for f in Status if s in TRANSITI
 
 class RedisStore:
     def __init__(self, url: str, prefix: str, max_tasks: int, max_per_owner: int,
-                 max_result_bytes: int, max_stored_bytes: int,
+                 max_result_bytes: int, max_stored_bytes: int, replica: str = "",
                  clock: Callable[[], float] = time.time) -> None:
         self.url = url
+        self.replica = replica  # the writer named in announcements
         self.prefix = prefix
         self.max_tasks = max_tasks
         self.max_per_owner = max_per_owner
@@ -195,7 +201,12 @@ class RedisStore:
         self._sweep = self.redis.register_script(_SWEEP)
         self._stranded = self.redis.register_script(_STRANDED)
         self._alive: TTLCache[str, bool] = TTLCache(1024, 1.0)  # leases seen held lately
+        # Finished records read lately (a terminal record never changes; it only goes at
+        # its ttl, which reads check), bounded in bytes.
+        self._finished: LRUCache[str, Task] = LRUCache(FINISHED_CACHE_BYTES,
+                                                       getsizeof=lambda t: t.size + 512)
         self._bytes = 0
+        self.requests = 0
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -217,13 +228,22 @@ class RedisStore:
         if refused == 2:
             raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks")
 
-    @_guarded
     async def get(self, task_id: str) -> Task | None:
-        rec, res = await self.redis.hmget(self.key("t", task_id), "rec", "res")
-        if rec is None:
-            return None
-        task = _decode(rec, res)
+        task = self._finished.get(task_id)
+        if task is None:
+            task = await self._read(task_id)
+            if task is None:
+                return None
+            if task.terminal:  # it never changes again: later reads need no round trip
+                self._finished[task_id] = task.copy()
+        else:
+            task = task.copy()
         return None if self._due(task) else task
+
+    @_guarded
+    async def _read(self, task_id: str) -> Task | None:
+        rec, res = await self.redis.hmget(self.key("t", task_id), "rec", "res")
+        return None if rec is None else _decode(rec, res)
 
     @_guarded
     async def expired_owner(self, task_id: str) -> str | None:
@@ -254,9 +274,10 @@ class RedisStore:
         rec, res = _encode(task)
         saved, self._bytes = await self._save(
             keys=[self.key("t", task.id), self.key("live"), self.key("sizes"),
-                  self.key("bytes"), self.key("run", task.replica)],
+                  self.key("bytes"), self.key("run", task.replica), self.key(EVENTS)],
             args=[task.id, _SOURCES[task.status], str(task.status), task.size,
-                  self.max_stored_bytes, rec, res, "1" if task.status in TERMINAL else "0"])
+                  self.max_stored_bytes, rec, res, "1" if task.status in TERMINAL else "0",
+                  orjson.dumps({"task": task.id, "from": self.replica})])
         if saved == -1:
             raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
                                  "bytes) is full")
@@ -293,14 +314,17 @@ class RedisStore:
     async def leave(self, replica: str) -> None:
         await self.redis.delete(self.key("lease", replica))
 
-    @_guarded
     async def alive(self, replica: str) -> bool:
         if replica in self._alive:
             return True
-        held = bool(await self.redis.exists(self.key("lease", replica)))
+        held = await self._lease_held(replica)
         if held:
             self._alive[replica] = True
         return held
+
+    @_guarded
+    async def _lease_held(self, replica: str) -> bool:
+        return bool(await self.redis.exists(self.key("lease", replica)))
 
     @_guarded
     async def stranded(self, replica: str | None = None) -> list[str]:

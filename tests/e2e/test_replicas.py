@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 from conftest import RedisServer, Replica
+from test_modern import headers_for
 from test_tasks import TASKS, call, tasks_op, wait_for
 
 ALICE, BOB = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer bob-token"}
@@ -49,6 +50,25 @@ async def test_made_on_one_read_answered_and_cancelled_on_others(group, http) ->
         await asyncio.sleep(0.05)
     assert len(await cancelled_upstream(http, a)) == 1  # notifications/cancelled reached it
     assert await cancelled_upstream(http, b) == []
+
+
+async def test_a_listen_stream_on_one_replica_hears_of_a_task_run_on_another(group,
+                                                                            http) -> None:
+    a, b = await group(2)
+    task = (await call(http, a.url, "sleep", {"ms": 800}, headers=ALICE)).body["result"]
+    params = {"notifications": {"taskIds": [task["taskId"]]},
+              "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": TASKS}}
+    body = {"jsonrpc": "2.0", "id": "s", "method": "subscriptions/listen", "params": params}
+    async with http.post(b.url, json=body, headers={
+            **headers_for("subscriptions/listen", params), **ALICE}) as stream:
+        pushed: list[dict[str, Any]] = []
+        while not pushed or pushed[-1]["status"] != "completed":
+            line = (await asyncio.wait_for(stream.content.readline(), 5)).decode()
+            if line.startswith("data:") and "notifications/tasks" in line:
+                pushed.append(json.loads(line[5:])["params"])
+    assert pushed[-1]["taskId"] == task["taskId"]
+    assert pushed[-1]["result"]["content"][0]["text"] == "slept 800"
 
 
 async def test_a_foreign_owner_finds_nothing_on_any_replica(group, http) -> None:

@@ -63,6 +63,7 @@ def create_app(conf: Settings) -> web.Application:
     inflight = InFlight(limits.max_calls_per_owner, counters)
     replica = conf.replica.id or secrets.token_hex(8)
     engine = TaskEngine(_store(conf, replica), counters, admission, replica)
+    engine.replicas.url = conf.replica.url or ""
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters)
@@ -130,6 +131,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     with contextlib.suppress(asyncio.CancelledError):
         await reaper
     await lease.stop()
+    await asyncio.gather(*(m.relay.close() for m in app[MODERNS]))
     await asyncio.gather(*(b.close() for b in backends.values()))
     log.info("shutdown.upstreams_stopped")
     log.info("gateway.stopped")

@@ -169,8 +169,11 @@ class Replica(_Model):
     # Seals MRTR requestState (HMAC-SHA256); the same on every replica, so any of them
     # opens what another sealed. Unset: security.request_state_key, else random per start.
     secret: str | None = Field(None, min_length=16)
+    # Where the other replicas reach this one (http://host:port), to hand it an MRTR retry
+    # whose call is parked here. Unset: such a retry elsewhere is refused (sent afresh).
+    url: str | None = Field(None, pattern=r"^https?://[^/]+$")
 
-    @field_validator("id", "secret", mode="before")
+    @field_validator("id", "secret", "url", mode="before")
     @classmethod
     def _unset_when_empty(cls, value: Any) -> Any:
         return None if value == "" else value  # `${HOSTNAME:-}` and the like

@@ -214,7 +214,8 @@ class Replica:
         self.name = name
         self.port = free_port()
         conf = {**conf, "listen": {"port": self.port}, "replica": {
-            "id": name, "secret": "a secret every replica shares"}}
+            "id": name, "secret": "a secret every replica shares",
+            "url": f"http://127.0.0.1:{self.port}"}}
         fd, self.config = tempfile.mkstemp(suffix=".yaml")
         with os.fdopen(fd, "w") as f:
             json.dump(conf, f)  # JSON is YAML

@@ -24,6 +24,7 @@ from gateway.downstream.exchange import Exchange
 from gateway.downstream.http import check_accept, json_response
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
+from gateway.downstream.relay import Relay
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -164,6 +165,7 @@ class ModernEra:
         self.ttl_ms = conf.caching.ttl_ms
         self.scope = conf.caching.scope
         self.sealer = sealer
+        self.relay = Relay(engine.replicas)
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000)
@@ -342,7 +344,7 @@ class ModernEra:
         parked.round += 1
         self.parked.park(parked)
         state = self.sealer.seal(p=parked.id, r=parked.round, o=parked.owner,
-                                 m=parked.method, d=parked.digest)
+                                 m=parked.method, d=parked.digest, x=self.engine.replica)
         return jsonrpc.result(client_id, {"resultType": "input_required",
                                           "inputRequests": parked.requests(),
                                           "requestState": state})
@@ -359,6 +361,8 @@ class ModernEra:
         if state.get("m") != method or state.get("d") != digest(method, params):
             raise errors.InvalidParams("Invalid requestState: it was issued for a different "
                                        "request; retry with the original method and params")
+        if state.get("x", self.engine.replica) != self.engine.replica:
+            return await self.relay.to(state["x"], request, msg)  # its call is parked there
         parked = self.parked.get(state.get("p"))
         if parked is None:
             raise errors.InvalidParams("Invalid requestState: that request is no longer "

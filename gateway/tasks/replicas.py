@@ -36,6 +36,7 @@ class Replicas:
         self.answer: Callable[[Task, dict[str, Any]], Awaitable[None]] = _nothing
         self.replica = replica
         self.runs = runs  # the engine's: tasks running here
+        self.url = ""  # where the other replicas reach this one (replica.url)
         self.watchers = watchers
         self.counters = counters
 
@@ -101,7 +102,11 @@ class Replicas:
 
     async def beat(self, lease_ms: int) -> None:
         """Renew this replica's lease (a shared store); StoreUnavailable when it is down."""
-        await self.store.beat(self.replica, lease_ms)
+        await self.store.beat(self.replica, lease_ms, self.url)
+
+    async def address(self, replica: str) -> str | None:
+        """Where another replica is reached (None: gone, or it did not say)."""
+        return await self.store.address(replica)
 
     async def leave(self) -> None:
         """A clean stop, once this replica's tasks are written: the lease goes at once."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 from conftest import RedisServer, Replica
-from test_modern import headers_for
+from test_modern import ask_round, headers_for, retry
 from test_tasks import TASKS, call, tasks_op, wait_for
 
 ALICE, BOB = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer bob-token"}
@@ -69,6 +69,21 @@ async def test_a_listen_stream_on_one_replica_hears_of_a_task_run_on_another(gro
                 pushed.append(json.loads(line[5:])["params"])
     assert pushed[-1]["taskId"] == task["taskId"]
     assert pushed[-1]["result"]["content"][0]["text"] == "slept 800"
+
+
+async def test_an_input_round_answered_on_another_replica(group, http) -> None:
+    """An MRTR retry reaching another replica than the one holding its parked call is
+    handed to that one; with no way to reach it, the client is told to start afresh."""
+    a, b, c = await group(3)
+    _, first = await ask_round(http, a.url, headers=ALICE)
+    (key, _), = first["inputRequests"].items()
+    answer = {"action": "accept", "content": {"name": "Ada"}}
+    done = await retry(http, b.url, first["requestState"], {key: answer}, ALICE)
+    assert json.loads(done.body["result"]["content"][0]["text"]) == answer
+    _, second = await ask_round(http, a.url, headers=ALICE)
+    a.stop(signal.SIGKILL)
+    gone = await retry(http, c.url, second["requestState"], {key: answer}, ALICE)
+    assert gone.status == 400 and "without requestState" in gone.body["error"]["message"]
 
 
 async def test_a_foreign_owner_finds_nothing_on_any_replica(group, http) -> None:

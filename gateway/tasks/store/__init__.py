@@ -73,8 +73,11 @@ class TaskStore(Protocol):
     def stored_bytes(self) -> int:
         """Bytes of results and errors held (for /readyz and metrics)."""
 
-    async def beat(self, replica: str, lease_ms: int) -> None:
-        """Hold (or renew) `replica`'s lease for `lease_ms`."""
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> None:
+        """Hold (or renew) `replica`'s lease for `lease_ms`, telling where it is reached."""
+
+    async def address(self, replica: str) -> str | None:
+        """Where `replica` is reached, while it holds its lease and said so."""
 
     async def leave(self, replica: str) -> None:
         """Give the lease up (a clean stop, once its tasks are written)."""

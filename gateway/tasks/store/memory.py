@@ -147,8 +147,11 @@ class MemoryStore:
         return task.expires_at is not None and task.expires_at <= self.clock()
 
     # -- replicas: one process, whose tasks are all its own ----------------------------------
-    async def beat(self, replica: str, lease_ms: int) -> None:
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> None:
         pass
+
+    async def address(self, replica: str) -> str | None:
+        return None
 
     async def leave(self, replica: str) -> None:
         pass

@@ -307,8 +307,13 @@ class RedisStore:
 
     # -- replicas ---------------------------------------------------------------------------
     @_guarded
-    async def beat(self, replica: str, lease_ms: int) -> None:
-        await self.redis.set(self.key("lease", replica), b"1", px=lease_ms)
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> None:
+        await self.redis.set(self.key("lease", replica), address or "-", px=lease_ms)
+
+    @_guarded
+    async def address(self, replica: str) -> str | None:
+        held = await self.redis.get(self.key("lease", replica))
+        return None if held in (None, b"-") else held.decode()
 
     @_guarded
     async def leave(self, replica: str) -> None:

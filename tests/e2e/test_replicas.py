@@ -166,6 +166,35 @@ async def a_fresh_read(http: aiohttp.ClientSession, task_id: str, redis: RedisSe
     return (await tasks_op(http, fresh.url, "tasks/get", task_id, ALICE)).body["result"]
 
 
+async def test_bounds_hold_across_three_replicas_creating_at_once(group, http) -> None:
+    replicas = await group(3, limits={"max_tasks": 10, "max_tasks_per_owner": 100})
+    calls = [call(http, replicas[i % 3].url, "sleep", {"ms": 1500}, headers=ALICE)
+             for i in range(30)]
+    results = [r.body["result"] for r in await asyncio.gather(*calls)]
+    assert sum("taskId" in r for r in results) == 10  # the rest answered inline
+    assert all(r["content"][0]["text"] == "slept 1500" for r in results if "taskId" not in r)
+
+
+async def test_a_store_that_hangs_gets_an_error_not_a_hang(group, http, tmp_path) -> None:
+    own = RedisServer(keep_in=str(tmp_path))
+    own.start()
+    try:
+        a, = await group(1, redis=own)
+        assert own.proc is not None
+        own.proc.send_signal(signal.SIGSTOP)  # accepts connections, answers nothing
+        reply = await asyncio.wait_for(
+            tasks_op(http, a.url, "tasks/get", "never-read-here", ALICE), 30)
+        assert reply.status == 503 and "unavailable" in reply.body["error"]["message"]
+        echoed = await call(http, a.url, "echo", {"text": "still"}, headers=ALICE)
+        assert echoed.body["result"]["content"][0]["text"] == "still"
+        own.proc.send_signal(signal.SIGCONT)
+        await ready_is(http, a, 200)
+    finally:
+        if own.proc is not None:
+            own.proc.send_signal(signal.SIGCONT)
+        own.stop()
+
+
 async def ready_is(http: aiohttp.ClientSession, replica: Replica, status: int) -> None:
     for _ in range(100):
         async with http.get(replica.url.replace("/mcp", "/readyz")) as resp:

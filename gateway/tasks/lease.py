@@ -1,6 +1,7 @@
 """This replica's hold on a shared task store: the first beat (and the tasks a previous
-life of this replica left running, failed), a heartbeat every third of `store.lease_ms`, the
-replicas' channels listened to, the store's state as this replica sees it (logged when it
+life of this replica left running, failed), a heartbeat every third of `store.lease_ms`
+(which also reads again the watched tasks that run elsewhere, in case an announcement was
+lost), the replicas' channels listened to, the store's state as this replica sees it (logged when it
 changes, shown by /readyz), and the lease given up at a clean stop. With the memory store
 there is nothing to hold.
 """
@@ -45,6 +46,9 @@ class Lease:
         while True:
             await asyncio.sleep(self.lease_ms / 3000)
             await self._beat()
+            if self.store_up:
+                with contextlib.suppress(StoreUnavailable):
+                    await self.engine.replicas.poll()
 
     async def _beat(self) -> None:
         try:

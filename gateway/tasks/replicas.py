@@ -37,6 +37,7 @@ class Replicas:
         self.replica = replica
         self.runs = runs  # the engine's: tasks running here
         self.url = ""  # where the other replicas reach this one (replica.url)
+        self._told: dict[str, float] = {}  # watched tasks run elsewhere: last change told
         self.watchers = watchers
         self.counters = counters
 
@@ -79,9 +80,21 @@ class Replicas:
         elif msg.get("from") != self.replica and task_id not in self.runs and \
                 self.watchers.watching(task_id):
             with contextlib.suppress(StoreUnavailable):
-                task = await self.store.get(task_id)
-                if task is not None:
-                    self.watchers.tell(task)
+                await self._read_again(task_id)
+
+    async def poll(self) -> None:
+        """The fallback for announcements lost while a connection was down: watched tasks
+        that run elsewhere are read again (each heartbeat), and told if they changed."""
+        self._told = {i: t for i, t in self._told.items() if self.watchers.watching(i)}
+        for task_id in self.watchers.ids():
+            if task_id not in self.runs:
+                await self._read_again(task_id)
+
+    async def _read_again(self, task_id: str) -> None:
+        task = await self.store.get(task_id)
+        if task is not None and task.updated_at > self._told.get(task_id, 0.0):
+            self._told[task_id] = task.updated_at
+            self.watchers.tell(task)
 
     async def recover(self) -> int:
         """At start: tasks a previous life of this replica left running are failed."""

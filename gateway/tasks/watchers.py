@@ -30,6 +30,9 @@ class Watchers:
     def watching(self, task_id: str) -> bool:
         return task_id in self._by_task
 
+    def ids(self) -> list[str]:
+        return list(self._by_task)
+
     def tell(self, task: Task) -> None:
         for fn in list(self._by_task.get(task.id, ())):
             fn(task)

@@ -157,3 +157,16 @@ async def test_a_foreign_owner_finds_nothing_on_any_replica(replica) -> None:
     for engine in (a, b):
         with pytest.raises(KeyError):
             await engine.find(task.id, "someone else")
+
+
+async def test_a_lost_announcement_is_made_up_for_by_the_heartbeat_poll(replica) -> None:
+    a, b = replica("a"), replica("b")  # nobody listens: every announcement is lost
+    await a.replicas.beat(10_000)
+    task, call, _ = await running(a)
+    heard: list[Task] = []
+    b.watchers.watch(task.id, heard.append)
+    call.sink.on_response(jsonrpc.result(1, {"content": []}))
+    await read(b, task.id, lambda t: t.terminal)
+    await b.replicas.poll()
+    await b.replicas.poll()  # nothing new: told once
+    assert [t.status for t in heard] == [Status.COMPLETED]

@@ -105,7 +105,7 @@ async def test_a_killed_replica_leaves_its_task_failed_not_working(group, http) 
     loop = asyncio.get_running_loop()
     began = loop.time()
     failed = await wait_for(http, b.url, task["taskId"], "failed", ALICE)
-    assert loop.time() - began < 1.0 + 2.5  # the lease, plus a second or two
+    assert loop.time() - began < 1.0 + 4  # the lease, plus a second or two (and slack)
     assert "replica" in failed["statusMessage"] and "stopped" in failed["statusMessage"]
 
 

@@ -69,6 +69,19 @@ async def until(check: Callable[[], bool]) -> None:
     raise AssertionError("never happened")
 
 
+async def subscribed(engine: TaskEngine, *channels: str) -> None:
+    """Until every channel has its listeners (both engines listen to "events")."""
+    store = engine.replicas.store
+    assert isinstance(store, RedisStore)
+    want = {store.key(c): 2 if c == "events" else 1 for c in channels}
+    for _ in range(500):
+        counts = dict(await store.redis.pubsub_numsub(*want))
+        if all(counts.get(k.encode(), 0) >= n for k, n in want.items()):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the listeners never subscribed")
+
+
 @pytest.fixture
 async def listening() -> AsyncIterator[Callable[[TaskEngine], None]]:
     """Run engines' channel listeners for the test."""
@@ -84,7 +97,7 @@ async def test_requests_on_another_replica_reach_the_call(replica, listening) ->
     listening(a)
     listening(b)
     await a.replicas.beat(10_000)
-    await asyncio.sleep(0.1)  # subscribed
+    await subscribed(a, "ctl:a", "events")
     task, call, _ = await running(a)
     heard: list[Task] = []
     b.watchers.watch(task.id, heard.append)  # a listen stream on b, say

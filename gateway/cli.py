@@ -86,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.check_config:
-            s = settings.load(args.check_config)
-            print(f"{args.check_config}: ok ({len(s.upstreams)} upstream(s))")
+            s, unset = settings.check(args.check_config)
+            needs = f"; set before starting: {', '.join(unset)}" if unset else ""
+            print(f"{args.check_config}: ok ({len(s.upstreams)} upstream(s)){needs}")
             return 0
         conf = build_settings(args)
     except ConfigError as exc:

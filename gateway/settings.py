@@ -238,12 +238,15 @@ def _loopback(host: str) -> bool:
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def interpolate(value: Any, where: str = "") -> Any:
-    """Replace `${VAR}` (or `${VAR:-default}`) in every string of a YAML tree."""
+def interpolate(value: Any, where: str = "", unset: list[str] | None = None) -> Any:
+    """Replace `${VAR}` (or `${VAR:-default}`) in every string of a YAML tree. A variable
+    neither set nor defaulted is an error, unless `unset` collects it (checking a file
+    before deployment): it then reads as a placeholder."""
     if isinstance(value, dict):
-        return {k: interpolate(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+        return {k: interpolate(v, f"{where}.{k}" if where else str(k), unset)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [interpolate(v, f"{where}.{i}") for i, v in enumerate(value)]
+        return [interpolate(v, f"{where}.{i}", unset) for i, v in enumerate(value)]
     if not isinstance(value, str):
         return value
 
@@ -253,7 +256,10 @@ def interpolate(value: Any, where: str = "") -> Any:
             return os.environ[name]
         if default is not None:
             return default
-        raise ConfigError(f"{where}: environment variable {name} is not set")
+        if unset is None:
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+        unset.append(name)
+        return f"unset-{name}".ljust(16, "-")
 
     return _VAR.sub(sub, value)
 
@@ -269,6 +275,18 @@ def from_mapping(raw: Any) -> Settings:
 
 def load(path: str | Path) -> Settings:
     return from_mapping(read_raw(path))
+
+
+def check(path: str | Path) -> tuple[Settings, list[str]]:
+    """The file's settings as they would be once deployed, and the environment variables it
+    needs that are not set here (placeholders stand in for them)."""
+    raw, unset = read_raw(path), []
+    if not isinstance(raw, dict):
+        raise ConfigError("the configuration must be a YAML mapping")
+    try:
+        return Settings.model_validate(interpolate(raw, unset=unset)), sorted(set(unset))
+    except ValidationError as exc:
+        raise ConfigError(_first_problem(exc)) from None
 
 
 def read_raw(path: str | Path) -> Any:

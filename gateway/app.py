@@ -55,6 +55,9 @@ def create_app(conf: Settings) -> web.Application:
     moderns: list[ModernEra] = []
     key = conf.replica.secret or conf.security.request_state_key
     sealer = Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
+    if conf.store.backend != "memory" and not key:
+        log.warning("replica.no_secret", why="each replica seals requestState with a key of "
+                    "its own: set replica.secret, the same on every replica")
     limits = conf.limits
     counters: Counter[str] = Counter()
     admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),

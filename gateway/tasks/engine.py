@@ -28,7 +28,7 @@ from gateway.observability import log, owner_hash
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import UNLIMITED, Admission
-from gateway.tasks.model import Status, Task, new_id
+from gateway.tasks.model import Status, Task, failure, new_id
 from gateway.tasks.policy import Policy, PollAdvisor
 from gateway.tasks.replicas import Replicas
 from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
@@ -156,9 +156,9 @@ class TaskEngine:
         self.runs: dict[str, TaskRun] = {}
         self.asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
         self.watchers = Watchers()
-        self.replicas = Replicas(store, replica, self.runs, self.watchers, self.counters)
-        self.replicas.stop = lambda run, why: self._stop(run, Status.CANCELLED, why)
-        self.replicas.answer = self.answer
+        self.replicas = Replicas(store, replica, self.runs, self.watchers, self.counters,
+                                 stop=lambda run, why: self._stop(run, Status.CANCELLED, why),
+                                 answer=self.answer)
         self.poll = PollAdvisor()
         self._background = Background()
         self._spawn = self._background.spawn
@@ -296,18 +296,18 @@ class TaskEngine:
 
     # -- ending -------------------------------------------------------------------------------
     def _responded(self, run: TaskRun, msg: Message) -> None:
-        final = _final(run)
         error = msg.get("error")
         if error is not None:
-            final.error, final.size = error, len(jsonrpc.dumps(error))
-            final.move(Status.FAILED, str(error.get("message", "the call failed")))
+            final = run.task.ended(Status.FAILED, str(error.get("message", "the call failed")),
+                                   error)
+            final.size = len(jsonrpc.dumps(error))  # the server's error is kept like a result
         else:
             result = msg.get("result") or {}
+            failed = run.fail_on_is_error and result.get("isError") is True
+            final = run.task.ended(Status.FAILED if failed else Status.COMPLETED)
             # An exact-size copy: orjson's own buffer keeps 4 KiB even for small results.
             final.result = bytes(memoryview(jsonrpc.dumps(result)))
             final.size = len(final.result)
-            failed = run.fail_on_is_error and result.get("isError") is True
-            final.move(Status.FAILED if failed else Status.COMPLETED)
         self._spawn(self._commit(run, final))
 
     async def _stop(self, run: TaskRun, status: Status, message: str,
@@ -318,10 +318,8 @@ class TaskEngine:
         run.ending = True
         assert run.call is not None  # not ending, so not ended
         run.call.cancel(message)
-        final = _final(run)
-        if error_text is not None:
-            final.error = {"code": jsonrpc.INTERNAL_ERROR, "message": error_text}
-        final.move(status, message)
+        final = run.task.ended(status, message,
+                               None if error_text is None else failure(error_text))
         return await self._commit(run, final)
 
     async def _expire(self, run: TaskRun) -> None:
@@ -383,21 +381,13 @@ class TaskEngine:
         return len(self.runs)
 
 
-def _final(run: TaskRun) -> Task:
-    final = run.task.copy()
-    final.inputs.clear()
-    return final
-
-
 async def _write_end(store: TaskStore, run: TaskRun, final: Task) -> Task:
     """The end as stored: `final`, failed instead when its result is too big to keep, or
     the end another writer stored first (it stays)."""
     try:
         saved = await store.save(final)
     except ResultTooLarge as exc:
-        final = _final(run)
-        final.error = {"code": jsonrpc.INTERNAL_ERROR, "message": str(exc)}
-        final.move(Status.FAILED, str(exc))
+        final = run.task.ended(Status.FAILED, str(exc), failure(str(exc)))
         saved = await store.save(final)
     if not saved:  # the store holds another end already, or forgot the task
         final = await store.get(final.id) or final

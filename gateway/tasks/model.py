@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from gateway.protocol import jsonrpc
+
 
 class Status(StrEnum):
     WORKING = "working"
@@ -53,6 +55,12 @@ def iso(ts: float) -> str:
     """ISO 8601 UTC with milliseconds, as both task specs show timestamps."""
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
+
+
+def failure(text: str) -> dict[str, Any]:
+    """The JSON-RPC error of a task the gateway itself failed (timeout, expiry, a lost
+    replica, a result too big to keep)."""
+    return {"code": jsonrpc.INTERNAL_ERROR, "message": text}
 
 
 def new_id() -> str:
@@ -111,6 +119,14 @@ class Task:
     @property
     def expires_at(self) -> float | None:
         return None if self.ttl_ms is None else self.created_at + self.ttl_ms / 1000
+
+    def ended(self, status: Status, message: str | None = None,
+              error: dict[str, Any] | None = None) -> Task:
+        """A copy of this task at its end: no input outstanding, and `error` (the JSON-RPC
+        error that failed it) kept."""
+        final = replace(self, inputs={}, error=error if error is not None else self.error)
+        final.move(status, message)
+        return final
 
     def move(self, status: Status, message: str | None = None) -> None:
         if status not in TRANSITIONS[self.status]:

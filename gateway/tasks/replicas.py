@@ -19,8 +19,7 @@ from typing import Any
 
 from gateway.errors import StoreUnavailable
 from gateway.observability import log, owner_hash
-from gateway.protocol import jsonrpc
-from gateway.tasks.model import Status, Task
+from gateway.tasks.model import Status, Task, failure
 from gateway.tasks.store import EVENTS, TaskStore
 from gateway.tasks.watchers import Watchers
 
@@ -29,11 +28,13 @@ STRANDED = "the gateway replica running this task stopped"
 
 class Replicas:
     def __init__(self, store: TaskStore, replica: str, runs: dict[str, Any],
-                 watchers: Watchers, counters: Counter[str]) -> None:
+                 watchers: Watchers, counters: Counter[str], *,
+                 stop: Callable[[Any, str], Awaitable[Any]],
+                 answer: Callable[[Task, dict[str, Any]], Awaitable[None]]) -> None:
         self.store = store
         # The engine's, for requests from other replicas about tasks whose calls run here.
-        self.stop: Callable[[Any, str], Awaitable[Any]] = _nothing
-        self.answer: Callable[[Task, dict[str, Any]], Awaitable[None]] = _nothing
+        self.stop = stop
+        self.answer = answer
         self.replica = replica
         self.runs = runs  # the engine's: tasks running here
         self.url = ""  # where the other replicas reach this one (replica.url)
@@ -49,11 +50,8 @@ class Replicas:
         return await self.end(task, Status.FAILED, STRANDED)
 
     async def end(self, task: Task, status: Status, message: str) -> Task:
-        final = task.copy()
-        final.inputs.clear()
-        if status is Status.FAILED:
-            final.error = {"code": jsonrpc.INTERNAL_ERROR, "message": message}
-        final.move(status, message)
+        final = task.ended(status, message,
+                           failure(message) if status is Status.FAILED else None)
         if not await self.store.save(final):
             return await self.store.get(task.id) or task  # someone else ended it first
         self.counters[f"tasks.{status}"] += 1
@@ -136,6 +134,3 @@ class Replicas:
         elif msg.get("op") == "answer" and isinstance(msg.get("responses"), dict):
             await self.answer(run.task, msg["responses"])
 
-
-async def _nothing(*_: Any) -> None:
-    pass

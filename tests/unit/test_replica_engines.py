@@ -15,7 +15,7 @@ from gateway.protocol import jsonrpc
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Status, Task
 from gateway.tasks.replicas import STRANDED
-from gateway.tasks.store import StoreFull
+from gateway.tasks.store import StoreFull, TaskStore
 from gateway.tasks.store.redis import RedisStore
 
 Replica = Callable[..., TaskEngine]
@@ -69,11 +69,10 @@ async def until(check: Callable[[], bool]) -> None:
     raise AssertionError("never happened")
 
 
-async def subscribed(engine: TaskEngine, *channels: str) -> None:
-    """Until every channel has its listeners (both engines listen to "events")."""
-    store = engine.replicas.store
+async def subscribed(store: TaskStore, listeners: dict[str, int]) -> None:
+    """Until each channel has that many listeners."""
     assert isinstance(store, RedisStore)
-    want = {store.key(c): 2 if c == "events" else 1 for c in channels}
+    want = {store.key(c): n for c, n in listeners.items()}
     for _ in range(500):
         counts = dict(await store.redis.pubsub_numsub(*want))
         if all(counts.get(k.encode(), 0) >= n for k, n in want.items()):
@@ -97,7 +96,7 @@ async def test_requests_on_another_replica_reach_the_call(replica, listening) ->
     listening(a)
     listening(b)
     await a.replicas.beat(10_000)
-    await subscribed(a, "ctl:a", "events")
+    await subscribed(a.replicas.store, {"ctl:a": 1, "events": 2})  # both engines hear events
     task, call, _ = await running(a)
     heard: list[Task] = []
     b.watchers.watch(task.id, heard.append)  # a listen stream on b, say
@@ -183,3 +182,24 @@ async def test_a_lost_announcement_is_made_up_for_by_the_heartbeat_poll(replica)
     await b.replicas.poll()
     await b.replicas.poll()  # nothing new: told once
     assert [t.status for t in heard] == [Status.COMPLETED]
+
+
+async def test_a_message_that_fails_does_not_stop_the_channel(redis_server, key_prefix) -> None:
+    store = RedisStore(redis_server.url, key_prefix, 10, 10, 1000, 10_000)
+    heard: list[dict] = []
+
+    async def handler(channel: str, msg: dict) -> None:
+        if msg.get("bad"):
+            raise RuntimeError("a bug in one handler")
+        heard.append(msg)
+
+    job = asyncio.create_task(store.listen(["events"], handler))
+    try:
+        await subscribed(store, {"events": 1})
+        await store.publish("events", {"bad": True})
+        await store.publish("events", {"task": "after"})
+        await until(lambda: heard == [{"task": "after"}])
+    finally:
+        job.cancel()
+        await asyncio.gather(job, return_exceptions=True)
+        await store.close()

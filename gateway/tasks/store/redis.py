@@ -39,6 +39,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from gateway.errors import StoreUnavailable
+from gateway.observability import log
 from gateway.tasks.model import TERMINAL, TRANSITIONS, Status, Task
 from gateway.tasks.store import EVENTS, Handler, ResultTooLarge, StoreFull
 from gateway.tasks.store.memory import EXPIRED_MEMORY_S
@@ -157,6 +158,15 @@ def _guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             raise StoreUnavailable(type(exc).__name__) from exc
     call.__name__, call.__doc__ = fn.__name__, fn.__doc__
     return call
+
+
+async def _hand(handler: Handler, channel: str, data: bytes) -> None:
+    """One message to its handler; whatever goes wrong there stays with that message, so the
+    replica goes on hearing the others."""
+    try:
+        await handler(channel, orjson.loads(data))
+    except Exception as exc:
+        log.error("replica.message_failed", channel=channel, error=repr(exc))
 
 
 def _encode(task: Task) -> tuple[bytes, bytes]:
@@ -366,8 +376,7 @@ class RedisStore:
                     while True:
                         msg = await pubsub.get_message(timeout=1.0)
                         if msg is not None and msg["type"] == "message":
-                            await handler(names[msg["channel"].decode()],
-                                          orjson.loads(msg["data"]))
+                            await _hand(handler, names[msg["channel"].decode()], msg["data"])
             except _DOWN:
                 await asyncio.sleep(0.5)
 

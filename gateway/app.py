@@ -10,18 +10,19 @@ import ctypes
 import secrets
 from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
 
 from aiohttp import web
 
+from gateway.admin import Admin
 from gateway.downstream.endpoint import Endpoint
-from gateway.downstream.http import Guard, json_response
+from gateway.downstream.http import Guard
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
 from gateway.downstream.session import SessionStore
 from gateway.errors import StoreUnavailable
 from gateway.observability import configure_logging, log
+from gateway.observability.metrics import Metrics
 from gateway.ratelimit import Admission, InFlight, RateLimiter
 from gateway.settings import Settings
 from gateway.tasks.engine import TaskEngine
@@ -37,7 +38,6 @@ BACKENDS = web.AppKey("backends", dict[str, Backend])
 ERAS = web.AppKey("eras", list[LegacyEra])
 MODERNS = web.AppKey("moderns", list[ModernEra])
 ENGINE = web.AppKey("engine", TaskEngine)
-COUNTERS = web.AppKey("counters", Counter[str])  # the app's own: no module-level state
 LEASE = web.AppKey("lease", Lease)
 REAP_EVERY_S = 30.0
 SETTLE_S = 2.0  # for the ends of tasks to be written at shutdown
@@ -45,7 +45,8 @@ HANDLERS_S = 2.0  # for answered requests to finish sending at shutdown
 
 
 def create_app(conf: Settings) -> web.Application:
-    guard = Guard(conf)
+    counters: Counter[str] = Counter()
+    guard = Guard(conf, counters)
     # aiohttp refuses bodies over client_max_size with 413 before we parse them.
     app = web.Application(middlewares=[guard.middleware],
                           client_max_size=conf.limits.max_body_bytes)
@@ -59,13 +60,13 @@ def create_app(conf: Settings) -> web.Application:
         log.warning("replica.no_secret", why="each replica seals requestState with a key of "
                     "its own: set replica.secret, the same on every replica")
     limits = conf.limits
-    counters: Counter[str] = Counter()
+    metrics = Metrics(lambda up, tool: tool in backends[up].catalogue.tools)
     admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
                           counters)
     inflight = InFlight(limits.max_calls_per_owner, counters)
     replica = conf.replica.id or secrets.token_hex(8)
-    engine = TaskEngine(_store(conf, replica), counters, admission, replica)
+    engine = TaskEngine(_store(conf, replica), counters, admission, replica, metrics)
     engine.replicas.url = conf.replica.url or ""
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
@@ -73,7 +74,7 @@ def create_app(conf: Settings) -> web.Application:
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
         era = LegacyEra(backend, sessions, conf, engine, policies, inflight)
         modern = ModernEra(backend, conf, sealer, engine, policies, inflight)
-        endpoint = Endpoint(era, modern, conf.limits.max_body_bytes)
+        endpoint = Endpoint(era, modern, conf.limits.max_body_bytes, metrics, counters)
         app.router.add_post(up.path, endpoint.post)
         app.router.add_get(up.path, endpoint.get, allow_head=False)
         app.router.add_delete(up.path, endpoint.delete)
@@ -84,10 +85,8 @@ def create_app(conf: Settings) -> web.Application:
     app[ERAS] = eras
     app[MODERNS] = moderns
     app[ENGINE] = engine
-    app[COUNTERS] = counters
-    app[LEASE] = Lease(engine, conf.store.backend, conf.store.lease_ms)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    app[LEASE] = lease = Lease(engine, conf.store.backend, conf.store.lease_ms)
+    Admin(backends, eras, engine, lease, counters, metrics).routes(app)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
     return app
@@ -101,25 +100,6 @@ def _store(conf: Settings, replica: str) -> TaskStore:
         assert store.url is not None  # settings insist
         return RedisStore(store.url, store.key_prefix, *bounds, replica=replica)
     return MemoryStore(*bounds)
-
-
-async def healthz(_: web.Request) -> web.Response:
-    return json_response({"status": "ok"})
-
-
-async def readyz(request: web.Request) -> web.Response:
-    """200 only when every upstream is connected and initialized."""
-    backends = request.app[BACKENDS]
-    engine = request.app[ENGINE]
-    lease = request.app[LEASE]
-    ready = all(b.ready for b in backends.values()) and lease.store_up
-    body: dict[str, Any] = {"ready": ready,
-                            "upstreams": {n: b.status() for n, b in backends.items()},
-                            "tasks": {"running": len(engine.runs),
-                                      "stored_bytes": engine.stored_bytes()},
-                            "store": lease.status(),
-                            "counters": dict(request.app[COUNTERS])}
-    return json_response(body, 200 if ready else 503)
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

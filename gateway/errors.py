@@ -41,6 +41,8 @@ SERVER_ERROR = -32000  # JSON-RPC's range for implementation-defined server erro
 class GatewayError(Exception):
     code: ClassVar[int] = jsonrpc.INTERNAL_ERROR
     http_status: ClassVar[int] = 500
+    # A refusal that protects the gateway, counted in mcp_gateway_rejections_total{reason}.
+    reason: ClassVar[str | None] = None
 
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -90,14 +92,17 @@ class MethodNotAllowed(ProtocolError):
 
 class PayloadTooLarge(ProtocolError):
     http_status = 413
+    reason = "body_too_large"
 
 
 class ForbiddenOrigin(ProtocolError):
     http_status = 403
+    reason = "origin"
 
 
 class Unauthorized(ProtocolError):
     http_status = 401
+    reason = "auth"
 
 
 class InvalidParams(ProtocolError):
@@ -123,6 +128,7 @@ class UnsupportedModernVersion(ProtocolError):
 
 class TooManyListeners(ProtocolError):
     http_status = 429
+    reason = "listeners"
 
 
 class TooManyRequests(ProtocolError):

@@ -124,7 +124,7 @@ class CoreTasks:
             task = await self.engine.create(session.id, tool, core.NAME, self.backend.name,
                                             policy, decision.ttl)
         except StoreFull as exc:
-            self.engine.counters["tasks.refused_store_full"] += 1
+            self.engine.counters["rejections.store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,

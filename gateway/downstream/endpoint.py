@@ -7,37 +7,54 @@ legacy. Both eras are served side by side on the same path.
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.downstream.http import error_response, read_message
+from gateway.downstream.http import error_response, failed, read_message, rejected
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.errors import GatewayError
+from gateway.observability.metrics import Metrics
 from gateway.protocol import mcp
 
 
 class Endpoint:
-    def __init__(self, legacy: LegacyEra, modern: ModernEra, max_body_bytes: int) -> None:
+    def __init__(self, legacy: LegacyEra, modern: ModernEra, max_body_bytes: int,
+                 metrics: Metrics, counters: Counter[str]) -> None:
         self.legacy = legacy
         self.modern = modern
         self.max_body_bytes = max_body_bytes
+        self.upstream = legacy.backend.name
+        self.metrics = metrics
+        self.counters = counters
 
     async def post(self, request: web.Request) -> web.StreamResponse:
-        msg = None
+        started = time.monotonic()
+        msg, era = None, "legacy"
         try:
             msg, kind = await read_message(request, self.max_body_bytes)
             if router.is_modern(msg, request.headers.get(mcp.H_PROTOCOL)):
-                return await self.modern.post(request, msg, kind)
-            return await self.legacy.post(request, msg, kind)
+                era = "modern"
+                resp = await self.modern.post(request, msg, kind)
+            else:
+                resp = await self.legacy.post(request, msg, kind)
         except GatewayError as exc:
-            return error_response(exc, msg.get("id") if msg else None)
+            rejected(exc, self.counters)
+            resp = error_response(exc, msg.get("id") if msg else None)
+        method = msg.get("method", "response") if msg else "other"
+        self.metrics.request(self.upstream, method, era, not failed(resp),
+                             time.monotonic() - started)
+        return resp
 
     async def get(self, request: web.Request) -> web.StreamResponse:
         try:
             self._legacy_only(request)
             return await self.legacy.get(request)
         except GatewayError as exc:
+            rejected(exc, self.counters)
             return error_response(exc)
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
@@ -45,6 +62,7 @@ class Endpoint:
             self._legacy_only(request)
             return await self.legacy.delete(request)
         except GatewayError as exc:
+            rejected(exc, self.counters)
             return error_response(exc)
 
     @staticmethod

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.downstream import sse
-from gateway.downstream.http import JSON_HEADERS
+from gateway.downstream.http import FAILED, JSON_HEADERS
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message
 
 
 class Exchange:
-    __slots__ = ("_wake", "done", "early", "headers", "new_stream", "response", "sse_ok",
-                 "status", "stream", "timer")
+    __slots__ = ("_wake", "done", "early", "failed", "headers", "new_stream", "response",
+                 "sse_ok", "status", "stream", "timer")
     takes_mrtr = False  # a modern-only upstream's input_required becomes server requests
 
     def __init__(self, sse_ok: bool, new_stream: Callable[[], sse.Stream],
@@ -32,6 +32,7 @@ class Exchange:
         # Serialized on arrival: the dict of a multi-MiB result is freed at once.
         self.response: bytes | None = None
         self.status = 200
+        self.failed = False  # the response is a JSON-RPC error
         self.stream: sse.Stream | None = None
         self._wake: asyncio.Future[bool] | None = None
         self.done: Callable[[], None] | None = None  # called once, when the response is in
@@ -54,18 +55,20 @@ class Exchange:
         """A related message for a client that accepts no SSE: dropped unless overridden."""
 
     def on_response(self, msg: Message) -> None:
-        self.finish(jsonrpc.dumps(msg))
+        self.answer(msg)
 
-    def finish(self, data: bytes, status: int = 200) -> None:
+    def answer(self, msg: Message, status: int = 200) -> None:
+        """The request's answer is `msg` (unless it has one already)."""
         if self.response is not None:
             return
-        self.response, self.status = data, status
+        self.response, self.status = jsonrpc.dumps(msg), status
+        self.failed = "error" in msg
         if self.timer is not None:
             self.timer.cancel()
         if self.done is not None:
             self.done()
         if self.stream is not None:
-            self.stream.push(data, last=True)
+            self.stream.push(self.response, last=True)
         self._notify()
 
     # -- HTTP ------------------------------------------------------------------------------
@@ -91,8 +94,8 @@ class Exchange:
             while not self.sse_ok and self.response is None:
                 await self._wait(None)
             if self.response is not None and not self.early:
-                return await sse.send_body(request, self.response, self.status,
-                                           JSON_HEADERS, flow)
+                return self._marked(await sse.send_body(request, self.response, self.status,
+                                                        JSON_HEADERS, flow))
         self.stream = stream = self.new_stream()
         for data in self.early:
             stream.push(data)
@@ -101,4 +104,9 @@ class Exchange:
             stream.push(self.response, last=True)
         resp = await sse.open_response(request, self.headers)
         await sse.pump(request, resp, stream, 0, flow)
+        return self._marked(resp)
+
+    def _marked(self, resp: web.StreamResponse) -> web.StreamResponse:
+        if self.failed:
+            resp[FAILED] = True
         return resp

@@ -7,6 +7,7 @@ Every refusal is a `GatewayError` raised here, rendered once by `error_response`
 from __future__ import annotations
 
 import hmac
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ from yarl import URL
 
 from gateway import errors
 from gateway.errors import GatewayError
-from gateway.observability import owner_hash
+from gateway.observability import log, owner_hash
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Settings
 
@@ -26,17 +27,34 @@ CORS_ALLOW_HEADERS = ", ".join((
     "Mcp-Method", "Mcp-Name"))
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL = web.RequestKey("principal", str)  # the caller's auth context (a token digest)
+# Set on a response that carries a JSON-RPC error (its HTTP status may still be 200): the
+# request's outcome in metrics.
+FAILED = web.ResponseKey("failed", bool)
 
 
 def json_response(msg: Any, status: int = 200, headers: dict[str, str] | None = None
                   ) -> web.Response:
-    return web.Response(body=jsonrpc.dumps(msg), status=status,
+    resp = web.Response(body=jsonrpc.dumps(msg), status=status,
                         headers={**JSON_HEADERS, **headers} if headers else JSON_HEADERS)
+    if isinstance(msg, dict) and "error" in msg:
+        resp[FAILED] = True
+    return resp
+
+
+def failed(resp: web.StreamResponse) -> bool:
+    """Whether the answer was an error: an HTTP error status, or a JSON-RPC error."""
+    return resp.status >= 400 or resp.get(FAILED, False)
 
 
 def error_response(exc: GatewayError, id_: Any = None) -> web.Response:
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, errors.Unauthorized) else None
     return json_response(exc.to_message(id_), exc.http_status, headers)
+
+
+def rejected(exc: GatewayError, counters: Counter[str]) -> None:
+    """Count a refusal that protects the gateway (see `GatewayError.reason`)."""
+    if exc.reason is not None:
+        counters[f"rejections.{exc.reason}"] += 1
 
 
 def check_accept(request: web.Request, *, need_json: bool) -> tuple[bool, bool]:
@@ -117,7 +135,8 @@ class Guard:
 
     OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
-    def __init__(self, conf: Settings) -> None:
+    def __init__(self, conf: Settings, counters: Counter[str]) -> None:
+        self.counters = counters
         self.any_origin = "*" in conf.security.allowed_origins
         self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
         self.tokens = [t.encode() for t in conf.auth.bearer_tokens if t]
@@ -156,8 +175,8 @@ class Guard:
         origin = request.headers.get(mcp.H_ORIGIN)
         # spec (Streamable HTTP, Security Warning): servers MUST validate Origin (DNS rebinding).
         if origin is not None and not self.origin_allowed(origin):
-            return error_response(errors.ForbiddenOrigin(f"Forbidden: origin {origin} is not "
-                                                         "allowed"))
+            return self._refuse(errors.ForbiddenOrigin(f"Forbidden: origin {origin} is not "
+                                                       "allowed"))
         if request.method == "OPTIONS" and origin is not None:
             return web.Response(status=204, headers={
                 "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
@@ -166,11 +185,18 @@ class Guard:
                 "Access-Control-Max-Age": "86400"})
         token = request.headers.get(mcp.H_AUTH)
         if not self.token_ok(token):
-            return error_response(errors.Unauthorized("Unauthorized: a valid bearer token is "
-                                                      "required"))
+            # An audit event: who knocked, never what they sent (it may be a near-miss token).
+            log.warning("auth.failed", audit=True, path=request.path, remote=request.remote,
+                        reason="missing" if not token else "wrong")
+            return self._refuse(errors.Unauthorized("Unauthorized: a valid bearer token is "
+                                                    "required"))
         # Without configured tokens every caller is one anonymous owner (README).
         request[PRINCIPAL] = owner_hash(token) if self.tokens and token else "anonymous"
         return await handler(request)
+
+    def _refuse(self, exc: GatewayError) -> web.Response:
+        rejected(exc, self.counters)
+        return error_response(exc)
 
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         """CORS headers on every response to an allowed origin, streams included."""

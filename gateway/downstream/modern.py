@@ -91,7 +91,7 @@ class ModernExchange(Exchange):
             self.era.backend.learn_tools(msg)
         msg, status = shapes.modern_response(self.method, msg, self.era.server_info,
                                              self.era.ttl_ms, self.era.scope)
-        self.finish(jsonrpc.dumps(msg), status)
+        self.answer(msg, status)
 
     def on_refused(self, capability: str) -> None:
         """The upstream asked for input this request's client did not declare (it got an
@@ -105,7 +105,7 @@ class ModernExchange(Exchange):
         err = errors.MissingCapability(
             f"Missing required client capability: {', '.join(self.refused)}",
             {"requiredCapabilities": self.refused})
-        self.finish(jsonrpc.dumps(err.to_message(self.call.client_id)), err.http_status)
+        self.answer(err.to_message(self.call.client_id), err.http_status)
 
     def _input(self, msg: Message) -> None:
         assert self.call is not None
@@ -139,7 +139,7 @@ class ModernExchange(Exchange):
         self.inputs.clear()
         parked.done, self.done = self.done, None  # the call is not over: keep its process
         parked.policy, parked.own_progress = self.policy, self.own_progress
-        self.finish(jsonrpc.dumps(self.era.input_required(parked, self.call.client_id)))
+        self.answer(self.era.input_required(parked, self.call.client_id))
 
     def start_budget(self) -> None:
         if self.policy is not None and self.response is None:
@@ -304,7 +304,7 @@ class ModernEra:
         self.engine.start(task, ex.call, timeout_ms=ex.policy.timeout_ms, done=ex.done,
                           pending=pending)
         ex.done = None
-        ex.finish(jsonrpc.dumps(jsonrpc.result(ex.call.client_id, extension.created(task))))
+        ex.answer(jsonrpc.result(ex.call.client_id, extension.created(task)))
 
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:
@@ -336,7 +336,7 @@ class ModernEra:
         ex.call.conn.cancel(ex.call, "timed out at the gateway")
         log.warning("request.timed_out", upstream=self.backend.name, era="modern")
         err = errors.UpstreamError.timed_out(self.backend.name, self.request_timeout_s)
-        ex.finish(jsonrpc.dumps(err.to_message(ex.call.client_id)))
+        ex.answer(err.to_message(ex.call.client_id))
 
     # -- MRTR --------------------------------------------------------------------------------
     def input_required(self, parked: Parked, client_id: Any) -> Message:
@@ -385,7 +385,7 @@ class ModernEra:
             ex.on_response({**parked.response, "id": msg["id"]})
         elif parked.inputs:  # answers missing: ask again for what is left (spec MRTR)
             ex.done = None
-            ex.finish(jsonrpc.dumps(self.input_required(parked, msg["id"])))
+            ex.answer(self.input_required(parked, msg["id"]))
         else:
             call.sink = ex
             ex.start_budget()  # MRTR first, then the call may still become a task

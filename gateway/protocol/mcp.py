@@ -59,6 +59,13 @@ SET_LEVEL: Final = "logging/setLevel"
 UNSUBSCRIBE: Final = "resources/unsubscribe"
 RESOURCE_UPDATED: Final = "notifications/resources/updated"
 
+# Every method a client may send, in either era, core tasks included: metrics label requests
+# by these names only (anything else is "other"), so clients cannot grow the label set.
+METHODS: Final = MODERN_METHODS | frozenset({
+    INITIALIZE, INITIALIZED, PING, CANCELLED, PROGRESS, SUBSCRIBE, UNSUBSCRIBE, SET_LEVEL,
+    "notifications/roots/list_changed", "tasks/get", "tasks/result", "tasks/list",
+    "tasks/cancel", "tasks/update", "notifications/tasks/status"})
+
 # Server-to-client requests, and the client capability each one needs.
 CLIENT_CAPABILITY_FOR: Final = {
     "elicitation/create": "elicitation",

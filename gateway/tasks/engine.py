@@ -24,13 +24,15 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
-from gateway.observability import log, owner_hash
+from gateway.observability import log
+from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import UNLIMITED, Admission
 from gateway.tasks.model import Status, Task, failure, new_id
 from gateway.tasks.policy import Policy, PollAdvisor
 from gateway.tasks.replicas import Replicas
+from gateway.tasks.report import Report, audit
 from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
 from gateway.tasks.watchers import Watchers
 
@@ -110,8 +112,7 @@ class TaskRun:
         task.inputs[key] = {"method": msg["method"], "params": msg.get("params", {})}
         if task.status is Status.WORKING:
             task.move(Status.INPUT_REQUIRED, "waiting for the client's input")
-            log.info("task.input_required", task=task.id, tool=task.tool,
-                     upstream=task.upstream, owner=owner_hash(task.owner))
+            audit("task.input_required", task)
         else:
             task.touch()
 
@@ -148,15 +149,17 @@ class Background:
 
 class TaskEngine:
     def __init__(self, store: TaskStore, counters: Counter[str] | None = None,
-                 admission: Admission | None = None, replica: str = "") -> None:
+                 admission: Admission | None = None, replica: str = "",
+                 metrics: Metrics | None = None) -> None:
         self._store = store
         self.replica = replica  # this process, among replicas sharing the store
-        self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.report = Report(metrics, counters)
+        self.counters = self.report.counters
         self.admission = admission or Admission(UNLIMITED, UNLIMITED, self.counters)
         self.runs: dict[str, TaskRun] = {}
         self.asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
         self.watchers = Watchers()
-        self.replicas = Replicas(store, replica, self.runs, self.watchers, self.counters,
+        self.replicas = Replicas(store, replica, self.runs, self.watchers, self.report,
                                  stop=lambda run, why: self._stop(run, Status.CANCELLED, why),
                                  answer=self.answer)
         self.poll = PollAdvisor()
@@ -196,9 +199,7 @@ class TaskEngine:
         if task.expires_at is not None:  # a coroutine made only when the timer fires
             run.timers.append(loop.call_later(max(0.0, task.expires_at - time.time()),
                                               lambda: self._spawn(self._expire(run))))
-        self.counters["tasks.created"] += 1
-        log.info("task.created", task=task.id, tool=task.tool, upstream=task.upstream,
-                 owner=owner_hash(task.owner), dialect=task.dialect)
+        self.report.created(task)
         for msg in pending:
             run.on_message(msg)
         return run
@@ -213,6 +214,7 @@ class TaskEngine:
                 return task if run is not None else await self.replicas.unless_stranded(task)
             if await self._store.expired_owner(task_id) == owner:
                 raise TaskExpired(task_id)
+        self.report.missed(owner, task_id)
         raise TaskNotFound(task_id)
 
     async def owned(self, owner: str, dialect: str) -> list[Task]:
@@ -236,6 +238,7 @@ class TaskEngine:
             return
         for key in [k for k in run.task.inputs if k in responses]:
             self._answered(run, key, jsonrpc.result(None, responses[key]))
+            self.report.answered(run.task, key)
         self._settle(run)
 
     async def reply(self, msg: Message) -> bool:
@@ -246,6 +249,7 @@ class TaskEngine:
             return False
         key = next(k for k, v in run.asked.items() if v == msg["id"])
         self._answered(run, key, msg)
+        self.report.answered(run.task, key)
         self._settle(run)
         return True
 
@@ -327,8 +331,7 @@ class TaskEngine:
         task = await self._stop(run, Status.FAILED, f"expired: its ttl of {ttl} ms passed",
                                 f"Task expired: its ttl of {ttl} ms passed before it finished")
         await self._store.delete(task.id, expired=True)
-        log.info("task.expired", task=task.id, tool=task.tool, upstream=task.upstream,
-                 owner=owner_hash(task.owner))
+        audit("task.expired", task)
 
     async def _commit(self, run: TaskRun, final: Task) -> Task:
         """Write the end (compare-and-set), then tell everyone: nobody hears of a result
@@ -358,9 +361,7 @@ class TaskEngine:
             self.poll.record(task.tool, duration)
         if run.done is not None:
             run.done()
-        self.counters[f"tasks.{task.status}"] += 1
-        log.info(f"task.{task.status}", task=task.id, tool=task.tool, upstream=task.upstream,
-                 owner=owner_hash(task.owner), duration_s=round(duration, 3))
+        self.report.ended(task, duration)
         run.ended.set_result(task)
         self.watchers.tell(task)
 

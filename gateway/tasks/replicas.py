@@ -13,13 +13,12 @@ task is this process's own, and none of this happens.
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.errors import StoreUnavailable
-from gateway.observability import log, owner_hash
 from gateway.tasks.model import Status, Task, failure
+from gateway.tasks.report import Report
 from gateway.tasks.store import EVENTS, TaskStore
 from gateway.tasks.watchers import Watchers
 
@@ -28,7 +27,7 @@ STRANDED = "the gateway replica running this task stopped"
 
 class Replicas:
     def __init__(self, store: TaskStore, replica: str, runs: dict[str, Any],
-                 watchers: Watchers, counters: Counter[str], *,
+                 watchers: Watchers, report: Report, *,
                  stop: Callable[[Any, str], Awaitable[Any]],
                  answer: Callable[[Task, dict[str, Any]], Awaitable[None]]) -> None:
         self.store = store
@@ -40,7 +39,7 @@ class Replicas:
         self.url = ""  # where the other replicas reach this one (replica.url)
         self._told: dict[str, float] = {}  # watched tasks run elsewhere: last change told
         self.watchers = watchers
-        self.counters = counters
+        self.report = report
 
     async def unless_stranded(self, task: Task) -> Task:
         """`task` as read; failed first if the replica that ran it is gone."""
@@ -54,9 +53,7 @@ class Replicas:
                            failure(message) if status is Status.FAILED else None)
         if not await self.store.save(final):
             return await self.store.get(task.id) or task  # someone else ended it first
-        self.counters[f"tasks.{status}"] += 1
-        log.info(f"task.{status}", task=task.id, tool=task.tool, upstream=task.upstream,
-                 owner=owner_hash(task.owner), replica=task.replica, reason=message)
+        self.report.ended(final, None, replica=task.replica)
         self.watchers.tell(final)
         return final
 

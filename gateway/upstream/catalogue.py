@@ -15,6 +15,7 @@ from gateway.upstream import native_tasks
 
 class Catalogue:
     def __init__(self) -> None:
+        self.tools: set[str] = set()  # every name listed (metrics label tools by these only)
         self.native_tools: dict[str, str] = {}  # tool -> its own taskSupport
         self.param_headers: dict[str, dict[tuple[str, ...], str]] = {}
 
@@ -23,6 +24,7 @@ class Catalogue:
         native = native_tasks.serves_tasks(init_result)
         for tool in mcp.listed_tools(msg):
             name = str(tool.get("name"))
+            self.tools.add(name)
             support = native_tasks.own_support(tool)
             if native and support in ("required", "optional"):
                 self.native_tools[name] = support

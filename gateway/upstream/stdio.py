@@ -113,7 +113,7 @@ class StdioTransport:
         self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.name}")
 
     def status(self) -> dict[str, Any]:
-        return {}
+        return {"transport": self.kind}
 
     async def close(self) -> None:
         self._closing = True

@@ -1,0 +1,102 @@
+"""The operator's routes: `/healthz`, `/readyz`, `/metrics` and `/status`.
+
+`Admin` reads the live parts of the app (upstreams, eras, the task engine, the lease) and
+answers for them; it changes nothing. Health probes are open; `/metrics` and `/status` pass
+the same guard as the MCP endpoints (a bearer token opens them when `auth` is configured).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from aiohttp import web
+
+from gateway.downstream.http import json_response
+from gateway.downstream.legacy import LegacyEra
+from gateway.observability import status_page
+from gateway.observability.metrics import CONTENT_TYPE, Metrics
+from gateway.tasks.engine import TaskEngine
+from gateway.tasks.lease import Lease
+from gateway.tasks.model import Status
+from gateway.upstream.isolation import Backend
+
+LIVE = (Status.WORKING, Status.INPUT_REQUIRED)
+SHOWN_TASKS = 50  # running tasks listed on /status (all are counted)
+
+
+class Admin:
+    def __init__(self, backends: dict[str, Backend], eras: list[LegacyEra],
+                 engine: TaskEngine, lease: Lease, counters: Counter[str],
+                 metrics: Metrics) -> None:
+        self.backends = backends
+        self.eras = eras
+        self.engine = engine
+        self.lease = lease
+        self.counters = counters
+        self.metrics = metrics
+        self.started = time.time()
+        metrics.watch(self)
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.exposition)
+        app.router.add_get("/status", self.status)
+
+    # -- routes ---------------------------------------------------------------------------
+    async def healthz(self, _: web.Request) -> web.Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(self, _: web.Request) -> web.Response:
+        """200 only when every upstream is initialized and the task store answers."""
+        ready = all(b.ready for b in self.backends.values()) and self.lease.store_up
+        body: dict[str, Any] = {"ready": ready,
+                                "upstreams": {n: b.status() for n, b in self.backends.items()},
+                                "tasks": {"running": len(self.engine.runs),
+                                          "stored_bytes": self.engine.stored_bytes()},
+                                "store": self.lease.status(),
+                                "counters": dict(self.counters)}
+        return json_response(body, 200 if ready else 503)
+
+    async def exposition(self, _: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.exposition(),
+                            headers={"Content-Type": CONTENT_TYPE})
+
+    async def status(self, _: web.Request) -> web.Response:
+        page = status_page.render(self.snapshot())
+        return web.Response(text=page, content_type="text/html", headers={
+            "Cache-Control": "no-store",
+            # Server-rendered and script-free: nothing on the page may load or run anything.
+            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"})
+
+    def snapshot(self) -> status_page.Snapshot:
+        now = time.time()
+        runs = sorted((r.task for r in self.engine.runs.values()), key=lambda t: t.created_at)
+        return status_page.Snapshot(
+            replica=self.engine.replica, store=self.lease.status(), started=self.started,
+            upstreams={n: b.status() for n, b in self.backends.items()},
+            live=Counter((t.upstream, t.tool, str(t.status)) for t in runs),
+            tasks=[(t.id, t.upstream, t.tool, str(t.status), now - t.created_at,
+                    t.status_message or "") for t in runs[:SHOWN_TASKS]],
+            failures=list(reversed(self.engine.report.failures)),
+            sessions=self.sessions(), now=now)
+
+    # -- the state the gauges show (metrics.Live) --------------------------------------------
+    def tasks_live(self) -> dict[str, int]:
+        counts = Counter(str(r.task.status) for r in self.engine.runs.values())
+        return {str(s): counts[str(s)] for s in LIVE}
+
+    def store_bytes(self) -> int:
+        return self.engine.stored_bytes()
+
+    def upstreams(self) -> dict[str, tuple[bool, int]]:
+        return {n: (b.ready, b.status()["restarts"]) for n, b in self.backends.items()}
+
+    def sessions(self) -> int:
+        return sum(len(era.sessions) for era in self.eras)
+
+    def rejections(self) -> dict[str, int]:
+        return {k.partition(".")[2]: n for k, n in self.counters.items()
+                if k.startswith("rejections.")}

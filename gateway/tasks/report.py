@@ -1,0 +1,69 @@
+"""What the outside learns of tasks: audit events, metrics, and the recent failures the status
+page lists. The engine and the replicas call it at each step of a task's life; nothing here
+changes a task.
+
+Audit events are structlog events with stable names (`task.created`, `task.input_required`,
+`task.input_answered`, `task.completed` / `failed` / `cancelled`, `task.expired`,
+`task.lookup_failed`) and `audit=true`; owners appear as a short hash, never as the token
+or session id they stand for. A look-up of an unknown or foreign task id is counted per
+owner over a sliding window, so a caller guessing ids shows up as one owner with a growing
+count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from typing import Any
+
+from cachetools import TTLCache
+
+from gateway.observability import log, owner_hash
+from gateway.observability.metrics import Metrics
+from gateway.tasks.model import Status, Task
+
+MISS_WINDOW_S = 600.0
+MISS_OWNERS = 10_000  # owners whose misses are counted at once (the least recent go first)
+RECENT_FAILURES = 20
+
+
+def audit(event: str, task: Task, **extra: Any) -> None:
+    log.info(event, audit=True, task=task.id, tool=task.tool, upstream=task.upstream,
+             owner=owner_hash(task.owner), **extra)
+
+
+class Report:
+    def __init__(self, metrics: Metrics | None = None,
+                 counters: Counter[str] | None = None) -> None:
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.misses: TTLCache[str, int] = TTLCache(MISS_OWNERS, MISS_WINDOW_S)
+        # (unix time, upstream, tool, status message) of the last failed tasks run here.
+        self.failures: deque[tuple[float, str, str, str]] = deque(maxlen=RECENT_FAILURES)
+
+    def created(self, task: Task) -> None:
+        self.counters["tasks.created"] += 1
+        self.metrics.task_created(task.upstream, task.tool, task.dialect)
+        audit("task.created", task, dialect=task.dialect)
+
+    def answered(self, task: Task, key: str) -> None:
+        audit("task.input_answered", task, key=key)
+
+    def ended(self, task: Task, seconds: float | None, **extra: Any) -> None:
+        """`task` ended; `seconds` it ran here, None when it ran on another replica (which
+        counts it in its own metrics)."""
+        self.counters[f"tasks.{task.status}"] += 1
+        if seconds is not None:
+            self.metrics.task_finished(task.upstream, task.tool, task.status, seconds)
+            extra["duration_s"] = round(seconds, 3)
+        if task.status is Status.FAILED:
+            self.failures.append((time.time(), task.upstream, task.tool,
+                                  task.status_message or ""))
+        audit(f"task.{task.status}", task, **extra)
+
+    def missed(self, owner: str, task_id: Any) -> None:
+        """A look-up of a task id that `owner` does not have."""
+        who = owner_hash(owner)
+        self.misses[who] = count = self.misses.get(who, 0) + 1
+        log.info("task.lookup_failed", audit=True, owner=who, task=str(task_id)[:64],
+                 failures=count, window_s=MISS_WINDOW_S)

@@ -33,9 +33,22 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
+
 from gateway.protocol import jsonrpc, mcp
 
 SERVER_ERROR = -32000  # JSON-RPC's range for implementation-defined server errors
+SHOWN_CHARS = 80
+
+
+def shown(value: Any) -> str:
+    """A value the client sent, for an error text: as JSON (`null`, never Python's `None`),
+    cut short."""
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:
+        text = str(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 class GatewayError(Exception):

@@ -87,7 +87,8 @@ def _set_level(params: Any) -> Decision:
     """A modern server takes the level with each request: the session keeps it."""
     level = params.get("level") if isinstance(params, dict) else None
     if level not in mcp.LOG_LEVELS:  # a JSON-RPC error, as a server would answer
-        return refuse(errors.InvalidParams(f"Invalid params: unknown log level {level!r}"))
+        return refuse(errors.InvalidParams(
+            f"Invalid params: unknown log level {errors.shown(level)}"))
     return Decision(Kind.ANSWER, serve="set_level", result={}, level=level)
 
 
@@ -109,7 +110,7 @@ def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyF
     if not core.is_task_call(params):
         if policy.mode == "required":  # spec (Tool-Level Negotiation): refuse plain calls
             return refuse(errors.MethodNotFound(
-                f"Tool {name!r} must be called as a task (taskSupport: required)"))
+                f"Tool {errors.shown(name)} must be called as a task (taskSupport: required)"))
         return PASS
     if catalogue.own_task_support(name):
         return Decision(Kind.AUGMENT, edit="note_native")  # the upstream's own task
@@ -118,7 +119,7 @@ def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyF
     except errors.InvalidParams as exc:
         return refuse(exc)
     if policy.mode == "never":  # spec (Tool-Level Negotiation): forbidden -> -32601
-        return refuse(errors.MethodNotFound(f"Tool {str(name or '')!r} does not support "
+        return refuse(errors.MethodNotFound(f"Tool {errors.shown(name)} does not support "
                                             "task-augmented calls (taskSupport: forbidden)"))
     return Decision(Kind.TASK, policy=policy, at_once=True, ttl=ttl)
 

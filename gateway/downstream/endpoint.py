@@ -13,7 +13,13 @@ from collections import Counter
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.downstream.http import error_response, failed, read_message, rejected
+from gateway.downstream.http import (
+    check_accept,
+    error_response,
+    failed,
+    read_message,
+    rejected,
+)
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.errors import GatewayError
@@ -36,6 +42,9 @@ class Endpoint:
         msg, era = None, "legacy"
         try:
             msg, kind = await read_message(request, self.max_body_bytes)
+            # spec (Sending Messages): every POST accepts JSON and SSE; checked before the
+            # session or envelope, so a bad Accept is always 406, whatever else is wrong.
+            check_accept(request, need_json=True)
             if router.is_modern(msg, request.headers.get(mcp.H_PROTOCOL)):
                 era = "modern"
                 resp = await self.modern.post(request, msg, kind)

@@ -63,9 +63,10 @@ def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:
     version = meta[mcp.META_VERSION]
     header = _header(request, mcp.H_PROTOCOL)
     if header != version:
-        said = f"{header!r} does not match" if header is not None else "is missing; it must match"
+        said = (f"{errors.shown(header)} does not match" if header is not None
+                else "is missing; it must match")
         raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_PROTOCOL} {said} the body's "
-                                    f"protocol version {version!r}")
+                                    f"protocol version {errors.shown(version)}")
     if version not in mcp.MODERN_VERSIONS:
         raise errors.UnsupportedModernVersion(
             "Unsupported protocol version", {"supported": list(mcp.SUPPORTED_VERSIONS),
@@ -77,7 +78,7 @@ def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:
     method = msg["method"]
     if _header(request, mcp.H_METHOD) != method:
         raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_METHOD} does not match the "
-                                    f"body's method {method!r}")
+                                    f"body's method {errors.shown(method)}")
     if method not in mcp.MODERN_METHODS and method not in extension.METHODS:
         raise errors.MethodNotFound(f"Method not found: {method}")
     field = mcp.NAME_FIELD.get(method)
@@ -89,7 +90,7 @@ def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:
         named = (params or {}).get(field)
         if _decoded(header_name) != named:
             raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_NAME} does not match "
-                                        f"the body's {field} {named!r}")
+                                        f"the body's {field} {errors.shown(named)}")
     if method == mcp.TOOLS_CALL:
         _check_param_headers(request, params or {}, catalogue)
     return Caller(request.get(PRINCIPAL, "anonymous"), caps, meta.get(mcp.META_LOG_LEVEL))

@@ -102,7 +102,8 @@ class LegacyEra:
                                            and self._subscription(session, msg)):
             return json_response(jsonrpc.result(client_id, decision.result or {}))
         if client_id in session.calls:
-            raise errors.InvalidRequest(f"Invalid Request: id {client_id!r} is already in flight")
+            raise errors.InvalidRequest(
+                f"Invalid Request: id {errors.shown(client_id)} is already in flight")
         if decision.kind is Kind.ANSWER:  # tasks/* of the gateway's core tasks
             return await self.tasks.serve(request, session, msg)
         headers = self.backend.client_headers(request.headers)
@@ -201,7 +202,7 @@ class LegacyEra:
         if conn is None or not (await self.tasks.engine.reply(msg)
                                 or conn.reply(msg["id"], msg)):
             raise errors.InvalidRequest(f"Invalid Request: no server request with id "
-                                        f"{msg['id']!r} is waiting for an answer")
+                                        f"{errors.shown(msg['id'])} is waiting for an answer")
 
     # -- GET and DELETE --------------------------------------------------------------------
     async def get(self, request: web.Request) -> web.StreamResponse:

@@ -302,7 +302,7 @@ class TaskEngine:
     def _responded(self, run: TaskRun, msg: Message) -> None:
         error = msg.get("error")
         if error is not None:
-            final = run.task.ended(Status.FAILED, str(error.get("message", "the call failed")),
+            final = run.task.ended(Status.FAILED, str(error.get("message") or "the call failed"),
                                    error)
             final.size = len(jsonrpc.dumps(error))  # the server's error is kept like a result
         else:

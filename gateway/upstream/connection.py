@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from gateway import __version__
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, shown
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -39,7 +39,7 @@ class Connection:
         self.calls = Correlator(self, transport.write, asked_ids, counters)
         self.wire: wire.LegacyWire | wire.ModernWire = wire.LegacyWire()
         self.init_result: dict[str, Any] | None = None
-        self._ready = asyncio.Event()
+        self.starts = Starts()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -71,15 +71,17 @@ class Connection:
                 await self.wait_ready()
 
     async def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Wait until initialized; UpstreamError if that takes longer than `timeout_s`."""
-        if self.ready:
-            return
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout_s or self.startup_timeout_s)
-        except TimeoutError:
+        """Wait until initialized. UpstreamError if the start fails (saying why: a command
+        not found, a URL that refuses) or takes longer than `timeout_s`; at once while the
+        transport backs off after a failed start."""
+        if not self.ready:
+            await self.starts.settle(self.transport.state in CONNECTING,
+                                     timeout_s or self.startup_timeout_s)
+        if not self.ready:
             state = self.transport.state
-            raise UpstreamError(self.name, f"upstream '{self.name}' is not ready ({state})",
-                                "not_ready", state=state) from None
+            raise self.starts.down or UpstreamError(
+                self.name, f"upstream '{self.name}' is not ready ({state})", "not_ready",
+                state=state)
 
     def status(self) -> dict[str, Any]:
         return {"state": "ready" if self.ready else self.transport.state, "ready": self.ready,
@@ -127,16 +129,21 @@ class Connection:
         """initialize; if the server refuses it, the modern probe; UpstreamError when
         neither works. The protocol version settled on."""
         reply = await self._ask_initialize()
-        if isinstance(reply.get("error"), dict) and await self._probe_modern():
+        error = reply.get("error")
+        # A server that refused initialize may be a modern one; one never reached is not.
+        if isinstance(error, dict) and not _unreached(error) and await self._probe_modern():
             return wire.VERSION
         return self._initialized(reply)
 
     def on_lost(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
         self.init_result = None
-        self._ready.clear()
+        self.starts.next()
         self.counters["upstream.exits"] += 1  # the process exited or the session ended
         self.calls.fail_all(error, keep)
         self.wire.reset()
+
+    def on_down(self, error: UpstreamError) -> None:
+        self.starts.ended(error)
 
     def on_failed(self, call: Call, error: UpstreamError) -> bool:
         return self.calls.fail(call, error)
@@ -149,7 +156,7 @@ class Connection:
         if isinstance(self.wire, wire.ModernWire):
             self.wire.stopped = True
         self.wire, self.init_result = wire.LegacyWire(), None
-        self._ready.clear()
+        self.starts.next()
         return await self._ask(mcp.INITIALIZE, {
             "protocolVersion": mcp.LATEST_LEGACY,
             "capabilities": {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}},
@@ -170,15 +177,10 @@ class Connection:
 
     def _initialized(self, reply: Message) -> str:
         """Accept the server's initialize reply (a version we speak) and become ready."""
-        result, error = reply.get("result"), reply.get("error")
-        if isinstance(error, dict):  # an error answer, or the transport failed the request
-            raise UpstreamError(self.name, f"initialize failed: {error.get('message')}",
-                                "initialize")
-        version = result.get("protocolVersion") if isinstance(result, dict) else None
-        if not isinstance(result, dict) or version not in mcp.LEGACY_VERSIONS:
-            raise UpstreamError(self.name, f"upstream '{self.name}' answered initialize with "
-                                f"protocol version {version!r}, which the gateway does not "
-                                "speak", "initialize")
+        if (refusal := _refusal(self.name, reply)) is not None:
+            raise refusal
+        result = reply["result"]
+        version = result["protocolVersion"]
         # Over HTTP, the first message that carries the negotiated version (spec 2025-06-18
         # Streamable HTTP: Protocol Version Header).
         self.transport.write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)), None,
@@ -201,7 +203,7 @@ class Connection:
 
     def _become_ready(self, result: dict[str, Any]) -> None:
         self.init_result = result
-        self._ready.set()
+        self.starts.ended(None)
         log.info("upstream.ready", upstream=self.name, protocol=result["protocolVersion"],
                  server=(result.get("serverInfo") or {}).get("name"))
 
@@ -277,6 +279,33 @@ class Connection:
                 self.request(jsonrpc.request(0, method, params), None, IGNORE)
 
 
+class Starts:
+    """A connection's start attempts: why the last one failed (until one works), and a wait
+    for the current one to end either way, so callers learn of a failure at once."""
+
+    def __init__(self) -> None:
+        self.down: UpstreamError | None = None
+        self._settled = asyncio.Event()
+
+    def ended(self, error: UpstreamError | None) -> None:
+        self.down = error
+        self._settled.set()
+        if error is not None:
+            self.next()
+
+    def next(self) -> None:
+        if self._settled.is_set():
+            self._settled = asyncio.Event()
+
+    async def settle(self, attempting: bool, timeout_s: float) -> None:
+        """Until the current attempt ends (or `timeout_s`); at once when none is under way
+        and the last one failed."""
+        if self.down is not None and not attempting:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled.wait(), timeout_s)
+
+
 class _Ignore:
     takes_mrtr = False
 
@@ -302,3 +331,25 @@ class FutureSink(_Ignore):
     def on_response(self, msg: Message) -> None:
         if not self.future.done():
             self.future.set_result(msg)
+
+
+def _refusal(name: str, reply: Message) -> UpstreamError | None:
+    """Why an initialize reply cannot be accepted, if it cannot."""
+    result, error = reply.get("result"), reply.get("error")
+    if isinstance(error, dict) and _unreached(error):  # the transport says why
+        return UpstreamError(name, str(error.get("message")), "unreachable")
+    if isinstance(error, dict):  # the server's own error answer
+        return UpstreamError(name, f"initialize failed: {error.get('message', '')}",
+                             "initialize")
+    version = result.get("protocolVersion") if isinstance(result, dict) else None
+    if not isinstance(result, dict) or version not in mcp.LEGACY_VERSIONS:
+        return UpstreamError(name, f"upstream '{name}' answered initialize with protocol "
+                             f"version {shown(version)}, which the gateway does not speak",
+                             "initialize")
+    return None
+
+
+def _unreached(error: dict[str, Any]) -> bool:
+    """Whether a handshake error is the transport's own (nothing reached the server)."""
+    data = error.get("data")
+    return isinstance(data, dict) and data.get("reason") == "connection"

@@ -288,6 +288,10 @@ class Correlator:
     def _unroutable(self, msg: Message) -> None:
         method = msg["method"]
         if not self.owners and not self.calls:
+            if method == mcp.ROOTS_LIST:  # servers ask at start (server-everything does):
+                # with no client there is no root, an answer (spec client/roots), not a fault
+                self.quietly(jsonrpc.result(msg["id"], {"roots": []}))
+                return
             log.info("upstream.request_unroutable", upstream=self.host.name, method=method,
                      reason="no client connected")
             self.refuse(msg["id"], "no client is connected to the gateway")

@@ -33,9 +33,8 @@ from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
 from gateway.upstream.sse_client import EventReader
-from gateway.upstream.transport import Link
+from gateway.upstream.transport import Link, start_failed
 
-RETRY_S = sse_client.RETRY_S  # between attempts to (re)initialize
 CONNECT_ATTEMPTS = 3  # a POST that could not connect sent nothing: safe to try again
 RESUME_ATTEMPTS = 5  # GETs with Last-Event-ID for one answer whose stream ended early
 # Requests that change nothing on the server: sent again once when the connection drops
@@ -90,16 +89,17 @@ class HttpTransport:
             await self._http.close()
 
     async def _supervise(self) -> None:
+        failures = 0
         while True:
             try:
                 await self._initialize()
             except (aiohttp.ClientError, UpstreamError, TimeoutError) as exc:
-                self.state = "backoff"
-                log.error("upstream.start_failed", upstream=self.name, error=str(exc))
-                if not self.restart:
+                self.state, failures = "backoff", failures + 1
+                cap_ms = self.conf.restart_backoff_max_ms if self.restart else None
+                if not await start_failed(self._link, exc, failures, cap_ms, url=self.url):
                     return
-                await asyncio.sleep(RETRY_S)
                 continue
+            failures = 0
             listener = asyncio.create_task(self._listen())
             await self._lost.wait()
             listener.cancel()
@@ -291,7 +291,7 @@ class HttpTransport:
         if call is None or self._link is None:
             return
         error = UpstreamError(self.name, f"upstream '{self.name}': {why}", "connection")
-        if self._link.on_failed(call, error):
+        if self._link.on_failed(call, error) and self.state == "up":  # else: start_failed
             log.warning("upstream.request_failed", upstream=self.name, reason=why,
                         method=_method(data) if data else None)
 

@@ -26,7 +26,7 @@ from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream.correlator import Call
-from gateway.upstream.transport import Link
+from gateway.upstream.transport import Link, backoff_s, start_failed
 
 STABLE_AFTER_S = 10.0  # a process that lived this long resets the backoff
 
@@ -127,24 +127,32 @@ class StdioTransport:
         failures = 0
         while not self._closing:
             began = time.monotonic()
-            try:
-                await self._spawn()
-                await self._initialize()
-            except (OSError, UpstreamError) as exc:
-                log.error("upstream.start_failed", upstream=self.name, error=str(exc))
-                await self._stop_process()
-            else:
-                code = await self._wait_exit()
-                self._on_exit(code)
+            failed = await self._run_once()
             if not self.restart or self._closing:
                 self.state = "stopped"
+                if failed is not None and self._link is not None:
+                    self._link.on_down(failed)
                 return
             failures = 0 if time.monotonic() - began > STABLE_AFTER_S else failures + 1
-            delay = min(self.conf.restart_backoff_max_ms / 1000, 0.1 * 2 ** max(failures - 1, 0))
             self.state = "backoff"
-            log.info("upstream.restarting", upstream=self.name, delay_s=round(delay, 3))
-            await asyncio.sleep(delay)
+            if failed is not None:
+                await start_failed(self._link, failed, failures, self.conf.restart_backoff_max_ms)
+            else:
+                delay = backoff_s(failures, self.conf.restart_backoff_max_ms)
+                log.info("upstream.restarting", upstream=self.name, delay_s=round(delay, 3))
+                await asyncio.sleep(delay)
             self.restarts += 1
+
+    async def _run_once(self) -> UpstreamError | None:
+        """Start the process and run it until it exits; why it could not start, if so."""
+        try:
+            await self._spawn()
+            await self._initialize()
+        except (OSError, UpstreamError) as exc:
+            await self._stop_process()
+            return exc if isinstance(exc, UpstreamError) else self._spawn_error(exc)
+        self._on_exit(await self._wait_exit())
+        return None
 
     async def _spawn(self) -> None:
         self.state = "starting"
@@ -152,15 +160,34 @@ class StdioTransport:
         env = {**os.environ, **self.conf.env} if self.conf.env else None
         assert self._link is not None
         pipes = _Pipes(self.name, self._link.on_message, self._kill, self.max_message_bytes)
-        assert self.conf.command is not None
-        transport, _ = await loop.subprocess_exec(
-            lambda: pipes, self.conf.command, *self.conf.args,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, cwd=self.conf.cwd, start_new_session=True)
+        command = self.conf.command
+        assert command is not None
+        try:
+            transport, _ = await loop.subprocess_exec(
+                lambda: pipes, command, *self.conf.args,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, cwd=self.conf.cwd,
+                start_new_session=True)
+        except OSError as exc:
+            raise self._spawn_error(exc) from None
         self._transport, self._pipes = transport, pipes
         self._stdin = transport.get_pipe_transport(0)  # type: ignore[assignment]
         log.info("upstream.spawned", upstream=self.name, pid=transport.get_pid(),
                  command=self.conf.command)
+
+    def _spawn_error(self, exc: OSError) -> UpstreamError:
+        """What a user must fix, in words: the usual cause is a misspelt command."""
+        command, where = self.conf.command, f"upstream '{self.name}'"
+        if isinstance(exc, FileNotFoundError) and exc.filename in (command, None):
+            text = (f"{where}: command '{command}' was not found (is it installed and on "
+                    "the gateway's PATH?)")
+        elif isinstance(exc, FileNotFoundError):
+            text = f"{where}: the working directory '{exc.filename}' does not exist"
+        elif isinstance(exc, PermissionError):
+            text = f"{where}: command '{command}' is not executable"
+        else:
+            text = f"{where}: command '{command}' could not start: {exc.strerror or exc}"
+        return UpstreamError(self.name, text, "start_failed", command=command)
 
     async def _initialize(self) -> None:
         """The link's handshake, unless the process exits first."""

@@ -8,11 +8,42 @@ nothing of ids, owners or tasks. A new transport (WebSocket, say) is one new mod
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from typing import Any, Protocol
 
+from yarl import URL
+
 from gateway.errors import UpstreamError
+from gateway.observability import log
 from gateway.upstream.correlator import Call
+
+FIRST_RETRY_S = 0.1
+
+
+def backoff_s(failures: int, cap_ms: int) -> float:
+    """The wait before the next start after `failures` failed ones in a row: doubling from
+    0.1 s, capped at `restart_backoff_max_ms`."""
+    return min(cap_ms / 1000, FIRST_RETRY_S * 2 ** max(failures - 1, 0))
+
+
+async def start_failed(link: Link | None, exc: Exception, failures: int, cap_ms: int | None,
+                       url: str | None = None) -> bool:
+    """Tell of a failed start: one log line an attempt (why, the URL without credentials,
+    when the next attempt is), and those waiting for the link, at once; then wait before
+    the next attempt. False when there is none (`cap_ms` None: no restarts)."""
+    assert link is not None  # a transport starts once it has its link
+    fields = {} if url is None else {"url": str(URL(url).with_user(None))}
+    error = exc if isinstance(exc, UpstreamError) else UpstreamError(
+        link.name, f"upstream '{link.name}': {exc or type(exc).__name__}", "unreachable")
+    delay = None if cap_ms is None else backoff_s(failures, cap_ms)
+    log.error("upstream.start_failed", upstream=link.name, error=error.message,
+              attempt=failures, **fields,
+              **({} if delay is None else {"retry_in_s": round(delay, 3)}))
+    link.on_down(error)
+    if delay is not None:
+        await asyncio.sleep(delay)
+    return delay is not None
 
 
 class Link(Protocol):
@@ -31,6 +62,10 @@ class Link(Protocol):
     def on_lost(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
         """The server went away (the process exited, the session ended): calls in flight
         fail with `error`, but those in `keep`, which the transport will send again."""
+
+    def on_down(self, error: UpstreamError) -> None:
+        """A start failed (`error` says why; the transport retries after a backoff): those
+        waiting for the link are told at once."""
 
     def on_failed(self, call: Call, error: UpstreamError) -> bool:
         """One request got no answer; False when its call was answered already."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -228,6 +229,9 @@ def test_no_input_gets_a_5xx_a_drop_or_a_hang(running: Any, data: Any) -> None:
     if ctype.startswith("application/json"):
         answer = json.loads(body)
         assert "error" in answer or "result" in answer
+        # Error texts are for people: a missing value is said in words, never Python's None.
+        if "error" in answer and isinstance(answer["error"], dict):
+            assert not re.search(r"\bNone\b", str(answer["error"].get("message"))), answer
 
 
 def test_nothing_reached_a_session_that_took_no_part(running: Any) -> None:

@@ -12,6 +12,7 @@ import sys
 import time
 
 import aiohttp
+import structlog
 from conftest import free_port, wait_until_ready
 from mcp_http import BASIC, McpHttp, text_of
 from test_modern import modern
@@ -95,16 +96,49 @@ async def test_upstream_that_never_initializes(gateway, client, http) -> None:
     assert "not ready" in reply.body["error"]["message"]
 
 
-async def test_missing_command_is_reported_not_crashed(gateway, client, http) -> None:
-    url = await gateway(["/nonexistent/mcp-server"], wait_ready=False,
-                        upstream={"startup_timeout_ms": 300})
-    await asyncio.sleep(0.3)
-    status, body = await readyz(http, url)
+async def test_misspelt_command_is_named_at_once_and_retried_with_backoff(gateway, client,
+                                                                         http) -> None:
+    """The client's error and the log say which command was not found, without waiting for
+    the startup timeout (30 s by default); each attempt is one log line, spaced out more and
+    more."""
+    with structlog.testing.capture_logs() as events:
+        url = await gateway(["mcp-servr-misspelt"], wait_ready=False)
+        await asyncio.sleep(0.5)
+        status, body = await readyz(http, url)
+        began = time.monotonic()
+        reply = await client(url).send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                        "params": {"protocolVersion": "2025-06-18",
+                                                   "capabilities": {}, "clientInfo": {}}})
+        waited = time.monotonic() - began
     assert status == 503 and body["upstreams"]["main"]["state"] in ("backoff", "starting")
-    reply = await client(url).send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                                    "params": {"protocolVersion": "2025-06-18",
-                                               "capabilities": {}, "clientInfo": {}}})
-    assert reply.status == 503 and "not ready" in reply.body["error"]["message"]
+    assert reply.status == 503 and waited < 5
+    text = reply.body["error"]["message"]
+    assert "command 'mcp-servr-misspelt' was not found" in text and "None" not in text
+    failed = [e for e in events if e["event"] == "upstream.start_failed"]
+    assert 2 <= len(failed) <= 6
+    assert all("'mcp-servr-misspelt' was not found" in e["error"] for e in failed)
+    delays = [e["retry_in_s"] for e in failed]
+    assert delays == sorted(delays) and delays[-1] >= 2 * delays[0]
+    assert not [e for e in events if e["event"] == "upstream.restarting"]  # one line each
+
+
+async def test_wrong_upstream_url_is_one_line_an_attempt_with_backoff(gateway, client) -> None:
+    with structlog.testing.capture_logs() as events:
+        url = await gateway(url="http://user:pw@127.0.0.1:9/mcp", wait_ready=False)
+        await asyncio.sleep(2.5)
+        reply = await client(url).send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                        "params": {"protocolVersion": "2025-06-18",
+                                                   "capabilities": {}, "clientInfo": {}}})
+    assert reply.status == 503 and "cannot connect" in reply.body["error"]["message"]
+    failed = [e for e in events if e["event"] == "upstream.start_failed"]
+    assert 2 <= len(failed) <= 5, failed
+    assert {e["url"] for e in failed} == {"http://127.0.0.1:9/mcp"}  # never the password
+    assert [e["attempt"] for e in failed] == list(range(1, len(failed) + 1))
+    delays = [e["retry_in_s"] for e in failed]
+    assert delays == [min(10.0, 0.1 * 2 ** n) for n in range(len(failed))]
+    # No line per handshake request on top of the one per attempt.
+    assert not [e for e in events if e["event"] == "upstream.request_failed"]
+    assert "pw" not in repr(events)
 
 
 async def test_crash_looping_upstream_backs_off(gateway, http) -> None:
@@ -197,3 +231,16 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split()[2] != "Z"
+
+
+async def test_roots_asked_before_any_client_are_answered_quietly(gateway, client) -> None:
+    """A server that asks for roots as soon as it is initialized (server-everything does, at
+    every start) gets an empty list, and nothing alarming is logged."""
+    with structlog.testing.capture_logs() as events:
+        url = await gateway(["env", "BASIC_ROOTS_AT_START=1", *BASIC])
+        mcp = client(url)
+        await mcp.initialize()
+        reply = await mcp.call("startup")
+    assert json.loads(text_of(reply)) == [{"roots": []}]
+    assert not [e for e in events if e["log_level"] in ("warning", "error", "info")
+                and "unroutable" in e["event"]]

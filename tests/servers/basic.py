@@ -8,7 +8,8 @@ params (the params it received), ask2 (two elicitations at once), subscribed (th
 URIs it was asked to watch).
 Also resources, prompts and subscriptions.
 Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
-BASIC_SILENT_INIT=1 never answers initialize.
+BASIC_SILENT_INIT=1 never answers initialize; BASIC_ROOTS_AT_START=1 asks for roots once
+initialized, as server-everything does (the tool "startup" tells what it was answered).
 """
 
 import asyncio
@@ -18,7 +19,7 @@ import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
          "changed", "touch", "whoami", "cancelled", "params", "ask2", "subscribed", "garble",
-         "deep"]
+         "deep", "startup"]
 # Lines a broken server might write: JSON-RPC in name only (see the "garble" tool).
 GARBLE = [b'{"jsonrpc":"2.0","id":{"a":1},"result":{}}', b'{"jsonrpc":"2.0","method":null,"id":3}',
           b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":[1]}}',
@@ -29,6 +30,7 @@ pending: dict = {}
 cancelled: list = []  # request ids the client cancelled, as this server saw them
 subscribed: set = set()  # resource URIs this process was asked to watch
 next_id = 0
+startup: list = []  # the answer to the roots/list asked at start (BASIC_ROOTS_AT_START)
 
 
 def send(msg: dict) -> None:
@@ -55,6 +57,8 @@ async def call_tool(params: dict) -> dict:
     token = (params.get("_meta") or {}).get("progressToken")
     if name == "echo":
         return text(args.get("text", ""))
+    if name == "startup":
+        return text(json.dumps(startup))
     if name == "sleep":
         await asyncio.sleep(args.get("ms", 0) / 1000)
         return text(f"slept {args.get('ms', 0)}")
@@ -135,6 +139,10 @@ async def handle(msg: dict) -> None:
             if os.environ.get("BASIC_SILENT_INIT"):
                 return
             result = {**INIT, "protocolVersion": params.get("protocolVersion")}
+        elif method == "notifications/initialized":
+            if os.environ.get("BASIC_ROOTS_AT_START"):
+                startup.append(await ask("roots/list", {}))
+            return
         elif method == "ping" or method == "logging/setLevel":
             result = {}
         elif method in ("resources/subscribe", "resources/unsubscribe"):

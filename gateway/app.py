@@ -9,7 +9,7 @@ import contextlib
 import ctypes
 import secrets
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
@@ -23,6 +23,7 @@ from gateway.downstream.session import SessionStore
 from gateway.errors import StoreUnavailable
 from gateway.observability import configure_logging, log
 from gateway.observability.metrics import Metrics
+from gateway.observability.tracing import Tracing
 from gateway.ratelimit import Admission, InFlight, RateLimiter
 from gateway.settings import Settings
 from gateway.tasks.engine import TaskEngine
@@ -44,7 +45,9 @@ SETTLE_S = 2.0  # for the ends of tasks to be written at shutdown
 HANDLERS_S = 2.0  # for answered requests to finish sending at shutdown
 
 
-def create_app(conf: Settings) -> web.Application:
+def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Application:
+    """The gateway as an aiohttp app; `tracing` (else built from `conf.tracing`) is for tests
+    that read spans in memory."""
     counters: Counter[str] = Counter()
     guard = Guard(conf, counters)
     # aiohttp refuses bodies over client_max_size with 413 before we parse them.
@@ -54,12 +57,11 @@ def create_app(conf: Settings) -> web.Application:
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
-    key = conf.replica.secret or conf.security.request_state_key
-    sealer = Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
-    if conf.store.backend != "memory" and not key:
-        log.warning("replica.no_secret", why="each replica seals requestState with a key of "
-                    "its own: set replica.secret, the same on every replica")
+    sealer = _sealer(conf)
     limits = conf.limits
+    tracing = tracing or Tracing.from_settings(conf.tracing)
+    if tracing is not None:
+        app.on_cleanup.append(_flush(tracing))
     metrics = Metrics(lambda up, tool: tool in backends[up].catalogue.tools)
     admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
@@ -74,7 +76,7 @@ def create_app(conf: Settings) -> web.Application:
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
         era = LegacyEra(backend, sessions, conf, engine, policies, inflight)
         modern = ModernEra(backend, conf, sealer, engine, policies, inflight)
-        endpoint = Endpoint(era, modern, conf.limits.max_body_bytes, metrics, counters)
+        endpoint = Endpoint(era, modern, conf.limits.max_body_bytes, metrics, counters, tracing)
         app.router.add_post(up.path, endpoint.post)
         app.router.add_get(up.path, endpoint.get, allow_head=False)
         app.router.add_delete(up.path, endpoint.delete)
@@ -92,6 +94,14 @@ def create_app(conf: Settings) -> web.Application:
     return app
 
 
+def _sealer(conf: Settings) -> Sealer:
+    key = conf.replica.secret or conf.security.request_state_key
+    if conf.store.backend != "memory" and not key:
+        log.warning("replica.no_secret", why="each replica seals requestState with a key of "
+                    "its own: set replica.secret, the same on every replica")
+    return Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
+
+
 def _store(conf: Settings, replica: str) -> TaskStore:
     limits, store = conf.limits, conf.store
     bounds = (limits.max_tasks, limits.max_tasks_per_owner, limits.max_result_bytes,
@@ -100,6 +110,12 @@ def _store(conf: Settings, replica: str) -> TaskStore:
         assert store.url is not None  # settings insist
         return RedisStore(store.url, store.key_prefix, *bounds, replica=replica)
     return MemoryStore(*bounds)
+
+
+def _flush(tracing: Tracing) -> Callable[[web.Application], Awaitable[None]]:
+    async def flush(_: web.Application) -> None:
+        await asyncio.to_thread(tracing.shutdown)  # exports the spans still queued
+    return flush
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.check_config}: ok ({len(s.upstreams)} upstream(s)){needs}")
             return 0
         conf = build_settings(args)
-    except ConfigError as exc:
+        from gateway.app import serve  # imported late: --check-config stays light and fast
+
+        return serve(conf)
+    except ConfigError as exc:  # the file's, or what it asks for (tracing without its SDK)
         print(f"mcp-task-gateway: config error: {exc}", file=sys.stderr)
         return 2
-    from gateway.app import serve  # imported late: --check-config stays light and fast
-
-    return serve(conf)

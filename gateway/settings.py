@@ -187,6 +187,21 @@ class Caching(_Model):
     scope: Literal["public", "private"] = "private"
 
 
+class Tracing(_Model):
+    """OpenTelemetry traces, off unless an OTLP endpoint is set (needs the `otel` extra:
+    pip install 'mcp-task-gateway[otel]')."""
+
+    otlp_endpoint: str | None = Field(
+        None, description="OTLP/HTTP traces URL, e.g. http://collector:4318/v1/traces")
+    service_name: str = Field("mcp-task-gateway", min_length=1)
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="of traces started here")
+
+    @field_validator("otlp_endpoint", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: Any) -> Any:
+        return None if value == "" else value  # `${OTEL_EXPORTER_OTLP_ENDPOINT:-}`
+
+
 class Logging(_Model):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
@@ -203,6 +218,7 @@ class Settings(_Model):
     logging: Logging = Logging()
     store: Store = Store()
     replica: Replica = Replica()
+    tracing: Tracing = Tracing()
 
     @model_validator(mode="after")
     def _authenticated_beyond_loopback(self) -> Settings:

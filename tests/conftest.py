@@ -54,8 +54,9 @@ async def gateway(aiohttp_server: Any) -> Factory:
 
     async def start(command: list[str] | None = None, wait_ready: bool = True,
                     url: str | None = None, **overrides: Any) -> str:
+        tracing = overrides.pop("tracing", None)
         raw = overrides.pop("raw", None) or settings_for(command, url, **overrides)
-        app = create_app(from_mapping(raw))
+        app = create_app(from_mapping(raw), tracing)
         server = await aiohttp_server(app)  # aiohttp test servers cancel handlers too
         base = str(server.make_url(""))
         if wait_ready:

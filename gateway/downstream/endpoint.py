@@ -23,19 +23,24 @@ from gateway.downstream.http import (
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.errors import GatewayError
+from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
-from gateway.protocol import mcp
+from gateway.observability.tracing import Tracing
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
 
 
 class Endpoint:
     def __init__(self, legacy: LegacyEra, modern: ModernEra, max_body_bytes: int,
-                 metrics: Metrics, counters: Counter[str]) -> None:
+                 metrics: Metrics, counters: Counter[str], tracing: Tracing | None = None
+                 ) -> None:
         self.legacy = legacy
         self.modern = modern
         self.max_body_bytes = max_body_bytes
         self.upstream = legacy.backend.name
         self.metrics = metrics
         self.counters = counters
+        self.tracing = tracing
 
     async def post(self, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
@@ -47,9 +52,7 @@ class Endpoint:
             check_accept(request, need_json=True)
             if router.is_modern(msg, request.headers.get(mcp.H_PROTOCOL)):
                 era = "modern"
-                resp = await self.modern.post(request, msg, kind)
-            else:
-                resp = await self.legacy.post(request, msg, kind)
+            resp = await self._serve(request, msg, kind, era)
         except GatewayError as exc:
             rejected(exc, self.counters)
             resp = error_response(exc, msg.get("id") if msg else None)
@@ -57,6 +60,16 @@ class Endpoint:
         self.metrics.request(self.upstream, method, era, not failed(resp),
                              time.monotonic() - started)
         return resp
+
+    async def _serve(self, request: web.Request, msg: Message, kind: jsonrpc.Kind, era: str
+                     ) -> web.StreamResponse:
+        serve = self.modern.post if era == "modern" else self.legacy.post
+        if self.tracing is None:
+            return await serve(request, msg, kind)
+        with self.tracing.request(msg, era, self.upstream, request.headers) as span:
+            resp = await serve(request, msg, kind)
+            tracing.answered(span, resp.status, failed(resp))
+            return resp
 
     async def get(self, request: web.Request) -> web.StreamResponse:
         try:

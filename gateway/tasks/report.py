@@ -18,7 +18,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from gateway.observability import log, owner_hash
+from gateway.observability import log, owner_hash, tracing
 from gateway.observability.metrics import Metrics
 from gateway.tasks.model import Status, Task
 
@@ -40,10 +40,13 @@ class Report:
         self.misses: TTLCache[str, int] = TTLCache(MISS_OWNERS, MISS_WINDOW_S)
         # (unix time, upstream, tool, status message) of the last failed tasks run here.
         self.failures: deque[tuple[float, str, str, str]] = deque(maxlen=RECENT_FAILURES)
+        self.spans: dict[str, Any] = {}  # task id -> its trace span, while it runs here
 
     def created(self, task: Task) -> None:
         self.counters["tasks.created"] += 1
         self.metrics.task_created(task.upstream, task.tool, task.dialect)
+        if (traced := tracing.active()) is not None:
+            self.spans[task.id] = traced.task(task.id, task.tool, task.upstream, task.dialect)
         audit("task.created", task, dialect=task.dialect)
 
     def answered(self, task: Task, key: str) -> None:
@@ -59,6 +62,10 @@ class Report:
         if task.status is Status.FAILED:
             self.failures.append((time.time(), task.upstream, task.tool,
                                   task.status_message or ""))
+        if (span := self.spans.pop(task.id, None)) is not None:
+            failed = task.status is Status.FAILED
+            tracing.end(span, task.status_message or "failed" if failed else None,
+                        **{"mcp.task.status": str(task.status)})
         audit(f"task.{task.status}", task, **extra)
 
     def missed(self, owner: str, task_id: Any) -> None:

@@ -47,8 +47,7 @@ class Connection:
 
     async def close(self) -> None:
         await self.transport.close()
-        self.calls.fail_all(UpstreamError(self.name, "the gateway is shutting down",
-                                          "shutdown"))
+        self.calls.fail_all(UpstreamError(self.name, "the gateway is shutting down", "shutdown"))
 
     @property
     def ready(self) -> bool:
@@ -113,7 +112,7 @@ class Connection:
         if native_tasks.follow(self, call, msg):
             return
         msg["id"] = call.client_id
-        call.sink.on_response(msg)
+        call.answer(msg)
 
     def _on_notification(self, msg: Message, via: Call | None) -> None:
         method, params = msg["method"], msg.get("params")
@@ -229,13 +228,14 @@ class Connection:
         try:
             self.calls.dispatch(call, jsonrpc.dumps(msg), self.wire.stamp(msg, call, None))
         except UpstreamError as exc:
-            call.sink.on_response(exc.to_message(call.client_id))
+            call.answer(exc.to_message(call.client_id))
 
     def cancel(self, call: Call, reason: str) -> None:
         """spec (cancellation): tell the upstream; a late response is then dropped here."""
         self.wire.forget(call)
         if self.pending(call):
             native_tasks.cancel(self, call)
+        call.end_trace(f"cancelled: {reason}")
         if self.calls.drop(call) and not (self.wire.cancels_by_closing
                                           and self.transport.abort(call)):
             self.notify(jsonrpc.notification(

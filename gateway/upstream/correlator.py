@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.errors import UpstreamError
-from gateway.observability import log
+from gateway.observability import log, tracing
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 
@@ -94,6 +94,17 @@ class Call:
     # Sent as a task of the upstream's own (native_tasks.py): its id once created.
     follow_task: bool = False
     upstream_task: str | None = None
+    span: Any = None  # its trace span, when the request that made it is traced
+
+    def answer(self, msg: Message) -> None:
+        """The call's answer, or the error that ends it, to its sink (ending its span)."""
+        self.end_trace(_error_text(msg))
+        self.sink.on_response(msg)
+
+    def end_trace(self, error: str | None) -> None:
+        if self.span is not None:
+            tracing.end(self.span, error)
+            self.span = None
 
     # -- what the task engine needs of a call (tasks/engine.py: UpstreamCall) ---------------
     @property
@@ -136,6 +147,8 @@ class Correlator:
                 call.progress_token = meta["progressToken"]
                 params["_meta"] = {**meta, "progressToken": uid}
         msg["id"] = uid
+        if owner is not None and (traced := tracing.active()) is not None:
+            call.span = traced.upstream_call(self.host.name, msg)  # a client's call, traced
         return call
 
     def renumber(self, call: Call, params: dict[str, Any]) -> int:
@@ -170,7 +183,7 @@ class Correlator:
         """Answer a call in flight with `error`; False if it was answered already."""
         if not self.drop(call):
             return False
-        call.sink.on_response(error.to_message(call.client_id))
+        call.answer(error.to_message(call.client_id))
         return True
 
     def new_asked_id(self) -> str:
@@ -229,7 +242,7 @@ class Correlator:
         self._asked.clear()
         for call in calls.values():
             if call not in keep:
-                call.sink.on_response(error.to_message(call.client_id))
+                call.answer(error.to_message(call.client_id))
 
     # -- upstream -> downstream ------------------------------------------------------------
     def response(self, msg: Message) -> Call | None:
@@ -288,8 +301,7 @@ class Correlator:
     def _unroutable(self, msg: Message) -> None:
         method = msg["method"]
         if not self.owners and not self.calls:
-            if method == mcp.ROOTS_LIST:  # servers ask at start (server-everything does):
-                # with no client there is no root, an answer (spec client/roots), not a fault
+            if method == mcp.ROOTS_LIST:  # asked at start: no client, no root (not a fault)
                 self.quietly(jsonrpc.result(msg["id"], {"roots": []}))
                 return
             log.info("upstream.request_unroutable", upstream=self.host.name, method=method,
@@ -363,3 +375,8 @@ def _deliver(target: Call | Owner, msg: Message) -> None:
         target.sink.on_message(msg)
     else:
         target.deliver(msg)
+
+
+def _error_text(msg: Message) -> str | None:
+    error = msg.get("error")
+    return str(error.get("message")) if isinstance(error, dict) else None

@@ -82,7 +82,7 @@ class Backend:
                  for call in conn.calls.clients_calls()]
         for conn, call in calls:
             conn.cancel(call, error.message)
-            call.sink.on_response(error.to_message(call.client_id))
+            call.answer(error.to_message(call.client_id))
         return len(calls)
 
     async def start(self) -> None:

@@ -256,7 +256,7 @@ class ModernWire:
         if not isinstance(result, dict):  # the client refused: so does the call
             self.forget(this.call)
             self.conn.calls.drop(this.call)
-            this.call.sink.on_response(jsonrpc.error(
+            this.call.answer(jsonrpc.error(
                 this.call.client_id, jsonrpc.INTERNAL_ERROR,
                 f"the client did not answer the server's input request {key!r}",
                 msg.get("error")))

@@ -5,7 +5,7 @@ Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (eli
 sample (sampling), roots (roots/list), progress, log, changed (tools list_changed),
 touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel),
 params (the params it received), ask2 (two elicitations at once), subscribed (the resource
-URIs it was asked to watch).
+URIs it was asked to watch), meta (the _meta it received).
 Also resources, prompts and subscriptions.
 Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
 BASIC_SILENT_INIT=1 never answers initialize; BASIC_ROOTS_AT_START=1 asks for roots once
@@ -19,7 +19,7 @@ import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
          "changed", "touch", "whoami", "cancelled", "params", "ask2", "subscribed", "garble",
-         "deep", "startup"]
+         "deep", "startup", "meta"]
 # Lines a broken server might write: JSON-RPC in name only (see the "garble" tool).
 GARBLE = [b'{"jsonrpc":"2.0","id":{"a":1},"result":{}}', b'{"jsonrpc":"2.0","method":null,"id":3}',
           b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":[1]}}',
@@ -105,6 +105,8 @@ async def call_tool(params: dict) -> dict:
         return text(str(os.getpid()))
     if name == "params":  # what reached the server
         return text(json.dumps(sorted(params)))
+    if name == "meta":  # the request's _meta as it reached the server
+        return text(json.dumps(params.get("_meta") or {}))
     if name == "ask2":  # two questions at once
         schema = {"type": "object", "properties": {"name": {"type": "string"}}}
         replies = await asyncio.gather(

@@ -8,7 +8,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 RUN python -m venv /opt/gateway \
- && /opt/gateway/bin/pip install --no-cache-dir .
+ && /opt/gateway/bin/pip install --no-cache-dir '.[otel]'
 
 FROM node:22-bookworm-slim AS node
 
@@ -23,10 +23,10 @@ COPY --from=build /opt/gateway /opt/gateway
 COPY config/docker.yaml /etc/mcp-task-gateway/gateway.yaml
 ENV PATH=/opt/gateway/bin:$PATH \
     PYTHONUNBUFFERED=1
-USER gateway
+USER 10001
 WORKDIR /home/gateway
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=3s \
-  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz')"
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz')"]
 ENTRYPOINT ["mcp-task-gateway"]
 CMD ["--config", "/etc/mcp-task-gateway/gateway.yaml"]

@@ -87,8 +87,12 @@ class Http:
                                                   "method": "initialize", "params": INIT},
                                   headers=self.headers) as resp:
             self.headers["Mcp-Session-Id"] = resp.headers["Mcp-Session-Id"]
-            self.headers["MCP-Protocol-Version"] = (await resp.json())["result"][
-                "protocolVersion"]
+            # JSON or SSE: bridges differ (the answer is the same).
+            self.headers["MCP-Protocol-Version"] = (await result_of(resp))["protocolVersion"]
+        async with self.http.post(self.url, json={"jsonrpc": "2.0",
+                                                  "method": "notifications/initialized"},
+                                  headers=self.headers):
+            pass
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         body = json.dumps({"jsonrpc": "2.0", "id": next(self.ids), "method": method,
@@ -131,6 +135,8 @@ class Modern(Http):
 async def result_of(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     """The JSON-RPC result of an answer sent as JSON or as an SSE stream."""
     raw = await resp.read()
+    if resp.status >= 400:
+        raise RuntimeError(f"HTTP {resp.status}: {raw[:100]!r}")
     if resp.headers["Content-Type"].startswith("text/event-stream"):
         data = [ln[5:] for ln in raw.split(b"\n") if ln.startswith(b"data:")]
         return json.loads(data[-1])["result"]  # type: ignore[no-any-return]

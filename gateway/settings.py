@@ -34,25 +34,44 @@ class _Model(BaseModel):
 
 
 class Listen(_Model):
-    host: str = "127.0.0.1"  # spec (Streamable HTTP, Security): bind to localhost when local
-    port: int = Field(8080, ge=0, le=65535)
-    # Comment lines on idle SSE streams so proxies and load balancers keep slow calls open.
-    sse_keepalive_ms: int = Field(15000, ge=100)
+    """Where the gateway listens for MCP clients."""
+
+    host: str = Field("127.0.0.1",
+        description=("address to bind; beyond loopback it needs auth.bearer_tokens or "
+                     "security.allow_unauthenticated"))
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free one)")
+    sse_keepalive_ms: int = Field(15000, ge=100,
+        description=("a comment line on idle SSE streams this often, so proxies keep slow calls "
+                     "open"))
 
 
 class TaskPolicy(_Model):
-    mode: TaskMode = "auto"
-    sync_budget_ms: int = Field(1000, ge=0)
-    ttl_ms: int = Field(600_000, ge=1)
-    max_ttl_ms: int = Field(3_600_000, ge=1)
-    poll_interval_ms: int = Field(1000, ge=1)
-    timeout_ms: int | None = Field(None, ge=1)
+    """How calls of a tool become tasks (README: Task modes)."""
+
+    mode: TaskMode = Field("auto",
+        description=("never, auto (a task once sync_budget_ms passes), always or required: "
+                     "README, Task modes"))
+    sync_budget_ms: int = Field(1000, ge=0,
+        description="auto: how long a call may run inline before it becomes a task")
+    ttl_ms: int = Field(600_000, ge=1,
+        description=("how long a task is kept from its creation, unless the client asks for "
+                     "another ttl"))
+    max_ttl_ms: int = Field(3_600_000, ge=1, description="the longest ttl a client may ask for")
+    poll_interval_ms: int = Field(1000, ge=1,
+        description="suggested to clients; adapted to the tool's recent durations")
+    timeout_ms: int | None = Field(None, ge=1,
+        description="a running task fails after this long (null: only its ttl ends it)")
     # Text a 2025-11-25 client may show its model at once when a call becomes a task
     # (CreateTaskResult `_meta["io.modelcontextprotocol/model-immediate-response"]`).
-    immediate_response: str | None = None
+    immediate_response: str | None = Field(None,
+        description=("text a 2025-11-25 client may show its model at once when a call becomes a "
+                     "task"))
 
 
 class TaskPolicyOverride(_Model):
+    """A tool's own policy: any key of TaskPolicy; a key left out or null takes the
+    default."""
+
     mode: TaskMode | None = None
     sync_budget_ms: int | None = Field(None, ge=0)
     ttl_ms: int | None = Field(None, ge=1)
@@ -63,31 +82,52 @@ class TaskPolicyOverride(_Model):
 
 
 class Tasks(_Model):
-    defaults: TaskPolicy = TaskPolicy()
-    tools: dict[str, TaskPolicyOverride] = {}
+    """Task policies: `defaults`, and per tool name in `tools`."""
+
+    defaults: TaskPolicy = Field(TaskPolicy(), description="for every tool")
+    tools: dict[str, TaskPolicyOverride] = Field({},
+        description="per tool name, over the defaults (a key left out or null: the default)")
 
 
 class Upstream(_Model):
-    command: str | None = None
-    args: list[str] = []
-    env: dict[str, str] = {}
-    cwd: str | None = None
-    url: str | None = None
-    path: str = "/mcp"
-    isolation: Isolation = "shared"
+    """One MCP server behind the gateway: a stdio program (`command`) or a Streamable HTTP
+    URL (`url`)."""
+
+    command: str | None = Field(None,
+        description="a stdio server: the program to run (give command or url)")
+    args: list[str] = Field([], description="its arguments")
+    env: dict[str, str] = Field({}, description="environment variables added for it")
+    cwd: str | None = Field(None, description="its working directory")
+    url: str | None = Field(None, description="a Streamable HTTP (or older HTTP+SSE) server's URL")
+    path: str = Field("/mcp", description="where clients reach this upstream on the gateway")
+    isolation: Isolation = Field("shared",
+        description=("shared: one process for all; client: one per session or auth context; "
+                     "call: one per tools/call, from a warm pool"))
     pool_size: int = Field(2, ge=1, le=64, description="warm processes kept for isolation: call")
-    startup_timeout_ms: int = Field(30000, ge=100)
-    request_timeout_ms: int | None = Field(None, ge=1, description="None: no gateway limit")
+    startup_timeout_ms: int = Field(30000, ge=100,
+        description=("how long a start (spawn, initialize) may take before waiting callers get "
+                     "an error"))
+    request_timeout_ms: int | None = Field(None, ge=1,
+        description=("a call not answered by then is cancelled upstream and answered with an "
+                     "error (null: no gateway limit)"))
     # Streamable HTTP upstreams only:
-    headers: dict[str, str] = {}  # sent with every request (values may use ${VAR})
+    headers: dict[str, str] = Field({}, description="url upstreams: sent with every request")
     # Client headers passed on by name. The client's Authorization is not passed unless
     # named here (token passthrough is an anti-pattern: base spec, Security).
-    forward_headers: list[str] = []
-    connect_timeout_ms: int = Field(10_000, ge=1)
-    read_timeout_ms: int | None = Field(None, ge=1, description="longest silence in a reply")
-    shutdown_grace_ms: int = Field(2000, ge=0)
-    restart_backoff_max_ms: int = Field(10000, ge=10)
-    tasks: Tasks | None = None  # this upstream's task policy, over the global one
+    forward_headers: list[str] = Field([],
+        description=("url upstreams: client headers passed on, by name (Authorization only if "
+                     "named)"))
+    connect_timeout_ms: int = Field(10_000, ge=1,
+        description="url upstreams: to open a connection")
+    read_timeout_ms: int | None = Field(None, ge=1,
+        description="url upstreams: the longest silence in a reply (null: none)")
+    shutdown_grace_ms: int = Field(2000, ge=0,
+        description=("stdio: after closing its stdin, the wait before SIGTERM, then as long "
+                     "before SIGKILL"))
+    restart_backoff_max_ms: int = Field(10000, ge=10,
+        description="the longest wait between restarts or reconnections (it doubles from 0.1 s)")
+    tasks: Tasks | None = Field(None,
+        description="this upstream's task policy, over the global one")
 
     @model_validator(mode="after")
     def _one_target(self) -> Upstream:
@@ -105,14 +145,24 @@ class Upstream(_Model):
 
 
 class Limits(_Model):
-    max_tasks: int = Field(10_000, ge=1)
-    max_tasks_per_owner: int = Field(100, ge=1)
-    max_result_bytes: int = Field(10 * 1024 * 1024, ge=1)
-    max_stored_bytes: int = Field(256 * 1024 * 1024, ge=1)
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="one upstream line")
-    max_sessions: int = Field(1000, ge=1)
-    session_idle_ms: int = Field(3_600_000, ge=1000)
+    """Bounds that keep one client, or many, from exhausting the gateway; README: Limits
+    says what happens at each."""
+
+    max_tasks: int = Field(10_000, ge=1,
+        description="tasks kept at once, running and finished, all owners")
+    max_tasks_per_owner: int = Field(100, ge=1, description="tasks kept at once for one owner")
+    max_result_bytes: int = Field(10 * 1024 * 1024, ge=1,
+        description="a bigger result fails its task")
+    max_stored_bytes: int = Field(256 * 1024 * 1024, ge=1,
+        description="bytes of results kept at once, all tasks")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024,
+        description="a bigger POST body is refused (413)")
+    max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024,
+        description="one upstream line; a bigger one restarts that server")
+    max_sessions: int = Field(1000, ge=1,
+        description="legacy sessions at once; the least recently used idle one makes room")
+    session_idle_ms: int = Field(3_600_000, ge=1000,
+        description="a legacy session idle this long ends")
     replay_events: int = Field(256, ge=0, description="SSE events kept per stream for resume")
     replay_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="and bytes kept per stream")
     slow_reader_ms: int = Field(30_000, ge=100, description="a write waits this long at most")
@@ -120,34 +170,49 @@ class Limits(_Model):
     park_timeout_ms: int = Field(300_000, ge=100, description="then the parked call is cancelled")
     max_listeners_per_owner: int = Field(16, ge=1, description="subscriptions/listen streams")
     # Per owner (auth context or session), token buckets; a rate of 0 means no limit.
-    task_requests_per_s: float = Field(200, ge=0, description="tasks/* requests")
-    task_requests_burst: int = Field(400, ge=1)
-    task_creations_per_s: float = Field(100, ge=0, description="new tasks")
-    task_creations_burst: int = Field(200, ge=1)
+    task_requests_per_s: float = Field(200, ge=0,
+        description="tasks/* requests a second, per owner (0: no limit)")
+    task_requests_burst: int = Field(400, ge=1, description="and in a burst")
+    task_creations_per_s: float = Field(100, ge=0,
+        description="new tasks a second, per owner (0: no limit)")
+    task_creations_burst: int = Field(200, ge=1, description="and in a burst")
     max_calls_per_owner: int = Field(256, ge=1, description="calls in flight per auth context")
 
 
 class Auth(_Model):
-    bearer_tokens: list[str] = []
+    """Bearer tokens; each token is its own owner of tasks and calls."""
+
+    bearer_tokens: list[str] = Field([],
+        description=("accepted tokens (Authorization: Bearer ...); empty: no authentication, "
+                     "every caller one anonymous owner"))
 
 
 class Security(_Model):
-    allowed_origins: list[str] = ["http://localhost", "http://127.0.0.1", "http://[::1]"]
+    """Browser origins, requestState sealing, and serving without authentication."""
+
+    allowed_origins: list[str] = Field(["http://localhost", "http://127.0.0.1", "http://[::1]"],
+        description="browser Origins served (others get 403); * for any")
     # Key that seals MRTR requestState (HMAC-SHA256). Unset: a random key per start, so
     # states do not survive a restart (their parked calls do not either).
-    request_state_key: str | None = Field(None, min_length=16)
+    request_state_key: str | None = Field(None, min_length=16,
+        description="seals MRTR requestState (HMAC-SHA256); null: a random key per start")
     # Serve beyond loopback with no bearer token, on purpose (behind a proxy that
     # authenticates, say); without it such a configuration is refused.
-    allow_unauthenticated: bool = False
+    allow_unauthenticated: bool = Field(False,
+        description=("serve beyond loopback without a bearer token, on purpose (an "
+                     "authenticating proxy in front)"))
 
 
 class Store(_Model):
     """Where tasks live: `memory` (the embedded default, one process) or `redis` (any Redis
     >= 6.2 or Valkey server, shared by every replica)."""
 
-    backend: Literal["memory", "redis"] = "memory"
+    backend: Literal["memory", "redis"] = Field("memory",
+        description=("memory: embedded, one process; redis: Redis >= 6.2 or Valkey, shared by "
+                     "replicas"))
     url: str | None = Field(None, description="redis://host:port/db, rediss:// for TLS")
-    key_prefix: str = Field("mcpgw:", min_length=1)
+    key_prefix: str = Field("mcpgw:", min_length=1,
+        description="prefix of every key the gateway writes")
     lease_ms: int = Field(10_000, ge=1000, description="then a silent replica is gone")
 
     @model_validator(mode="after")
@@ -168,10 +233,14 @@ class Replica(_Model):
                            description="default: a random id per process")
     # Seals MRTR requestState (HMAC-SHA256); the same on every replica, so any of them
     # opens what another sealed. Unset: security.request_state_key, else random per start.
-    secret: str | None = Field(None, min_length=16)
+    secret: str | None = Field(None, min_length=16,
+        description=("seals MRTR requestState, the same on every replica (null: "
+                     "security.request_state_key)"))
     # Where the other replicas reach this one (http://host:port), to hand it an MRTR retry
     # whose call is parked here. Unset: such a retry elsewhere is refused (sent afresh).
-    url: str | None = Field(None, pattern=r"^https?://[^/]+$")
+    url: str | None = Field(None, pattern=r"^https?://[^/]+$",
+        description=("where the other replicas reach this one (http://host:port), to hand it an "
+                     "MRTR retry"))
 
     @field_validator("id", "secret", "url", mode="before")
     @classmethod
@@ -183,8 +252,10 @@ class Caching(_Model):
     """Hints on cacheable modern results (spec 2026-07-28, caching). The gateway cannot
     know how fresh an upstream's lists are, so by default they are stale at once."""
 
-    ttl_ms: int = Field(0, ge=0)
-    scope: Literal["public", "private"] = "private"
+    ttl_ms: int = Field(0, ge=0,
+        description="ttlMs hint on cacheable modern results (lists, resources/read)")
+    scope: Literal["public", "private"] = Field("private",
+        description="cache scope hint: public or private")
 
 
 class Tracing(_Model):
@@ -203,8 +274,12 @@ class Tracing(_Model):
 
 
 class Logging(_Model):
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["json", "console"] = "json"
+    """structlog events to stderr."""
+
+    level: Literal["debug", "info", "warning", "error"] = Field("info",
+        description="the least severe event logged")
+    format: Literal["json", "console"] = Field("json",
+        description="json (one object a line) or console (for people)")
 
 
 class Settings(_Model):

@@ -26,5 +26,5 @@ python3 -m venv .venv
 python3 -m venv .test-envs/mcp130
 .test-envs/mcp130/bin/pip install --quiet --disable-pip-version-check 'mcp==1.30.0'
 
-.venv/bin/ruff check gateway tests bench
+.venv/bin/ruff check gateway tests bench scripts
 exec .venv/bin/pytest "$@"

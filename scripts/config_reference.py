@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Writes docs/configuration.md, every YAML key with its type, default and meaning, from the
+settings models themselves (gateway/settings.py), so the reference cannot drift from the
+code. `--check` exits 1 when the committed file differs (a test runs it).
+
+    python scripts/config_reference.py [--check]
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gateway import settings  # noqa: E402
+
+OUT = ROOT / "docs" / "configuration.md"
+HEAD = """# Configuration reference
+
+Generated from `gateway/settings.py` by `scripts/config_reference.py`; do not edit by hand.
+Keys are snake_case; `${VAR}` and `${VAR:-default}` in any string are read from the
+environment; `mcp-task-gateway --check-config FILE` validates a file. Unknown keys are
+refused. Durations are in milliseconds (`_ms`), sizes in bytes.
+"""
+
+
+def type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in args if a is not type(None)) + " or null"
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(type_name(a) for a in args)}]"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "section"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def default_of(field: FieldInfo) -> str:
+    if field.is_required():
+        return "required"
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return "see below"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, int) and value >= 10_000:
+        return f"`{value}` ({value:,})".replace(",", "_")
+    return f"`{value}`" if value not in ({}, [], "") else f"`{value!r}`"
+
+
+def bounds(field: FieldInfo) -> str:
+    parts = []
+    for meta in field.metadata:
+        for name, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("min_length", "length >=")):
+            if getattr(meta, name, None) is not None:
+                parts.append(f"{sign} {getattr(meta, name)}")
+    return "; ".join(parts)
+
+
+def section(model: type[BaseModel], path: str, todo: list[tuple[type[BaseModel], str]]
+            ) -> list[str]:
+    lines = [f"## `{path}`" if path else "## Top level", ""]
+    if model.__doc__ and model.__module__ == settings.__name__:
+        lines += [" ".join(model.__doc__.split()), ""]
+    lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        meaning = "; ".join(x for x in (field.description or "", bounds(field)) if x)
+        key = f"{path}.{name}" if path else name
+        for sub, suffix in nested(field.annotation):
+            where = next((at for m, at in todo if m is sub), None)
+            if where is None:
+                todo.append((sub, where := key + suffix))
+            meaning = "; ".join(x for x in (meaning, f"see `{where}`") if x)
+        lines.append(f"| `{name}` | {type_name(field.annotation)} | {default_of(field)} | "
+                     f"{meaning} |")
+    return [*lines, ""]
+
+
+def nested(annotation: Any) -> list[tuple[type[BaseModel], str]]:
+    """The models inside a field's type, each with the path suffix to it (dict values are
+    named by their key)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [(annotation, "")]
+    suffix = ".<name>" if typing.get_origin(annotation) is dict else ""
+    return [(m, suffix + more) for a in typing.get_args(annotation)
+            for m, more in nested(a)]
+
+
+def render() -> str:
+    todo: list[tuple[type[BaseModel], str]] = [(settings.Settings, "")]
+    out = [HEAD]
+    for model, path in todo:  # grows as sections name the models inside them
+        out += section(model, path, todo)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main() -> int:
+    text = render()
+    if "--check" in sys.argv:
+        if OUT.read_text() != text:
+            print(f"{OUT} is out of date: run scripts/config_reference.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

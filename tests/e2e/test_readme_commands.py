@@ -1,0 +1,106 @@
+"""Every command the README shows is run: here, from a fresh production install (`pip install
+.` into a new virtual environment, as the set-up line does), against server-everything
+through npx as a user runs it; the test command by CI itself; the Docker lines by the
+Dockerfile tests (tests/test_packaging.py), as no Docker engine runs here. A README line
+that no test knows fails `test_every_readme_command_is_known`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from conftest import free_port, node_env, wait_until_ready
+
+ROOT = Path(__file__).parents[2]
+README = (ROOT / "README.md").read_text()
+# Lines with placeholders (FILE, COMMAND, my_server) show a form, not a command to run.
+SYNOPSIS = re.compile(r"\b(FILE|COMMAND|URL|my_server)\b|\[--")
+RUN_HERE = {  # README command -> what this module runs for it
+    "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/mcp-task-gateway "
+    "--config config/gateway.yaml": "test_the_set_up_command_serves_server_everything",
+    "mcp-task-gateway -- npx -y @modelcontextprotocol/server-everything":
+        "test_the_set_up_command_serves_server_everything",
+    "mcp-task-gateway --store-url redis://127.0.0.1:6379/0 -- npx -y "
+    "@modelcontextprotocol/server-everything": "test_the_set_up_command_serves_server_everything",
+}
+ELSEWHERE = {
+    "./scripts/test.sh": "CI: .ci/run (tests/test_packaging.py checks it calls this)",
+    "docker build -t mcp-task-gateway .": "tests/test_packaging.py",
+    'docker run -p 8080:8080 -v "$PWD/my.yaml:/etc/mcp-task-gateway/gateway.yaml:ro" '
+    "mcp-task-gateway": "tests/test_packaging.py",
+}
+
+
+def readme_commands() -> list[str]:
+    blocks = re.findall(r"(?:^    \S.*\n)+", README, re.M)
+    lines = [ln.strip() for b in blocks for ln in b.splitlines()]
+    return [ln.split("  #")[0].strip() for ln in lines
+            if re.match(r"(python3 |mcp-task-gateway|\./scripts|docker |\S+=\S+ sh )", ln)]
+
+
+def test_every_readme_command_is_known() -> None:
+    commands = readme_commands()
+    assert len(commands) >= 8
+    for command in commands:
+        known = command in RUN_HERE or command in ELSEWHERE or SYNOPSIS.search(command)
+        assert known, f"README command no test runs: {command}"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The set-up line's install: `pip install .` into a new virtual environment."""
+    venv = tmp_path_factory.mktemp("install") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet",
+                    "--disable-pip-version-check", str(ROOT)], check=True, cwd=ROOT,
+                   timeout=600)
+    return venv / "bin" / "mcp-task-gateway"
+
+
+@contextlib.asynccontextmanager
+async def served(argv: list[str], port: int) -> AsyncIterator[str]:
+    # PATH finds the Node tools scripts/test.sh installed, as a user's PATH finds theirs.
+    proc = await asyncio.create_subprocess_exec(
+        argv[0], "--port", str(port), *argv[1:], cwd=ROOT, env=node_env(),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        await wait_until_ready(f"http://127.0.0.1:{port}", timeout_s=120)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def tool_names(http: aiohttp.ClientSession, base: str) -> set[str]:
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    async with http.post(base + "/mcp", json={
+            "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}},
+            headers={"Accept": "application/json, text/event-stream",
+                     "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"}) as r:
+        return {t["name"] for t in (await r.json())["result"]["tools"]}
+
+
+@pytest.mark.node
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # the install comes first: some 30 s, more on a cold cache
+async def test_the_set_up_command_serves_server_everything(installed, redis_server) -> None:
+    forms = [[str(installed), "--config", "config/gateway.yaml"],
+             [str(installed), "--", "npx", "-y", "@modelcontextprotocol/server-everything"],
+             [str(installed), "--store-url", redis_server.url, "--", "npx", "-y",
+              "@modelcontextprotocol/server-everything"]]
+    async with aiohttp.ClientSession() as http:
+        for argv in forms:
+            async with served(argv, free_port()) as base:
+                assert "trigger-long-running-operation" in await tool_names(http, base)
+                async with http.get(base + "/readyz") as resp:
+                    store = (await resp.json())["store"]
+                assert store["backend"] == ("redis" if "--store-url" in argv else "memory")
+                assert store["up"] is True

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.downstream import sse
-from gateway.downstream.http import check_accept, json_response
+from gateway.downstream.http import ACCEPTS, json_response
 from gateway.downstream.session import Session, SessionExchange
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
@@ -173,7 +173,7 @@ class CoreTasks:
         link = session.tasks.get(task.id)
         if task.terminal or link is None:
             return json_response(core.final(task, msg["id"]))
-        json_ok, sse_ok = check_accept(request, need_json=True)
+        json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok)
         waiter = (msg["id"], ex)
         link.waiters.append(waiter)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from gateway import errors, router
 from gateway.downstream.http import (
+    ACCEPTS,
     check_accept,
     error_response,
     failed,
@@ -23,9 +24,8 @@ from gateway.downstream.http import (
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.errors import GatewayError
-from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
-from gateway.observability.tracing import Tracing
+from gateway.observability.tracing import Tracing, answered
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 
@@ -49,14 +49,14 @@ class Endpoint:
             msg, kind = await read_message(request, self.max_body_bytes)
             # spec (Sending Messages): every POST accepts JSON and SSE; checked before the
             # session or envelope, so a bad Accept is always 406, whatever else is wrong.
-            check_accept(request, need_json=True)
+            request[ACCEPTS] = check_accept(request, need_json=True)
             if router.is_modern(msg, request.headers.get(mcp.H_PROTOCOL)):
                 era = "modern"
             resp = await self._serve(request, msg, kind, era)
         except GatewayError as exc:
             rejected(exc, self.counters)
             resp = error_response(exc, msg.get("id") if msg else None)
-        method = msg.get("method", "response") if msg else "other"
+        method = msg.get("method", "other") if msg else "other"  # a reply to the server: other
         self.metrics.request(self.upstream, method, era, not failed(resp),
                              time.monotonic() - started)
         return resp
@@ -68,7 +68,7 @@ class Endpoint:
             return await serve(request, msg, kind)
         with self.tracing.request(msg, era, self.upstream, request.headers) as span:
             resp = await serve(request, msg, kind)
-            tracing.answered(span, resp.status, failed(resp))
+            answered(span, resp.status, failed(resp))
             return resp
 
     async def get(self, request: web.Request) -> web.StreamResponse:

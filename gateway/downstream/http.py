@@ -27,6 +27,8 @@ CORS_ALLOW_HEADERS = ", ".join((
     "Mcp-Method", "Mcp-Name"))
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL = web.RequestKey("principal", str)  # the caller's auth context (a token digest)
+# (JSON allowed, SSE allowed) for a POST: its Accept, checked once by the endpoint.
+ACCEPTS = web.RequestKey("accepts", tuple[bool, bool])
 # Set on a response that carries a JSON-RPC error (its HTTP status may still be 200): the
 # request's outcome in metrics.
 FAILED = web.ResponseKey("failed", bool)

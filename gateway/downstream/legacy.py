@@ -14,7 +14,13 @@ from aiohttp import web
 from gateway import errors, router
 from gateway.downstream import shapes, sse
 from gateway.downstream.core_tasks import CoreTasks
-from gateway.downstream.http import PRINCIPAL, check_accept, error_response, json_response
+from gateway.downstream.http import (
+    ACCEPTS,
+    PRINCIPAL,
+    check_accept,
+    error_response,
+    json_response,
+)
 from gateway.downstream.session import Session, SessionExchange, SessionStore
 from gateway.errors import UpstreamError
 from gateway.observability import log
@@ -59,7 +65,6 @@ class LegacyEra:
         return await self.on_request(request, session, msg)
 
     async def initialize(self, request: web.Request, msg: Message) -> web.StreamResponse:
-        check_accept(request, need_json=True)
         params = msg.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("capabilities", {}), dict):
             return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS,
@@ -90,7 +95,7 @@ class LegacyEra:
 
     async def on_request(self, request: web.Request, session: Session, msg: Message
                          ) -> web.StreamResponse:
-        json_ok, sse_ok = check_accept(request, need_json=True)
+        json_ok, sse_ok = request[ACCEPTS]
         client_id = msg["id"]
         decision = self.decide(session, msg)
         if decision.kind is Kind.REFUSE:

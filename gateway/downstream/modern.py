@@ -21,7 +21,7 @@ from gateway import errors, router
 from gateway.downstream import envelope, shapes, sse
 from gateway.downstream.envelope import Caller
 from gateway.downstream.exchange import Exchange
-from gateway.downstream.http import check_accept, json_response
+from gateway.downstream.http import ACCEPTS, json_response
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
 from gateway.downstream.relay import Relay
@@ -224,7 +224,7 @@ class ModernEra:
     # -- forwarding ------------------------------------------------------------------------
     async def forward(self, request: web.Request, msg: Message, caller: Caller,
                       conn: Connection, decision: router.Decision) -> web.StreamResponse:
-        json_ok, sse_ok = check_accept(request, need_json=True)
+        json_ok, sse_ok = request[ACCEPTS]
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
         ex.policy, ex.tool = decision.policy, params.get("name")
@@ -353,7 +353,7 @@ class ModernEra:
                      ) -> web.StreamResponse:
         """A retry with `requestState`: every check happens before the parked call is
         touched, so a bad retry leaves it waiting for a good one."""
-        json_ok, sse_ok = check_accept(request, need_json=True)
+        json_ok, sse_ok = request[ACCEPTS]
         method, params = msg["method"], msg["params"]
         state = self.sealer.open(params["requestState"])
         if state.get("o") != caller.principal:

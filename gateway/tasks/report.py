@@ -5,9 +5,9 @@ changes a task.
 Audit events are structlog events with stable names (`task.created`, `task.input_required`,
 `task.input_answered`, `task.completed` / `failed` / `cancelled`, `task.expired`,
 `task.lookup_failed`) and `audit=true`; owners appear as a short hash, never as the token
-or session id they stand for. A look-up of an unknown or foreign task id is counted per
-owner over a sliding window, so a caller guessing ids shows up as one owner with a growing
-count.
+or session id they stand for. Look-ups of unknown or foreign task ids are counted per
+owner, the count kept while misses come less than 10 minutes apart, so a caller guessing
+ids shows up as one owner with a growing count.
 """
 
 from __future__ import annotations
@@ -63,9 +63,8 @@ class Report:
             self.failures.append((time.time(), task.upstream, task.tool,
                                   task.status_message or ""))
         if (span := self.spans.pop(task.id, None)) is not None:
-            failed = task.status is Status.FAILED
-            tracing.end(span, task.status_message or "failed" if failed else None,
-                        **{"mcp.task.status": str(task.status)})
+            error = (task.status_message or "failed") if task.status is Status.FAILED else None
+            tracing.end(span, error, **{"mcp.task.status": str(task.status)})
         audit(f"task.{task.status}", task, **extra)
 
     def missed(self, owner: str, task_id: Any) -> None:
@@ -73,4 +72,4 @@ class Report:
         who = owner_hash(owner)
         self.misses[who] = count = self.misses.get(who, 0) + 1
         log.info("task.lookup_failed", audit=True, owner=who, task=str(task_id)[:64],
-                 failures=count, window_s=MISS_WINDOW_S)
+                 failures=count)

@@ -37,14 +37,15 @@ def table() -> list[tuple[str, str]]:
 class Stage:
     def __init__(self, http: aiohttp.ClientSession, url: str, session: McpHttp) -> None:
         self.http, self.url, self.session = http, url, session
+        self.headers: Any = {}  # of the last answer
 
     async def post(self, body: Any = None, *, data: bytes | None = None,
                    headers: dict[str, str] | None = None) -> Outcome:
         raw = data if data is not None else json.dumps(body).encode()
         async with self.http.post(self.url, data=raw, headers={**LEGACY, **(headers or {})}
                                   ) as resp:
-            text = await resp.text()
-            return resp.status, _json(text)
+            self.headers = resp.headers
+            return resp.status, _json(await resp.text())
 
     async def in_session(self, body: Any, **headers: str) -> Outcome:
         return await self.post(body, headers={"Mcp-Session-Id": str(self.session.session_id),
@@ -174,8 +175,8 @@ async def test_every_bad_input_row_gets_the_answer_the_readme_states(gateway, ht
             assert body["error"]["code"] == want_code, (row, body)
         if "with `supported` and `requested`" in answer:
             assert {"supported", "requested"} <= set(body["error"]["data"]), body
-        if "WWW-Authenticate" in answer:
-            assert body["error"]["code"] == -32600
+        if "WWW-Authenticate: Bearer" in answer:
+            assert stage.headers["WWW-Authenticate"] == "Bearer", row
 
 
 @pytest.mark.parametrize("row", [r for r, _ in table()])

@@ -16,10 +16,6 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync")
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None and not shutil.which("apt-get"),
-                                reason="no Chromium, and no apt-get to install it")
-
-
 async def rendered_dom(url: str) -> str:
     """The DOM after Chromium loaded and laid out `url`."""
     if CHROMIUM is None:

@@ -50,8 +50,10 @@ class Admin:
         return json_response({"status": "ok"})
 
     async def readyz(self, _: web.Request) -> web.Response:
-        """200 only when every upstream is initialized and the task store answers."""
-        ready = all(b.ready for b in self.backends.values()) and self.lease.store_up
+        """200 when every upstream is initialized. A shared store's state is in the body
+        only: it is shared, so its outage would take every replica out of a balancer, and
+        pass-through with them (INTERFACE.md)."""
+        ready = all(b.ready for b in self.backends.values())
         body: dict[str, Any] = {"ready": ready,
                                 "upstreams": {n: b.status() for n, b in self.backends.items()},
                                 "tasks": {"running": len(self.engine.runs),
@@ -90,6 +92,9 @@ class Admin:
 
     def store_bytes(self) -> int:
         return self.engine.stored_bytes()
+
+    def store_outbox(self) -> int:
+        return 0 if self.lease.outbox is None else len(self.lease.outbox)
 
     def upstreams(self) -> dict[str, tuple[bool, int]]:
         return {n: (b.ready, b.status()["restarts"]) for n, b in self.backends.items()}

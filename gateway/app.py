@@ -31,6 +31,7 @@ from gateway.tasks.lease import Lease
 from gateway.tasks.policy import Policies
 from gateway.tasks.store import TaskStore
 from gateway.tasks.store.memory import MemoryStore
+from gateway.tasks.store.outbox import Outbox
 from gateway.tasks.store.redis import RedisStore
 from gateway.upstream import isolation
 from gateway.upstream.isolation import Backend
@@ -68,7 +69,8 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
                           counters)
     inflight = InFlight(limits.max_calls_per_owner, counters)
     replica = conf.replica.id or secrets.token_hex(8)
-    engine = TaskEngine(_store(conf, replica), counters, admission, replica, metrics)
+    store = _store(conf, replica)
+    engine = TaskEngine(store, counters, admission, replica, metrics)
     engine.replicas.url = conf.replica.url or ""
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
@@ -87,7 +89,8 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     app[ERAS] = eras
     app[MODERNS] = moderns
     app[ENGINE] = engine
-    app[LEASE] = lease = Lease(engine, conf.store.backend, conf.store.lease_ms)
+    app[LEASE] = lease = Lease(engine, conf.store.backend, conf.store.lease_ms,
+                               store if isinstance(store, Outbox) else None)
     Admin(backends, eras, engine, lease, counters, metrics).routes(app)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
@@ -103,12 +106,16 @@ def _sealer(conf: Settings) -> Sealer:
 
 
 def _store(conf: Settings, replica: str) -> TaskStore:
+    """The memory store; or a shared one behind the outbox that keeps what it misses."""
     limits, store = conf.limits, conf.store
     bounds = (limits.max_tasks, limits.max_tasks_per_owner, limits.max_result_bytes,
               limits.max_stored_bytes)
     if store.backend == "redis":
-        assert store.url is not None  # settings insist
-        return RedisStore(store.url, store.key_prefix, *bounds, replica=replica)
+        shared = RedisStore(store.url, store.key_prefix, *bounds, replica=replica,
+                            sentinels=store.sentinels, master=store.sentinel_master,
+                            min_acked=store.min_replicas_acked,
+                            ack_timeout_ms=store.ack_timeout_ms)
+        return Outbox(shared, store.outbox_max_entries, store.outbox_max_bytes)
     return MemoryStore(*bounds)
 
 

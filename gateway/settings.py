@@ -210,17 +210,45 @@ class Store(_Model):
     backend: Literal["memory", "redis"] = Field("memory",
         description=("memory: embedded, one process; redis: Redis >= 6.2 or Valkey, shared by "
                      "replicas"))
-    url: str | None = Field(None, description="redis://host:port/db, rediss:// for TLS")
+    url: str | None = Field(None,
+        description=("redis://host:port/db, rediss:// for TLS (with sentinels: only its "
+                     "credentials and db are used)"))
     key_prefix: str = Field("mcpgw:", min_length=1,
         description="prefix of every key the gateway writes")
     lease_ms: int = Field(10_000, ge=1000, description="then a silent replica is gone")
+    sentinels: list[str] = Field(default_factory=list,
+        description="host:port of Redis Sentinels, which name the primary (then url may go)")
+    sentinel_master: str = Field("mymaster", min_length=1,
+        description="the name the sentinels monitor the primary under")
+    # spec (tasks extension, durable creation): a handle is returned only once the task is
+    # retrievable; under failover that means held by store replicas too (Redis WAIT).
+    min_replicas_acked: int = Field(0, ge=0,
+        description=("store replicas that must hold a task's creation and end before it is "
+                     "acknowledged (Redis WAIT)"))
+    ack_timeout_ms: int = Field(1000, ge=1,
+        description="how long to wait for those acknowledgements")
+    outbox_max_entries: int = Field(10_000, ge=1,
+        description=("task changes kept while the store does not take them; beyond it new "
+                     "tasks are refused"))
+    outbox_max_bytes: int = Field(64 << 20, ge=1024,
+        description="bytes of results kept so (the same rule)")
+
+    @field_validator("sentinels")
+    @classmethod
+    def _host_ports(cls, value: list[str]) -> list[str]:
+        for item in value:
+            host, _, port = item.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"store.sentinels: {item!r} is not host:port")
+        return value
 
     @model_validator(mode="after")
     def _url_for_redis(self) -> Store:
         if self.backend == "redis":
-            if not self.url:
-                raise ValueError("store.backend redis needs store.url (redis://host:port/db)")
-            if self.url.split("://", 1)[0] not in ("redis", "rediss", "unix"):
+            if not self.url and not self.sentinels:
+                raise ValueError("store.backend redis needs store.url (redis://host:port/db) "
+                                 "or store.sentinels")
+            if self.url and self.url.split("://", 1)[0] not in ("redis", "rediss", "unix"):
                 raise ValueError(f"store.url must be a redis://, rediss:// or unix:// URL, "
                                  f"not {self.url.split('://', 1)[0]}://...")
         return self

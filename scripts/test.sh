@@ -5,17 +5,18 @@
 #     (from its lockfile);
 #   - .test-envs/mcp130: the Python SDK mcp==1.30.0, whose version clashes with ours (the
 #     last one with the 2025-11-25 tasks client);
-#   - a Redis-compatible server and HAProxy for the replica tests, and Chromium for the status
-#     page's (Debian's packages, when one of them is not on PATH);
+#   - a Redis-compatible server with Sentinel and HAProxy for the replica tests, and Chromium
+#     for the status page's (Debian's packages, when one of them is not on PATH);
 #   - ruff, then pytest (extra arguments go to pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! { command -v redis-server || command -v valkey-server; } >/dev/null || \
-        ! command -v haproxy >/dev/null || ! command -v chromium >/dev/null; then
+        ! command -v redis-sentinel >/dev/null || ! command -v haproxy >/dev/null || \
+        ! command -v chromium >/dev/null; then
     sudo=$([ "$(id -u)" = 0 ] || echo sudo)
     export DEBIAN_FRONTEND=noninteractive
-    packages=(redis-server haproxy chromium)
+    packages=(redis-server redis-sentinel haproxy chromium)
     $sudo apt-get install -y -qq "${packages[@]}" >/dev/null 2>&1 || {
         $sudo apt-get update -qq && $sudo apt-get install -y -qq "${packages[@]}" >/dev/null; }
 fi

@@ -160,14 +160,16 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> None:
+    def start(self, extra: list[str] | None = None) -> None:
         binary = shutil.which("valkey-server") or shutil.which("redis-server")
         if binary is None:
             pytest.fail("no redis-server or valkey-server: run scripts/test.sh")
-        keep = ["--appendonly", "no"] if self.keep_in is None else [
+        keep = ["--appendonly", "no", "--dir", tempfile.gettempdir()] \
+            if self.keep_in is None else [
             "--appendonly", "yes", "--appendfsync", "always", "--dir", self.keep_in]
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *keep],
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *keep,
+             *(extra or [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(200):
             try:

@@ -33,6 +33,7 @@ class Live(Protocol):
 
     def tasks_live(self) -> dict[str, int]: ...  # status -> tasks this replica runs
     def store_bytes(self) -> int: ...
+    def store_outbox(self) -> int: ...  # task changes the shared store has not taken yet
     def upstreams(self) -> dict[str, tuple[bool, int]]: ...  # name -> (up, restarts)
     def sessions(self) -> int: ...
     def rejections(self) -> dict[str, int]: ...  # reason -> count
@@ -93,6 +94,9 @@ class _LiveCollector(Collector):
                      ["status"], ((s, n) for s, n in live.tasks_live().items()))
         yield _gauge("mcp_gateway_store_bytes", "Bytes of results the task store holds",
                      [], [((), live.store_bytes())])
+        yield _gauge("mcp_gateway_store_outbox",
+                     "Task changes kept until the shared store takes them", [],
+                     [((), live.store_outbox())])
         ups = live.upstreams()
         yield _gauge("mcp_gateway_upstream_up", "1 when the upstream is initialized",
                      ["upstream"], ((n, int(up)) for n, (up, _) in ups.items()))

@@ -103,7 +103,11 @@ def _failures(failures: list[tuple[float, str, str, str]]) -> str:
 
 def _store(store: dict[str, Any]) -> str:
     state = "up" if store.get("up") else f"down ({store.get('error', 'no answer')})"
-    return escape(f"{store.get('backend', '?')}, {state}")
+    text = f"{store.get('backend', '?')}, {state}"
+    outbox = store.get("outbox")
+    if outbox is not None:  # what the store has not taken yet, kept by this replica
+        text += f"; outbox: {outbox['changes']} change(s), {outbox['bytes']} bytes"
+    return escape(text)
 
 
 def _age(seconds: float) -> str:

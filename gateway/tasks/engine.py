@@ -222,6 +222,10 @@ class TaskEngine:
         return [self.runs[t.id].task if t.id in self.runs else t
                 for t in await self._store.owned_by(owner) if t.dialect == dialect]
 
+    def running(self) -> list[Task]:
+        """Copies of the tasks whose calls run here (ends being written left out)."""
+        return [run.task.copy() for run in self.runs.values() if not run.ending]
+
     async def knows(self, task_id: Any) -> bool:
         """Whether `task_id` is (or lately was) a task of this gateway, whoever owns it."""
         return isinstance(task_id, str) and (task_id in self.runs

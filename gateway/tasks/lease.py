@@ -1,9 +1,15 @@
 """This replica's hold on a shared task store: the first beat (and the tasks a previous
 life of this replica left running, failed), a heartbeat every third of `store.lease_ms`
 (which also reads again the watched tasks that run elsewhere, in case an announcement was
-lost), the replicas' channels listened to, the store's state as this replica sees it (logged when it
-changes, shown by /readyz), and the lease given up at a clean stop. With the memory store
-there is nothing to hold.
+lost), the replicas' channels listened to, the store's state as this replica sees it (logged
+when it changes, shown by /readyz and /status), and the lease given up at a clean stop.
+With the memory store there is nothing to hold.
+
+Each beat that reaches the store drains the outbox (what the store did not take while it
+was away). A beat that finds this replica's lease gone, after the first, means the store
+lost what it held (restarted empty, failed over to a replica that lagged) or was away a
+whole lease: the replica writes back what it holds (`Outbox.rejoin`), and judges no other
+replica gone for a lease, so that they may do the same.
 """
 
 from __future__ import annotations
@@ -15,13 +21,16 @@ from typing import Any
 from gateway.errors import StoreUnavailable
 from gateway.observability import log
 from gateway.tasks.engine import TaskEngine
+from gateway.tasks.store.outbox import Outbox
 
 
 class Lease:
-    def __init__(self, engine: TaskEngine, backend: str, lease_ms: int) -> None:
+    def __init__(self, engine: TaskEngine, backend: str, lease_ms: int,
+                 outbox: Outbox | None = None) -> None:
         self.engine = engine
         self.backend = backend
         self.lease_ms = lease_ms
+        self.outbox = outbox
         self.store_up = True
         self.error: str | None = None
         self._recovered = backend == "memory"
@@ -33,6 +42,8 @@ class Lease:
                                "requests": self.engine.replicas.store.requests}
         if self.error is not None:
             out["error"] = self.error
+        if self.outbox is not None:
+            out["outbox"] = {"changes": len(self.outbox), "bytes": self.outbox.held_bytes()}
         return out
 
     async def start(self) -> None:
@@ -51,12 +62,19 @@ class Lease:
                     await self.engine.replicas.poll()
 
     async def _beat(self) -> None:
+        replicas = self.engine.replicas
         try:
-            await self.engine.replicas.beat(self.lease_ms)
+            held = await replicas.beat(self.lease_ms)
+            if not self.store_up or (self._recovered and not held):
+                replicas.defer_judgement(self.lease_ms)
             if not self._recovered:
-                failed = await self.engine.replicas.recover()
+                failed = await replicas.recover()
                 self._recovered = True
                 log.info("replica.recovered", replica=self.engine.replica, tasks_failed=failed)
+            elif not held:
+                await self._rejoin()
+            if self.outbox is not None:
+                await self.outbox.flush()
         except StoreUnavailable as exc:
             if self.store_up:
                 log.error("store.unavailable", backend=self.backend, error=exc.message)
@@ -65,6 +83,12 @@ class Lease:
         if not self.store_up:
             log.info("store.available", backend=self.backend)
         self.store_up, self.error = True, None
+
+    async def _rejoin(self) -> None:
+        """The store lost this replica's lease: it may have lost its records too."""
+        if self.outbox is not None:
+            restored = await self.outbox.rejoin(self.engine.running())
+            log.warning("store.rejoined", replica=self.engine.replica, restored=restored)
 
     async def stop(self) -> None:
         """After the tasks' ends are written: others need not wait for the lease to lapse."""

@@ -13,6 +13,7 @@ task is this process's own, and none of this happens.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,10 +41,20 @@ class Replicas:
         self._told: dict[str, float] = {}  # watched tasks run elsewhere: last change told
         self.watchers = watchers
         self.report = report
+        self._judge_from = 0.0  # monotonic: before it, no replica is judged gone
+
+    def defer_judgement(self, lease_ms: int) -> None:
+        """The store was away, or lost the leases: every replica gets a full lease to
+        hold its lease again (and write back what the store lost) before its tasks are
+        taken for stranded; a live replica's result must not lose to "it stopped"."""
+        self._judge_from = time.monotonic() + lease_ms / 1000
+
+    def _judging(self) -> bool:
+        return time.monotonic() >= self._judge_from
 
     async def unless_stranded(self, task: Task) -> Task:
         """`task` as read; failed first if the replica that ran it is gone."""
-        if task.terminal or task.replica in ("", self.replica) or \
+        if task.terminal or task.replica in ("", self.replica) or not self._judging() or \
                 await self.store.alive(task.replica):
             return task
         return await self.end(task, Status.FAILED, STRANDED)
@@ -106,11 +117,15 @@ class Replicas:
 
     async def fail_stranded(self) -> int:
         """Tasks of replicas whose lease has gone are failed."""
+        if not self._judging():
+            return 0
         return await self._fail(await self.store.stranded())
 
-    async def beat(self, lease_ms: int) -> None:
-        """Renew this replica's lease (a shared store); StoreUnavailable when it is down."""
-        await self.store.beat(self.replica, lease_ms, self.url)
+    async def beat(self, lease_ms: int) -> bool:
+        """Renew this replica's lease (a shared store); False when the store did not hold
+        it (a first beat, a lapse, or a store that lost its data); StoreUnavailable when
+        the store is down."""
+        return await self.store.beat(self.replica, lease_ms, self.url)
 
     async def address(self, replica: str) -> str | None:
         """Where another replica is reached (None: gone, or it did not say)."""

@@ -1,24 +1,37 @@
 """The shipped HAProxy configuration (deploy/haproxy.cfg), run by a real haproxy in front of
-three gateway replicas sharing a real Redis server, and the SDKs' task clients through it:
+three gateway replicas sharing a real Redis server: a store outage keeps every replica in, a
+killed replica costs no request that had not reached it; and the SDKs' task clients through it:
 FastMCP with fastmcp-tasks (modern, stateless: its polls, answers and cancels land on any
 replica), and on protocol 2025-11-25 core tasks the TypeScript SDK and mcp 1.30 (legacy
 sessions, which the configuration keeps on the replica that made them)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import MCP130, NODE_BIN, free_port, node_env, wait_until_ready
+from conftest import (
+    MCP130,
+    NODE_BIN,
+    RedisServer,
+    Replica,
+    free_port,
+    node_env,
+    wait_until_ready,
+)
 from fastmcp import Client
 from fastmcp_tasks.client import call_tool_task
 from test_fastmcp import answer
 from test_sdk_core_tasks import check_common, transcript
+from test_tasks import call, tasks_op
 
 ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).parents[1]
@@ -27,13 +40,13 @@ POLICY = {"defaults": {"mode": "auto", "sync_budget_ms": 200, "poll_interval_ms"
                     "ask": {"mode": "always"}}}
 
 
-@pytest.fixture
-async def front(group) -> AsyncIterator[str]:
-    """HAProxy's MCP URL, once it sees all three replicas ready."""
+@contextlib.asynccontextmanager
+async def balancing(replicas: list[Replica]) -> AsyncIterator[str]:
+    """A real haproxy with the shipped configuration in front of `replicas`; its MCP URL
+    once it sees them ready."""
     haproxy = shutil.which("haproxy")
     if haproxy is None:
         pytest.fail("haproxy is missing: run scripts/test.sh")
-    replicas = await group(3, tasks=POLICY, auth={"bearer_tokens": []})
     port = free_port()
     env = {**os.environ, "FRONT": f"127.0.0.1:{port}",
            **{f"GATEWAY_{i + 1}": f"127.0.0.1:{r.port}" for i, r in enumerate(replicas)}}
@@ -45,6 +58,47 @@ async def front(group) -> AsyncIterator[str]:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+@pytest.fixture
+async def front(group) -> AsyncIterator[str]:
+    """HAProxy's MCP URL in front of three replicas."""
+    async with balancing(await group(3, tasks=POLICY, auth={"bearer_tokens": []})) as url:
+        yield url
+
+
+async def test_a_store_outage_leaves_pass_through_open_behind_the_balancer(group,
+                                                                         http) -> None:
+    """/readyz stays 200 while the store is down, so the balancer keeps every replica in:
+    plain calls go on, and tasks/* answer a clear 503."""
+    own = RedisServer()
+    own.start()
+    try:
+        replicas = await group(3, tasks=POLICY, auth={"bearer_tokens": []}, redis=own)
+        async with balancing(replicas) as url:
+            own.stop()
+            await asyncio.sleep(3)  # three health checks: they would have failed by now
+            for i in range(6):  # every replica in turn (round robin)
+                echoed = await call(http, url, "echo", {"text": f"up {i}"})
+                assert echoed.status == 200, echoed.body
+                assert echoed.body["result"]["content"][0]["text"] == f"up {i}"
+            lookup = await tasks_op(http, url, "tasks/get", "some-task")
+            assert lookup.status == 503
+            assert "task store is unavailable" in lookup.body["error"]["message"]
+    finally:
+        own.stop()
+
+
+async def test_a_killed_replica_fails_no_request_behind_the_balancer(group, http) -> None:
+    """Requests that meet the dead replica before the health check takes it out are sent
+    to another one at once (no byte reached it), not after seconds of retrying it."""
+    replicas = await group(3, tasks=POLICY, auth={"bearer_tokens": []})
+    async with balancing(replicas) as url:
+        replicas[1].stop(signal.SIGKILL)
+        for i in range(12):  # a generous bound: haproxy's own retry turn-around is 1 s
+            echoed = await asyncio.wait_for(call(http, url, "echo", {"text": f"call {i}"}), 2)
+            assert echoed.status == 200, echoed.body
+            assert echoed.body["result"]["content"][0]["text"] == f"call {i}"
 
 
 async def test_fastmcp_tasks_across_replicas(front) -> None:

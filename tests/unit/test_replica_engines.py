@@ -140,6 +140,21 @@ async def test_a_lapsed_replica_has_its_running_tasks_failed(replica) -> None:
     assert (await replica("c").find(swept.id, "me")).status is Status.FAILED
 
 
+async def test_after_a_store_incident_no_replica_is_judged_gone_for_a_lease(replica) -> None:
+    """The store was away (or lost the leases): a live replica whose lease lapsed meanwhile
+    gets a full lease to beat again before its tasks are taken for stranded, so its result
+    does not lose to "the replica stopped"."""
+    a, b = replica("a"), replica("b")
+    await a.replicas.beat(300)
+    task, _, _ = await running(a)
+    await asyncio.sleep(1.2)  # a's lease lapsed, as in a store outage
+    b.replicas.defer_judgement(10_000)  # what b's lease keeper does when the store returns
+    assert (await b.find(task.id, "me")).status is Status.WORKING
+    assert await b.sweep() == 0 and (await b.find(task.id, "me")).status is Status.WORKING
+    b.replicas.defer_judgement(0)  # the lease has passed: a never came back
+    assert (await b.find(task.id, "me")).status is Status.FAILED
+
+
 async def test_a_replica_fails_what_its_previous_life_left_running(replica) -> None:
     first = replica("a")
     await first.replicas.beat(10_000)  # its lease still holds when it comes back

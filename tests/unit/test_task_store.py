@@ -4,6 +4,7 @@ own key prefix)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
@@ -228,3 +229,65 @@ def test_poll_interval_learns_from_durations() -> None:
     for _ in range(3):
         poll.record("slower", 600.0)
     assert poll.suggest("slower", 1000) == 30_000  # capped
+
+
+async def test_a_lost_record_is_restored_as_it_was_and_a_held_one_is_left(make_store) -> None:
+    """What a replica writes back where a shared store lost its data: put if absent,
+    whatever the bounds (the task was accepted already); never over a record it holds."""
+    clock = Clock()
+    store = make_store(clock, max_tasks=1)
+    held = await add(store, "a")
+    assert not await store.restore(held)  # held: left as it is
+    lost = Task(new_id(), "a", "tool", "extension", 10_000, 500, created_at=clock.now,
+                status=Status.COMPLETED, result=b'{"content":[]}', size=14)
+    assert await store.restore(lost)  # over max_tasks: it was accepted before
+    got = await store.get(lost.id)
+    assert got is not None and orjson.dumps(got.record()) == orjson.dumps(lost.record())
+    assert {t.id for t in await store.owned_by("a")} == {held.id, lost.id}
+    gone = Task(new_id(), "a", "tool", "extension", 1000, 500, created_at=clock.now - 2)
+    assert not await store.restore(gone)  # its ttl passed: nothing to keep
+
+
+async def test_a_beat_tells_whether_the_lease_was_held(redis_server, key_prefix) -> None:
+    """How a replica learns that the store lost what it held (restarted empty, say)."""
+    store = RedisStore(redis_server.url, key_prefix, 10, 10, 100, 1000)
+    try:
+        assert not await store.beat("r", 10_000)  # a first beat
+        assert await store.beat("r", 10_000)
+        await store.redis.delete(store.key("lease", "r"))  # as an empty restart leaves it
+        assert not await store.beat("r", 10_000)
+    finally:
+        await store.close()
+
+
+async def test_an_unacknowledged_creation_leaves_no_task(redis_server, key_prefix,
+                                                        tmp_path) -> None:
+    """store.min_replicas_acked: a creation no store replica took is not durable, so no
+    handle may go out for it, and no record stays; with a replica attached it goes."""
+    from conftest import RedisServer
+
+    from gateway.errors import StoreUnavailable
+
+    store = RedisStore(redis_server.url, key_prefix, 10, 10, 100, 1000, min_acked=1,
+                       ack_timeout_ms=100)
+    follower = RedisServer()
+    try:
+        lone = Task(new_id(), "a", "tool", "extension", 10_000, 500)
+        with pytest.raises(StoreUnavailable, match="0 of 1 store replicas"):
+            await store.create(lone)
+        assert await store.get(lone.id) is None and not await store.knows(lone.id)
+        follower.start(["--replicaof", "127.0.0.1", str(redis_server.port)])
+        store.ack_timeout_ms = 2000
+        acked = Task(new_id(), "a", "tool", "extension", 10_000, 500)
+        for _ in range(50):  # until the follower has synced
+            try:
+                await store.create(acked)
+                break
+            except StoreUnavailable:
+                await asyncio.sleep(0.1)
+        assert await store.get(acked.id) is not None
+        acked.move(Status.COMPLETED)
+        assert await store.save(acked)  # an end waits for the replica too
+    finally:
+        follower.stop()
+        await store.close()

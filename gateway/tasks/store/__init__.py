@@ -61,6 +61,15 @@ class TaskStore(Protocol):
         cannot be kept. A shared store announces the change to the other replicas (the
         events channel: `{"task": id, "from": replica}`) in the same round trip."""
 
+    async def restore(self, task: Task) -> bool:
+        """Write `task` as it is where the store lacks it (a shared store that came back
+        empty, or failed over to a replica that lagged), whatever the bounds: it was accepted
+        already. False when the store holds it, or its ttl passed."""
+
+    def kept(self) -> list[Task]:
+        """Copies of finished records this process keeps beside the store (read or written
+        lately), to write again where the store lost them."""
+
     async def delete(self, task_id: str, *, expired: bool = False) -> None:
         """Forget a record (`expired`: remembered a while as expired)."""
 
@@ -73,8 +82,9 @@ class TaskStore(Protocol):
     def stored_bytes(self) -> int:
         """Bytes of results and errors held (for /readyz and metrics)."""
 
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> None:
-        """Hold (or renew) `replica`'s lease for `lease_ms`, telling where it is reached."""
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
+        """Hold (or renew) `replica`'s lease for `lease_ms`, telling where it is reached;
+        False when the lease was not held (it lapsed, or the store lost it)."""
 
     async def address(self, replica: str) -> str | None:
         """Where `replica` is reached, while it holds its lease and said so."""

@@ -102,6 +102,20 @@ class MemoryStore:
         self._tasks[task.id] = _kept(task)
         return True
 
+    async def restore(self, task: Task) -> bool:
+        """Nothing is ever lost here; a record it lacks is kept as it is all the same."""
+        if task.id in self._tasks or self._due(task):
+            return False
+        self._tasks[task.id] = _kept(task)
+        self._per_owner[task.owner] += 1
+        self._bytes += task.size
+        if task.expires_at is not None:
+            self._due_at(task.expires_at, task.id)
+        return True
+
+    def kept(self) -> list[Task]:
+        return []  # this is the store: nothing beside it
+
     def _account(self, old: int, new: int) -> None:
         if new > self.max_result_bytes:
             raise ResultTooLarge(f"the result is {new} bytes; the gateway keeps at most "
@@ -147,8 +161,8 @@ class MemoryStore:
         return task.expires_at is not None and task.expires_at <= self.clock()
 
     # -- replicas: one process, whose tasks are all its own ----------------------------------
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> None:
-        pass
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
+        return True
 
     async def address(self, replica: str) -> str | None:
         return None

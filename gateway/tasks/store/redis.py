@@ -19,22 +19,32 @@ record stays terminal, whoever writes last) and checks the bytes bound. The scri
 task's hash from the prefix, so a cluster (keys spread over shards) is not supported.
 
 A server that does not answer raises `StoreUnavailable` at once (a short connect and read
-timeout, two quick retries); redis-py reconnects by itself when it is back.
+timeout, two quick retries); redis-py reconnects by itself when it is back. With
+`store.sentinels`, redis-py's Sentinel support names the primary and follows it through a
+failover. With `store.min_replicas_acked` N, a creation, an input request and an end are
+each followed by `WAIT N` on the same connection (one pipeline): a write that N store
+replicas did not take within `ack_timeout_ms` is not durable, and raises `StoreUnavailable`
+(the creation is undone; a change stays in the replica's outbox and is written again).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
 from cachetools import LRUCache, TTLCache
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
+from redis.commands.core import AsyncScript
+from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -107,6 +117,29 @@ redis.call('PUBLISH', KEYS[6], ARGV[9])
 return {1, total}
 """
 
+# A record written again as it is, where the store has lost it (restarted empty, or failed
+# over to a replica that lagged): no bound is checked, the task was accepted already.
+# KEYS: t:<id>, live, o:<owner>, run:<replica>, replicas, sizes, bytes
+# ARGV: id, status, owner, replica, rec, res, score, pexpireat, size, running ("1"/"0")
+_RESTORE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'owner', ARGV[3], 'replica', ARGV[4],
+           'rec', ARGV[5])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[6]) end
+if ARGV[8] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[8]) end
+redis.call('ZADD', KEYS[2], ARGV[7], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
+if tonumber(ARGV[9]) > 0 then
+  redis.call('HSET', KEYS[6], ARGV[1], ARGV[9])
+  redis.call('INCRBY', KEYS[7], ARGV[9])
+end
+if ARGV[10] == '1' and ARGV[4] ~= '' then
+  redis.call('SADD', KEYS[4], ARGV[1])
+  redis.call('SADD', KEYS[5], ARGV[4])
+end
+return 1
+"""
+
 # KEYS: t:<id>, live, sizes, bytes, gone:<id>; ARGV: id, expired, remember ms, prefix
 _DELETE = """
 local held = redis.call('HMGET', KEYS[1], 'owner', 'replica')
@@ -146,6 +179,11 @@ FINISHED_CACHE_BYTES = 32 << 20
 _DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
+class NotAcked(RedisConnectionError):
+    """Fewer store replicas than `min_replicas_acked` took a write in time: it is not
+    durable (a failover could lose it), so it counts as the store not answering."""
+
+
 def _guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     """A server that does not answer becomes `StoreUnavailable` (a JSON-RPC error); each
     call is counted as a request to the store (one round trip, but for `owned_by` and
@@ -154,6 +192,8 @@ def _guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         args[0].requests += 1  # type: ignore[attr-defined]
         try:
             return await fn(*args, **kwargs)
+        except NotAcked as exc:
+            raise StoreUnavailable(str(exc)) from exc
         except _DOWN as exc:
             raise StoreUnavailable(type(exc).__name__) from exc
     call.__name__, call.__doc__ = fn.__name__, fn.__doc__
@@ -189,10 +229,50 @@ _SOURCES = {s: "," + ",".join([str(s), *(str(f) for f in Status if s in TRANSITI
             for s in Status}
 
 
+def _client(url: str | None, sentinels: Sequence[str], master: str) -> aioredis.Redis:
+    """A client of the primary: at `url`, or wherever the sentinels say it is now (a
+    connection to a demoted primary is dropped and made again to the new one)."""
+    timeouts: dict[str, Any] = {"socket_connect_timeout": 1, "socket_timeout": 2,
+                                "retry": Retry(ExponentialBackoff(cap=0.2, base=0.02), 2)}
+    if not sentinels:
+        assert url is not None  # settings insist on one of them
+        return aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=64, timeout=2, **timeouts))
+    auth = {k: v for k, v in parse_url(url).items() if k in ("username", "password", "db")
+            } if url else {}
+    hosts = [(h, int(p)) for h, _, p in (s.rpartition(":") for s in sentinels)]
+    sentinel = Sentinel(hosts, sentinel_kwargs={"socket_connect_timeout": 1,
+                                                 "socket_timeout": 1}, **timeouts)
+    return sentinel.master_for(master, max_connections=256, **auth)
+
+
+async def _acked(redis: aioredis.Redis, script: AsyncScript, keys: list[str], args: list[Any],
+                 replicas: int, timeout_ms: int) -> Any:
+    """Run `script`, then WAIT on the same connection (a pipeline: one round trip); NotAcked
+    unless `replicas` store replicas took the write within `timeout_ms`."""
+    for loaded in (False, True):
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.wait(replicas, timeout_ms)
+            out, acked = await pipe.execute(raise_on_error=False)
+        if isinstance(out, NoScriptError) and not loaded:  # the server restarted
+            await redis.script_load(script.script)
+            continue
+        if isinstance(out, Exception):
+            raise out
+        if isinstance(acked, Exception) or acked < replicas:
+            raise NotAcked(f"{acked if isinstance(acked, int) else 0} of {replicas} store "
+                           f"replicas took the write within {timeout_ms} ms")
+        return out
+    raise AssertionError("unreachable")
+
+
 class RedisStore:
-    def __init__(self, url: str, prefix: str, max_tasks: int, max_per_owner: int,
+    def __init__(self, url: str | None, prefix: str, max_tasks: int, max_per_owner: int,
                  max_result_bytes: int, max_stored_bytes: int, replica: str = "",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, sentinels: Sequence[str] = (),
+                 master: str = "mymaster", min_acked: int = 0,
+                 ack_timeout_ms: int = 1000) -> None:
         self.url = url
         self.replica = replica  # the writer named in announcements
         self.prefix = prefix
@@ -201,18 +281,17 @@ class RedisStore:
         self.max_result_bytes = max_result_bytes
         self.max_stored_bytes = max_stored_bytes
         self.clock = clock
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=64, timeout=2, socket_connect_timeout=1, socket_timeout=2,
-            retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2))
-        self.redis = aioredis.Redis(connection_pool=pool)
+        self.min_acked, self.ack_timeout_ms = min_acked, ack_timeout_ms
+        self.redis = _client(url, sentinels, master)
         self._create = self.redis.register_script(_CREATE)
         self._save = self.redis.register_script(_SAVE)
+        self._restore = self.redis.register_script(_RESTORE)
         self._delete = self.redis.register_script(_DELETE)
         self._sweep = self.redis.register_script(_SWEEP)
         self._stranded = self.redis.register_script(_STRANDED)
         self._alive: TTLCache[str, bool] = TTLCache(1024, 1.0)  # leases seen held lately
-        # Finished records read lately (a terminal record never changes; it only goes at
-        # its ttl, which reads check), bounded in bytes.
+        # Finished records read or written lately (a terminal record never changes; it only
+        # goes at its ttl, which reads check), bounded in bytes.
         self._finished: LRUCache[str, Task] = LRUCache(FINISHED_CACHE_BYTES,
                                                        getsizeof=lambda t: t.size + 512)
         self._bytes = 0
@@ -226,13 +305,18 @@ class RedisStore:
     async def create(self, task: Task) -> None:
         rec, _ = _encode(task)
         end = task.expires_at
-        refused = await self._create(
-            keys=[self.key("live"), self.key("o", task.owner), self.key("t", task.id),
-                  self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
-                  self.key("bytes")],
-            args=[task.id, _ms(self.clock()), "+inf" if end is None else _ms(end),
-                  self.max_tasks, self.max_per_owner, str(task.status), task.owner,
-                  task.replica, rec, "" if end is None else _ms(end + EXPIRED_MEMORY_S)])
+        try:
+            refused = await self._run(self._create, durable=True, keys=[
+                self.key("live"), self.key("o", task.owner), self.key("t", task.id),
+                self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
+                self.key("bytes")], args=[
+                task.id, _ms(self.clock()), "+inf" if end is None else _ms(end),
+                self.max_tasks, self.max_per_owner, str(task.status), task.owner,
+                task.replica, rec, "" if end is None else _ms(end + EXPIRED_MEMORY_S)])
+        except NotAcked:
+            with contextlib.suppress(*_DOWN):  # not durable: no handle, so no record
+                await self._forget(task.id, expired=False)
+            raise
         if refused == 1:
             raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
         if refused == 2:
@@ -282,19 +366,56 @@ class RedisStore:
             raise ResultTooLarge(f"the result is {task.size} bytes; the gateway keeps at most "
                                  f"{self.max_result_bytes} bytes per task")
         rec, res = _encode(task)
-        saved, self._bytes = await self._save(
+        terminal = task.status in TERMINAL
+        # What a client must act on waits for the store replicas; progress does not (the
+        # next change or the end writes it again).
+        saved, self._bytes = await self._run(self._save, durable=terminal or bool(task.inputs),
             keys=[self.key("t", task.id), self.key("live"), self.key("sizes"),
                   self.key("bytes"), self.key("run", task.replica), self.key(EVENTS)],
             args=[task.id, _SOURCES[task.status], str(task.status), task.size,
-                  self.max_stored_bytes, rec, res, "1" if task.status in TERMINAL else "0",
+                  self.max_stored_bytes, rec, res, "1" if terminal else "0",
                   orjson.dumps({"task": task.id, "from": self.replica})])
         if saved == -1:
             raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
                                  "bytes) is full")
+        if saved and terminal:  # read here next, most likely: no round trip then
+            self._finished[task.id] = task.copy()
         return bool(saved)
 
     @_guarded
+    async def restore(self, task: Task) -> bool:
+        """Write `task` as it is where the store lacks it (it came back empty, or failed
+        over to a replica that lagged); False when the store holds it, or its ttl passed."""
+        if self._due(task):
+            return False
+        rec, res = _encode(task)
+        end = task.expires_at
+        return bool(await self._run(self._restore, durable=True, keys=[
+            self.key("t", task.id), self.key("live"), self.key("o", task.owner),
+            self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
+            self.key("bytes")], args=[
+            task.id, str(task.status), task.owner, task.replica, rec, res,
+            "+inf" if end is None else _ms(end),
+            "" if end is None else _ms(end + EXPIRED_MEMORY_S), task.size,
+            "0" if task.terminal else "1"]))
+
+    def kept(self) -> list[Task]:
+        """Copies of the finished records read or written here lately, unexpired."""
+        return [t.copy() for t in list(self._finished.values()) if not self._due(t)]
+
+    async def _run(self, script: AsyncScript, *, durable: bool, keys: list[str],
+                   args: list[Any]) -> Any:
+        if not durable or not self.min_acked:
+            return await script(keys=keys, args=args)
+        return await _acked(self.redis, script, keys, args, self.min_acked,
+                            self.ack_timeout_ms)
+
+    @_guarded
     async def delete(self, task_id: str, *, expired: bool = False) -> None:
+        await self._forget(task_id, expired=expired)
+
+    async def _forget(self, task_id: str, *, expired: bool) -> None:
+        self._finished.pop(task_id, None)
         self._bytes = await self._delete(
             keys=[self.key("t", task_id), self.key("live"), self.key("sizes"),
                   self.key("bytes"), self.key("gone", task_id)],
@@ -317,8 +438,12 @@ class RedisStore:
 
     # -- replicas ---------------------------------------------------------------------------
     @_guarded
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> None:
-        await self.redis.set(self.key("lease", replica), address or "-", px=lease_ms)
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
+        """True when the lease was still held: False means it lapsed, or the store lost it
+        (restarted empty, or failed over to a replica that lagged)."""
+        held = await self.redis.set(self.key("lease", replica), address or "-", px=lease_ms,
+                                    get=True)
+        return held is not None
 
     @_guarded
     async def address(self, replica: str) -> str | None:

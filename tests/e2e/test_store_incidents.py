@@ -1,0 +1,218 @@
+"""The promise through store incidents, on real processes: gateway replicas in front of their
+stdio test servers, a real Redis server stopped, restarted empty, or failed over by real
+Sentinels. A task whose handle was returned keeps its right end: an end the store did not
+take waits in its replica's outbox (answered from there meanwhile) and is written once the
+store is back; a store back empty gets every replica's records again; a failover loses no
+acknowledged creation or end (store.min_replicas_acked)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import RedisServer, Replica, free_port
+from prometheus_client.parser import text_string_to_metric_families
+from test_replicas import ALICE, ready_is
+from test_tasks import call, tasks_op, wait_for
+
+
+async def outbox(http: aiohttp.ClientSession, replica: Replica) -> float:
+    """What /metrics says the replica's outbox holds."""
+    async with http.get(replica.url.replace("/mcp", "/metrics"), headers=ALICE) as resp:
+        text = await resp.text()
+    family, = (f for f in text_string_to_metric_families(text)
+               if f.name == "mcp_gateway_store_outbox")
+    return family.samples[0].value
+
+
+async def eventually(check: Any, timeout_s: float = 15) -> None:
+    for _ in range(int(timeout_s * 10)):
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never: {check.__name__}")
+
+
+async def test_an_end_made_while_the_store_is_down_survives_it_coming_back_empty(
+        group, http, tmp_path) -> None:
+    """The issue's incident: Redis stops while tasks run and restarts with nothing."""
+    own = RedisServer()  # no persistence: it comes back empty
+    own.start()
+    try:
+        a, b = await group(2, redis=own)
+        short = (await call(http, a.url, "sleep", {"ms": 1000}, headers=ALICE)).body["result"]
+        long = (await call(http, a.url, "sleep", {"ms": 5000}, headers=ALICE)).body["result"]
+        own.stop()
+        # The end is made while the store is down: the replica that ran it answers for it.
+        done = await wait_for(http, a.url, short["taskId"], "completed", ALICE)
+        assert done["result"]["content"][0]["text"] == "slept 1000"
+        assert await outbox(http, a) == 1
+        await ready_is(http, a, up=False)  # reported, not fatal: /readyz stays 200
+        async with http.get(a.url.replace("/mcp", "/status"), headers=ALICE) as resp:
+            assert "outbox: 1 change(s)" in await resp.text()
+        # Another replica cannot read the store: a clear 503, and pass-through goes on.
+        elsewhere = await tasks_op(http, b.url, "tasks/get", short["taskId"], ALICE)
+        assert elsewhere.status == 503
+        assert "task store is unavailable" in elsewhere.body["error"]["message"]
+        echoed = await call(http, b.url, "echo", {"text": "still"}, headers=ALICE)
+        assert echoed.body["result"]["content"][0]["text"] == "still"
+
+        own.start()  # empty
+        for task, text in ((short, "slept 1000"), (long, "slept 5000")):
+            got = await wait_for_long(http, b.url, task["taskId"], "completed")
+            assert got["result"]["content"][0]["text"] == text  # the right result, elsewhere
+        await eventually(lambda: _is(outbox(http, a), 0))
+        await ready_is(http, a, up=True)
+    finally:
+        own.stop()
+
+
+async def _is(value: Any, expected: Any) -> bool:
+    return await value == expected
+
+
+async def wait_for_long(http: aiohttp.ClientSession, url: str, task_id: str, status: str,
+                        timeout_s: float = 20) -> dict[str, Any]:
+    """Like wait_for, over a longer time and through 503s (the store coming back)."""
+    got: Any = None
+    for _ in range(int(timeout_s * 10)):
+        reply = await tasks_op(http, url, "tasks/get", task_id, ALICE)
+        got = reply.body.get("result") or reply.body.get("error")
+        if reply.status == 200 and got.get("status") == status:
+            return got
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"task never reached {status}: {got}")
+
+
+async def test_a_running_task_goes_on_when_the_store_restarts_empty(group, http) -> None:
+    own = RedisServer()
+    own.start()
+    try:
+        a, b = await group(2, redis=own)
+        task = (await call(http, a.url, "sleep", {"ms": 4000}, headers=ALICE)).body["result"]
+        own.stop()
+        own.start()  # back at once, with nothing: neither replica noticed an outage
+        running = await wait_for_long(http, b.url, task["taskId"], "working")
+        assert running["taskId"] == task["taskId"]  # written again by the replica running it
+        done = await wait_for_long(http, b.url, task["taskId"], "completed")
+        assert done["result"]["content"][0]["text"] == "slept 4000"
+        # And a task made after it is served as ever.
+        after = (await call(http, b.url, "sleep", {"ms": 400}, headers=ALICE)).body["result"]
+        assert (await wait_for(http, a.url, after["taskId"], "completed", ALICE)
+                )["result"]["content"][0]["text"] == "slept 400"
+    finally:
+        own.stop()
+
+
+# -- Sentinel: the store fails over, the tasks stay ---------------------------------------------
+class SentinelSet:
+    """A primary, a replica and three sentinels, all redis-server processes on loopback."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.primary, self.replica = RedisServer(), RedisServer()
+        self.ports = [free_port() for _ in range(3)]
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        binary = shutil.which("redis-sentinel")
+        if binary is None:
+            pytest.fail("redis-sentinel is missing: run scripts/test.sh")
+        self.primary.start()
+        self.replica.start(["--replicaof", "127.0.0.1", str(self.primary.port)])
+        for port in self.ports:
+            conf = self.folder / f"sentinel-{port}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndaemonize no\n"
+                f"sentinel monitor mymaster 127.0.0.1 {self.primary.port} 2\n"
+                "sentinel down-after-milliseconds mymaster 1000\n"
+                "sentinel failover-timeout mymaster 5000\n"
+                "sentinel parallel-syncs mymaster 1\n")
+            self.sentinels.append(subprocess.Popen(
+                [binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    @property
+    def addresses(self) -> list[str]:
+        return [f"127.0.0.1:{port}" for port in self.ports]
+
+    async def primary_port(self) -> int:
+        proc = await asyncio.create_subprocess_exec(
+            "redis-cli", "-p", str(self.ports[0]), "sentinel", "get-master-addr-by-name",
+            "mymaster", stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+        lines = out.decode().split()
+        return int(lines[1]) if len(lines) == 2 else 0
+
+    def stop(self) -> None:
+        for proc in self.sentinels:
+            proc.kill()
+            proc.wait(10)
+        self.primary.stop()
+        self.replica.stop()
+
+
+@pytest.fixture
+async def sentinel_set(tmp_path) -> Any:
+    made = SentinelSet(tmp_path)
+    made.start()
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+@pytest.mark.slow
+async def test_no_acknowledged_task_is_lost_when_the_primary_is_killed(
+        group, http, sentinel_set) -> None:
+    store = {"backend": "redis", "sentinels": sentinel_set.addresses,
+             "sentinel_master": "mymaster", "min_replicas_acked": 1, "lease_ms": 1000}
+    replicas = await group(2, store=store)
+    for _ in range(100):  # the replica has synced: creations are acknowledged
+        made = (await call(http, replicas[0].url, "sleep", {"ms": 300}, headers=ALICE)
+                ).body["result"]
+        if made.get("resultType") == "task":
+            break
+        await asyncio.sleep(0.1)
+    acknowledged: dict[str, int] = {}  # task id -> the ms it sleeps
+
+    async def create(i: int) -> None:
+        ms = 400 + 100 * (i % 20)
+        reply = await call(http, replicas[i % 2].url, "sleep", {"ms": ms}, headers=ALICE)
+        result = reply.body.get("result") or {}
+        if result.get("resultType") == "task":
+            acknowledged[result["taskId"]] = ms
+        else:  # not durable in time: answered inline, never a handle
+            assert result.get("content", [{}])[0].get("text") == f"slept {ms}", reply.body
+
+    first = [create(i) for i in range(20)]
+    await asyncio.gather(*first)
+    old = sentinel_set.primary.port
+    sentinel_set.primary.stop()  # kill -9, while tasks run
+    creating = asyncio.gather(*(create(i) for i in range(20, 60)))
+    for _ in range(200):
+        if await sentinel_set.primary_port() not in (0, old):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the sentinels never promoted the replica")
+    await creating  # meanwhile the new primary has no replica: creations answer inline
+    before = len(acknowledged)
+    assert before >= 20
+    # The old primary is back, as a replica of the new one: creations are durable again.
+    sentinel_set.primary.start(["--replicaof", "127.0.0.1", str(sentinel_set.replica.port)])
+    for i in range(60, 200):
+        await create(i)
+        if len(acknowledged) >= before + 5:
+            break
+        await asyncio.sleep(0.1)
+    assert len(acknowledged) >= before + 5
+    for task_id, ms in acknowledged.items():
+        done = await wait_for_long(http, replicas[1].url, task_id, "completed", 30)
+        assert done["result"]["content"][0]["text"] == f"slept {ms}", task_id
+    for replica in replicas:
+        await eventually(lambda r=replica: _is(outbox(http, r), 0), 30)

@@ -343,8 +343,11 @@ class ModernEra:
         """Park `parked` for one more round; the InputRequiredResult that says so."""
         parked.round += 1
         self.parked.park(parked)
+        # The replica's address travels sealed with the state: a retry reaching another
+        # replica is handed here without asking the store (which may be away meanwhile).
         state = self.sealer.seal(p=parked.id, r=parked.round, o=parked.owner,
-                                 m=parked.method, d=parked.digest, x=self.engine.replica)
+                                 m=parked.method, d=parked.digest, x=self.engine.replica,
+                                 u=self.engine.replicas.url)
         return jsonrpc.result(client_id, {"resultType": "input_required",
                                           "inputRequests": parked.requests(),
                                           "requestState": state})
@@ -362,7 +365,7 @@ class ModernEra:
             raise errors.InvalidParams("Invalid requestState: it was issued for a different "
                                        "request; retry with the original method and params")
         if state.get("x", self.engine.replica) != self.engine.replica:
-            return await self.relay.to(state["x"], request, msg)  # its call is parked there
+            return await self.relay.to(state["x"], state.get("u"), request, msg)  # parked there
         parked = self.parked.get(state.get("p"))
         if parked is None:
             raise errors.InvalidParams("Invalid requestState: that request is no longer "

@@ -1,8 +1,10 @@
 """Handing a request to the replica that holds what it needs: an MRTR retry whose call is
-parked on another replica (its sealed requestState names that replica) is sent there, once,
-and the answer is streamed back as it comes (JSON or SSE alike). The replica's address is
-the one it gave with its lease (`replica.url`); a replica that is gone, or never gave one,
-cannot take the retry, and the client is told to send its request afresh.
+parked on another replica (its sealed requestState names that replica and its
+`replica.url`) is sent there, once, and the answer is streamed back as it comes (JSON or SSE
+alike). The address comes sealed with the state, so a store outage does not stop MRTR
+rounds; a state without one is looked up in the holder's lease. A replica that is gone, or
+never gave an address, cannot take the retry, and the client is told to send its request
+afresh.
 """
 
 from __future__ import annotations
@@ -30,9 +32,13 @@ class Relay:
         self.replicas = replicas
         self._http: aiohttp.ClientSession | None = None
 
-    async def to(self, replica: str, request: web.Request, msg: dict[str, Any]
-                 ) -> web.StreamResponse:
-        address = None if RELAYED in request.headers else await self.replicas.address(replica)
+    async def to(self, replica: str, url: str | None, request: web.Request,
+                 msg: dict[str, Any]) -> web.StreamResponse:
+        """`url`: where the holder said it is reached, sealed with the state; else its
+        lease tells."""
+        if RELAYED in request.headers:
+            raise errors.InvalidParams(GONE)
+        address = url or await self.replicas.address(replica)
         if address is None:
             raise errors.InvalidParams(GONE)
         headers = {k: v for k in PASSED if (v := request.headers.get(k)) is not None}

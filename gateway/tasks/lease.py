@@ -6,10 +6,11 @@ when it changes, shown by /readyz and /status), and the lease given up at a clea
 With the memory store there is nothing to hold.
 
 Each beat that reaches the store drains the outbox (what the store did not take while it
-was away). A beat that finds this replica's lease gone, after the first, means the store
-lost what it held (restarted empty, failed over to a replica that lagged) or was away a
-whole lease: the replica writes back what it holds (`Outbox.rejoin`), and judges no other
-replica gone for a lease, so that they may do the same.
+was away), beside the heartbeat. A beat that finds this replica's lease gone, after the
+first, means the store lost what it held (restarted empty, failed over to a replica that
+lagged) or was away a whole lease: the replica writes back what it holds
+(`Outbox.rejoin`). Replicas (replicas.py) judges no other replica gone for a lease after
+such a beat, or one that failed, so that they may do the same.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from gateway.observability import log
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.store.outbox import Outbox
 
+STOP_FLUSH_S = 2.0  # at a clean stop, for what waits in the outbox
+
 
 class Lease:
     def __init__(self, engine: TaskEngine, backend: str, lease_ms: int,
@@ -35,6 +38,8 @@ class Lease:
         self.error: str | None = None
         self._recovered = backend == "memory"
         self._tasks: list[asyncio.Task[None]] = []  # the heartbeat, the channels
+        self._writing: asyncio.Task[None] | None = None  # the outbox drained, records back
+        self._rejoin_due = False
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "up": self.store_up,
@@ -65,16 +70,13 @@ class Lease:
         replicas = self.engine.replicas
         try:
             held = await replicas.beat(self.lease_ms)
-            if not self.store_up or (self._recovered and not held):
-                replicas.defer_judgement(self.lease_ms)
             if not self._recovered:
                 failed = await replicas.recover()
                 self._recovered = True
                 log.info("replica.recovered", replica=self.engine.replica, tasks_failed=failed)
             elif not held:
-                await self._rejoin()
-            if self.outbox is not None:
-                await self.outbox.flush()
+                self._rejoin_due = True
+            self._write_back()
         except StoreUnavailable as exc:
             if self.store_up:
                 log.error("store.unavailable", backend=self.backend, error=exc.message)
@@ -84,17 +86,34 @@ class Lease:
             log.info("store.available", backend=self.backend)
         self.store_up, self.error = True, None
 
-    async def _rejoin(self) -> None:
-        """The store lost this replica's lease: it may have lost its records too."""
-        if self.outbox is not None:
-            restored = await self.outbox.rejoin(self.engine.running())
-            log.warning("store.rejoined", replica=self.engine.replica, restored=restored)
+    def _write_back(self) -> None:
+        """Beside the heartbeat, which must stay on time whatever there is to write."""
+        if self.outbox is not None and (self._writing is None or self._writing.done()):
+            self._writing = asyncio.create_task(self._write(self.outbox))
+
+    async def _write(self, outbox: Outbox) -> None:
+        """The store lost this replica's lease, so perhaps its records too: they are
+        written back; then what waits in the outbox. Tried again at the next beat while the
+        store does not take it."""
+        with contextlib.suppress(StoreUnavailable):
+            if self._rejoin_due:
+                self._rejoin_due = False
+                try:
+                    restored = await outbox.rejoin(self.engine.running())
+                except StoreUnavailable:
+                    self._rejoin_due = True
+                    raise
+                log.warning("store.rejoined", replica=self.engine.replica, restored=restored)
+            await outbox.flush()
 
     async def stop(self) -> None:
         """After the tasks' ends are written: others need not wait for the lease to lapse."""
-        for task in self._tasks:
+        for task in [*self._tasks, *([self._writing] if self._writing else [])]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.outbox is not None and len(self.outbox):  # the last chance to write them
+            with contextlib.suppress(StoreUnavailable, TimeoutError):
+                await asyncio.wait_for(self.outbox.flush(), STOP_FLUSH_S)
         with contextlib.suppress(StoreUnavailable):
             await self.engine.replicas.leave()

@@ -41,7 +41,12 @@ class Replicas:
         self._told: dict[str, float] = {}  # watched tasks run elsewhere: last change told
         self.watchers = watchers
         self.report = report
-        self._judge_from = 0.0  # monotonic: before it, no replica is judged gone
+        # Monotonic times: other replicas are judged gone only from _judge_from, and only
+        # until _fresh_until (while this replica's own beats get through).
+        self._judge_from = 0.0
+        self._fresh_until = 0.0
+        self._beaten = False  # a beat got through since the last one that failed
+        self._started = False
 
     def defer_judgement(self, lease_ms: int) -> None:
         """The store was away, or lost the leases: every replica gets a full lease to
@@ -50,7 +55,9 @@ class Replicas:
         self._judge_from = time.monotonic() + lease_ms / 1000
 
     def _judging(self) -> bool:
-        return time.monotonic() >= self._judge_from
+        """A replica whose own heartbeat is not getting through (the store hangs, or fails
+        over) cannot tell a gone replica from one whose beats do not get through either."""
+        return self._judge_from <= time.monotonic() < self._fresh_until
 
     async def unless_stranded(self, task: Task) -> Task:
         """`task` as read; failed first if the replica that ran it is gone."""
@@ -60,9 +67,12 @@ class Replicas:
         return await self.end(task, Status.FAILED, STRANDED)
 
     async def end(self, task: Task, status: Status, message: str) -> Task:
+        """`task` ended here though it runs elsewhere: cancelled by its client (kept through
+        a store outage, like any change), or failed for a replica gone (a judgement from a
+        read, which a stale primary may have served: written now, or not at all)."""
         final = task.ended(status, message,
                            failure(message) if status is Status.FAILED else None)
-        if not await self.store.save(final):
+        if not await self.store.save(final, keep=message != STRANDED):
             return await self.store.get(task.id) or task  # someone else ended it first
         self.report.ended(final, None, replica=task.replica)
         self.watchers.tell(final)
@@ -124,8 +134,19 @@ class Replicas:
     async def beat(self, lease_ms: int) -> bool:
         """Renew this replica's lease (a shared store); False when the store did not hold
         it (a first beat, a lapse, or a store that lost its data); StoreUnavailable when
-        the store is down."""
-        return await self.store.beat(self.replica, lease_ms, self.url)
+        the store is down. After a beat that failed, or found the lease gone, others are
+        not judged for a lease."""
+        try:
+            held = await self.store.beat(self.replica, lease_ms, self.url)
+        except StoreUnavailable:
+            self._beaten, self._fresh_until = False, 0.0
+            raise
+        now = time.monotonic()
+        if self._started and not (held and self._beaten):
+            self.defer_judgement(lease_ms)
+        self._started = self._beaten = True
+        self._fresh_until = now + lease_ms / 2000  # a beat and a half, a third apart
+        return held
 
     async def address(self, replica: str) -> str | None:
         """Where another replica is reached (None: gone, or it did not say)."""

@@ -8,6 +8,7 @@ acknowledged creation or end (store.min_replicas_acked)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ import aiohttp
 import pytest
 from conftest import RedisServer, Replica, free_port
 from prometheus_client.parser import text_string_to_metric_families
+from test_modern import ask_round, retry
 from test_replicas import ALICE, ready_is
 from test_tasks import call, tasks_op, wait_for
 
@@ -105,6 +107,24 @@ async def test_a_running_task_goes_on_when_the_store_restarts_empty(group, http)
         after = (await call(http, b.url, "sleep", {"ms": 400}, headers=ALICE)).body["result"]
         assert (await wait_for(http, a.url, after["taskId"], "completed", ALICE)
                 )["result"]["content"][0]["text"] == "slept 400"
+    finally:
+        own.stop()
+
+
+async def test_an_input_round_reaches_its_replica_while_the_store_is_down(group,
+                                                                         http) -> None:
+    """An MRTR retry landing on another replica is handed to the one holding its call at
+    the address sealed in its requestState: no store is needed for it."""
+    own = RedisServer()
+    own.start()
+    try:
+        a, b = await group(2, redis=own)
+        _, first = await ask_round(http, a.url, headers=ALICE)
+        (key, _), = first["inputRequests"].items()
+        own.stop()
+        answer = {"action": "accept", "content": {"name": "Ada"}}
+        done = await retry(http, b.url, first["requestState"], {key: answer}, ALICE)
+        assert json.loads(done.body["result"]["content"][0]["text"]) == answer
     finally:
         own.stop()
 

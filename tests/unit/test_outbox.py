@@ -32,7 +32,7 @@ class Switched(MemoryStore):
         self._check()
         await super().create(task)
 
-    async def save(self, task: Task) -> bool:
+    async def save(self, task: Task, *, keep: bool = True) -> bool:
         self._check()
         saved = await super().save(task)
         self.saved.append((task.id, str(task.status)))
@@ -46,9 +46,9 @@ class Switched(MemoryStore):
         self._check()
         await super().delete(task_id, expired=expired)
 
-    async def restore(self, task: Task) -> bool:
+    async def restore(self, tasks: list[Task]) -> int:
         self._check()
-        return await super().restore(task)
+        return await super().restore(tasks)
 
     def forget_everything(self) -> None:
         """As a store restarted without persistence."""
@@ -169,3 +169,14 @@ async def test_reads_list_what_waits_over_the_store(store) -> None:
     assert [(t.id, t.status) for t in listed] == [(a.id, Status.COMPLETED),
                                                   (b.id, Status.WORKING)]
     assert await outbox.knows(a.id)
+
+
+async def test_a_judgement_from_a_read_is_never_kept(store) -> None:
+    """"Its replica is gone" is read off the store, perhaps a primary that was demoted
+    meanwhile: written now, or not at all, never queued to win later over a real end."""
+    outbox = Outbox(store, 10, 1 << 20)
+    task = await made(outbox)
+    store.down = True
+    with pytest.raises(StoreUnavailable):
+        await outbox.save(task.ended(Status.FAILED, "the replica stopped"), keep=False)
+    assert len(outbox) == 0

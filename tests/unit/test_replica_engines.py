@@ -133,6 +133,7 @@ async def test_a_lapsed_replica_has_its_running_tasks_failed(replica) -> None:
     swept, _, _ = await running(a)
     assert (await b.find(read.id, "me")).status is Status.WORKING  # a holds its lease
     await asyncio.sleep(1.2)  # a's lease lapses (and b's cache of it, a second)
+    await b.replicas.beat(10_000)  # b's own beats get through: it may judge
     failed = await b.find(read.id, "me")  # failed when read...
     assert failed.status is Status.FAILED and failed.status_message == STRANDED
     assert failed.error == {"code": jsonrpc.INTERNAL_ERROR, "message": STRANDED}
@@ -146,13 +147,19 @@ async def test_after_a_store_incident_no_replica_is_judged_gone_for_a_lease(repl
     does not lose to "the replica stopped"."""
     a, b = replica("a"), replica("b")
     await a.replicas.beat(300)
+    await b.replicas.beat(300)
     task, _, _ = await running(a)
-    await asyncio.sleep(1.2)  # a's lease lapsed, as in a store outage
-    b.replicas.defer_judgement(10_000)  # what b's lease keeper does when the store returns
+    await asyncio.sleep(1.2)  # a's lease lapsed, and b's: as in a store outage
+    assert not await b.replicas.beat(10_000)  # b finds its own lease gone: it waits
     assert (await b.find(task.id, "me")).status is Status.WORKING
     assert await b.sweep() == 0 and (await b.find(task.id, "me")).status is Status.WORKING
     b.replicas.defer_judgement(0)  # the lease has passed: a never came back
     assert (await b.find(task.id, "me")).status is Status.FAILED
+    c = replica("c")  # a replica whose own beats do not get through judges nobody
+    assert (await c.find(task.id, "me")).status is Status.FAILED  # already written
+    other, _, _ = await running(a)
+    await asyncio.sleep(1.2)
+    assert (await c.find(other.id, "me")).status is Status.WORKING
 
 
 async def test_a_replica_fails_what_its_previous_life_left_running(replica) -> None:

@@ -237,15 +237,15 @@ async def test_a_lost_record_is_restored_as_it_was_and_a_held_one_is_left(make_s
     clock = Clock()
     store = make_store(clock, max_tasks=1)
     held = await add(store, "a")
-    assert not await store.restore(held)  # held: left as it is
+    assert await store.restore([held]) == 0  # held: left as it is
     lost = Task(new_id(), "a", "tool", "extension", 10_000, 500, created_at=clock.now,
                 status=Status.COMPLETED, result=b'{"content":[]}', size=14)
-    assert await store.restore(lost)  # over max_tasks: it was accepted before
+    assert await store.restore([lost]) == 1  # over max_tasks: it was accepted before
     got = await store.get(lost.id)
     assert got is not None and orjson.dumps(got.record()) == orjson.dumps(lost.record())
     assert {t.id for t in await store.owned_by("a")} == {held.id, lost.id}
     gone = Task(new_id(), "a", "tool", "extension", 1000, 500, created_at=clock.now - 2)
-    assert not await store.restore(gone)  # its ttl passed: nothing to keep
+    assert await store.restore([gone]) == 0  # its ttl passed: nothing to keep
 
 
 async def test_a_beat_tells_whether_the_lease_was_held(redis_server, key_prefix) -> None:

@@ -54,21 +54,24 @@ class TaskStore(Protocol):
     async def owned_by(self, owner: str) -> list[Task]:
         """Copies of the owner's records, oldest first."""
 
-    async def save(self, task: Task) -> bool:
+    async def save(self, task: Task, *, keep: bool = True) -> bool:
         """Replace the record if the stored status may move to `task.status` (the same
         status included, for a new message or inputs); False when it may not (the stored
-        one is terminal) or the record is gone. ResultTooLarge when `task.size` bytes
+        one is terminal) or the record is gone. `keep=False`: a judgement made from a read
+        (a replica gone), which a store with an outbox writes now or not at all, since the
+        read may have been stale. ResultTooLarge when `task.size` bytes
         cannot be kept. A shared store announces the change to the other replicas (the
         events channel: `{"task": id, "from": replica}`) in the same round trip."""
 
-    async def restore(self, task: Task) -> bool:
-        """Write `task` as it is where the store lacks it (a shared store that came back
-        empty, or failed over to a replica that lagged), whatever the bounds: it was accepted
-        already. False when the store holds it, or its ttl passed."""
+    async def restore(self, tasks: list[Task]) -> int:
+        """Write `tasks` as they are where the store lacks them (a shared store that came
+        back empty, or failed over to a replica that lagged), whatever the bounds: they were
+        accepted already. How many it lacked (held ones, and those whose ttl passed, are
+        left)."""
 
     def kept(self) -> list[Task]:
-        """Copies of finished records this process keeps beside the store (read or written
-        lately), to write again where the store lost them."""
+        """Copies of finished records this process keeps beside the store (read, written or
+        announced lately), to write again where the store lost them."""
 
     async def delete(self, task_id: str, *, expired: bool = False) -> None:
         """Forget a record (`expired`: remembered a while as expired)."""

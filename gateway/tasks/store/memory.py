@@ -93,7 +93,7 @@ class MemoryStore:
     async def owned_by(self, owner: str) -> list[Task]:
         return [t.copy() for t in self._tasks.values() if t.owner == owner and not self._due(t)]
 
-    async def save(self, task: Task) -> bool:
+    async def save(self, task: Task, *, keep: bool = True) -> bool:
         held = self._tasks.get(task.id)
         if held is None or (held.status is not task.status
                             and task.status not in TRANSITIONS[held.status]):
@@ -102,16 +102,19 @@ class MemoryStore:
         self._tasks[task.id] = _kept(task)
         return True
 
-    async def restore(self, task: Task) -> bool:
-        """Nothing is ever lost here; a record it lacks is kept as it is all the same."""
-        if task.id in self._tasks or self._due(task):
-            return False
-        self._tasks[task.id] = _kept(task)
-        self._per_owner[task.owner] += 1
-        self._bytes += task.size
-        if task.expires_at is not None:
-            self._due_at(task.expires_at, task.id)
-        return True
+    async def restore(self, tasks: list[Task]) -> int:
+        """Nothing is ever lost here; records it lacks are kept as they are all the same."""
+        restored = 0
+        for task in tasks:
+            if task.id in self._tasks or self._due(task):
+                continue
+            self._tasks[task.id] = _kept(task)
+            self._per_owner[task.owner] += 1
+            self._bytes += task.size
+            if task.expires_at is not None:
+                self._due_at(task.expires_at, task.id)
+            restored += 1
+        return restored
 
     def kept(self) -> list[Task]:
         return []  # this is the store: nothing beside it

@@ -15,8 +15,9 @@ never holds more than the live tasks, each within `limits.max_result_bytes`.
 
 A store that lost what it held (restarted empty, failed over to a replica that lagged) gets
 it back from each replica (`rejoin`): the records of the tasks running there and the
-finished records it keeps beside the store; what waits here is written again by `flush`
-(a save the store cannot apply to a record it lacks becomes a restore).
+finished records it keeps beside the store (every replica keeps the ends it reads, writes
+or hears announced, within a byte bound); what waits here is written again by `flush` (a
+save the store cannot apply to a record it lacks becomes a restore).
 """
 
 from __future__ import annotations
@@ -75,10 +76,15 @@ class Outbox:
                             f"({self._bytes} bytes) yet")
         await self.store.create(task)
 
-    async def save(self, task: Task) -> bool:
+    async def save(self, task: Task, *, keep: bool = True) -> bool:
+        if not keep:  # a judgement from a read that may be stale: now, or not at all
+            return await self.store.save(task)
         if not self._pending:
             try:
-                return await self.store.save(task)
+                # A record the store lacks is one it lost (restarted empty) before this
+                # replica wrote it back: the change writes it whole, unless another end is
+                # held (restore never overwrites).
+                return await self.store.save(task) or bool(await self.store.restore([task]))
             except StoreUnavailable as exc:
                 log.warning("store.outbox_started", task=task.id, status=str(task.status),
                             error=exc.message)
@@ -125,17 +131,14 @@ class Outbox:
         except ResultTooLarge as exc:  # the store filled up meanwhile: the end says so
             entry = _too_large(entry, str(exc))
             saved = await self.store.save(entry)
-        if not saved and not await self.store.restore(entry):
+        if not saved and not await self.store.restore([entry]):
             log.info("store.outbox_superseded", task=task_id)  # another end was first
 
     async def rejoin(self, running: list[Task]) -> int:
         """The store lost what it held: write again the records of `running` (this
         replica's tasks) and the finished records kept here; how many it lacked."""
-        restored = 0
-        for task in [*running, *self.store.kept()]:
-            if task.id not in self._pending:  # flush writes those
-                restored += await self.store.restore(task)
-        return restored
+        return await self.store.restore([t for t in [*running, *self.store.kept()]
+                                         if t.id not in self._pending])  # flush writes those
 
     # -- reads: what waits here is the newest state ------------------------------------------
     async def get(self, task_id: str) -> Task | None:
@@ -165,8 +168,8 @@ class Outbox:
         return task.expires_at is not None and task.expires_at <= self.clock()
 
     # -- the rest is the store's ------------------------------------------------------------
-    async def restore(self, task: Task) -> bool:
-        return await self.store.restore(task)
+    async def restore(self, tasks: list[Task]) -> int:
+        return await self.store.restore(tasks)
 
     def kept(self) -> list[Task]:
         return self.store.kept()

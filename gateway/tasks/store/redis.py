@@ -10,7 +10,7 @@ Keys, under `store.key_prefix` (P):
     P o:<owner>        the same, per owner: `max_tasks_per_owner`, core tasks/list
     P sizes, P bytes   bytes of each result or error held, and their sum: `max_stored_bytes`
     P run:<replica>    the tasks a replica runs; P replicas: every replica with such a set
-    P lease:<replica>  renewed by the replica's heartbeat; gone lease_ms after it stops
+    P lease:<replica>  (redis_link.py)
     P gone:<id>        the owner of a running task ended at its ttl (it answers "expired")
 
 Whatever checks a bound or a status is one Lua script, atomic across replicas: creation
@@ -18,44 +18,27 @@ checks both task bounds; a save is compare-and-set against the transition table 
 record stays terminal, whoever writes last) and checks the bytes bound. The scripts name a
 task's hash from the prefix, so a cluster (keys spread over shards) is not supported.
 
-A server that does not answer raises `StoreUnavailable` at once (a short connect and read
-timeout, two quick retries); redis-py reconnects by itself when it is back. With
-`store.sentinels`, redis-py's Sentinel support names the primary and follows it through a
-failover. With `store.min_replicas_acked` N, a creation, an input request and an end are
-each followed by `WAIT N` on the same connection (one pipeline): a write that N store
-replicas did not take within `ack_timeout_ms` is not durable, and raises `StoreUnavailable`
-(the creation is undone; a change stays in the replica's outbox and is written again).
+The connection (URL or Sentinel), its failures, acknowledgements by store replicas, leases
+and channels are redis_link.py's. With `store.min_replicas_acked` N, a creation, an input
+request and an end wait for N store replicas: a creation they did not take is undone (no
+handle goes out), a change stays in the replica's outbox and is written again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import orjson
-import redis.asyncio as aioredis
-from cachetools import LRUCache, TTLCache
-from redis.asyncio.sentinel import Sentinel
-from redis.backoff import ExponentialBackoff
-from redis.commands.core import AsyncScript
-from redis.connection import parse_url
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
+from cachetools import LRUCache
 
-from gateway.errors import StoreUnavailable
-from gateway.observability import log
 from gateway.tasks.model import TERMINAL, TRANSITIONS, Status, Task
 from gateway.tasks.store import EVENTS, Handler, ResultTooLarge, StoreFull
 from gateway.tasks.store.memory import EXPIRED_MEMORY_S
-
-P = ParamSpec("P")
-R = TypeVar("R")
+from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded
 
 # Tasks whose ttl passed leave the bounds (their hashes linger as "expired" a while).
 _PRUNE = """
@@ -176,39 +159,8 @@ return out
 """
 
 FINISHED_CACHE_BYTES = 32 << 20
-_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
-
-
-class NotAcked(RedisConnectionError):
-    """Fewer store replicas than `min_replicas_acked` took a write in time: it is not
-    durable (a failover could lose it), so it counts as the store not answering."""
-
-
-def _guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """A server that does not answer becomes `StoreUnavailable` (a JSON-RPC error); each
-    call is counted as a request to the store (one round trip, but for `owned_by` and
-    `stranded`)."""
-    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        args[0].requests += 1  # type: ignore[attr-defined]
-        try:
-            return await fn(*args, **kwargs)
-        except NotAcked as exc:
-            raise StoreUnavailable(str(exc)) from exc
-        except _DOWN as exc:
-            raise StoreUnavailable(type(exc).__name__) from exc
-    call.__name__, call.__doc__ = fn.__name__, fn.__doc__
-    return call
-
-
-async def _hand(handler: Handler, channel: str, data: bytes) -> None:
-    """One message to its handler; whatever goes wrong there stays with that message, so the
-    replica goes on hearing the others."""
-    try:
-        await handler(channel, orjson.loads(data))
-    except Exception as exc:
-        log.error("replica.message_failed", channel=channel, error=repr(exc))
-
-
+ANNOUNCED_BYTES = 64 << 10  # ends up to this size travel whole in their announcement
+RESTORE_BATCH = 200
 def _encode(task: Task) -> tuple[bytes, bytes]:
     """The record without its result, and the result as the raw JSON it is (or b"")."""
     rec = task.record()
@@ -229,44 +181,6 @@ _SOURCES = {s: "," + ",".join([str(s), *(str(f) for f in Status if s in TRANSITI
             for s in Status}
 
 
-def _client(url: str | None, sentinels: Sequence[str], master: str) -> aioredis.Redis:
-    """A client of the primary: at `url`, or wherever the sentinels say it is now (a
-    connection to a demoted primary is dropped and made again to the new one)."""
-    timeouts: dict[str, Any] = {"socket_connect_timeout": 1, "socket_timeout": 2,
-                                "retry": Retry(ExponentialBackoff(cap=0.2, base=0.02), 2)}
-    if not sentinels:
-        assert url is not None  # settings insist on one of them
-        return aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=64, timeout=2, **timeouts))
-    auth = {k: v for k, v in parse_url(url).items() if k in ("username", "password", "db")
-            } if url else {}
-    hosts = [(h, int(p)) for h, _, p in (s.rpartition(":") for s in sentinels)]
-    sentinel = Sentinel(hosts, sentinel_kwargs={"socket_connect_timeout": 1,
-                                                 "socket_timeout": 1}, **timeouts)
-    return sentinel.master_for(master, max_connections=256, **auth)
-
-
-async def _acked(redis: aioredis.Redis, script: AsyncScript, keys: list[str], args: list[Any],
-                 replicas: int, timeout_ms: int) -> Any:
-    """Run `script`, then WAIT on the same connection (a pipeline: one round trip); NotAcked
-    unless `replicas` store replicas took the write within `timeout_ms`."""
-    for loaded in (False, True):
-        async with redis.pipeline(transaction=False) as pipe:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-            pipe.wait(replicas, timeout_ms)
-            out, acked = await pipe.execute(raise_on_error=False)
-        if isinstance(out, NoScriptError) and not loaded:  # the server restarted
-            await redis.script_load(script.script)
-            continue
-        if isinstance(out, Exception):
-            raise out
-        if isinstance(acked, Exception) or acked < replicas:
-            raise NotAcked(f"{acked if isinstance(acked, int) else 0} of {replicas} store "
-                           f"replicas took the write within {timeout_ms} ms")
-        return out
-    raise AssertionError("unreachable")
-
-
 class RedisStore:
     def __init__(self, url: str | None, prefix: str, max_tasks: int, max_per_owner: int,
                  max_result_bytes: int, max_stored_bytes: int, replica: str = "",
@@ -281,27 +195,31 @@ class RedisStore:
         self.max_result_bytes = max_result_bytes
         self.max_stored_bytes = max_stored_bytes
         self.clock = clock
-        self.min_acked, self.ack_timeout_ms = min_acked, ack_timeout_ms
-        self.redis = _client(url, sentinels, master)
+        self.link = RedisLink(url, prefix, sentinels=sentinels, master=master,
+                              min_acked=min_acked, ack_timeout_ms=ack_timeout_ms)
+        self.redis = self.link.redis
+        self._run = self.link.run
+        self.key = self.link.key
         self._create = self.redis.register_script(_CREATE)
         self._save = self.redis.register_script(_SAVE)
         self._restore = self.redis.register_script(_RESTORE)
         self._delete = self.redis.register_script(_DELETE)
         self._sweep = self.redis.register_script(_SWEEP)
         self._stranded = self.redis.register_script(_STRANDED)
-        self._alive: TTLCache[str, bool] = TTLCache(1024, 1.0)  # leases seen held lately
-        # Finished records read or written lately (a terminal record never changes; it only
-        # goes at its ttl, which reads check), bounded in bytes.
+        # Finished records read, written or announced lately (a terminal record never
+        # changes; it only goes at its ttl, which reads check), bounded in bytes.
         self._finished: LRUCache[str, Task] = LRUCache(FINISHED_CACHE_BYTES,
                                                        getsizeof=lambda t: t.size + 512)
         self._bytes = 0
-        self.requests = 0
+        self.round_trips = 0
 
-    def key(self, *parts: str) -> str:
-        return self.prefix + ":".join(parts)
+    @property
+    def requests(self) -> int:
+        """Made to the store server so far (round trips), leases and channels included."""
+        return self.round_trips + self.link.round_trips
 
     # -- records ----------------------------------------------------------------------------
-    @_guarded
+    @guarded
     async def create(self, task: Task) -> None:
         rec, _ = _encode(task)
         end = task.expires_at
@@ -314,7 +232,7 @@ class RedisStore:
                 self.max_tasks, self.max_per_owner, str(task.status), task.owner,
                 task.replica, rec, "" if end is None else _ms(end + EXPIRED_MEMORY_S)])
         except NotAcked:
-            with contextlib.suppress(*_DOWN):  # not durable: no handle, so no record
+            with contextlib.suppress(*DOWN):  # not durable: no handle, so no record
                 await self._forget(task.id, expired=False)
             raise
         if refused == 1:
@@ -334,12 +252,12 @@ class RedisStore:
             task = task.copy()
         return None if self._due(task) else task
 
-    @_guarded
+    @guarded
     async def _read(self, task_id: str) -> Task | None:
         rec, res = await self.redis.hmget(self.key("t", task_id), "rec", "res")
         return None if rec is None else _decode(rec, res)
 
-    @_guarded
+    @guarded
     async def expired_owner(self, task_id: str) -> str | None:
         rec = await self.redis.hget(self.key("t", task_id), "rec")
         if rec is not None:
@@ -350,7 +268,7 @@ class RedisStore:
         owner = await self.redis.get(self.key("gone", task_id))
         return None if owner is None else owner.decode()
 
-    @_guarded
+    @guarded
     async def owned_by(self, owner: str) -> list[Task]:
         ids = await self.redis.zrangebyscore(self.key("o", owner), _ms(self.clock()), "+inf")
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -360,8 +278,8 @@ class RedisStore:
         tasks = [_decode(rec, res) for rec, res in held if rec is not None]
         return sorted((t for t in tasks if not self._due(t)), key=lambda t: t.created_at)
 
-    @_guarded
-    async def save(self, task: Task) -> bool:
+    @guarded
+    async def save(self, task: Task, *, keep: bool = True) -> bool:
         if task.size > self.max_result_bytes:
             raise ResultTooLarge(f"the result is {task.size} bytes; the gateway keeps at most "
                                  f"{self.max_result_bytes} bytes per task")
@@ -374,7 +292,7 @@ class RedisStore:
                   self.key("bytes"), self.key("run", task.replica), self.key(EVENTS)],
             args=[task.id, _SOURCES[task.status], str(task.status), task.size,
                   self.max_stored_bytes, rec, res, "1" if terminal else "0",
-                  orjson.dumps({"task": task.id, "from": self.replica})])
+                  self._announcement(task, terminal)])
         if saved == -1:
             raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
                                  "bytes) is full")
@@ -382,35 +300,58 @@ class RedisStore:
             self._finished[task.id] = task.copy()
         return bool(saved)
 
-    @_guarded
-    async def restore(self, task: Task) -> bool:
-        """Write `task` as it is where the store lacks it (it came back empty, or failed
-        over to a replica that lagged); False when the store holds it, or its ttl passed."""
-        if self._due(task):
-            return False
+    def _announcement(self, task: Task, terminal: bool) -> bytes:
+        """What a save tells the other replicas: the task changed; an end (up to
+        ANNOUNCED_BYTES) comes whole, and every replica keeps it among its finished records,
+        so that each can write it back should the store lose it, and read it without a
+        round trip."""
+        if terminal and task.size <= ANNOUNCED_BYTES:
+            return orjson.dumps({"task": task.id, "from": self.replica, "end": task.record()})
+        return orjson.dumps({"task": task.id, "from": self.replica})
+
+    def _heard_end(self, msg: dict[str, Any]) -> None:
+        end = msg.pop("end", None)
+        if isinstance(end, dict) and msg.get("from") != self.replica:
+            task = Task.from_record(end)
+            self._finished[task.id] = task
+
+    @guarded
+    async def restore(self, tasks: list[Task]) -> int:
+        """Write `tasks` as they are where the store lacks them (it came back empty, or
+        failed over to a replica that lagged), in pipelines of RESTORE_BATCH (then one WAIT
+        for them all, with min_acked); how many it lacked. Held ones, and those whose ttl
+        passed, are left."""
+        restored = 0
+        tasks = [t for t in tasks if not self._due(t)]
+        for at in range(0, len(tasks), RESTORE_BATCH):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for task in tasks[at:at + RESTORE_BATCH]:
+                    await self._restore(**self._restore_args(task), client=pipe)
+                if self.link.min_acked:
+                    pipe.wait(self.link.min_acked, self.link.ack_timeout_ms)
+                out = await pipe.execute()
+            if self.link.min_acked and out.pop() < self.link.min_acked:
+                raise NotAcked(f"fewer than {self.link.min_acked} store replicas took the "
+                               "records")
+            restored += sum(int(n) for n in out)
+        return restored
+
+    def _restore_args(self, task: Task) -> dict[str, list[Any]]:
         rec, res = _encode(task)
         end = task.expires_at
-        return bool(await self._run(self._restore, durable=True, keys=[
-            self.key("t", task.id), self.key("live"), self.key("o", task.owner),
-            self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
-            self.key("bytes")], args=[
-            task.id, str(task.status), task.owner, task.replica, rec, res,
-            "+inf" if end is None else _ms(end),
-            "" if end is None else _ms(end + EXPIRED_MEMORY_S), task.size,
-            "0" if task.terminal else "1"]))
+        return {"keys": [self.key("t", task.id), self.key("live"), self.key("o", task.owner),
+                         self.key("run", task.replica), self.key("replicas"),
+                         self.key("sizes"), self.key("bytes")],
+                "args": [task.id, str(task.status), task.owner, task.replica, rec, res,
+                         "+inf" if end is None else _ms(end),
+                         "" if end is None else _ms(end + EXPIRED_MEMORY_S), task.size,
+                         "0" if task.terminal else "1"]}
 
     def kept(self) -> list[Task]:
         """Copies of the finished records read or written here lately, unexpired."""
         return [t.copy() for t in list(self._finished.values()) if not self._due(t)]
 
-    async def _run(self, script: AsyncScript, *, durable: bool, keys: list[str],
-                   args: list[Any]) -> Any:
-        if not durable or not self.min_acked:
-            return await script(keys=keys, args=args)
-        return await _acked(self.redis, script, keys, args, self.min_acked,
-                            self.ack_timeout_ms)
-
-    @_guarded
+    @guarded
     async def delete(self, task_id: str, *, expired: bool = False) -> None:
         await self._forget(task_id, expired=expired)
 
@@ -421,14 +362,14 @@ class RedisStore:
                   self.key("bytes"), self.key("gone", task_id)],
             args=[task_id, "1" if expired else "0", _ms(EXPIRED_MEMORY_S), self.prefix])
 
-    @_guarded
+    @guarded
     async def sweep(self) -> int:
         gone, self._bytes = await self._sweep(
             keys=[self.key("live"), self.key("sizes"), self.key("bytes")],
             args=[_ms(self.clock())])
         return int(gone)
 
-    @_guarded
+    @guarded
     async def knows(self, task_id: str) -> bool:
         return bool(await self.redis.exists(self.key("t", task_id), self.key("gone", task_id)))
 
@@ -436,37 +377,7 @@ class RedisStore:
         """Of every replica, as of this replica's last write or sweep."""
         return self._bytes
 
-    # -- replicas ---------------------------------------------------------------------------
-    @_guarded
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
-        """True when the lease was still held: False means it lapsed, or the store lost it
-        (restarted empty, or failed over to a replica that lagged)."""
-        held = await self.redis.set(self.key("lease", replica), address or "-", px=lease_ms,
-                                    get=True)
-        return held is not None
-
-    @_guarded
-    async def address(self, replica: str) -> str | None:
-        held = await self.redis.get(self.key("lease", replica))
-        return None if held in (None, b"-") else held.decode()
-
-    @_guarded
-    async def leave(self, replica: str) -> None:
-        await self.redis.delete(self.key("lease", replica))
-
-    async def alive(self, replica: str) -> bool:
-        if replica in self._alive:
-            return True
-        held = await self._lease_held(replica)
-        if held:
-            self._alive[replica] = True
-        return held
-
-    @_guarded
-    async def _lease_held(self, replica: str) -> bool:
-        return bool(await self.redis.exists(self.key("lease", replica)))
-
-    @_guarded
+    @guarded
     async def stranded(self, replica: str | None = None) -> list[str]:
         """Running tasks of `replica`, or of every replica whose lease has gone."""
         if replica is not None:
@@ -485,28 +396,27 @@ class RedisStore:
         ids = await self._stranded(keys=[self.key("run", replica)], args=[self.prefix])
         return [i.decode() for i in ids]
 
-    # -- channels -----------------------------------------------------------------------------
-    @_guarded
+    # -- leases and channels: the link's ------------------------------------------------------
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
+        return await self.link.beat(replica, lease_ms, address)
+
+    async def address(self, replica: str) -> str | None:
+        return await self.link.address(replica)
+
+    async def leave(self, replica: str) -> None:
+        await self.link.leave(replica)
+
+    async def alive(self, replica: str) -> bool:
+        return await self.link.alive(replica)
+
     async def publish(self, channel: str, message: dict[str, Any]) -> None:
-        await self.redis.publish(self.key(channel), orjson.dumps(message))
+        await self.link.publish(channel, message)
 
     async def listen(self, channels: list[str], handler: Handler) -> None:
-        """Messages sent while the connection is down are lost: readers fall back on the
-        records (a bounded poll)."""
-        names = {self.key(c): c for c in channels}
-        while True:
-            try:
-                async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(*names)
-                    while True:
-                        msg = await pubsub.get_message(timeout=1.0)
-                        if msg is not None and msg["type"] == "message":
-                            await _hand(handler, names[msg["channel"].decode()], msg["data"])
-            except _DOWN:
-                await asyncio.sleep(0.5)
+        await self.link.listen(channels, handler, self._heard_end)
 
     async def close(self) -> None:
-        await self.redis.aclose(close_connection_pool=True)
+        await self.link.close()
 
     def _due(self, task: Task) -> bool:
         return task.expires_at is not None and task.expires_at <= self.clock()

@@ -1,0 +1,207 @@
+"""The shared store's connection, and what replicas do through it besides records: the
+client of the primary (at `store.url`, or wherever `store.sentinels` say it is), failures
+turned into `StoreUnavailable`, writes acknowledged by store replicas (`WAIT`), the
+replicas' leases and their channels.
+
+    P lease:<replica>  renewed by the replica's heartbeat; gone lease_ms after it stops;
+                       its value is where the replica is reached (replica.url), or "-"
+
+A server that does not answer raises `StoreUnavailable` at once (a short connect and read
+timeout, two quick retries); redis-py reconnects by itself when it is back. With sentinels,
+redis-py's Sentinel support names the primary and follows it through a failover.
+
+With `store.min_replicas_acked` N, a durable write is followed by `WAIT N` on the same
+connection (one pipeline): a write that N store replicas did not take within
+`ack_timeout_ms` is not durable (NotAcked, then StoreUnavailable). Beats are durable too: a
+primary that its replicas left (demoted, and not told yet) holds no lease that counts, and
+with sentinels a NotAcked write drops every connection, so that the next ones ask the
+sentinels where the primary is now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+import orjson
+import redis.asyncio as aioredis
+from cachetools import TTLCache
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import ExponentialBackoff
+from redis.commands.core import AsyncScript
+from redis.connection import parse_url
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from gateway.errors import StoreUnavailable
+from gateway.observability import log
+from gateway.tasks.store import EVENTS, Handler
+
+P = ParamSpec("P")
+R = TypeVar("R")
+DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+Keep = Callable[[dict[str, Any]], None]  # sees each event before its handler
+
+
+class NotAcked(RedisConnectionError):
+    """Fewer store replicas than `min_replicas_acked` took a write in time: it is not
+    durable (a failover could lose it), so it counts as the store not answering."""
+
+
+def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """A server that does not answer becomes `StoreUnavailable` (a JSON-RPC error); each
+    call is counted as a request to the store (one round trip, but for a few that say)."""
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        args[0].round_trips += 1  # type: ignore[attr-defined]
+        try:
+            return await fn(*args, **kwargs)
+        except NotAcked as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        except DOWN as exc:
+            raise StoreUnavailable(type(exc).__name__) from exc
+    call.__name__, call.__doc__ = fn.__name__, fn.__doc__
+    return call
+
+
+def connect(url: str | None, sentinels: Sequence[str], master: str) -> aioredis.Redis:
+    """A client of the primary: at `url`, or wherever the sentinels say it is now (a
+    connection to a demoted primary is dropped and made again to the new one)."""
+    timeouts: dict[str, Any] = {"socket_connect_timeout": 1, "socket_timeout": 2,
+                                "retry": Retry(ExponentialBackoff(cap=0.2, base=0.02), 2)}
+    if not sentinels:
+        assert url is not None  # settings insist on one of them
+        return aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=64, timeout=2, **timeouts))
+    auth = {k: v for k, v in parse_url(url).items() if k in ("username", "password", "db")
+            } if url else {}
+    hosts = [(h, int(p)) for h, _, p in (s.rpartition(":") for s in sentinels)]
+    sentinel = Sentinel(hosts, sentinel_kwargs={"socket_connect_timeout": 1,
+                                                 "socket_timeout": 1}, **timeouts)
+    return sentinel.master_for(master, max_connections=256, **auth)
+
+
+async def _acked(redis: aioredis.Redis, add: Callable[[Any], Any], replicas: int,
+                 timeout_ms: int, script: AsyncScript | None = None) -> Any:
+    """What `add` puts in a pipeline, then WAIT on the same connection (one round trip);
+    NotAcked unless `replicas` store replicas took the write within `timeout_ms`. A server
+    that forgot `script` (it restarted) is given it, and asked again."""
+    for loaded in (False, True):
+        async with redis.pipeline(transaction=False) as pipe:
+            add(pipe)
+            pipe.wait(replicas, timeout_ms)
+            out, acked = await pipe.execute(raise_on_error=False)
+        if script is not None and isinstance(out, NoScriptError) and not loaded:
+            await redis.script_load(script.script)
+            continue
+        if isinstance(out, Exception):
+            raise out
+        if isinstance(acked, Exception) or acked < replicas:
+            raise NotAcked(f"{acked if isinstance(acked, int) else 0} of {replicas} store "
+                           f"replicas took the write within {timeout_ms} ms")
+        return out
+    raise AssertionError("unreachable")
+
+
+async def _hand(handler: Handler, channel: str, data: bytes, keep: Keep) -> None:
+    """One message to its handler (`keep` sees events first); whatever goes wrong there
+    stays with that message, so the replica goes on hearing the others."""
+    try:
+        msg = orjson.loads(data)
+        if channel == EVENTS:
+            keep(msg)
+        await handler(channel, msg)
+    except Exception as exc:
+        log.error("replica.message_failed", channel=channel, error=repr(exc))
+
+
+class RedisLink:
+    def __init__(self, url: str | None, prefix: str, *, sentinels: Sequence[str] = (),
+                 master: str = "mymaster", min_acked: int = 0,
+                 ack_timeout_ms: int = 1000) -> None:
+        self.prefix = prefix
+        self.min_acked, self.ack_timeout_ms = min_acked, ack_timeout_ms
+        self.sentinels = bool(sentinels)
+        self.redis = connect(url, sentinels, master)
+        self._alive: TTLCache[str, bool] = TTLCache(1024, 1.0)  # leases seen held lately
+        self.round_trips = 0
+
+    def key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    async def run(self, script: AsyncScript, *, durable: bool, keys: list[str],
+                  args: list[Any]) -> Any:
+        """`script`, acknowledged by `min_acked` store replicas when `durable`."""
+        if not durable or not self.min_acked:
+            return await script(keys=keys, args=args)
+        return await self.acked(
+            lambda pipe: pipe.evalsha(script.sha, len(keys), *keys, *args), script)
+
+    async def acked(self, add: Callable[[Any], Any], script: AsyncScript | None = None
+                    ) -> Any:
+        try:
+            return await _acked(self.redis, add, self.min_acked, self.ack_timeout_ms, script)
+        except NotAcked:
+            if self.sentinels:  # perhaps a demoted primary that does not know it yet: the
+                await self.redis.connection_pool.disconnect()  # sentinels are asked again
+            raise
+
+    # -- leases -------------------------------------------------------------------------------
+    @guarded
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
+        """True when the lease was still held: False means it lapsed, or the store lost it
+        (restarted empty, or failed over to a replica that lagged)."""
+        key, value = self.key("lease", replica), address or "-"
+        if not self.min_acked:
+            return await self.redis.set(key, value, px=lease_ms, get=True) is not None
+        # A lease held on a primary that its replicas left (demoted, not told yet) is no
+        # lease: the others, on the real primary, would take this replica for gone.
+        return await self.acked(lambda pipe: pipe.set(key, value, px=lease_ms, get=True)
+                                ) is not None
+
+    @guarded
+    async def address(self, replica: str) -> str | None:
+        held = await self.redis.get(self.key("lease", replica))
+        return None if held in (None, b"-") else held.decode()
+
+    @guarded
+    async def leave(self, replica: str) -> None:
+        await self.redis.delete(self.key("lease", replica))
+
+    async def alive(self, replica: str) -> bool:
+        if replica in self._alive:
+            return True
+        held = await self.holds_lease(replica)
+        if held:
+            self._alive[replica] = True
+        return held
+
+    @guarded
+    async def holds_lease(self, replica: str) -> bool:
+        return bool(await self.redis.exists(self.key("lease", replica)))
+
+    # -- channels -----------------------------------------------------------------------------
+    @guarded
+    async def publish(self, channel: str, message: dict[str, Any]) -> None:
+        await self.redis.publish(self.key(channel), orjson.dumps(message))
+
+    async def listen(self, channels: list[str], handler: Handler, keep: Keep) -> None:
+        """Messages sent while the connection is down are lost: readers fall back on the
+        records (a bounded poll)."""
+        names = {self.key(c): c for c in channels}
+        while True:
+            try:
+                async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(*names)
+                    while True:
+                        msg = await pubsub.get_message(timeout=1.0)
+                        if msg is not None and msg["type"] == "message":
+                            await _hand(handler, names[msg["channel"].decode()], msg["data"],
+                                        keep)
+            except DOWN:
+                await asyncio.sleep(0.5)
+
+    async def close(self) -> None:
+        await self.redis.aclose(close_connection_pool=True)

@@ -8,8 +8,9 @@ With the memory store there is nothing to hold.
 Each beat that reaches the store drains the outbox (what the store did not take while it
 was away), beside the heartbeat. A beat that finds this replica's lease gone, after the
 first, means the store lost what it held (restarted empty, failed over to a replica that
-lagged) or was away a whole lease: the replica writes back what it holds
-(`Outbox.rejoin`). Replicas (replicas.py) judges no other replica gone for a lease after
+lagged) or was away a whole lease; so may a store that was away at all: the replica writes
+back what it holds (`Outbox.rejoin`: put where missing, so harmless where nothing was
+lost). Replicas (replicas.py) judges no other replica gone for a lease after
 such a beat, or one that failed, so that they may do the same.
 """
 
@@ -74,7 +75,9 @@ class Lease:
                 failed = await replicas.recover()
                 self._recovered = True
                 log.info("replica.recovered", replica=self.engine.replica, tasks_failed=failed)
-            elif not held:
+            elif not held or not self.store_up:
+                # After an outage too: a beat that failed may have set the lease again on
+                # a store that had lost it (its write got there, its acknowledgement not).
                 self._rejoin_due = True
             self._write_back()
         except StoreUnavailable as exc:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gateway.cli import build_settings, main, parser
 from gateway.settings import ConfigError, from_mapping, load
@@ -157,7 +158,7 @@ def test_serving_beyond_loopback_needs_auth_or_says_so(host, auth, allowed, ok) 
     assert f"listen.host {host} is reachable from other machines" in str(caught.value)
 
 
-SHIPPED = sorted([*ROOT.glob("config/*.yaml"), ROOT / "deploy" / "gateway.yaml"])
+SHIPPED = sorted([*ROOT.glob("config/*.yaml"), *ROOT.glob("deploy/gateway*.yaml")])
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -173,3 +174,39 @@ def test_every_shipped_config_passes_check_config_as_shipped(path, monkeypatch, 
     if needed:
         with pytest.raises(ConfigError, match=needed.split(", ")[0]):
             load(path)
+
+
+def test_the_compose_files_are_consistent() -> None:
+    """deploy/: every gateway service mounts a shipped config (checked above); Valkey keeps
+    an append-only file synced each second; the Sentinel variant's sentinels watch the
+    primary by the name its gateways follow, and the store's replica follows that primary."""
+    deploy = ROOT / "deploy"
+    plain = yaml.safe_load((deploy / "compose.yaml").read_text())
+    assert plain["services"]["valkey"]["command"][-4:] == ["--appendonly", "yes",
+                                                           "--appendfsync", "everysec"]
+    sentinel = yaml.safe_load((deploy / "compose.sentinel.yaml").read_text())
+    gateway = yaml.safe_load((deploy / "gateway.sentinel.yaml").read_text())["store"]
+    watched = sentinel["services"]["sentinel-1"]["command"][0]
+    assert f"sentinel monitor {gateway['sentinel_master']} valkey-1 6379 2" in watched
+    assert gateway["min_replicas_acked"] == 1
+    assert sentinel["services"]["valkey-2"]["command"][-3:] == ["--replicaof", "valkey-1",
+                                                               "6379"]
+    names = {s.split(":")[0] for s in gateway["sentinels"]}
+    assert names <= set(sentinel["services"])
+    for compose in (plain, sentinel):
+        for name, service in compose["services"].items():
+            for volume in service.get("volumes", []):
+                source = volume.split(":")[0]
+                if source.startswith("./"):
+                    assert (deploy / source).exists(), f"{name} mounts {source}"
+
+
+def test_a_store_is_found_by_url_or_by_sentinels() -> None:
+    base = {"upstreams": {"main": {"command": "x"}}}
+    conf = from_mapping({**base, "store": {"backend": "redis", "sentinels": ["s1:26379"],
+                                           "min_replicas_acked": 1}})
+    assert conf.store.sentinel_master == "mymaster" and conf.store.url is None
+    with pytest.raises(ConfigError, match=r"store: .*needs store\.url .* or store\.sentinels"):
+        from_mapping({**base, "store": {"backend": "redis"}})
+    with pytest.raises(ConfigError, match=r"store\.sentinels.*'s1' is not host:port"):
+        from_mapping({**base, "store": {"backend": "redis", "sentinels": ["s1"]}})

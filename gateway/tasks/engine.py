@@ -395,7 +395,9 @@ async def _write_end(store: TaskStore, run: TaskRun, final: Task) -> Task:
         final = run.task.ended(Status.FAILED, str(exc), failure(str(exc)))
         saved = await store.save(final)
     if not saved:  # the store holds another end already, or forgot the task
-        final = await store.get(final.id) or final
+        stored = await store.get(final.id)
+        if stored is not None and stored.terminal:  # an end is an end, never "working"
+            final = stored
     return final
 
 

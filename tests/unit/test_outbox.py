@@ -180,3 +180,22 @@ async def test_a_judgement_from_a_read_is_never_kept(store) -> None:
     with pytest.raises(StoreUnavailable):
         await outbox.save(task.ended(Status.FAILED, "the replica stopped"), keep=False)
     assert len(outbox) == 0
+
+
+async def test_a_record_written_back_meanwhile_takes_the_end(store) -> None:
+    """The store lost the record; the replica's write-back puts its running copy there just
+    between the end's save (refused: no record) and its restore (refused: one is there):
+    the end is saved again, not lost behind a stale "working"."""
+    outbox = Outbox(store, 10, 1 << 20)
+    task = await made(outbox)
+    store.forget_everything()
+    real_restore = store.restore
+
+    async def written_back_first(tasks: list[Task]) -> int:
+        await real_restore([task.copy()])  # the rejoin's running copy lands first
+        return await real_restore(tasks)
+
+    store.restore = written_back_first  # type: ignore[method-assign]
+    assert await outbox.save(ended(task, "right"))
+    got = await store.get(task.id)
+    assert got is not None and got.status is Status.COMPLETED and b"right" in got.result

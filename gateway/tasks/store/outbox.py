@@ -81,10 +81,7 @@ class Outbox:
             return await self.store.save(task)
         if not self._pending:
             try:
-                # A record the store lacks is one it lost (restarted empty) before this
-                # replica wrote it back: the change writes it whole, unless another end is
-                # held (restore never overwrites).
-                return await self.store.save(task) or bool(await self.store.restore([task]))
+                return await self._put(task)
             except StoreUnavailable as exc:
                 log.warning("store.outbox_started", task=task.id, status=str(task.status),
                             error=exc.message)
@@ -93,6 +90,13 @@ class Outbox:
             return False  # compare-and-set, as the store would: a terminal record stays
         self._keep(task.id, task.copy())
         return True
+
+    async def _put(self, task: Task) -> bool:
+        """Save; a record the store lacks is one it lost (restarted empty) before this
+        replica wrote it back: the change writes it whole (restore never overwrites); and
+        where the record came back meanwhile (written back by `rejoin`), save again."""
+        return await self.store.save(task) or bool(await self.store.restore([task])) or \
+            await self.store.save(task)
 
     async def delete(self, task_id: str, *, expired: bool = False) -> None:
         if not self._pending:
@@ -127,11 +131,10 @@ class Outbox:
             await self.store.delete(task_id, expired=entry.expired)
             return
         try:
-            saved = await self.store.save(entry)
+            saved = await self._put(entry)
         except ResultTooLarge as exc:  # the store filled up meanwhile: the end says so
-            entry = _too_large(entry, str(exc))
-            saved = await self.store.save(entry)
-        if not saved and not await self.store.restore([entry]):
+            saved = await self._put(_too_large(entry, str(exc)))
+        if not saved:
             log.info("store.outbox_superseded", task=task_id)  # another end was first
 
     async def rejoin(self, running: list[Task]) -> int:

@@ -110,7 +110,9 @@ class Task:
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Task:
         result = data.get("result")
-        return cls(**{**data, "result": None if result is None else orjson.dumps(result)})
+        # An exact-size copy: orjson's own buffer keeps 4 KiB even for a small result.
+        raw = None if result is None else bytes(memoryview(orjson.dumps(result)))
+        return cls(**{**data, "result": raw})
 
     @property
     def terminal(self) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -313,6 +314,10 @@ class RedisStore:
         end = msg.pop("end", None)
         if isinstance(end, dict) and msg.get("from") != self.replica:
             task = Task.from_record(end)
+            # Names shared by many records are kept once (interned), as the memory store does.
+            task.owner, task.tool = sys.intern(task.owner), sys.intern(task.tool)
+            task.upstream, task.replica = sys.intern(task.upstream), sys.intern(task.replica)
+            task.dialect = sys.intern(task.dialect)
             self._finished[task.id] = task
 
     @guarded

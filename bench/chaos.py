@@ -7,7 +7,7 @@ extension tasks, core tasks in legacy sessions, plain calls and MRTR rounds, and
 reading acknowledged tasks as it goes. Meanwhile, at seeded moments, it kills a replica
 (kill -9) and starts it again, SIGSTOPs the store's primary, kills the primary (the
 Sentinels fail over; the old one comes back as a replica), restarts the store empty, and
-kills another replica.
+kills another replica: one incident at a time (each waits for the last to heal).
 
 At the end every acknowledged task is checked: a terminal state with its right result, or
 an honest failure naming why (its replica died, its legacy session died with its replica);
@@ -530,10 +530,45 @@ def schedule(seconds: float, rng: random.Random, gateways: list[Gateway], store:
     ], key=lambda item: item[0])
 
 
-async def incidents(plan: list[tuple[float, Action]], ledger: Ledger) -> None:
+async def incidents(plan: list[tuple[float, Action]], ledger: Ledger,
+                    gateways: list[Gateway], store: Store) -> None:
+    """One incident at a time: each waits until the last one has healed (the store's
+    primary has its replica online again, every gateway replica sees the store and its
+    outbox is empty), as the promise is made for single faults: a replica that dies while
+    the store is away takes its outbox with it, and a primary killed before its new
+    replica has synced takes what only it held (README)."""
+    after = 0.0  # the last incident's end, plus time for every replica to notice it
     for at, act in plan:
-        await asyncio.sleep(max(0.0, at - ledger.now()))
+        await asyncio.sleep(max(0.0, at - ledger.now(), after - ledger.now()))
+        waited = await settled(gateways, store)
+        if waited >= 0.5:
+            ledger.event(f"waited {waited:.1f} s for the last incident to heal")
         await act()
+        after = ledger.now() + 2 * LEASE_MS / 1000
+
+
+async def settled(gateways: list[Gateway], store: Store, timeout_s: float = 40,
+                  steady_s: float = 3.0) -> float:
+    """Seconds waited until all is healed and has stayed so for `steady_s`."""
+    began = time.monotonic()
+    healthy_since: float | None = None
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() - began < timeout_s:
+            primary = await store.primary()
+            states = ["state=online" in await _cli(primary.port, "info", "replication")]
+            for g in gateways:
+                with contextlib.suppress(aiohttp.ClientError, ValueError):
+                    async with http.get(f"http://127.0.0.1:{g.port}/readyz") as resp:
+                        seen = (await resp.json())["store"]
+                        states.append(seen["up"] and not seen["outbox"]["changes"])
+            if len(states) == len(gateways) + 1 and all(states):
+                healthy_since = healthy_since or time.monotonic()
+                if time.monotonic() - healthy_since >= steady_s:
+                    break
+            else:
+                healthy_since = None
+            await asyncio.sleep(0.1)
+    return time.monotonic() - began
 
 
 # -- the verdict --------------------------------------------------------------------------------
@@ -634,7 +669,8 @@ async def run(seed: int, seconds: float) -> dict[str, Any]:
                            mrtr_rounds(http, url, ledger, random.Random(rng.random()), stop),
                            poller(http, url, ledger, random.Random(rng.random()), stop)]
                 load = asyncio.gather(*workers)
-                await incidents(schedule(seconds, rng, gateways, store, ledger), ledger)
+                await incidents(schedule(seconds, rng, gateways, store, ledger), ledger,
+                                gateways, store)
                 await asyncio.sleep(max(0.0, seconds - ledger.now()))
                 stop.set()
                 await load
@@ -665,6 +701,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
+    # SIGTERM (a test's timeout, say) unwinds like an error: every process started is ended.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(2))
     report = asyncio.run(run(args.seed, args.seconds))
     text = json.dumps(report, indent=2)
     print(text)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -101,8 +102,16 @@ def _sealer(conf: Settings) -> Sealer:
     key = conf.replica.secret or conf.security.request_state_key
     if conf.store.backend != "memory" and not key:
         log.warning("replica.no_secret", why="each replica seals requestState with a key of "
-                    "its own: set replica.secret, the same on every replica")
+                    "its own, and the replicas' channel messages go unsealed: set "
+                    "replica.secret, the same on every replica")
     return Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
+
+
+def _channel_key(conf: Settings) -> bytes | None:
+    """The key that seals the replicas' channel messages: derived from the shared secret,
+    so that it is never the key that seals requestState."""
+    key = conf.replica.secret or conf.security.request_state_key
+    return None if not key else hashlib.sha256(b"mcpgw channels\0" + key.encode()).digest()
 
 
 def _store(conf: Settings, replica: str) -> TaskStore:
@@ -113,7 +122,7 @@ def _store(conf: Settings, replica: str) -> TaskStore:
     if store.backend == "redis":
         shared = RedisStore(store.url, store.key_prefix, *bounds, replica=replica,
                             sentinels=store.sentinels, master=store.sentinel_master,
-                            min_acked=store.min_replicas_acked,
+                            min_acked=store.min_replicas_acked, secret=_channel_key(conf),
                             ack_timeout_ms=store.ack_timeout_ms)
         return Outbox(shared, store.outbox_max_entries, store.outbox_max_bytes)
     return MemoryStore(*bounds)

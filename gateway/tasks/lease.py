@@ -62,10 +62,13 @@ class Lease:
     async def _keep(self) -> None:
         while True:
             await asyncio.sleep(self.lease_ms / 3000)
-            await self._beat()
-            if self.store_up:
-                with contextlib.suppress(StoreUnavailable):
-                    await self.engine.replicas.poll()
+            try:
+                await self._beat()
+                if self.store_up:
+                    with contextlib.suppress(StoreUnavailable):
+                        await self.engine.replicas.poll()
+            except Exception as exc:  # the heartbeat must outlive any one failure
+                log.error("replica.heartbeat_failed", error=repr(exc))
 
     async def _beat(self) -> None:
         replicas = self.engine.replicas

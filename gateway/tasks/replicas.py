@@ -12,6 +12,7 @@ task is this process's own, and none of this happens.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
@@ -137,9 +138,13 @@ class Replicas:
         the store is down. After a beat that failed, or found the lease gone, others are
         not judged for a lease."""
         try:
-            held = await self.store.beat(self.replica, lease_ms, self.url)
-        except StoreUnavailable:
+            # A beat slower than a lease is no beat: others take this replica for gone.
+            held = await asyncio.wait_for(self.store.beat(self.replica, lease_ms, self.url),
+                                          lease_ms / 1000)
+        except Exception as exc:  # any failed beat: this replica cannot judge others
             self._beaten, self._fresh_until = False, 0.0
+            if isinstance(exc, TimeoutError):
+                raise StoreUnavailable("a heartbeat took longer than a lease") from exc
             raise
         now = time.monotonic()
         if self._started and not (held and self._beaten):

@@ -17,13 +17,18 @@ ROOT = Path(__file__).parents[2]
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(270)
 def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "chaos.json"
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seed", "3",
-                          "--seconds", "20", "--json", str(out)],
-                         capture_output=True, text=True, timeout=230)
-    assert out.exists(), run.stderr[-2000:]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seed", "3",
+                             "--seconds", "20", "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=220)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # it ends the processes it started
+        _, err = proc.communicate(timeout=20)
+    assert out.exists(), err[-2000:]
     report = json.loads(out.read_text())
     print(json.dumps(report, indent=1))  # shown when an assertion fails
     assert (report["lost"], report["stuck"], report["wrong"]) == (0, 0, 0), report["problems"]
@@ -34,4 +39,4 @@ def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     happened = " ".join(report["events"])
     for incident in ("kill replica", "SIGSTOP", "sentinels promoted", "empty"):
         assert incident in happened
-    assert run.returncode == 0
+    assert proc.returncode == 0

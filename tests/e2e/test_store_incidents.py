@@ -236,3 +236,23 @@ async def test_no_acknowledged_task_is_lost_when_the_primary_is_killed(
         assert done["result"]["content"][0]["text"] == f"slept {ms}", task_id
     for replica in replicas:
         await eventually(lambda r=replica: _is(outbox(http, r), 0), 30)
+
+
+async def test_replicas_work_as_a_least_privileged_store_user(group, http, key_prefix) -> None:
+    """deploy/ runs the store with a password (an ACL user, no default user): the gateway
+    needs no command the `-@dangerous` category holds, and only its own keys and channels."""
+    own = RedisServer()
+    own.start(["--user", "default", "off", "--user", "gateway", "on", ">a store password",
+               f"~{key_prefix}*", f"&{key_prefix}*", "+@all", "-@dangerous"])
+    try:
+        url = f"redis://gateway:a%20store%20password@127.0.0.1:{own.port}/0"
+        a, b = await group(2, store={"backend": "redis", "url": url, "key_prefix": key_prefix,
+                                     "lease_ms": 1000})
+        task = (await call(http, a.url, "sleep", {"ms": 5000}, headers=ALICE)).body["result"]
+        assert (await tasks_op(http, b.url, "tasks/cancel", task["taskId"], ALICE)).status == 200
+        done = await wait_for_long(http, a.url, task["taskId"], "cancelled")
+        assert done["status"] == "cancelled"
+        async with http.get(a.url.replace("/mcp", "/readyz")) as resp:
+            assert (await resp.json())["store"]["up"] is True
+    finally:
+        own.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+import orjson
 import pytest
 from test_engine import policy, running
 
@@ -17,8 +18,10 @@ from gateway.tasks.model import Status, Task
 from gateway.tasks.replicas import STRANDED
 from gateway.tasks.store import StoreFull, TaskStore
 from gateway.tasks.store.redis import RedisStore
+from gateway.tasks.store.redis_link import Seal
 
 Replica = Callable[..., TaskEngine]
+SECRET = b"the replicas' shared channel key"
 
 
 async def read(engine: TaskEngine, task_id: str, until: Callable[[Task], bool]) -> Task:
@@ -37,7 +40,7 @@ async def replica(redis_server, key_prefix) -> AsyncIterator[Replica]:
 
     def make(name: str, max_tasks: int = 100, max_per_owner: int = 100) -> TaskEngine:
         store = RedisStore(redis_server.url, key_prefix, max_tasks, max_per_owner, 1000, 10_000,
-                           replica=name)
+                           replica=name, secret=SECRET)
         stores.append(store)
         return TaskEngine(store, replica=name)
 
@@ -225,3 +228,47 @@ async def test_a_message_that_fails_does_not_stop_the_channel(redis_server, key_
         job.cancel()
         await asyncio.gather(job, return_exceptions=True)
         await store.close()
+
+
+async def test_a_message_without_the_replicas_seal_steers_nothing(replica, listening,
+                                                                  redis_server) -> None:
+    """Issue 19 (the store as a trust boundary): a process that can publish on the store's
+    channels, without the replicas' secret, can neither cancel a task where it runs nor
+    plant a forged end in what replicas keep; each such message is logged and dropped."""
+    from structlog.testing import capture_logs
+
+    a, b = replica("a"), replica("b")
+    listening(a)
+    listening(b)
+    await a.replicas.beat(10_000)
+    await subscribed(a.replicas.store, {"ctl:a": 1, "events": 2})
+    task, call, _ = await running(a)
+    store = a.replicas.store
+    assert isinstance(store, RedisStore)
+    forged_end = {**task.ended(Status.COMPLETED).record(), "result": {"content": ["forged"]}}
+    with capture_logs() as logs:
+        await store.redis.publish(store.key("ctl:a"),
+                                  orjson.dumps({"op": "cancel", "task": task.id}))
+        await store.redis.publish(store.key("events"), orjson.dumps(
+            {"task": task.id, "from": "x", "end": forged_end}))
+        wrong = b"1." + b"A" * 43 + b"." + orjson.dumps({"op": "cancel", "task": task.id})
+        await store.redis.publish(store.key("ctl:a"), wrong)
+        await until(lambda: sum(e["event"] == "replica.message_refused" for e in logs) >= 4)
+    assert call.cancelled == []
+    assert (await b.find(task.id, "me")).status is Status.WORKING  # nothing forged kept
+    call.sink.on_response(jsonrpc.result(1, {"content": [{"type": "text", "text": "real"}]}))
+    done = await read(b, task.id, lambda t: t.terminal)
+    assert b"real" in (done.result or b"")  # sealed announcements still heard and kept
+
+
+def test_a_seal_opens_only_its_own_timely_messages() -> None:
+    now = [1000.0]
+    seal = Seal(SECRET, clock=lambda: now[0])
+    sealed = seal.close(b'{"op":"cancel"}')
+    assert seal.open(sealed) == b'{"op":"cancel"}'
+    assert Seal(b"another key").open(sealed) is None
+    assert seal.open(sealed.replace(b"cancel", b"answer")) is None
+    assert seal.open(b'{"op":"cancel"}') is None
+    now[0] += 61  # replayed past the window
+    assert seal.open(sealed) is None
+    assert Seal(None).open(b'{"op":"cancel"}') == b'{"op":"cancel"}'  # unsealed replicas

@@ -182,8 +182,13 @@ def test_the_compose_files_are_consistent() -> None:
     primary by the name its gateways follow, and the store's replica follows that primary."""
     deploy = ROOT / "deploy"
     plain = yaml.safe_load((deploy / "compose.yaml").read_text())
-    assert plain["services"]["valkey"]["command"][-4:] == ["--appendonly", "yes",
-                                                           "--appendfsync", "everysec"]
+    valkey = plain["services"]["valkey"]["command"]
+    assert valkey[-4:] == ["--appendonly", "yes", "--appendfsync", "everysec"]
+    # Its own user (the e2e store tests run these very rights on a real server).
+    assert valkey[1:9] == ["--user", "default", "off", "--user", "gateway", "on",
+                           ">${STORE_PASSWORD}", "~mcpgw:*"]
+    assert "-@dangerous" in valkey and "gateway:${STORE_PASSWORD" in \
+        plain["x-gateway"]["environment"]["REDIS_URL"]
     sentinel = yaml.safe_load((deploy / "compose.sentinel.yaml").read_text())
     gateway = yaml.safe_load((deploy / "gateway.sentinel.yaml").read_text())["store"]
     watched = sentinel["services"]["sentinel-1"]["command"][0]

@@ -186,8 +186,8 @@ class RedisStore:
     def __init__(self, url: str | None, prefix: str, max_tasks: int, max_per_owner: int,
                  max_result_bytes: int, max_stored_bytes: int, replica: str = "",
                  clock: Callable[[], float] = time.time, *, sentinels: Sequence[str] = (),
-                 master: str = "mymaster", min_acked: int = 0,
-                 ack_timeout_ms: int = 1000) -> None:
+                 master: str = "mymaster", min_acked: int = 0, ack_timeout_ms: int = 1000,
+                 secret: bytes | None = None) -> None:
         self.url = url
         self.replica = replica  # the writer named in announcements
         self.prefix = prefix
@@ -197,7 +197,8 @@ class RedisStore:
         self.max_stored_bytes = max_stored_bytes
         self.clock = clock
         self.link = RedisLink(url, prefix, sentinels=sentinels, master=master,
-                              min_acked=min_acked, ack_timeout_ms=ack_timeout_ms)
+                              min_acked=min_acked, ack_timeout_ms=ack_timeout_ms,
+                              secret=secret)
         self.redis = self.link.redis
         self._run = self.link.run
         self.key = self.link.key
@@ -307,8 +308,10 @@ class RedisStore:
         so that each can write it back should the store lose it, and read it without a
         round trip."""
         if terminal and task.size <= ANNOUNCED_BYTES:
-            return orjson.dumps({"task": task.id, "from": self.replica, "end": task.record()})
-        return orjson.dumps({"task": task.id, "from": self.replica})
+            body = orjson.dumps({"task": task.id, "from": self.replica, "end": task.record()})
+        else:
+            body = orjson.dumps({"task": task.id, "from": self.replica})
+        return self.link.seal.close(body)
 
     def _heard_end(self, msg: dict[str, Any]) -> None:
         end = msg.pop("end", None)

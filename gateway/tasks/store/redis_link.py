@@ -16,11 +16,20 @@ connection (one pipeline): a write that N store replicas did not take within
 primary that its replicas left (demoted, and not told yet) holds no lease that counts, and
 with sentinels a NotAcked write drops every connection, so that the next ones ask the
 sentinels where the primary is now.
+
+The channels are a trust boundary (issue 19): with `replica.secret`, every message is sealed
+(HMAC-SHA256 over its time and body) and a message that fails the seal, or is older than
+SEAL_WINDOW_S, is dropped and logged (`replica.message_refused`): a process that can publish
+on the store cannot cancel, answer or finish another owner's task through a replica.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -32,7 +41,7 @@ from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -44,6 +53,38 @@ P = ParamSpec("P")
 R = TypeVar("R")
 DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 Keep = Callable[[dict[str, Any]], None]  # sees each event before its handler
+SEAL_WINDOW_S = 60.0  # a sealed message older (or newer) than this is refused
+
+
+class Seal:
+    """Seals channel messages with the replicas' shared secret: `<ms>.<mac>.<json>`; with
+    no secret, messages go as they are (one process, or replicas left unsealed: logged at
+    start as `replica.no_secret`)."""
+
+    def __init__(self, secret: bytes | None, clock: Callable[[], float] = time.time) -> None:
+        self.secret = secret
+        self.clock = clock
+
+    def close(self, body: bytes) -> bytes:
+        if self.secret is None:
+            return body
+        stamp = str(int(self.clock() * 1000)).encode()
+        return stamp + b"." + self._mac(stamp, body) + b"." + body
+
+    def open(self, data: bytes) -> bytes | None:
+        """The body of a genuine, timely message; None for anything else."""
+        if self.secret is None:
+            return data
+        stamp, _, rest = data.partition(b".")
+        mac, _, body = rest.partition(b".")
+        if not stamp.isdigit() or not hmac.compare_digest(mac, self._mac(stamp, body)):
+            return None
+        return body if abs(self.clock() - int(stamp) / 1000) <= SEAL_WINDOW_S else None
+
+    def _mac(self, stamp: bytes, body: bytes) -> bytes:
+        assert self.secret is not None
+        digest = hmac.new(self.secret, stamp + b"." + body, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=")
 
 
 class NotAcked(RedisConnectionError):
@@ -62,6 +103,9 @@ def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             raise StoreUnavailable(str(exc)) from exc
         except DOWN as exc:
             raise StoreUnavailable(type(exc).__name__) from exc
+        except (RedisError, RuntimeError) as exc:  # READONLY, LOADING, MASTERDOWN, a
+            # connection closed under a command: not answering either
+            raise StoreUnavailable(f"{type(exc).__name__}: {str(exc)[:80]}") from exc
     call.__name__, call.__doc__ = fn.__name__, fn.__doc__
     return call
 
@@ -105,11 +149,16 @@ async def _acked(redis: aioredis.Redis, add: Callable[[Any], Any], replicas: int
     raise AssertionError("unreachable")
 
 
-async def _hand(handler: Handler, channel: str, data: bytes, keep: Keep) -> None:
+async def _hand(handler: Handler, channel: str, data: bytes, keep: Keep, seal: Seal
+                ) -> None:
     """One message to its handler (`keep` sees events first); whatever goes wrong there
     stays with that message, so the replica goes on hearing the others."""
+    body = seal.open(data)
+    if body is None:
+        log.warning("replica.message_refused", channel=channel, why="seal")
+        return
     try:
-        msg = orjson.loads(data)
+        msg = orjson.loads(body)
         if channel == EVENTS:
             keep(msg)
         await handler(channel, msg)
@@ -119,9 +168,10 @@ async def _hand(handler: Handler, channel: str, data: bytes, keep: Keep) -> None
 
 class RedisLink:
     def __init__(self, url: str | None, prefix: str, *, sentinels: Sequence[str] = (),
-                 master: str = "mymaster", min_acked: int = 0,
-                 ack_timeout_ms: int = 1000) -> None:
+                 master: str = "mymaster", min_acked: int = 0, ack_timeout_ms: int = 1000,
+                 secret: bytes | None = None) -> None:
         self.prefix = prefix
+        self.seal = Seal(secret)
         self.min_acked, self.ack_timeout_ms = min_acked, ack_timeout_ms
         self.sentinels = bool(sentinels)
         self.redis = connect(url, sentinels, master)
@@ -144,8 +194,10 @@ class RedisLink:
         try:
             return await _acked(self.redis, add, self.min_acked, self.ack_timeout_ms, script)
         except NotAcked:
-            if self.sentinels:  # perhaps a demoted primary that does not know it yet: the
-                await self.redis.connection_pool.disconnect()  # sentinels are asked again
+            if self.sentinels:  # perhaps a demoted primary that does not know it yet: idle
+                # connections go, so that new ones ask the sentinels (those in use finish
+                # their command first: closing them under it breaks it).
+                await self.redis.connection_pool.disconnect(inuse_connections=False)
             raise
 
     # -- leases -------------------------------------------------------------------------------
@@ -185,7 +237,7 @@ class RedisLink:
     # -- channels -----------------------------------------------------------------------------
     @guarded
     async def publish(self, channel: str, message: dict[str, Any]) -> None:
-        await self.redis.publish(self.key(channel), orjson.dumps(message))
+        await self.redis.publish(self.key(channel), self.seal.close(orjson.dumps(message)))
 
     async def listen(self, channels: list[str], handler: Handler, keep: Keep) -> None:
         """Messages sent while the connection is down are lost: readers fall back on the
@@ -199,7 +251,7 @@ class RedisLink:
                         msg = await pubsub.get_message(timeout=1.0)
                         if msg is not None and msg["type"] == "message":
                             await _hand(handler, names[msg["channel"].decode()], msg["data"],
-                                        keep)
+                                        keep, self.seal)
             except DOWN:
                 await asyncio.sleep(0.5)
 

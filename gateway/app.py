@@ -98,8 +98,13 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     return app
 
 
+def _shared_secret(conf: Settings) -> str | None:
+    """What every replica shares: replica.secret, else security.request_state_key."""
+    return conf.replica.secret or conf.security.request_state_key
+
+
 def _sealer(conf: Settings) -> Sealer:
-    key = conf.replica.secret or conf.security.request_state_key
+    key = _shared_secret(conf)
     if conf.store.backend != "memory" and not key:
         log.warning("replica.no_secret", why="each replica seals requestState with a key of "
                     "its own, and the replicas' channel messages go unsealed: set "
@@ -110,7 +115,7 @@ def _sealer(conf: Settings) -> Sealer:
 def _channel_key(conf: Settings) -> bytes | None:
     """The key that seals the replicas' channel messages: derived from the shared secret,
     so that it is never the key that seals requestState."""
-    key = conf.replica.secret or conf.security.request_state_key
+    key = _shared_secret(conf)
     return None if not key else hashlib.sha256(b"mcpgw channels\0" + key.encode()).digest()
 
 

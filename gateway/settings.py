@@ -239,7 +239,7 @@ class Store(_Model):
         for item in value:
             host, _, port = item.rpartition(":")
             if not host or not port.isdigit():
-                raise ValueError(f"store.sentinels: {item!r} is not host:port")
+                raise ValueError(f"{item!r} is not host:port")
         return value
 
     @model_validator(mode="after")

@@ -69,8 +69,13 @@ class MemoryStore:
             raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
         if self._per_owner[task.owner] >= self.max_per_owner:
             raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks")
+        self._put(task)
+
+    def _put(self, task: Task) -> None:
+        """A record it lacks, kept and counted."""
         self._tasks[task.id] = _kept(task)
         self._per_owner[task.owner] += 1
+        self._bytes += task.size
         if task.expires_at is not None:
             self._due_at(task.expires_at, task.id)
 
@@ -104,17 +109,10 @@ class MemoryStore:
 
     async def restore(self, tasks: list[Task]) -> int:
         """Nothing is ever lost here; records it lacks are kept as they are all the same."""
-        restored = 0
-        for task in tasks:
-            if task.id in self._tasks or self._due(task):
-                continue
-            self._tasks[task.id] = _kept(task)
-            self._per_owner[task.owner] += 1
-            self._bytes += task.size
-            if task.expires_at is not None:
-                self._due_at(task.expires_at, task.id)
-            restored += 1
-        return restored
+        lacked = [t for t in tasks if t.id not in self._tasks and not self._due(t)]
+        for task in lacked:
+            self._put(task)
+        return len(lacked)
 
     def kept(self) -> list[Task]:
         return []  # this is the store: nothing beside it

@@ -29,6 +29,7 @@ from typing import Any
 
 from gateway.errors import StoreUnavailable
 from gateway.observability import log
+from gateway.protocol import jsonrpc
 from gateway.tasks.model import Status, Task, failure
 from gateway.tasks.store import Handler, ResultTooLarge, StoreFull, TaskStore
 
@@ -223,4 +224,4 @@ def _too_large(task: Task, why: str) -> Task:
     """`task`'s end as a failure that says why its result could not be kept."""
     error = failure(why)
     return replace(task, status=Status.FAILED, status_message=why, result=None, error=error,
-                   size=len(str(error)))
+                   size=len(jsonrpc.dumps(error)))

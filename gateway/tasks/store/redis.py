@@ -329,34 +329,30 @@ class RedisStore:
         failed over to a replica that lagged), in pipelines of RESTORE_BATCH (then one WAIT
         for them all, with min_acked); how many it lacked. Held ones, and those whose ttl
         passed, are left."""
-        restored = 0
         tasks = [t for t in tasks if not self._due(t)]
+        restored = 0
         for at in range(0, len(tasks), RESTORE_BATCH):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for task in tasks[at:at + RESTORE_BATCH]:
-                    await self._restore(**self._restore_args(task), client=pipe)
-                if self.link.min_acked:
-                    pipe.wait(self.link.min_acked, self.link.ack_timeout_ms)
-                out = await pipe.execute()
-            if self.link.min_acked and out.pop() < self.link.min_acked:
-                raise NotAcked(f"fewer than {self.link.min_acked} store replicas took the "
-                               "records")
+            batch = tasks[at:at + RESTORE_BATCH]
+            out = await self.link.pipelined(
+                lambda pipe, batch=batch: [self._restore_one(pipe, t) for t in batch],
+                self._restore)
             restored += sum(int(n) for n in out)
         return restored
 
-    def _restore_args(self, task: Task) -> dict[str, list[Any]]:
+    def _restore_one(self, pipe: Any, task: Task) -> None:
         rec, res = _encode(task)
         end = task.expires_at
-        return {"keys": [self.key("t", task.id), self.key("live"), self.key("o", task.owner),
-                         self.key("run", task.replica), self.key("replicas"),
-                         self.key("sizes"), self.key("bytes")],
-                "args": [task.id, str(task.status), task.owner, task.replica, rec, res,
-                         "+inf" if end is None else _ms(end),
-                         "" if end is None else _ms(end + EXPIRED_MEMORY_S), task.size,
-                         "0" if task.terminal else "1"]}
+        keys = [self.key("t", task.id), self.key("live"), self.key("o", task.owner),
+                self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
+                self.key("bytes")]
+        pipe.evalsha(self._restore.sha, len(keys), *keys, task.id, str(task.status),
+                     task.owner, task.replica, rec, res, "+inf" if end is None else _ms(end),
+                     "" if end is None else _ms(end + EXPIRED_MEMORY_S), task.size,
+                     "0" if task.terminal else "1")
 
     def kept(self) -> list[Task]:
-        """Copies of the finished records read or written here lately, unexpired."""
+        """Copies of the finished records read, written or heard announced here lately,
+        unexpired."""
         return [t.copy() for t in list(self._finished.values()) if not self._due(t)]
 
     @guarded

@@ -127,21 +127,25 @@ def connect(url: str | None, sentinels: Sequence[str], master: str) -> aioredis.
     return sentinel.master_for(master, max_connections=256, **auth)
 
 
-async def _acked(redis: aioredis.Redis, add: Callable[[Any], Any], replicas: int,
-                 timeout_ms: int, script: AsyncScript | None = None) -> Any:
-    """What `add` puts in a pipeline, then WAIT on the same connection (one round trip);
-    NotAcked unless `replicas` store replicas took the write within `timeout_ms`. A server
-    that forgot `script` (it restarted) is given it, and asked again."""
+async def _pipelined(redis: aioredis.Redis, add: Callable[[Any], Any], replicas: int,
+                     timeout_ms: int, script: AsyncScript | None = None) -> list[Any]:
+    """The answers to what `add` puts in one pipeline (one round trip); with `replicas`, a
+    WAIT follows on the same connection, and NotAcked unless that many store replicas took
+    the writes within `timeout_ms`. A server that forgot `script` (it restarted) is given
+    it, and asked again."""
     for loaded in (False, True):
         async with redis.pipeline(transaction=False) as pipe:
             add(pipe)
-            pipe.wait(replicas, timeout_ms)
-            out, acked = await pipe.execute(raise_on_error=False)
-        if script is not None and isinstance(out, NoScriptError) and not loaded:
+            if replicas:
+                pipe.wait(replicas, timeout_ms)
+            out = await pipe.execute(raise_on_error=False)
+        acked = out.pop() if replicas else 0
+        if script is not None and not loaded and any(isinstance(o, NoScriptError)
+                                                     for o in out):
             await redis.script_load(script.script)
             continue
-        if isinstance(out, Exception):
-            raise out
+        if (failed := next((o for o in out if isinstance(o, Exception)), None)) is not None:
+            raise failed
         if isinstance(acked, Exception) or acked < replicas:
             raise NotAcked(f"{acked if isinstance(acked, int) else 0} of {replicas} store "
                            f"replicas took the write within {timeout_ms} ms")
@@ -186,13 +190,16 @@ class RedisLink:
         """`script`, acknowledged by `min_acked` store replicas when `durable`."""
         if not durable or not self.min_acked:
             return await script(keys=keys, args=args)
-        return await self.acked(
+        (out,) = await self.pipelined(
             lambda pipe: pipe.evalsha(script.sha, len(keys), *keys, *args), script)
+        return out
 
-    async def acked(self, add: Callable[[Any], Any], script: AsyncScript | None = None
-                    ) -> Any:
+    async def pipelined(self, add: Callable[[Any], Any], script: AsyncScript | None = None
+                        ) -> list[Any]:
+        """What `add` puts in a pipeline, acknowledged by `min_acked` store replicas."""
         try:
-            return await _acked(self.redis, add, self.min_acked, self.ack_timeout_ms, script)
+            return await _pipelined(self.redis, add, self.min_acked, self.ack_timeout_ms,
+                                    script)
         except NotAcked:
             if self.sentinels:  # perhaps a demoted primary that does not know it yet: idle
                 # connections go, so that new ones ask the sentinels (those in use finish
@@ -210,8 +217,9 @@ class RedisLink:
             return await self.redis.set(key, value, px=lease_ms, get=True) is not None
         # A lease held on a primary that its replicas left (demoted, not told yet) is no
         # lease: the others, on the real primary, would take this replica for gone.
-        return await self.acked(lambda pipe: pipe.set(key, value, px=lease_ms, get=True)
-                                ) is not None
+        (held,) = await self.pipelined(lambda pipe: pipe.set(key, value, px=lease_ms,
+                                                             get=True))
+        return held is not None
 
     @guarded
     async def address(self, replica: str) -> str | None:

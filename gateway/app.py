@@ -15,8 +15,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from gateway.admin import Admin
+from gateway.auth import Authenticator
+from gateway.auth.resource import WELL_KNOWN, ProtectedResource
 from gateway.downstream.endpoint import Endpoint
-from gateway.downstream.http import Guard
+from gateway.downstream.http import Guard, metadata_handler
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
@@ -51,7 +53,8 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     """The gateway as an aiohttp app; `tracing` (else built from `conf.tracing`) is for tests
     that read spans in memory."""
     counters: Counter[str] = Counter()
-    guard = Guard(conf, counters)
+    auth = Authenticator(conf.auth, _tool_scopes(conf))
+    guard = Guard(conf, counters, auth)
     # aiohttp refuses bodies over client_max_size with 413 before we parse them.
     app = web.Application(middlewares=[guard.middleware],
                           client_max_size=conf.limits.max_body_bytes)
@@ -93,9 +96,28 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     app[LEASE] = lease = Lease(engine, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
     Admin(backends, eras, engine, lease, counters, metrics).routes(app)
+    if auth.resource is not None:
+        _serve_metadata(app, auth.resource, [up.path for up in conf.upstreams.values()])
+    app.on_cleanup.append(lambda _: auth.close())
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
     return app
+
+
+def _tool_scopes(conf: Settings) -> frozenset[str]:
+    """Every scope a tool policy names (the metadata's scopes_supported)."""
+    layers = [conf.tasks] + [u.tasks for u in conf.upstreams.values() if u.tasks is not None]
+    return frozenset(scope for tasks in layers
+                     for policy in [tasks.defaults, *tasks.tools.values()]
+                     for scope in policy.scopes or ())
+
+
+def _serve_metadata(app: web.Application, resource: ProtectedResource, paths: list[str]
+                    ) -> None:
+    """RFC 9728 section 3: at the well-known URI, and with each MCP path appended."""
+    handler = metadata_handler(resource.document)
+    for suffix in {"", *paths}:
+        app.router.add_get(WELL_KNOWN + suffix, handler)
 
 
 def _shared_secret(conf: Settings) -> str | None:

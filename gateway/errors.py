@@ -13,7 +13,8 @@ the HTTP status that carries it.
     │   ├── MethodNotAllowed          -32600  405   GET/DELETE without a legacy session
     │   ├── PayloadTooLarge           -32600  413   body over limits.max_body_bytes
     │   ├── ForbiddenOrigin           -32600  403   Origin not in security.allowed_origins
-    │   ├── Unauthorized              -32600  401   bearer token missing or wrong
+    │   ├── Unauthorized              -32600  401   no valid bearer or access token
+    │   ├── InsufficientScope         -32600  403   the token lacks a scope this needs
     │   ├── InvalidParams             -32602  400   a modern envelope field is missing or bad
     │   ├── MethodNotFound            -32601  404   not a method of the modern era
     │   ├── HeaderMismatch            -32020  400   Mcp-* headers disagree with the body
@@ -23,7 +24,8 @@ the HTTP status that carries it.
     │   └── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
     ├── UpstreamError                 -32603  200   the upstream failed this call (sent as a
     │                                               JSON-RPC response, so HTTP stays 200)
-    └── StoreUnavailable              -32603  503   the shared task store does not answer
+    ├── StoreUnavailable              -32603  503   the shared task store does not answer
+    └── AuthUnavailable               -32603  503   the authorization server does not answer
 
 Raise where the fault is known; the transport turns the error into a response with
 `to_message(id)` and `http_status`.
@@ -114,8 +116,29 @@ class ForbiddenOrigin(ProtocolError):
 
 
 class Unauthorized(ProtocolError):
+    """No valid credentials. `cause` is one of a fixed few words (a metric label, an audit
+    field): why, never what was sent."""
+
     http_status = 401
     reason = "auth"
+
+    def __init__(self, message: str, cause: str = "missing") -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class InsufficientScope(ProtocolError):
+    """spec (MCP 2025-11-25 authorization, scope challenge): a valid token without a scope
+    the request needs gets 403 and the scopes to ask for."""
+
+    http_status = 403
+    reason = "auth"
+    cause = "scope"
+
+    def __init__(self, what: str, scopes: frozenset[str]) -> None:
+        self.scopes = sorted(scopes)
+        super().__init__(f"Forbidden: {what} needs the scope(s) {' '.join(self.scopes)}",
+                         {"requiredScopes": self.scopes})
 
 
 class InvalidParams(ProtocolError):
@@ -178,3 +201,17 @@ class StoreUnavailable(GatewayError):
     def __init__(self, detail: str) -> None:
         super().__init__(f"The task store is unavailable ({detail}); try again shortly",
                          {"reason": "store_unavailable"})
+
+
+class AuthUnavailable(GatewayError):
+    """The gateway cannot check a token because its authorization server (discovery, keys,
+    introspection) does not answer usefully: the gateway's dependency is down, not the
+    caller wrong. Nobody gets through meanwhile."""
+
+    http_status = 503
+    reason = "auth"
+    cause = "unavailable"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"Cannot check the access token now ({detail}); try again shortly",
+                         {"reason": "auth_unavailable"})

@@ -20,11 +20,12 @@ from typing import Any
 
 from gateway import errors
 from gateway.protocol import mcp
-from gateway.tasks.dialects import core, extension
+from gateway.tasks.dialects import Lacking, core, extension
 from gateway.tasks.policy import Policy
 from gateway.upstream.catalogue import Catalogue
 
 PolicyFor = Callable[[str], Policy]
+Lacks = Callable[[frozenset[str]], frozenset[str]]  # needed scopes -> those not held
 
 
 class Kind(StrEnum):
@@ -56,6 +57,23 @@ PASS = Decision(Kind.PASS)
 
 def refuse(error: errors.GatewayError) -> Decision:
     return Decision(Kind.REFUSE, error=error)
+
+
+# -- scopes (both eras; auth.oauth and the tools' `scopes`) ---------------------------------
+def lacking(lacks: Lacks, policy_for: PolicyFor) -> Lacking:
+    """A tool's name -> the scopes its policy needs that the caller does not hold."""
+    return lambda tool: lacks(policy_for(tool).scopes)
+
+
+def scope_refusal(msg: dict[str, Any], lacking: Lacking) -> errors.InsufficientScope | None:
+    """spec (MCP 2025-11-25, scope challenge): a tools/call of a tool whose scopes the token
+    lacks is refused with 403 and the scopes to ask for, whatever the era."""
+    params = msg.get("params")
+    if msg.get("method") != mcp.TOOLS_CALL or not isinstance(params, dict):
+        return None
+    name = params.get("name")
+    missing = lacking(name if isinstance(name, str) else "")
+    return errors.InsufficientScope(f"tool {errors.shown(name)}", missing) if missing else None
 
 
 # -- the legacy era (initialize, sessions) ----------------------------------------------------

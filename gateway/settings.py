@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -66,6 +67,9 @@ class TaskPolicy(_Model):
     immediate_response: str | None = Field(None,
         description=("text a 2025-11-25 client may show its model at once when a call becomes a "
                      "task"))
+    scopes: list[str] = Field([],
+        description=("with auth.oauth: scopes a token needs to call the tool (and to see it "
+                     "listed, and to read its tasks)"))
 
 
 class TaskPolicyOverride(_Model):
@@ -79,6 +83,7 @@ class TaskPolicyOverride(_Model):
     poll_interval_ms: int | None = Field(None, ge=1)
     timeout_ms: int | None = Field(None, ge=1)
     immediate_response: str | None = None
+    scopes: list[str] | None = None
 
 
 class Tasks(_Model):
@@ -179,12 +184,76 @@ class Limits(_Model):
     max_calls_per_owner: int = Field(256, ge=1, description="calls in flight per auth context")
 
 
+# Asymmetric signatures only: `none` is no signature, and an HS* key would be the issuer's
+# public key used as a shared secret (the classic algorithm-confusion attack).
+SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
+                      "ES512", "EdDSA")
+
+
+class Introspection(_Model):
+    """RFC 7662 token introspection, for opaque (non-JWT) access tokens."""
+
+    url: str = Field(pattern=r"^https?://", description="the introspection endpoint")
+    client_id: str = Field(min_length=1, description="the gateway's client at the server")
+    client_secret: SecretStr = Field(description="its secret (HTTP Basic)")
+
+
+class OAuth(_Model):
+    """An OAuth 2.1 resource server (MCP authorization spec): JWT access tokens checked
+    against the issuers' keys, opaque ones by introspection."""
+
+    resource: str = Field(pattern=r"^https?://[^#]+$",
+        description=("this gateway's canonical URI: the audience tokens must carry (RFC 8707), "
+                     "and the `resource` of its metadata (RFC 9728)"))
+    issuers: list[str] = Field(min_length=1,
+        description=("accepted token issuers; each one's keys are found by RFC 8414 / OIDC "
+                     "discovery"))
+    scopes: list[str] = Field([], description="scopes every request needs")
+    introspection: Introspection | None = Field(None,
+        description="{url, client_id, client_secret}: opaque tokens are checked there")
+    algorithms: list[str] = Field(list(SIGNING_ALGORITHMS),
+        description="accepted JWT signature algorithms (asymmetric ones only)")
+    leeway_s: int = Field(30, ge=0, le=300,
+        description="clock skew allowed on exp and nbf")
+    key_refresh_s: float = Field(30, ge=0,
+        description=("an unknown key id fetches the issuer's keys again at most this often; "
+                     "known keys are fetched again every hour"))
+    fetch_timeout_ms: int = Field(5000, ge=100,
+        description="discovery, keys and introspection requests give up after this long")
+    cache_tokens: int = Field(10_000, ge=0,
+        description="validated tokens remembered (never past their expiry)")
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric(cls, value: list[str]) -> list[str]:
+        for alg in value:
+            if alg not in SIGNING_ALGORITHMS:
+                raise ValueError(f"{alg!r} is not accepted: use asymmetric algorithms among "
+                                 f"{', '.join(SIGNING_ALGORITHMS)}")
+        return value
+
+    @field_validator("issuers")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        for issuer in value:
+            if not issuer.startswith(("https://", "http://")):
+                raise ValueError(f"{issuer!r} is not an http(s) URL")
+        return value
+
+
 class Auth(_Model):
-    """Bearer tokens; each token is its own owner of tasks and calls."""
+    """Who may call: static bearer tokens (each its own owner of tasks and calls), OAuth
+    access tokens (owned by their principal), or both."""
 
     bearer_tokens: list[str] = Field([],
-        description=("accepted tokens (Authorization: Bearer ...); empty: no authentication, "
-                     "every caller one anonymous owner"))
+        description=("accepted tokens (Authorization: Bearer ...); empty and no oauth: no "
+                     "authentication, every caller one anonymous owner"))
+    oauth: OAuth | None = Field(None,
+        description="an OAuth 2.1 resource server: README, OAuth")
+
+    @property
+    def enabled(self) -> bool:
+        return self.oauth is not None or any(self.bearer_tokens)
 
 
 class Security(_Model):
@@ -327,12 +396,13 @@ class Settings(_Model):
     def _authenticated_beyond_loopback(self) -> Settings:
         """spec (Streamable HTTP, Security Warning): servers SHOULD implement proper
         authentication; reachable from other machines, the gateway insists on it."""
-        if (not _loopback(self.listen.host) and not any(self.auth.bearer_tokens)
+        if (not _loopback(self.listen.host) and not self.auth.enabled
                 and not self.security.allow_unauthenticated):
             raise ValueError(
                 f"listen.host {self.listen.host} is reachable from other machines and "
-                "auth.bearer_tokens is empty: set a token, bind to 127.0.0.1, or set "
-                "security.allow_unauthenticated: true to serve without authentication")
+                "no auth is configured: set auth.bearer_tokens or auth.oauth, bind to "
+                "127.0.0.1, or set security.allow_unauthenticated: true to serve without "
+                "authentication")
         return self
 
     @model_validator(mode="after")

@@ -15,15 +15,15 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway import errors
+from gateway import errors, router
 from gateway.downstream import sse
-from gateway.downstream.http import ACCEPTS, json_response
+from gateway.downstream.http import ACCEPTS, json_response, principal_of
 from gateway.downstream.session import Session, SessionExchange
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.router import Decision
-from gateway.tasks.dialects import core, task_id_of
+from gateway.tasks.dialects import Lacking, core, task_id_of
 from gateway.tasks.engine import StoreFull, TaskEngine, watch_progress
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
@@ -94,6 +94,11 @@ class CoreTasks:
     def policy(self, tool: Any) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
 
+    def lacking(self, request: web.Request) -> Lacking:
+        """What the request's token lacks of each tool's scopes (a session outlives the
+        token that opened it: each request is judged by its own)."""
+        return router.lacking(principal_of(request).lacks, self.policy)
+
     def support(self, tool: str) -> str:
         """A tool's taskSupport: the upstream's own when it runs the tool as a task itself
         (its tasks pass through: the gateway cannot run as a plain call what the server only
@@ -121,7 +126,7 @@ class CoreTasks:
         assert policy is not None
         tool = str(params.get("name") or "")
         try:
-            task = await self.engine.create(session.id, tool, core.NAME, self.backend.name,
+            task = await self.engine.create(session.owner, tool, core.NAME, self.backend.name,
                                             policy, decision.ttl)
         except StoreFull as exc:
             self.engine.counters["rejections.store_full"] += 1
@@ -156,20 +161,21 @@ class CoreTasks:
         """tasks/*; their errors are JSON-RPC errors of the session's protocol (HTTP 200,
         as the upstream's would be: clients treat a 4xx as a transport failure)."""
         method, params = msg["method"], msg.get("params") or {}
+        lacking = self.lacking(request)
         try:
-            self.engine.admission.request(session.id)
+            self.engine.admission.request(session.owner)
             if method == core.RESULT:
-                return await self.result(request, session, msg, params)
+                return await self.result(request, session, msg, params, lacking)
             return json_response(jsonrpc.result(msg["id"], await core.HANDLERS[method](
-                self.engine, params, session.id)))
+                self.engine, params, session.owner, lacking)))
         except (errors.InvalidParams, errors.TooManyRequests) as exc:
             return json_response(exc.to_message(msg["id"]))
 
     async def result(self, request: web.Request, session: Session, msg: Message,
-                     params: dict[str, Any]) -> web.StreamResponse:
+                     params: dict[str, Any], lacking: Lacking) -> web.StreamResponse:
         """spec (Result Retrieval): blocks until the task is terminal. Its input requests
         travel on this response's stream meanwhile."""
-        task = await core.lookup(self.engine, task_id_of(params), session.id)
+        task = await core.lookup(self.engine, task_id_of(params), session.owner, lacking)
         link = session.tasks.get(task.id)
         if task.terminal or link is None:
             return json_response(core.final(task, msg["id"]))

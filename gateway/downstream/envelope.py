@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import errors
-from gateway.downstream.http import PRINCIPAL
+from gateway.downstream.http import principal_of
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import extension
@@ -93,7 +93,7 @@ def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:
                                         f"the body's {field} {errors.shown(named)}")
     if method == mcp.TOOLS_CALL:
         _check_param_headers(request, params or {}, catalogue)
-    return Caller(request.get(PRINCIPAL, "anonymous"), caps, meta.get(mcp.META_LOG_LEVEL))
+    return Caller(principal_of(request).owner, caps, meta.get(mcp.META_LOG_LEVEL))
 
 
 def _check_param_headers(request: web.Request, params: dict[str, Any], catalogue: Catalogue

@@ -1,12 +1,12 @@
-"""Checks and helpers at the HTTP boundary, shared by both eras: Origin and CORS, bearer
-auth, Accept and Content-Type, body size, JSON parsing, and error responses.
+"""Checks and helpers at the HTTP boundary, shared by both eras: Origin and CORS,
+authentication (gateway/auth/) and its challenges, Accept and Content-Type, body size, JSON
+parsing, and error responses.
 
 Every refusal is a `GatewayError` raised here, rendered once by `error_response`.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -15,8 +15,10 @@ from aiohttp import web
 from yarl import URL
 
 from gateway import errors
+from gateway.auth import ANONYMOUS, Authenticator, Principal
+from gateway.auth.resource import WELL_KNOWN
 from gateway.errors import GatewayError
-from gateway.observability import log, owner_hash
+from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Settings
 
@@ -26,12 +28,19 @@ CORS_ALLOW_HEADERS = ", ".join((
     "Content-Type", mcp.H_ACCEPT, mcp.H_AUTH, mcp.H_SESSION, mcp.H_PROTOCOL, mcp.H_LAST_EVENT,
     "Mcp-Method", "Mcp-Name"))
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PRINCIPAL = web.RequestKey("principal", str)  # the caller's auth context (a token digest)
+PRINCIPAL = web.RequestKey("principal", Principal)  # who is calling (gateway/auth/)
 # (JSON allowed, SSE allowed) for a POST: its Accept, checked once by the endpoint.
 ACCEPTS = web.RequestKey("accepts", tuple[bool, bool])
 # Set on a response that carries a JSON-RPC error (its HTTP status may still be 200): the
 # request's outcome in metrics.
 FAILED = web.ResponseKey("failed", bool)
+# Set on a 401/403 of authentication or scopes: the guard adds its challenge and audit event.
+AUTH_FAULT = web.ResponseKey("auth_fault", GatewayError)
+AUTH_FAULTS = (errors.Unauthorized, errors.InsufficientScope)
+
+
+def principal_of(request: web.Request) -> Principal:
+    return request.get(PRINCIPAL, ANONYMOUS)
 
 
 def json_response(msg: Any, status: int = 200, headers: dict[str, str] | None = None
@@ -43,20 +52,36 @@ def json_response(msg: Any, status: int = 200, headers: dict[str, str] | None = 
     return resp
 
 
+def metadata_handler(document: dict[str, Any]) -> Handler:
+    """Serves a fixed public JSON document to anyone, from any origin (clients discover
+    the authorization server from it before they hold a token)."""
+    body = jsonrpc.dumps(document)
+    headers = {**JSON_HEADERS, "Access-Control-Allow-Origin": "*",
+               "Cache-Control": "max-age=3600"}
+
+    async def handler(_: web.Request) -> web.StreamResponse:
+        return web.Response(body=body, headers=headers)
+    return handler
+
+
 def failed(resp: web.StreamResponse) -> bool:
     """Whether the answer was an error: an HTTP error status, or a JSON-RPC error."""
     return resp.status >= 400 or resp.get(FAILED, False)
 
 
 def error_response(exc: GatewayError, id_: Any = None) -> web.Response:
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, errors.Unauthorized) else None
-    return json_response(exc.to_message(id_), exc.http_status, headers)
+    resp = json_response(exc.to_message(id_), exc.http_status)
+    if isinstance(exc, AUTH_FAULTS):
+        resp[AUTH_FAULT] = exc  # the challenge is the guard's (it knows the resource)
+    return resp
 
 
 def rejected(exc: GatewayError, counters: Counter[str]) -> None:
-    """Count a refusal that protects the gateway (see `GatewayError.reason`)."""
+    """Count a refusal that protects the gateway (see `GatewayError.reason`); auth refusals
+    also by their `cause`, one of a fixed few words."""
     if exc.reason is not None:
-        counters[f"rejections.{exc.reason}"] += 1
+        cause = getattr(exc, "cause", "")
+        counters[f"rejections.{exc.reason}:{cause}" if cause else f"rejections.{exc.reason}"] += 1
 
 
 def check_accept(request: web.Request, *, need_json: bool) -> tuple[bool, bool]:
@@ -133,15 +158,16 @@ def _undecodable(headers: Mapping[str, str]) -> str | None:
 
 
 class Guard:
-    """Origin, CORS and bearer-token checks in front of every route but health probes."""
+    """Origin, CORS and authentication in front of every route but health probes and the
+    protected resource metadata; every authentication failure's challenge and audit event."""
 
     OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
-    def __init__(self, conf: Settings, counters: Counter[str]) -> None:
+    def __init__(self, conf: Settings, counters: Counter[str], auth: Authenticator) -> None:
         self.counters = counters
         self.any_origin = "*" in conf.security.allowed_origins
         self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
-        self.tokens = [t.encode() for t in conf.auth.bearer_tokens if t]
+        self.auth = auth
 
     def origin_allowed(self, origin: str) -> bool:
         if self.any_origin:
@@ -156,17 +182,12 @@ class Guard:
                 return True
         return False
 
-    def token_ok(self, header: str | None) -> bool:
-        if not self.tokens:
-            return True
-        if not header or not header.startswith("Bearer "):
-            return False
-        given = header[7:].strip().encode()
-        return any(hmac.compare_digest(given, t) for t in self.tokens)
+    def is_open(self, path: str) -> bool:
+        return path in self.OPEN_PATHS or path.startswith(WELL_KNOWN)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in self.OPEN_PATHS:
+        if self.is_open(request.path):
             return await handler(request)
         if (bad := _undecodable(request.headers)) is not None:
             # Checked once, here: every later use (a token compare, an error that names a
@@ -185,15 +206,13 @@ class Guard:
                 "Access-Control-Allow-Headers": request.headers.get(
                     "Access-Control-Request-Headers", CORS_ALLOW_HEADERS),
                 "Access-Control-Max-Age": "86400"})
-        token = request.headers.get(mcp.H_AUTH)
-        if not self.token_ok(token):
-            # An audit event: who knocked, never what they sent (it may be a near-miss token).
-            log.warning("auth.failed", audit=True, path=request.path, remote=request.remote,
-                        reason="missing" if not token else "wrong")
-            return self._refuse(errors.Unauthorized("Unauthorized: a valid bearer token is "
-                                                    "required"))
-        # Without configured tokens every caller is one anonymous owner (README).
-        request[PRINCIPAL] = owner_hash(token) if self.tokens and token else "anonymous"
+        try:
+            principal = await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
+            request[PRINCIPAL] = principal
+            if lacking := principal.lacks(self.auth.required):
+                raise errors.InsufficientScope("this resource", lacking)
+        except (errors.Unauthorized, errors.InsufficientScope, errors.AuthUnavailable) as exc:
+            return self._refuse(exc)
         return await handler(request)
 
     def _refuse(self, exc: GatewayError) -> web.Response:
@@ -201,9 +220,31 @@ class Guard:
         return error_response(exc)
 
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
-        """CORS headers on every response to an allowed origin, streams included."""
+        """CORS headers on every response to an allowed origin, streams included; the
+        challenge and the audit event of an authentication or scope failure."""
         origin = request.headers.get(mcp.H_ORIGIN)
         if origin is not None and self.origin_allowed(origin):
             response.headers["Access-Control-Allow-Origin"] = origin
             response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE
             response.headers["Vary"] = "Origin"
+        fault = response.get(AUTH_FAULT)
+        if fault is not None:
+            response.headers["WWW-Authenticate"] = self._challenge(request.path, fault)
+            self._audit(request, fault)
+
+    def _challenge(self, path: str, fault: GatewayError) -> str:
+        resource = self.auth.resource
+        if resource is None:
+            return "Bearer"  # static tokens only: no metadata to point to
+        if isinstance(fault, errors.InsufficientScope):
+            return resource.insufficient_scope(path, fault.scopes, fault.message)
+        return resource.unauthorized(path, getattr(fault, "cause", "missing"), fault.message)
+
+    @staticmethod
+    def _audit(request: web.Request, fault: GatewayError) -> None:
+        """An audit event: why, and who where known (issuer, hashed subject); never what
+        was sent (it may be a near-miss token)."""
+        who = request.get(PRINCIPAL)
+        log.warning("auth.failed", audit=True, path=request.path, remote=request.remote,
+                    reason=getattr(fault, "cause", "missing"),
+                    issuer=who.issuer if who else None, subject=who.subject if who else None)

@@ -7,6 +7,7 @@ spec: mcp-base-2025-06-18.md, Transports > Streamable HTTP.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -16,10 +17,10 @@ from gateway.downstream import shapes, sse
 from gateway.downstream.core_tasks import CoreTasks
 from gateway.downstream.http import (
     ACCEPTS,
-    PRINCIPAL,
     check_accept,
     error_response,
     json_response,
+    principal_of,
 )
 from gateway.downstream.session import Session, SessionExchange, SessionStore
 from gateway.errors import UpstreamError
@@ -29,7 +30,7 @@ from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
 from gateway.router import Kind
 from gateway.settings import Settings
-from gateway.tasks.dialects import core
+from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies
 from gateway.upstream.connection import Connection
@@ -71,7 +72,7 @@ class LegacyEra:
                                                "Invalid params: initialize needs params"))
         version = router.negotiate(params.get("protocolVersion"))
         session = Session(version, params.get("capabilities") or {}, *self.replay,
-                          principal=request.get(PRINCIPAL, "anonymous"))
+                          principal=principal_of(request).owner)
         try:
             evicted = self.sessions.add(session)
         except OverflowError:
@@ -86,7 +87,7 @@ class LegacyEra:
             return json_response(exc.to_message(msg["id"]), 503)
         assert session.conn.init_result is not None
         info = params.get("clientInfo")
-        log.info("session.created", session=session.id[:8], protocol=version,
+        log.info("session.created", session=session.owner[:12], protocol=version,
                  upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
         self.backend.counters["sessions.created"] += 1
@@ -97,6 +98,10 @@ class LegacyEra:
                          ) -> web.StreamResponse:
         json_ok, sse_ok = request[ACCEPTS]
         client_id = msg["id"]
+        scoped = principal_of(request).scopes is not None
+        lacking = self.tasks.lacking(request) if scoped else None
+        if lacking is not None and (refusal := router.scope_refusal(msg, lacking)):
+            raise refusal
         decision = self.decide(session, msg)
         if decision.kind is Kind.REFUSE:
             assert decision.error is not None  # a JSON-RPC error: HTTP 200, as a server's
@@ -116,6 +121,8 @@ class LegacyEra:
             return await self.tasks.call(session, msg, decision, headers)
         ex = SessionExchange(session, sse_ok)
         ex.edit = self.tasks.edit(decision.edit, session)
+        if lacking is not None and msg["method"] == mcp.TOOLS_LIST:
+            ex.edit = _then_hide(ex.edit, lacking)
         return await self.forward(request, session, msg, ex, json_ok, headers)
 
     def decide(self, session: Session, msg: Message) -> router.Decision:
@@ -164,7 +171,7 @@ class LegacyEra:
             return
         name = call.conn.name
         call.conn.cancel(call, "timed out at the gateway")
-        log.warning("request.timed_out", upstream=name, session=session.id[:8])
+        log.warning("request.timed_out", upstream=name, session=session.owner[:12])
         assert self.request_timeout_s is not None
         call.sink.on_response(UpstreamError.timed_out(name, self.request_timeout_s)
                               .to_message(client_id))
@@ -244,7 +251,7 @@ class LegacyEra:
                     session.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
             await self.backend.detach(session, session.conn)
         session.close_streams()
-        log.info("session.ended", session=session.id[:8], why=why, upstream=self.backend.name)
+        log.info("session.ended", session=session.owner[:12], why=why, upstream=self.backend.name)
 
     async def expire(self) -> None:
         for session in self.sessions.expired():
@@ -257,7 +264,7 @@ class LegacyEra:
             raise errors.SessionRequired("Bad Request: Mcp-Session-Id header is required")
         session = self.sessions.get(sid)
         # A session is bound to the auth context that created it (and so are its tasks).
-        if session is None or session.principal != request.get(PRINCIPAL, "anonymous"):
+        if session is None or session.principal != principal_of(request).owner:
             raise errors.SessionNotFound("Session not found: it ended or never existed; "
                                          "initialize a new one")
         version = request.headers.get(mcp.H_PROTOCOL)
@@ -267,6 +274,14 @@ class LegacyEra:
                 f"Bad Request: unsupported MCP-Protocol-Version {version}",
                 {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
         return session
+
+
+def _then_hide(edit: Callable[[Message], Message] | None, lacking: Lacking
+               ) -> Callable[[Message], Message]:
+    """`edit`, then the tools the caller may not call taken out of the list."""
+    def hide(msg: Message) -> Message:
+        return shapes.hide_tools(edit(msg) if edit else msg, lacking)
+    return hide
 
 
 __all__ = ["LegacyEra", "error_response"]

@@ -21,7 +21,7 @@ from gateway import errors, router
 from gateway.downstream import envelope, shapes, sse
 from gateway.downstream.envelope import Caller
 from gateway.downstream.exchange import Exchange
-from gateway.downstream.http import ACCEPTS, json_response
+from gateway.downstream.http import ACCEPTS, json_response, principal_of
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
 from gateway.downstream.relay import Relay
@@ -31,7 +31,7 @@ from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
 from gateway.router import Kind
 from gateway.settings import Settings
-from gateway.tasks.dialects import extension, task_id_of
+from gateway.tasks.dialects import Lacking, extension, task_id_of, unscoped
 from gateway.tasks.engine import StoreFull, TaskEngine, watch_progress
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks
@@ -46,8 +46,8 @@ class ModernExchange(Exchange):
     """A modern request in flight: request-scoped notifications only, server requests turned
     into an `input_required` round, results made modern."""
 
-    __slots__ = ("batch", "budget", "call", "caller", "digest", "era", "inputs", "method",
-                 "own_progress", "parked", "policy", "refused", "tool")
+    __slots__ = ("batch", "budget", "call", "caller", "digest", "era", "hidden", "inputs",
+                 "method", "own_progress", "parked", "policy", "refused", "tool")
     takes_mrtr = True  # a modern-only upstream's input_required goes to the client as is
 
     def __init__(self, era: ModernEra, caller: Caller, method: str, digest_: str,
@@ -66,6 +66,7 @@ class ModernExchange(Exchange):
         self.budget: asyncio.TimerHandle | None = None  # auto mode: then it becomes a task
         self.tool: Any = None
         self.own_progress = False  # the gateway asked for progress, not the client
+        self.hidden: Lacking | None = None  # tools/list: the tools the caller may not call
 
     def on_message(self, msg: Message) -> None:
         if "id" in msg:  # a server request, routed here because this call is in flight
@@ -89,6 +90,8 @@ class ModernExchange(Exchange):
             return
         if self.method == mcp.TOOLS_LIST:
             self.era.backend.learn_tools(msg)
+            if self.hidden is not None:
+                msg = shapes.hide_tools(msg, self.hidden)
         msg, status = shapes.modern_response(self.method, msg, self.era.server_info,
                                              self.era.ttl_ms, self.era.scope)
         self.answer(msg, status)
@@ -185,6 +188,9 @@ class ModernEra:
             raise errors.InvalidRequest("Invalid Request: modern clients send no responses; "
                                         "answer input requests with inputResponses")
         caller = envelope.check(request, msg, self.backend.catalogue)
+        lacking = self.lacking(request)
+        if lacking is not None and (refusal := router.scope_refusal(msg, lacking)):
+            raise refusal
         conn = await self.backend.for_principal(caller.principal)
         decision = await self.decide(msg, caller, conn)
         if decision.kind is Kind.REFUSE:
@@ -195,12 +201,22 @@ class ModernEra:
         if decision.serve == "tasks":
             self.engine.admission.request(caller.principal)
             return json_response(jsonrpc.result(msg["id"], await extension.handle(
-                self.engine, msg["method"], msg.get("params") or {}, caller.principal)))
+                self.engine, msg["method"], msg.get("params") or {}, caller.principal,
+                lacking or unscoped)))
         if decision.serve == "listen":
             return await self.listeners.listen(request, msg, caller, conn, self.engine)
         if decision.kind is Kind.MRTR:
             return await self.resume(request, msg, caller)
-        return await self.forward(request, msg, caller, conn, decision)
+        return await self.forward(request, msg, caller, conn, decision, lacking)
+
+    def lacking(self, request: web.Request) -> Lacking | None:
+        """What the request's token lacks of each tool's scopes; None when it is not scoped
+        (a static token, or no auth)."""
+        principal = principal_of(request)
+        if principal.scopes is None:
+            return None
+        return router.lacking(principal.lacks, lambda tool: self.policies.for_tool(
+            self.backend.name, tool))
 
     async def decide(self, msg: Message, caller: Caller, conn: Connection) -> router.Decision:
         method, params = msg["method"], msg.get("params") or {}
@@ -223,10 +239,12 @@ class ModernEra:
 
     # -- forwarding ------------------------------------------------------------------------
     async def forward(self, request: web.Request, msg: Message, caller: Caller,
-                      conn: Connection, decision: router.Decision) -> web.StreamResponse:
+                      conn: Connection, decision: router.Decision, lacking: Lacking | None
+                      ) -> web.StreamResponse:
         json_ok, sse_ok = request[ACCEPTS]
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
+        ex.hidden = lacking
         ex.policy, ex.tool = decision.policy, params.get("name")
         self.inflight.take(caller.principal)  # TooManyRequests: 429
         try:

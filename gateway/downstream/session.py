@@ -15,6 +15,7 @@ from typing import Any
 
 from cachetools import LRUCache
 
+from gateway.auth.principal import digest
 from gateway.downstream.exchange import Exchange
 from gateway.downstream.sse import REPLAY_BYTES, Stream
 from gateway.protocol import jsonrpc, mcp
@@ -36,6 +37,9 @@ class Session:
         # ASCII only. 256 random bits, URL-safe base64.
         self.id = secrets.token_urlsafe(32)
         self.key = self.id
+        # What its core tasks belong to, and what logs name it by: a digest, because the
+        # id is a bearer secret (the store and the logs must not hold it).
+        self.owner = digest("session", self.id)
         self.principal = principal  # the auth context that created it; no other may use it
         self.version = version
         self.capabilities = capabilities

@@ -4,6 +4,7 @@ and what a legacy session or a modern client is answered. No decisions (router.p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.protocol import jsonrpc, mcp
@@ -79,3 +80,15 @@ def log_wanted(level: Any, wanted: int | None) -> bool:
         return False
     rank = mcp.LOG_LEVELS.index(level) if level in mcp.LOG_LEVELS else len(mcp.LOG_LEVELS)
     return rank >= wanted
+
+
+def hide_tools(msg: dict[str, Any], hidden: Callable[[str], object]) -> dict[str, Any]:
+    """A tools/list answer without the tools for which `hidden(name)` is true (a caller sees
+    only the tools its token's scopes let it call)."""
+    result = msg.get("result")
+    tools = result.get("tools") if isinstance(result, dict) else None
+    if isinstance(tools, list):
+        assert isinstance(result, dict)
+        result["tools"] = [t for t in tools
+                           if not (isinstance(t, dict) and hidden(str(t.get("name", ""))))]
+    return msg

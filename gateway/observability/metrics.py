@@ -36,7 +36,7 @@ class Live(Protocol):
     def store_outbox(self) -> int: ...  # task changes the shared store has not taken yet
     def upstreams(self) -> dict[str, tuple[bool, int]]: ...  # name -> (up, restarts)
     def sessions(self) -> int: ...
-    def rejections(self) -> dict[str, int]: ...  # reason -> count
+    def rejections(self) -> dict[str, int]: ...  # "reason" or "reason:cause" -> count
 
 
 class Metrics:
@@ -109,9 +109,10 @@ class _LiveCollector(Collector):
         yield _gauge("mcp_gateway_sessions", "Live legacy sessions", [],
                      [((), live.sessions())])
         rejections = CounterMetricFamily("mcp_gateway_rejections",
-                                         "Requests refused, by reason", labels=["reason"])
+                                         "Requests refused, by reason (and cause, for auth)",
+                                         labels=["reason", "cause"])
         for reason, count in live.rejections().items():
-            rejections.add_metric([reason], count)
+            rejections.add_metric(list(reason.partition(":")[::2]), count)
         yield rejections
 
 

@@ -27,6 +27,7 @@ class Policy:
     poll_interval_ms: int
     timeout_ms: int | None
     immediate_response: str | None = None
+    scopes: frozenset[str] = frozenset()  # with OAuth: what a token needs to use the tool
 
     def ttl(self, requested: int | None) -> int:
         """The TTL a task gets: what was asked (or the default), clamped to the maximum."""
@@ -57,6 +58,7 @@ class Policies:
             override = _match(layer.tools, tool)
             if override is not None:
                 merged.update(override.model_dump(exclude_none=True))
+        merged["scopes"] = frozenset(merged["scopes"])
         return Policy(**merged)
 
 

@@ -3,9 +3,25 @@ renders engine state into its wire shapes, and nothing else."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from gateway import errors
 from gateway.tasks.model import Task, iso
+
+# A tool's name -> the scopes it needs that the caller does not hold (auth.oauth and the
+# tool's `scopes`): tasks/* of a task need the scopes of its tool.
+Lacking = Callable[[str], frozenset[str]]
+
+
+def unscoped(_tool: str) -> frozenset[str]:
+    return frozenset()
+
+
+def check_scopes(task: Task, lacking: Lacking) -> Task:
+    if missing := lacking(task.tool):
+        raise errors.InsufficientScope(f"a task of tool {errors.shown(task.tool)}", missing)
+    return task
 
 
 def task_id_of(params: dict[str, Any]) -> Any:

@@ -17,7 +17,7 @@ import orjson
 from gateway import errors
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.tasks.dialects import task_fields, task_id_of
+from gateway.tasks.dialects import Lacking, check_scopes, task_fields, task_id_of, unscoped
 from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
 from gateway.tasks.model import Status, Task
 
@@ -85,8 +85,10 @@ def mark_tools(msg: Message, support: Callable[[str], str]) -> Message:
 
 
 # -- tasks/* ---------------------------------------------------------------------------------
-async def lookup(engine: TaskEngine, task_id: Any, owner: str) -> Task:
-    """The owner's core task; -32602 for unknown, expired, foreign or other-dialect ids."""
+async def lookup(engine: TaskEngine, task_id: Any, owner: str,
+        lacking: Lacking = unscoped) -> Task:
+    """The owner's core task; -32602 for unknown, expired, foreign or other-dialect ids,
+    InsufficientScope (403) when the caller may not use its tool."""
     try:
         task = await engine.find(task_id, owner)
     except TaskExpired:
@@ -97,17 +99,19 @@ async def lookup(engine: TaskEngine, task_id: Any, owner: str) -> Task:
     if task is None or task.dialect != NAME:  # a task renders only in its own dialect
         raise errors.InvalidParams("Failed to retrieve task: Task not found",
                                    {"taskId": task_id})
-    return task
+    return check_scopes(task, lacking)
 
 
-async def get(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
-    return fields(await lookup(engine, task_id_of(params), owner))
+async def get(engine: TaskEngine, params: dict[str, Any], owner: str,
+        lacking: Lacking = unscoped) -> dict[str, Any]:
+    return fields(await lookup(engine, task_id_of(params), owner, lacking))
 
 
-async def cancel(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
+async def cancel(engine: TaskEngine, params: dict[str, Any], owner: str,
+        lacking: Lacking = unscoped) -> dict[str, Any]:
     """spec (Task Cancellation): -32602 for a terminal task; otherwise the task is cancelled
     before the answer, which shows it."""
-    task = await lookup(engine, task_id_of(params), owner)
+    task = await lookup(engine, task_id_of(params), owner, lacking)
     if task.terminal:
         raise errors.InvalidParams(
             f"Cannot cancel task: already in terminal status '{task.status}'",
@@ -115,11 +119,13 @@ async def cancel(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict
     return fields(await engine.cancel(task, "The task was cancelled by request."))
 
 
-async def list_page(engine: TaskEngine, params: dict[str, Any], owner: str) -> dict[str, Any]:
-    """spec (Task Listing): the owner's tasks, oldest first, PAGE_SIZE at a time; the cursor
-    is opaque (the position after the last task shown, so tasks expiring between pages do
-    not shift the next one)."""
-    tasks = sorted(await engine.owned(owner, NAME), key=_position)
+async def list_page(engine: TaskEngine, params: dict[str, Any], owner: str,
+        lacking: Lacking = unscoped) -> dict[str, Any]:
+    """spec (Task Listing): the owner's tasks (of tools it may use), oldest first, PAGE_SIZE
+    at a time; the cursor is opaque (the position after the last task shown, so tasks
+    expiring between pages do not shift the next one)."""
+    tasks = sorted((t for t in await engine.owned(owner, NAME) if not lacking(t.tool)),
+                   key=_position)
     cursor = params.get("cursor")
     if cursor is not None:
         after = _read_cursor(cursor)

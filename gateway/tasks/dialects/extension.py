@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from gateway import errors
-from gateway.tasks.dialects import task_fields, task_id_of
+from gateway.tasks.dialects import Lacking, check_scopes, task_fields, task_id_of, unscoped
 from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
 from gateway.tasks.model import Status, Task
 
@@ -61,10 +61,10 @@ def detailed(task: Task) -> dict[str, Any]:
     return out
 
 
-async def handle(engine: TaskEngine, method: str, params: dict[str, Any], owner: str
-           ) -> dict[str, Any]:
+async def handle(engine: TaskEngine, method: str, params: dict[str, Any], owner: str,
+                 lacking: Lacking = unscoped) -> dict[str, Any]:
     """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
-    task = await _task(engine, task_id_of(params), owner)
+    task = check_scopes(await _task(engine, task_id_of(params), owner), lacking)
     if method == "tasks/get":
         return {**detailed(task), "resultType": "complete"}
     if method == "tasks/update":

@@ -1,0 +1,56 @@
+"""A request's `Authorization` header to a `Principal`: a static bearer token (compared in
+constant time; the token's digest is its owner), else an OAuth access token (its issuer and
+subject are the owner, see tokens.py). With neither configured every caller is one
+anonymous owner (README: bind to loopback then).
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from gateway.auth.fetch import Fetcher
+from gateway.auth.principal import ANONYMOUS, Principal
+from gateway.auth.resource import ProtectedResource
+from gateway.auth.tokens import AccessTokens
+from gateway.errors import InsufficientScope, Unauthorized
+from gateway.observability import owner_hash
+from gateway.settings import Auth
+
+
+class Authenticator:
+    def __init__(self, conf: Auth, tool_scopes: frozenset[str] = frozenset()) -> None:
+        self.enabled = conf.enabled
+        self.static = [t.encode() for t in conf.bearer_tokens if t]
+        oauth = conf.oauth
+        self.fetcher = Fetcher(oauth.fetch_timeout_ms / 1000 if oauth else 5.0)
+        self.tokens = AccessTokens(oauth, self.fetcher) if oauth else None
+        self.resource = ProtectedResource(oauth, tool_scopes) if oauth else None
+        self.required = frozenset(oauth.scopes) if oauth else frozenset()
+
+    async def authenticate(self, header: str | None) -> Principal:
+        """Unauthorized (401), InsufficientScope (403) or AuthUnavailable (503) unless the
+        header carries a credential this gateway accepts."""
+        if not self.enabled:
+            return ANONYMOUS
+        if not header:
+            raise Unauthorized("Unauthorized: a valid bearer token is required", "missing")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthorized("Unauthorized: send the token as 'Authorization: Bearer ...'",
+                               "malformed")
+        given = token.encode()
+        if any(hmac.compare_digest(given, t) for t in self.static):
+            return Principal(owner_hash(token))
+        if self.tokens is None:
+            raise Unauthorized("Unauthorized: a valid bearer token is required", "wrong")
+        principal = await self.tokens.principal(token)
+        if lacking := principal.lacks(self.required):
+            raise InsufficientScope("this resource", lacking)
+        return principal
+
+    async def close(self) -> None:
+        await self.fetcher.close()
+
+
+__all__ = ["Authenticator"]

@@ -1,0 +1,63 @@
+"""Opaque access tokens, checked by the authorization server (RFC 7662 introspection).
+
+The answer is held to the same rules as a JWT's claims: active, an accepted issuer (the
+configured introspection server speaks for the first issuer when it names none), this
+gateway in `aud` when the answer has one (RFC 8707: the confused-deputy rule), and not
+expired. The caller (`AccessTokens`) remembers the result no longer than the token lives.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import aiohttp
+
+from gateway.auth.fetch import Fetcher
+from gateway.auth.principal import Principal, scopes_of
+from gateway.errors import Unauthorized
+from gateway.settings import Introspection, OAuth
+
+CACHE_S = 60.0
+
+
+class Introspector:
+    def __init__(self, conf: Introspection, oauth: OAuth, fetcher: Fetcher) -> None:
+        self.url = conf.url
+        self.auth = aiohttp.BasicAuth(conf.client_id, conf.client_secret.get_secret_value())
+        self.issuers = oauth.issuers
+        self.audience = {oauth.resource, oauth.resource.rstrip("/")}
+        self.leeway_s = oauth.leeway_s
+        self.fetcher = fetcher
+
+    async def principal(self, token: str) -> Principal:
+        answer = await self.fetcher.post_form(
+            self.url, {"token": token, "token_type_hint": "access_token"}, self.auth)
+        if answer.get("active") is not True:
+            raise Unauthorized("Unauthorized: the token is not active", "inactive")
+        issuer = answer.get("iss", self.issuers[0])
+        if issuer not in self.issuers:
+            raise Unauthorized("Unauthorized: the token's issuer is not accepted", "issuer")
+        if "aud" in answer and not self.audience & _listed(answer["aud"]):
+            raise Unauthorized("Unauthorized: the token was not issued for this resource",
+                               "audience")
+        exp = answer.get("exp")
+        if isinstance(exp, int | float) and exp + self.leeway_s < time.time():
+            raise Unauthorized("Unauthorized: the token has expired", "expired")
+        subject = answer.get("sub") or answer.get("client_id")
+        if not isinstance(subject, str) or not subject:
+            raise Unauthorized("Unauthorized: the token names no subject", "claims")
+        # Remembered until the token expires, and no longer than a minute: a revoked token
+        # is refused soon after.
+        until = time.time() + CACHE_S
+        return Principal.of_subject(issuer, subject, scopes_of(answer),
+                                    min(until, exp) if isinstance(exp, int | float) else until)
+
+
+def _listed(aud: Any) -> set[str]:
+    if isinstance(aud, str):
+        return {aud}
+    return {a for a in aud if isinstance(a, str)} if isinstance(aud, list) else set()
+
+
+__all__ = ["Introspector"]

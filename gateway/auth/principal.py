@@ -1,0 +1,57 @@
+"""`Principal`: what one authenticated request is, as far as the rest of the gateway cares.
+
+The owner is a digest, never a credential: it is stored in the shared store and shown (cut
+short) in logs. An OAuth principal is its (issuer, subject), so every token that principal
+is issued, refreshed ones included, owns the same tasks (issue: tasks outlive a refresh).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+
+def digest(*parts: str) -> str:
+    """A stable 128-bit digest of `parts`, unambiguous (NUL never occurs in them)."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    owner: str  # what tasks, sessions and calls belong to
+    # The scopes the credential carries; None: not scoped (a static token, or no auth):
+    # every tool is open to it.
+    scopes: frozenset[str] | None = None
+    issuer: str | None = None
+    subject: str | None = None  # a digest of the subject, for audit events
+    expires_at: float | None = None  # epoch seconds; caches keep it no longer
+
+    def lacks(self, needed: frozenset[str]) -> frozenset[str]:
+        """The scopes of `needed` this principal does not hold."""
+        if self.scopes is None or not needed:
+            return frozenset()
+        return needed - self.scopes
+
+    @classmethod
+    def of_subject(cls, issuer: str, subject: str, scopes: frozenset[str],
+                   expires_at: float | None) -> Principal:
+        return cls(digest("oauth", issuer, subject), scopes, issuer,
+                   digest("subject", issuer, subject)[:12], expires_at)
+
+
+def scopes_of(claims: dict[str, Any]) -> frozenset[str]:
+    """RFC 9068 / RFC 7662: `scope` is a space-separated string; some issuers send `scp`,
+    a list."""
+    scope = claims.get("scope")
+    if isinstance(scope, str):
+        return frozenset(scope.split())
+    scp = claims.get("scp")
+    if isinstance(scp, list):
+        return frozenset(s for s in scp if isinstance(s, str))
+    return frozenset()
+
+
+ANONYMOUS = Principal("anonymous")
+
+__all__ = ["ANONYMOUS", "Principal", "digest", "scopes_of"]

@@ -1,0 +1,120 @@
+"""OAuth access tokens to `Principal`s: JWTs checked against their issuer's keys (PyJWT does
+the cryptography and the claim rules), opaque tokens by RFC 7662 introspection. A checked
+token is remembered (bounded) until it expires, at most `MAX_CACHE_S`, so a client's
+requests after the first cost a hash and a lookup.
+
+The rules (MCP authorization spec, Access Token Privilege Restriction and Token Audience
+Binding; RFC 8725 JWT best practices):
+- only asymmetric algorithms of `auth.oauth.algorithms` (never `none`, never HS*);
+- `iss` one of `auth.oauth.issuers`, the key from that issuer's published set;
+- `aud` names this gateway (`auth.oauth.resource`, RFC 8707): a token minted for another
+  resource is refused, so the gateway is never a confused deputy;
+- `exp` required, `exp` and `nbf` with `leeway_s`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import jwt
+from cachetools import TLRUCache
+
+from gateway.auth.fetch import Fetcher
+from gateway.auth.introspection import Introspector
+from gateway.auth.keys import IssuerKeys
+from gateway.auth.principal import Principal, scopes_of
+from gateway.errors import Unauthorized, shown
+from gateway.settings import OAuth
+
+MAX_CACHE_S = 300.0
+
+# PyJWT's refusals, by what they mean to the caller (the audit `cause`).
+_CAUSES: tuple[tuple[type[Exception], str, str], ...] = (
+    (jwt.ExpiredSignatureError, "expired", "the token has expired"),
+    (jwt.ImmatureSignatureError, "not_yet_valid", "the token is not valid yet"),
+    (jwt.InvalidAudienceError, "audience", "the token was not issued for this resource"),
+    (jwt.InvalidIssuerError, "issuer", "the token's issuer is not accepted"),
+    (jwt.InvalidSignatureError, "signature", "the token's signature does not verify"),
+    (jwt.MissingRequiredClaimError, "claims", "the token lacks a required claim"),
+    (jwt.InvalidAlgorithmError, "algorithm", "the token's algorithm is not accepted"),
+    (jwt.InvalidTokenError, "malformed", "the token is not a well-formed JWT"),
+)
+
+
+class AccessTokens:
+    def __init__(self, conf: OAuth, fetcher: Fetcher) -> None:
+        self.conf = conf
+        self.issuers = {i: IssuerKeys(i, fetcher, conf.key_refresh_s) for i in conf.issuers}
+        self.algorithms = frozenset(conf.algorithms)
+        self.audience = sorted({conf.resource, conf.resource.rstrip("/")})
+        self.introspector = (Introspector(conf.introspection, conf, fetcher)
+                             if conf.introspection is not None else None)
+        self._cache: TLRUCache[bytes, Principal] | None = (
+            TLRUCache(conf.cache_tokens, _lifetime, time.time) if conf.cache_tokens else None)
+
+    async def principal(self, token: str) -> Principal:
+        """The principal `token` stands for; Unauthorized (401) when it is not valid here,
+        AuthUnavailable (503) when its issuer cannot be asked."""
+        key = hashlib.sha256(token.encode()).digest()
+        if self._cache is not None and (known := self._cache.get(key)) is not None:
+            return known
+        if token.count(".") == 2:
+            found = await self._jwt(token)
+        elif self.introspector is not None:
+            found = await self.introspector.principal(token)
+        else:
+            raise Unauthorized("Unauthorized: the access token is not a JWT", "malformed")
+        if self._cache is not None:
+            self._cache[key] = found
+        return found
+
+    async def _jwt(self, token: str) -> Principal:
+        try:
+            header = jwt.get_unverified_header(token)
+            unverified = jwt.decode(token, options={"verify_signature": False})
+        except jwt.InvalidTokenError:
+            raise Unauthorized("Unauthorized: the token is not a well-formed JWT",
+                               "malformed") from None
+        alg, kid, issuer = header.get("alg"), header.get("kid"), unverified.get("iss")
+        if alg not in self.algorithms:
+            raise Unauthorized(f"Unauthorized: the token's algorithm {shown(alg)} is "
+                               "not accepted", "algorithm")
+        keys = self.issuers.get(issuer) if isinstance(issuer, str) else None
+        if keys is None:
+            raise Unauthorized("Unauthorized: the token's issuer is not accepted", "issuer")
+        key = await keys.key(kid if isinstance(kid, str) else None, alg)
+        try:
+            claims = jwt.decode(token, key, algorithms=[alg], audience=self.audience,
+                                issuer=issuer, leeway=self.conf.leeway_s,
+                                options={"require": ["exp", "iss", "aud"]})
+        except jwt.InvalidTokenError as exc:
+            raise _refusal(exc) from None
+        return _principal(issuer, claims)
+
+
+def _principal(issuer: str, claims: dict[str, Any]) -> Principal:
+    # A client-credentials token may name no subject: its client is the principal then.
+    subject = claims.get("sub") or claims.get("client_id")
+    if not isinstance(subject, str) or not subject:
+        raise Unauthorized("Unauthorized: the token names no subject", "claims")
+    exp = claims.get("exp")
+    return Principal.of_subject(issuer, subject, scopes_of(claims),
+                                float(exp) if isinstance(exp, int | float) else None)
+
+
+def _refusal(exc: Exception) -> Unauthorized:
+    for kind, cause, text in _CAUSES:
+        if isinstance(exc, kind):
+            return Unauthorized(f"Unauthorized: {text}", cause)
+    return Unauthorized("Unauthorized: the token is not valid", "malformed")
+
+
+def _lifetime(_key: bytes, principal: Principal, now: float) -> float:
+    """A checked token is remembered until it expires, and never longer than MAX_CACHE_S."""
+    until = now + MAX_CACHE_S
+    return until if principal.expires_at is None else min(until, principal.expires_at)
+
+
+__all__ = ["AccessTokens"]

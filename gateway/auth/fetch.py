@@ -28,9 +28,10 @@ class Fetcher:
     async def get(self, url: str) -> dict[str, Any]:
         return await self._json("GET", url)
 
-    async def post_form(self, url: str, form: dict[str, str], auth: aiohttp.BasicAuth
+    async def post_form(self, url: str, form: dict[str, str], authorization: str
                         ) -> dict[str, Any]:
-        return await self._json("POST", url, data=form, auth=auth)
+        return await self._json("POST", url, data=form,
+                                headers={"Authorization": authorization})
 
     async def close(self) -> None:
         if self._session is not None:
@@ -41,30 +42,32 @@ class Fetcher:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
         try:
-            async with self._session.request(method, url, headers={"Accept": "application/json"},
+            headers = {"Accept": "application/json", **kwargs.pop("headers", {})}
+            async with self._session.request(method, url, headers=headers,
                                              allow_redirects=False, **kwargs) as resp:
                 if resp.status != 200:
-                    raise _down(url, f"HTTP {resp.status}")
+                    raise unavailable(url, f"HTTP {resp.status}")
                 body = await resp.content.read(MAX_DOCUMENT_BYTES + 1)
         except TimeoutError:
-            raise _down(url, "timed out") from None
+            raise unavailable(url, "timed out") from None
         except aiohttp.ClientError as exc:
-            raise _down(url, type(exc).__name__) from None
+            raise unavailable(url, type(exc).__name__) from None
         if len(body) > MAX_DOCUMENT_BYTES:
-            raise _down(url, "answer too large")
+            raise unavailable(url, "answer too large")
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError:
-            raise _down(url, "answer is not JSON") from None
+            raise unavailable(url, "answer is not JSON") from None
         if not isinstance(doc, dict):
-            raise _down(url, "answer is not a JSON object")
+            raise unavailable(url, "answer is not a JSON object")
         return doc
 
 
-def _down(url: str, why: str) -> AuthUnavailable:
+def unavailable(url: str, why: str) -> AuthUnavailable:
+    """The error for a server at `url` that failed us, logged (without credentials)."""
     shown = str(URL(url).with_user(None).with_password(None).with_query(None))
     log.warning("auth.server_unavailable", url=shown, reason=why)
     return AuthUnavailable(f"{shown}: {why}")
 
 
-__all__ = ["Fetcher"]
+__all__ = ["Fetcher", "unavailable"]

@@ -8,10 +8,10 @@ expired. The caller (`AccessTokens`) remembers the result no longer than the tok
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
-
-import aiohttp
+from urllib.parse import quote_plus
 
 from gateway.auth.fetch import Fetcher
 from gateway.auth.principal import Principal, scopes_of
@@ -24,7 +24,7 @@ CACHE_S = 60.0
 class Introspector:
     def __init__(self, conf: Introspection, oauth: OAuth, fetcher: Fetcher) -> None:
         self.url = conf.url
-        self.auth = aiohttp.BasicAuth(conf.client_id, conf.client_secret.get_secret_value())
+        self.auth = client_auth(conf.client_id, conf.client_secret.get_secret_value())
         self.issuers = oauth.issuers
         self.audience = {oauth.resource, oauth.resource.rstrip("/")}
         self.leeway_s = oauth.leeway_s
@@ -52,6 +52,13 @@ class Introspector:
         until = time.time() + CACHE_S
         return Principal.of_subject(issuer, subject, scopes_of(answer),
                                     min(until, exp) if isinstance(exp, int | float) else until)
+
+
+def client_auth(client_id: str, secret: str) -> str:
+    """HTTP Basic client authentication as RFC 6749 section 2.3.1 has it: both parts
+    form-urlencoded first (which HTTP Basic alone does not do)."""
+    pair = f"{quote_plus(client_id)}:{quote_plus(secret)}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
 
 
 def _listed(aud: Any) -> set[str]:

@@ -13,7 +13,7 @@ from typing import Any
 import jwt
 from yarl import URL
 
-from gateway.auth.fetch import Fetcher
+from gateway.auth.fetch import Fetcher, unavailable
 from gateway.errors import AuthUnavailable, Unauthorized
 
 MAX_AGE_S = 3600.0  # known keys are fetched again this often (rotation without a restart)
@@ -98,7 +98,7 @@ class IssuerKeys:
         doc = await self.fetcher.get(self.jwks_uri)
         found = doc.get("keys")
         if not isinstance(found, list):
-            raise AuthUnavailable(f"{self.jwks_uri}: not a JWK set")
+            raise unavailable(self.jwks_uri, "not a JWK set")
         keys = {k.get("kid"): k for k in found[:MAX_KEYS]
                 if isinstance(k, dict) and k.get("use", "sig") == "sig"
                 and isinstance(k.get("kty"), str)}
@@ -117,7 +117,7 @@ class IssuerKeys:
             jwks_uri = meta.get("jwks_uri")
             if meta.get("issuer") != self.issuer or not isinstance(jwks_uri, str) or \
                     not jwks_uri.startswith(("https://", "http://")):
-                last = AuthUnavailable(f"{url}: not metadata of {self.issuer} with a jwks_uri")
+                last = unavailable(url, f"not metadata of {self.issuer} with a jwks_uri")
                 continue
             return jwks_uri
         assert last is not None

@@ -77,7 +77,7 @@ async def test_metrics_count_requests_tasks_and_refusals(url, http, client) -> N
                  era="legacy", outcome="ok") == 1
     assert value(after, "mcp_gateway_request_duration_seconds_count", upstream="main",
                  method="tools/list") == 1
-    assert value(after, "mcp_gateway_rejections_total", reason="body_too_large") == 1
+    assert value(after, "mcp_gateway_rejections_total", reason="body_too_large", cause="") == 1
     assert value(after, "mcp_gateway_sessions") == 1
     assert value(after, "mcp_gateway_store_bytes") > 0
 
@@ -109,7 +109,9 @@ async def test_metrics_and_status_are_guarded_like_the_endpoint(gateway, http) -
     async with http.get(base + "/healthz") as resp:
         assert resp.status == 200  # probes stay open
     samples = await scrape(http, url, {"Authorization": f"Bearer {TOKEN}"})
-    assert value(samples, "mcp_gateway_rejections_total", reason="auth") == 4
+    # Auth refusals are counted by cause too: none sent, and a wrong one, on each path.
+    for cause in ("missing", "wrong"):
+        assert value(samples, "mcp_gateway_rejections_total", reason="auth", cause=cause) == 2
 
 
 async def test_audit_events_follow_a_task_and_never_show_tokens(gateway, http) -> None:

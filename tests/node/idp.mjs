@@ -2,7 +2,7 @@
 // certified implementation), configured from the command line:
 //   node idp.mjs PORT KEYS_FILE RESOURCE [TOKEN_TTL_S]
 // KEYS_FILE: a JWK set with private keys (the tests make it; a new file and a restart is a
-// key rotation). Clients: `robot` (client credentials, JWT access tokens), `opaque-robot`
+// key rotation). Clients: `robot` and `robot2` (client credentials, JWT access tokens), `opaque-robot`
 // (client credentials, opaque tokens), `gateway` (may introspect), and any client that
 // registers itself (RFC 7591) for the authorization code flow with PKCE. Login and consent are
 // oidc-provider's development pages (any login name is accepted).
@@ -16,7 +16,7 @@ const secret = (id) => ({ client_id: id, client_secret: `${id}-secret`, redirect
   response_types: [], grant_types: ['client_credentials'] });
 
 const provider = new Provider(issuer, {
-  clients: [secret('robot'), secret('opaque-robot'), { ...secret('gateway'), grant_types: [] }],
+  clients: [secret('robot'), secret('robot2'), secret('opaque-robot'), { ...secret('gateway'), grant_types: [] }],
   jwks: JSON.parse(readFileSync(keysFile, 'utf8')),
   scopes: ['openid', 'offline_access', 'tools', 'deploy'],
   cookies: { keys: ['idp-tests-cookie-key'] },

@@ -1,0 +1,344 @@
+"""The gateway as an OAuth 2.1 resource server (MCP authorization spec) in front of the stdio
+test server, with node's oidc-provider as the authorization server: metadata and
+challenges, JWTs checked against the issuer's keys, opaque tokens introspected, tasks owned
+by the principal across tokens, per-tool scopes, and every bad token refused clearly."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+
+import jwt
+import pytest
+import structlog
+from aiohttp import web
+from conftest import free_port, settings_for, wait_until_ready
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from idp import Idp, Key
+from mcp_http import McpHttp
+from test_modern import modern
+from test_operations import scrape, value
+from test_tasks import POLICY, call, tasks_op, wait_for
+
+from gateway.app import create_app
+from gateway.settings import from_mapping
+
+pytestmark = pytest.mark.node
+SCOPED = {**POLICY, "tools": {**POLICY["tools"], "sleep": {"mode": "always"},
+                              "slow*": {"scopes": ["deploy"]}, "whoami": {"mode": "always",
+                                                                          "scopes": ["deploy"]}}}
+
+
+@pytest.fixture(scope="module")
+def gw_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def idp(gw_port: int) -> Any:
+    server = Idp(free_port(), f"http://127.0.0.1:{gw_port}/mcp", Key("k1")).start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+async def oauth(aiohttp_server: Any, idp: Idp, gw_port: int) -> Any:
+    """Start a gateway on the resource's port with `auth.oauth` for `idp` (and overrides)."""
+
+    async def start(oauth: dict[str, Any] | None = None, **overrides: Any) -> str:
+        conf = {"resource": idp.resource, "issuers": [idp.issuer], "key_refresh_s": 0,
+                **(oauth or {})}
+        raw = settings_for(tasks=SCOPED, auth={"oauth": conf}, **overrides)
+        server = await aiohttp_server(create_app(from_mapping(raw)), port=gw_port)
+        base = str(server.make_url(""))
+        await wait_until_ready(base)
+        return base + "/mcp"
+
+    return start
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def challenge(reply: Any) -> dict[str, str]:
+    """The auth-params of a `WWW-Authenticate: Bearer k="v", ...` header."""
+    scheme, _, rest = reply.headers["WWW-Authenticate"].partition(" ")
+    assert scheme == "Bearer"
+    return dict((k.strip(), v.strip('"')) for k, _, v in
+                (p.partition("=") for p in rest.split('", ')))
+
+
+# -- metadata and challenges ----------------------------------------------------------------
+async def test_metadata_names_the_resource_and_its_authorization_server(oauth, idp, http
+                                                                         ) -> None:
+    url = await oauth({"scopes": ["tools"]})
+    base = url.removesuffix("/mcp")
+    for path in ("/.well-known/oauth-protected-resource",
+                 "/.well-known/oauth-protected-resource/mcp"):
+        async with http.get(base + path, headers={"Origin": "https://elsewhere.example"}) as r:
+            assert r.status == 200 and r.headers["Access-Control-Allow-Origin"] == "*"
+            doc = await r.json()
+        assert doc["resource"] == idp.resource
+        assert doc["authorization_servers"] == [idp.issuer]
+        assert doc["scopes_supported"] == ["deploy", "tools"]
+        assert "none" not in doc["resource_signing_alg_values_supported"]
+
+
+async def test_no_token_gets_401_pointing_to_the_metadata_in_both_eras(oauth, http) -> None:
+    url = await oauth({"scopes": ["tools"]})
+    metadata = url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+    legacy = await McpHttp(http, url).send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                            "params": {}})
+    fresh = await call(http, url, "echo", {"text": "x"})
+    async with http.get(url, headers={"Mcp-Session-Id": "x"}) as stream:
+        got = stream.status, dict(stream.headers)
+    for status, headers in [(legacy.status, legacy.headers), (fresh.status, fresh.headers),
+                            got]:
+        assert status == 401
+        assert challenge(type("R", (), {"headers": headers})) == {
+            "resource_metadata": metadata, "scope": "tools"}
+    async with http.get(metadata) as resp:  # where the challenge points, something answers
+        assert resp.status == 200
+
+
+# -- tokens from the real server ------------------------------------------------------------
+async def test_a_client_credentials_token_opens_both_eras(oauth, idp, http) -> None:
+    url = await oauth()
+    token = await idp.token(http)
+    mcp = McpHttp(http, url)
+    init = await mcp.initialize(headers=bearer(token))
+    assert init.status == 200
+    echoed = await mcp.call("echo", {"text": "legacy"}, **bearer(token))
+    assert echoed.message["result"]["content"][0]["text"] == "legacy"
+    reply = await call(http, url, "echo", {"text": "modern"}, headers=bearer(token))
+    assert reply.status == 200 and reply.body["result"]["content"][0]["text"] == "modern"
+
+
+async def test_a_token_for_another_resource_is_refused(oauth, idp, http) -> None:
+    """RFC 8707 and the confused-deputy rule: the server mints it; the gateway refuses it."""
+    url = await oauth()
+    other = await idp.token(http, resource="http://other.example/mcp")
+    reply = await call(http, url, "echo", {"text": "x"}, headers=bearer(other))
+    assert reply.status == 401 and challenge(reply)["error"] == "invalid_token"
+    assert "not issued for this resource" in reply.body["error"]["message"]
+
+
+async def test_tasks_belong_to_the_principal_across_its_tokens(oauth, idp, http) -> None:
+    url = await oauth()
+    first, refreshed = await idp.token(http), await idp.token(http)
+    assert first != refreshed
+    task = (await call(http, url, "sleep", {"ms": 300}, headers=bearer(first))).body["result"]
+    done = await wait_for(http, url, task["taskId"], "completed", bearer(refreshed))
+    assert done["result"]["content"][0]["text"] == "slept 300"
+    # Another principal (another client of the same server) gets what an unknown id gets.
+    stranger = bearer(await idp.token(http, client="robot2"))
+    foreign = await tasks_op(http, url, "tasks/get", task["taskId"], stranger)
+    unknown = await tasks_op(http, url, "tasks/get", "no-such-task", stranger)
+    assert foreign.status == unknown.status == 400
+    assert foreign.body["error"]["message"] == unknown.body["error"]["message"]
+    cancel = await tasks_op(http, url, "tasks/cancel", task["taskId"], stranger)
+    assert cancel.body["error"]["message"] == unknown.body["error"]["message"]
+
+
+async def test_a_legacy_session_survives_a_token_refresh(oauth, idp, http) -> None:
+    url = await oauth()
+    mcp = McpHttp(http, url)
+    await mcp.initialize(headers=bearer(await idp.token(http)))
+    again = await mcp.call("echo", {"text": "after refresh"}, **bearer(await idp.token(http)))
+    assert again.message["result"]["content"][0]["text"] == "after refresh"
+    stranger = await mcp.call("echo", {"text": "x"},
+                              **bearer(await idp.token(http, client="robot2")))
+    assert stranger.status == 404  # another principal cannot use the session
+
+
+async def test_opaque_tokens_are_introspected(oauth, idp, http) -> None:
+    url = await oauth({"introspection": {"url": f"{idp.issuer}/token/introspection",
+                                         "client_id": "gateway",
+                                         "client_secret": "gateway-secret"}})
+    opaque = await idp.token(http, client="opaque-robot")
+    assert opaque.count(".") != 2
+    reply = await call(http, url, "echo", {"text": "opaque"}, headers=bearer(opaque))
+    assert reply.status == 200 and reply.body["result"]["content"][0]["text"] == "opaque"
+    wrong = await call(http, url, "echo", {"text": "x"}, headers=bearer("not-a-real-token"))
+    assert wrong.status == 401 and "not active" in wrong.body["error"]["message"]
+
+
+# -- scopes ---------------------------------------------------------------------------------
+async def test_tools_need_their_scopes_in_both_eras(oauth, idp, http) -> None:
+    url = await oauth()
+    plain, deployer = await idp.token(http), await idp.token(http, scope="tools deploy")
+    listed = await modern(http, url, "tools/list", {}, {}, headers=bearer(plain))
+    names = {t["name"] for t in listed.body["result"]["tools"]}
+    assert "echo" in names and "whoami" not in names
+    refused = await call(http, url, "whoami", headers=bearer(plain))
+    assert refused.status == 403
+    assert challenge(refused)["error"] == "insufficient_scope"
+    assert challenge(refused)["scope"] == "deploy"
+    assert refused.body["error"]["data"] == {"requiredScopes": ["deploy"]}
+    mcp = McpHttp(http, url)
+    await mcp.initialize(version="2025-11-25", headers=bearer(plain))
+    legacy_list = await mcp.send({"jsonrpc": "2.0", "id": 5, "method": "tools/list"},
+                                 **bearer(plain))
+    assert "whoami" not in {t["name"] for t in legacy_list.message["result"]["tools"]}
+    legacy = await mcp.call("whoami", **bearer(plain))
+    assert legacy.status == 403 and challenge(legacy)["scope"] == "deploy"
+    allowed = await call(http, url, "whoami", headers=bearer(deployer))
+    task = allowed.body["result"]
+    assert task["resultType"] == "task"
+    # Its tasks/* need the tool's scopes too: the same principal with a narrower token.
+    narrower = await tasks_op(http, url, "tasks/get", task["taskId"], bearer(plain))
+    assert narrower.status == 403 and challenge(narrower)["scope"] == "deploy"
+    await wait_for(http, url, task["taskId"], "completed", bearer(deployer))
+
+
+async def test_scopes_every_request_needs(oauth, idp, http) -> None:
+    url = await oauth({"scopes": ["deploy"]})
+    reply = await call(http, url, "echo", {"text": "x"}, headers=bearer(await idp.token(http)))
+    assert reply.status == 403 and challenge(reply) == {
+        "error": "insufficient_scope", "scope": "deploy",
+        "resource_metadata": url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp"),
+        "error_description": "Forbidden: this resource needs the scope(s) deploy"}
+    ok = await call(http, url, "echo", {"text": "x"},
+                    headers=bearer(await idp.token(http, scope="tools deploy")))
+    assert ok.status == 200
+
+
+# -- bad tokens -----------------------------------------------------------------------------
+def _unsigned(claims: dict[str, Any]) -> str:
+    def part(obj: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}."
+
+
+def _tampered(token: str) -> str:
+    head, body, sig = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    claims["sub"] = "someone-else"
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    return f"{head}.{forged}.{sig}"
+
+
+def _hs256_with_public_key(idp: Idp) -> str:
+    """The algorithm-confusion attack: the issuer's public key used as an HMAC secret."""
+    pem = idp.key.private.public_key().public_bytes(Encoding.PEM,
+                                                    PublicFormat.SubjectPublicKeyInfo)
+    def part(obj: dict[str, Any]) -> bytes:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=")
+    signing = part({"alg": "HS256", "kid": idp.key.kid}) + b"." + part(idp.claims())
+    sig = base64.urlsafe_b64encode(hmac.new(pem, signing, hashlib.sha256).digest())
+    return (signing + b"." + sig.rstrip(b"=")).decode()
+
+
+async def test_every_bad_token_is_a_clear_401_and_counted(oauth, idp, http) -> None:
+    url = await oauth()
+    now = idp.claims()["iat"]
+    stranger_key = Key("k-unknown")
+    bad = {
+        "expired": idp.key.sign(idp.claims(exp=now - 600)),
+        "not_yet_valid": idp.key.sign(idp.claims(nbf=now + 600)),
+        "audience": idp.key.sign(idp.claims(aud="http://other.example/mcp")),
+        "issuer": idp.key.sign(idp.claims(iss="http://evil.example")),
+        "unknown_key": stranger_key.sign(idp.claims()),
+        "algorithm": _unsigned(idp.claims()),
+        "signature": _tampered(idp.key.sign(idp.claims())),
+        "malformed": "this.is-not.a-jwt",
+        "claims": idp.key.sign({k: v for k, v in idp.claims().items() if k != "exp"}),
+    }
+    with structlog.testing.capture_logs() as events:
+        for cause, token in bad.items():
+            reply = await call(http, url, "echo", {"text": "x"}, headers=bearer(token))
+            assert reply.status == 401, (cause, reply.body)
+            assert challenge(reply)["error"] == "invalid_token", cause
+            assert reply.body["error"]["code"] == -32600
+        confused = await call(http, url, "echo", {"text": "x"},
+                              headers=bearer(_hs256_with_public_key(idp)))
+        assert confused.status == 401
+    audits = [e for e in events if e["event"] == "auth.failed"]
+    assert [e["reason"] for e in audits] == [*bad, "algorithm"]
+    assert not any(token in json.dumps(e, default=str) for e in audits for token in bad.values())
+    samples = await scrape(http, url, bearer(await idp.token(http)))
+    for cause in bad:
+        expected = 2 if cause == "algorithm" else 1
+        assert value(samples, "mcp_gateway_rejections_total", reason="auth",
+                     cause=cause) == expected, cause
+
+
+async def test_key_rotation_needs_no_gateway_restart(oauth, idp, http) -> None:
+    url = await oauth()
+    old = await idp.token(http)
+    assert (await call(http, url, "echo", {"text": "x"}, headers=bearer(old))).status == 200
+    idp.start(Key("k2"))  # the server now signs with a key the gateway has not seen
+    try:
+        new = await idp.token(http)
+        assert jwt.get_unverified_header(new)["kid"] == "k2"
+        reply = await call(http, url, "echo", {"text": "rotated"}, headers=bearer(new))
+        assert reply.status == 200 and reply.body["result"]["content"][0]["text"] == "rotated"
+    finally:
+        idp.start(Key("k1"))
+
+
+async def test_an_authorization_server_that_is_down_is_a_503_never_a_pass(oauth, idp, http
+                                                                          ) -> None:
+    url = await oauth({"fetch_timeout_ms": 500})
+    token = await idp.token(http)
+    idp.stop()
+    try:
+        with structlog.testing.capture_logs() as events:
+            reply = await call(http, url, "echo", {"text": "x"}, headers=bearer(token))
+        assert reply.status == 503 and "Cannot check the access token" in \
+            reply.body["error"]["message"]
+        assert any(e["event"] == "auth.server_unavailable" for e in events)
+    finally:
+        idp.start()
+    await asyncio.sleep(1.1)  # the gateway asks again a second after a failure
+    assert (await call(http, url, "echo", {"text": "x"}, headers=bearer(token))).status == 200
+
+
+@pytest.mark.parametrize("keys", ["hang", "garbage", "not-a-key-set"])
+async def test_a_key_endpoint_that_hangs_or_talks_garbage_is_a_503(gateway, aiohttp_server,
+                                                                   http, keys) -> None:
+    """The issuer's metadata is fine, its jwks_uri is not: the gateway's dependency is down
+    (503 and a log event), the caller is not wrong, and nobody gets through."""
+    async def metadata(request: web.Request) -> web.Response:
+        base = str(request.url.origin())
+        return web.json_response({"issuer": base, "jwks_uri": base + "/jwks"})
+
+    async def jwks(_: web.Request) -> web.Response:
+        if keys == "hang":
+            await asyncio.sleep(30)
+        return web.Response(text="<html>oops</html>" if keys == "garbage" else '{"k": 1}')
+
+    app = web.Application()
+    app.router.add_get("/.well-known/oauth-authorization-server", metadata)
+    app.router.add_get("/jwks", jwks)
+    issuer = str((await aiohttp_server(app)).make_url("")).rstrip("/")
+    url = await gateway(auth={"oauth": {"resource": "http://gw.test/mcp", "issuers": [issuer],
+                                        "fetch_timeout_ms": 300}})
+    now = int(time.time())
+    token = Key("k1").sign({"iss": issuer, "sub": "me", "aud": "http://gw.test/mcp",
+                            "exp": now + 60})
+    with structlog.testing.capture_logs() as events:
+        reply = await call(http, url, "echo", {"text": "x"}, headers=bearer(token))
+    assert reply.status == 503, reply.body
+    assert reply.body["error"]["data"] == {"reason": "auth_unavailable"}
+    assert [e["url"] for e in events if e["event"] == "auth.server_unavailable"] == [
+        issuer + "/jwks"]
+
+
+async def test_an_introspection_endpoint_that_is_down_is_a_503(gateway, http) -> None:
+    url = await gateway(auth={"oauth": {
+        "resource": "http://gw.test/mcp", "issuers": ["http://127.0.0.1:9"],
+        "fetch_timeout_ms": 300,
+        "introspection": {"url": f"http://127.0.0.1:{free_port()}/introspect",
+                          "client_id": "gateway", "client_secret": "s3cret-not-logged"}}})
+    with structlog.testing.capture_logs() as events:
+        reply = await call(http, url, "echo", {"text": "x"}, headers=bearer("opaque-token"))
+    assert reply.status == 503 and reply.body["error"]["data"]["reason"] == "auth_unavailable"
+    assert any(e["event"] == "auth.server_unavailable" for e in events)
+    assert "s3cret" not in json.dumps(events, default=str)

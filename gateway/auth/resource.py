@@ -25,11 +25,14 @@ class ProtectedResource:
         self.document: dict[str, Any] = {
             "resource": conf.resource,
             "authorization_servers": list(conf.issuers),
-            "scopes_supported": sorted(set(conf.scopes) | tool_scopes),
             "bearer_methods_supported": ["header"],
             "resource_signing_alg_values_supported": list(conf.algorithms),
             "resource_name": "MCP task gateway",
         }
+        # Left out when empty: clients (the Python SDK) would ask for an empty scope then,
+        # instead of falling back to what the authorization server offers.
+        if scopes := sorted(set(conf.scopes) | tool_scopes):
+            self.document["scopes_supported"] = scopes
 
     def metadata_url(self, path: str) -> str:
         """Where the metadata of the endpoint at `path` is (RFC 9728 section 3.1: the

@@ -43,6 +43,7 @@ const provider = new Provider(issuer, {
     },
   },
 });
+provider.on('server_error', (_ctx, err) => { process.stderr.write(`${err.stack}\n`); });
 provider.listen(Number(port), '127.0.0.1', () => {
   process.stdout.write(`listening ${issuer}\n`);
 });

@@ -80,8 +80,9 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters)
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
-        era = LegacyEra(backend, sessions, conf, engine, policies, inflight)
-        modern = ModernEra(backend, conf, sealer, engine, policies, inflight)
+        exchanger = auth.exchanger(up.token_exchange)
+        era = LegacyEra(backend, sessions, conf, engine, policies, inflight, exchanger)
+        modern = ModernEra(backend, conf, sealer, engine, policies, inflight, exchanger)
         endpoint = Endpoint(era, modern, conf.limits.max_body_bytes, metrics, counters, tracing)
         app.router.add_post(up.path, endpoint.post)
         app.router.add_get(up.path, endpoint.get, allow_head=False)

@@ -94,6 +94,17 @@ class Tasks(_Model):
         description="per tool name, over the defaults (a key left out or null: the default)")
 
 
+class TokenExchange(_Model):
+    """RFC 8693 token exchange: the caller's access token traded for one meant for this
+    upstream, so the upstream knows who calls without ever seeing the caller's token."""
+
+    url: str = Field(pattern=r"^https?://", description="the token endpoint that exchanges")
+    client_id: str = Field(min_length=1, description="the gateway's client there")
+    client_secret: SecretStr = Field(description="its secret (HTTP Basic)")
+    audience: str | None = Field(None, description="the upstream, as the server names it")
+    scope: str | None = Field(None, description="scopes asked for the exchanged token")
+
+
 class Upstream(_Model):
     """One MCP server behind the gateway: a stdio program (`command`) or a Streamable HTTP
     URL (`url`)."""
@@ -122,6 +133,9 @@ class Upstream(_Model):
     forward_headers: list[str] = Field([],
         description=("url upstreams: client headers passed on, by name (Authorization only if "
                      "named)"))
+    token_exchange: TokenExchange | None = Field(None,
+        description=("url upstreams with auth.oauth: each call carries the caller's token "
+                     "exchanged for this upstream (RFC 8693)"))
     connect_timeout_ms: int = Field(10_000, ge=1,
         description="url upstreams: to open a connection")
     read_timeout_ms: int | None = Field(None, ge=1,
@@ -140,8 +154,9 @@ class Upstream(_Model):
             raise ValueError("give exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
         if not self.path.startswith("/"):
             raise ValueError("'path' must start with '/'")
-        if self.url is None and (self.headers or self.forward_headers):
-            raise ValueError("'headers' and 'forward_headers' apply to 'url' upstreams only")
+        if self.url is None and (self.headers or self.forward_headers or self.token_exchange):
+            raise ValueError("'headers', 'forward_headers' and 'token_exchange' apply to 'url' "
+                             "upstreams only")
         if self.url is not None:
             scheme, _, rest = self.url.partition("://")
             if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
@@ -391,6 +406,14 @@ class Settings(_Model):
     store: Store = Store()
     replica: Replica = Replica()
     tracing: Tracing = Tracing()
+
+    @model_validator(mode="after")
+    def _exchange_needs_oauth(self) -> Settings:
+        for name, up in self.upstreams.items():
+            if up.token_exchange is not None and self.auth.oauth is None:
+                raise ValueError(f"upstreams.{name}.token_exchange needs auth.oauth (there is "
+                                 "no caller's token to exchange without it)")
+        return self
 
     @model_validator(mode="after")
     def _authenticated_beyond_loopback(self) -> Settings:

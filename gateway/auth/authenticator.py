@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hmac
 
+from gateway.auth.exchange import TokenExchanger
 from gateway.auth.fetch import Fetcher
 from gateway.auth.principal import ANONYMOUS, Principal
 from gateway.auth.resource import ProtectedResource
 from gateway.auth.tokens import AccessTokens
 from gateway.errors import InsufficientScope, Unauthorized
 from gateway.observability import owner_hash
-from gateway.settings import Auth
+from gateway.settings import Auth, TokenExchange
 
 
 class Authenticator:
@@ -50,6 +51,10 @@ class Authenticator:
         if lacking := principal.lacks(self.required):
             raise InsufficientScope("this resource", lacking)
         return principal
+
+    def exchanger(self, conf: TokenExchange | None) -> TokenExchanger | None:
+        """An upstream's token exchange, sharing this authenticator's HTTP client."""
+        return None if conf is None else TokenExchanger(conf, self.fetcher)
 
     async def close(self) -> None:
         await self.fetcher.close()

@@ -8,7 +8,7 @@ is issued, refreshed ones included, owns the same tasks (issue: tasks outlive a 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -26,6 +26,9 @@ class Principal:
     issuer: str | None = None
     subject: str | None = None  # a digest of the subject, for audit events
     expires_at: float | None = None  # epoch seconds; caches keep it no longer
+    # The OAuth access token itself, only to exchange it for an upstream's (RFC 8693); never
+    # shown, never compared, never forwarded.
+    token: str | None = field(default=None, repr=False, compare=False)
 
     def lacks(self, needed: frozenset[str]) -> frozenset[str]:
         """The scopes of `needed` this principal does not hold."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import replace
 from typing import Any
 
 import jwt
@@ -66,6 +67,7 @@ class AccessTokens:
             found = await self.introspector.principal(token)
         else:
             raise Unauthorized("Unauthorized: the access token is not a JWT", "malformed")
+        found = replace(found, token=token)
         if self._cache is not None:
             self._cache[key] = found
         return found

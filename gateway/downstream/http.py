@@ -16,11 +16,13 @@ from yarl import URL
 
 from gateway import errors
 from gateway.auth import ANONYMOUS, Authenticator, Principal
+from gateway.auth.exchange import TokenExchanger
 from gateway.auth.resource import WELL_KNOWN
 from gateway.errors import GatewayError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Settings
+from gateway.upstream.isolation import Backend
 
 JSON_HEADERS = {"Content-Type": mcp.CT_JSON}
 CORS_EXPOSE = ", ".join((mcp.H_SESSION, mcp.H_PROTOCOL, "WWW-Authenticate"))
@@ -155,6 +157,24 @@ def _undecodable(headers: Mapping[str, str]) -> str | None:
             except UnicodeEncodeError:
                 return name
     return None
+
+
+class UpstreamHeaders:
+    """The headers a client request gives its upstream call: those the backend forwards,
+    and with `token_exchange` the caller's token traded for the upstream's (RFC 8693; the
+    caller's own token is never among them unless `forward_headers` names it)."""
+
+    def __init__(self, backend: Backend, exchanger: TokenExchanger | None) -> None:
+        self.backend = backend
+        self.exchanger = exchanger
+
+    async def of(self, request: web.Request) -> dict[str, str] | None:
+        headers = self.backend.client_headers(request.headers)
+        token = principal_of(request).token
+        if self.exchanger is None or token is None:
+            return headers
+        exchanged = await self.exchanger.token_for(token)
+        return {**(headers or {}), "Authorization": f"Bearer {exchanged}"}
 
 
 class Guard:

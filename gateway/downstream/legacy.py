@@ -13,10 +13,12 @@ from typing import Any
 from aiohttp import web
 
 from gateway import errors, router
+from gateway.auth.exchange import TokenExchanger
 from gateway.downstream import shapes, sse
 from gateway.downstream.core_tasks import CoreTasks
 from gateway.downstream.http import (
     ACCEPTS,
+    UpstreamHeaders,
     check_accept,
     error_response,
     json_response,
@@ -41,8 +43,10 @@ class LegacyEra:
     """Handles legacy-era requests for one upstream."""
 
     def __init__(self, backend: Backend, sessions: SessionStore, conf: Settings,
-                 engine: TaskEngine, policies: Policies, inflight: InFlight) -> None:
+                 engine: TaskEngine, policies: Policies, inflight: InFlight,
+                 exchanger: TokenExchanger | None = None) -> None:
         self.backend = backend
+        self.headers = UpstreamHeaders(backend, exchanger)
         self.inflight = inflight
         self.sessions = sessions
         self.flow = sse.Flow.of(conf)
@@ -116,7 +120,7 @@ class LegacyEra:
                 f"Invalid Request: id {errors.shown(client_id)} is already in flight")
         if decision.kind is Kind.ANSWER:  # tasks/* of the gateway's core tasks
             return await self.tasks.serve(request, session, msg)
-        headers = self.backend.client_headers(request.headers)
+        headers = await self.headers.of(request)
         if decision.kind is Kind.TASK:
             return await self.tasks.call(session, msg, decision, headers)
         ex = SessionExchange(session, sse_ok)

@@ -18,10 +18,11 @@ from typing import Any
 from aiohttp import web
 
 from gateway import errors, router
+from gateway.auth.exchange import TokenExchanger
 from gateway.downstream import envelope, shapes, sse
 from gateway.downstream.envelope import Caller
 from gateway.downstream.exchange import Exchange
-from gateway.downstream.http import ACCEPTS, json_response, principal_of
+from gateway.downstream.http import ACCEPTS, UpstreamHeaders, json_response, principal_of
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
 from gateway.downstream.relay import Relay
@@ -159,8 +160,10 @@ class ModernEra:
     """Handles modern-era requests for one upstream."""
 
     def __init__(self, backend: Backend, conf: Settings, sealer: Sealer, engine: TaskEngine,
-                 policies: Policies, inflight: InFlight) -> None:
+                 policies: Policies, inflight: InFlight,
+                 exchanger: TokenExchanger | None = None) -> None:
         self.backend = backend
+        self.headers = UpstreamHeaders(backend, exchanger)
         self.inflight = inflight
         self.engine = engine
         self.policies = policies
@@ -246,6 +249,7 @@ class ModernEra:
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
         ex.hidden = lacking
         ex.policy, ex.tool = decision.policy, params.get("name")
+        headers = await self.headers.of(request)  # AuthUnavailable: 503
         self.inflight.take(caller.principal)  # TooManyRequests: 429
         try:
             used = await self.backend.for_request(conn, caller, method)
@@ -262,8 +266,7 @@ class ModernEra:
         if ex.policy is not None:
             ex.own_progress = watch_progress(upstream_params)
         try:
-            ex.call = used.request(msg, caller, ex, self.backend.client_headers(request.headers),
-                                   decision.follow)
+            ex.call = used.request(msg, caller, ex, headers, decision.follow)
         except errors.UpstreamError as exc:
             self._done(caller, conn, used)
             return json_response(exc.to_message(msg["id"]))

@@ -21,6 +21,7 @@ from conftest import free_port, settings_for, wait_until_ready
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from idp import Idp, Key
 from mcp_http import McpHttp
+from test_http_upstream import basic_http
 from test_modern import modern
 from test_operations import scrape, value
 from test_tasks import POLICY, call, tasks_op, wait_for
@@ -342,3 +343,36 @@ async def test_an_introspection_endpoint_that_is_down_is_a_503(gateway, http) ->
     assert reply.status == 503 and reply.body["error"]["data"]["reason"] == "auth_unavailable"
     assert any(e["event"] == "auth.server_unavailable" for e in events)
     assert "s3cret" not in json.dumps(events, default=str)
+
+
+# -- what reaches upstreams -----------------------------------------------------------------
+async def test_the_callers_token_never_goes_upstream_its_exchange_does(gateway, idp, http
+                                                                       ) -> None:
+    """No token passthrough (MCP authorization spec): an HTTP upstream sees no Authorization
+    by default, and with `token_exchange` a token the server minted for it (RFC 8693) that
+    names the caller as subject, never the caller's own token."""
+    exchange = {"url": f"{idp.issuer}/token", "client_id": "gateway",
+                "client_secret": "gateway-secret", "audience": "http://upstream.test"}
+    oauth = {"resource": idp.resource, "issuers": [idp.issuer]}
+    async with basic_http() as base:
+        for upstream in ({}, {"token_exchange": exchange}):
+            url = await gateway(url=base + "/mcp", upstream=upstream, auth={"oauth": oauth})
+            token = await idp.token(http)
+            for era in ("modern", "legacy"):
+                if era == "modern":
+                    reply = await call(http, url, "echo", {"text": "hi"}, headers=bearer(token))
+                    assert reply.status == 200, reply.body
+                else:
+                    mcp = McpHttp(http, url)
+                    await mcp.initialize(headers=bearer(token))
+                    await mcp.call("echo", {"text": "hi"}, **bearer(token))
+                async with http.get(base + "/seen") as resp:
+                    seen = {k.lower(): v for k, v in (await resp.json()).items()}
+                if not upstream:
+                    assert "authorization" not in seen
+                    continue
+                sent = seen["authorization"].removeprefix("Bearer ")
+                assert sent != token
+                claims = jwt.decode(sent, options={"verify_signature": False})
+                assert claims["aud"] == "http://upstream.test" and claims["sub"] == "robot"
+                assert claims["act"] == {"sub": "gateway"}

@@ -5,19 +5,26 @@
 // key rotation). Clients: `robot` and `robot2` (client credentials, JWT access tokens), `opaque-robot`
 // (client credentials, opaque tokens), `gateway` (may introspect), and any client that
 // registers itself (RFC 7591) for the authorization code flow with PKCE. Login and consent are
-// oidc-provider's development pages (any login name is accepted).
+// oidc-provider's development pages (any login name is accepted). `gateway` may also exchange
+// a token (RFC 8693, a grant oidc-provider leaves to its users: registered below) for one
+// meant for another audience, acting for the token's subject.
 import { readFileSync } from 'node:fs';
-import Provider from 'oidc-provider';
+import { SignJWT, createLocalJWKSet, importJWK, jwtVerify } from 'jose';
+import Provider, { errors } from 'oidc-provider';
 
 const [port, keysFile, resource, ttlArg] = process.argv.slice(2);
 const ttl = Number(ttlArg || 3600);
 const issuer = `http://127.0.0.1:${port}`;
+const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const ACCESS_TOKEN = 'urn:ietf:params:oauth:token-type:access_token';
+const keys = JSON.parse(readFileSync(keysFile, 'utf8'));
 const secret = (id) => ({ client_id: id, client_secret: `${id}-secret`, redirect_uris: [],
   response_types: [], grant_types: ['client_credentials'] });
 
 const provider = new Provider(issuer, {
-  clients: [secret('robot'), secret('robot2'), secret('opaque-robot'), { ...secret('gateway'), grant_types: [] }],
-  jwks: JSON.parse(readFileSync(keysFile, 'utf8')),
+  clients: [secret('robot'), secret('robot2'), secret('opaque-robot'),
+    { ...secret('gateway'), grant_types: [EXCHANGE] }],
+  jwks: structuredClone(keys),  // it keeps (and changes) what it is given
   scopes: ['openid', 'offline_access', 'tools', 'deploy'],
   cookies: { keys: ['idp-tests-cookie-key'] },
   findAccount: async (_ctx, id) => ({ accountId: id, claims: async () => ({ sub: id }) }),
@@ -43,6 +50,29 @@ const provider = new Provider(issuer, {
     },
   },
 });
+// RFC 8693: a valid access token of this server, traded for one for `audience`, whose
+// subject is the same and whose `act` names the client that asked.
+const publicKeys = createLocalJWKSet({ keys: keys.keys.map(({ d, p, q, dp, dq, qi, key_ops: _ops, ...pub }) => pub) });
+provider.registerGrantType(EXCHANGE, async (ctx) => {
+  const { subject_token: subjectToken, subject_token_type: type, audience, scope } = ctx.oidc.params;
+  if (type !== ACCESS_TOKEN) throw new errors.InvalidRequest('unsupported subject_token_type');
+  let subject;
+  try {
+    ({ payload: subject } = await jwtVerify(subjectToken, publicKeys, { issuer }));
+  } catch (err) {
+    if (process.env.IDP_DEBUG) process.stderr.write(`${err}\n`);
+    throw new errors.InvalidGrant('subject_token is not valid');
+  }
+  const key = keys.keys[0];
+  const now = Math.floor(Date.now() / 1000);
+  const token = await new SignJWT({ scope: scope ?? subject.scope, client_id: ctx.oidc.client.clientId,
+                                    act: { sub: ctx.oidc.client.clientId } })
+    .setProtectedHeader({ alg: 'RS256', kid: key.kid, typ: 'at+jwt' })
+    .setIssuer(issuer).setSubject(subject.sub).setAudience(audience ?? subject.aud)
+    .setIssuedAt(now).setExpirationTime(now + ttl).sign(await importJWK(key, 'RS256'));
+  ctx.body = { access_token: token, issued_token_type: ACCESS_TOKEN, token_type: 'Bearer',
+               expires_in: ttl };
+}, ['subject_token', 'subject_token_type', 'requested_token_type', 'audience', 'scope']);
 provider.on('server_error', (_ctx, err) => { process.stderr.write(`${err.stack}\n`); });
 provider.listen(Number(port), '127.0.0.1', () => {
   process.stdout.write(`listening ${issuer}\n`);

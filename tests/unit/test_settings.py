@@ -60,7 +60,17 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
     ({"upstreams": {"a": {"command": "x"}, "b": {"command": "y"}}},
      "upstreams 'a' and 'b' share path /mcp"),
     ({"upstreams": {"m": {"command": "x", "headers": {"X-Key": "k"}}}},
-     "upstreams.m: 'headers' and 'forward_headers' apply to 'url' upstreams only"),
+     "upstreams.m: 'headers', 'forward_headers' and 'token_exchange' apply to 'url' "
+     "upstreams only"),
+    ({"upstreams": {"m": {"url": "http://x/mcp", "token_exchange": {
+        "url": "http://idp/token", "client_id": "g", "client_secret": "s"}}}},
+     "upstreams.m.token_exchange needs auth.oauth"),
+    ({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
+        "resource": "http://gw/mcp", "issuers": ["http://idp"], "algorithms": ["HS256"]}}},
+     "auth.oauth.algorithms: 'HS256' is not accepted"),
+    ({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
+        "resource": "http://gw/mcp", "issuers": []}}},
+     "auth.oauth.issuers"),
 ])
 def test_bad_config_names_the_key(raw, message) -> None:
     with pytest.raises(ConfigError) as err:

@@ -109,8 +109,11 @@ class Http:
 class Modern(Http):
     """A modern (2026-07-28) client: no session, every request carries its envelope."""
 
+    headers: dict[str, str] = {}  # sent with every request (bench/auth.py: a token)
+
     async def start(self) -> None:
-        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                          headers=self.headers)
         self.ids = itertools.count(1)
         self.meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                      "io.modelcontextprotocol/clientCapabilities": {}}

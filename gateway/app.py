@@ -53,12 +53,7 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     """The gateway as an aiohttp app; `tracing` (else built from `conf.tracing`) is for tests
     that read spans in memory."""
     counters: Counter[str] = Counter()
-    auth = Authenticator(conf.auth, _tool_scopes(conf))
-    guard = Guard(conf, counters, auth)
-    # aiohttp refuses bodies over client_max_size with 413 before we parse them.
-    app = web.Application(middlewares=[guard.middleware],
-                          client_max_size=conf.limits.max_body_bytes)
-    app.on_response_prepare.append(guard.on_prepare)
+    app, auth = _guarded_app(conf, counters)
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
@@ -97,12 +92,25 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     app[LEASE] = lease = Lease(engine, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
     Admin(backends, eras, engine, lease, counters, metrics).routes(app)
-    if auth.resource is not None:
-        _serve_metadata(app, auth.resource, [up.path for up in conf.upstreams.values()])
-    app.on_cleanup.append(lambda _: auth.close())
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
     return app
+
+
+def _guarded_app(conf: Settings, counters: Counter[str]
+                 ) -> tuple[web.Application, Authenticator]:
+    """The app behind its guard (origins, authentication), with the protected resource
+    metadata when OAuth is on."""
+    auth = Authenticator(conf.auth, _tool_scopes(conf))
+    guard = Guard(conf, counters, auth)
+    # aiohttp refuses bodies over client_max_size with 413 before we parse them.
+    app = web.Application(middlewares=[guard.middleware],
+                          client_max_size=conf.limits.max_body_bytes)
+    app.on_response_prepare.append(guard.on_prepare)
+    if auth.resource is not None:
+        _serve_metadata(app, auth.resource, [up.path for up in conf.upstreams.values()])
+    app.on_cleanup.append(lambda _: auth.close())
+    return app, auth
 
 
 def _tool_scopes(conf: Settings) -> frozenset[str]:

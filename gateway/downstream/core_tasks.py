@@ -15,15 +15,15 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway import errors, router
+from gateway import errors
 from gateway.downstream import sse
-from gateway.downstream.http import ACCEPTS, json_response, principal_of
+from gateway.downstream.http import ACCEPTS, json_response, scopes_checked
 from gateway.downstream.session import Session, SessionExchange
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.router import Decision
-from gateway.tasks.dialects import Lacking, core, task_id_of
+from gateway.tasks.dialects import Lacking, core, task_id_of, unscoped
 from gateway.tasks.engine import StoreFull, TaskEngine, watch_progress
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
@@ -94,11 +94,6 @@ class CoreTasks:
     def policy(self, tool: Any) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
 
-    def lacking(self, request: web.Request) -> Lacking:
-        """What the request's token lacks of each tool's scopes (a session outlives the
-        token that opened it: each request is judged by its own)."""
-        return router.lacking(principal_of(request).lacks, self.policy)
-
     def support(self, tool: str) -> str:
         """A tool's taskSupport: the upstream's own when it runs the tool as a task itself
         (its tasks pass through: the gateway cannot run as a plain call what the server only
@@ -161,7 +156,7 @@ class CoreTasks:
         """tasks/*; their errors are JSON-RPC errors of the session's protocol (HTTP 200,
         as the upstream's would be: clients treat a 4xx as a transport failure)."""
         method, params = msg["method"], msg.get("params") or {}
-        lacking = self.lacking(request)
+        lacking = scopes_checked(request, msg, self.policy) or unscoped
         try:
             self.engine.admission.request(session.owner)
             if method == core.RESULT:

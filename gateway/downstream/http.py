@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
-from gateway import errors
+from gateway import errors, router
 from gateway.auth import ANONYMOUS, Authenticator, Principal
 from gateway.auth.exchange import TokenExchanger
 from gateway.auth.resource import WELL_KNOWN
@@ -22,6 +22,7 @@ from gateway.errors import GatewayError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Settings
+from gateway.tasks.dialects import Lacking
 from gateway.upstream.isolation import Backend
 
 JSON_HEADERS = {"Content-Type": mcp.CT_JSON}
@@ -52,6 +53,20 @@ def json_response(msg: Any, status: int = 200, headers: dict[str, str] | None = 
     if isinstance(msg, dict) and "error" in msg:
         resp[FAILED] = True
     return resp
+
+
+def scopes_checked(request: web.Request, msg: dict[str, Any], policy_for: router.PolicyFor
+                   ) -> Lacking | None:
+    """What the request's token lacks of each tool's scopes, None when it is not scoped (a
+    static token, or no auth: every tool is open to it); InsufficientScope (403) when the
+    request is a tools/call of a tool it may not call."""
+    principal = principal_of(request)
+    if principal.scopes is None:
+        return None
+    lacking = router.lacking(principal.lacks, policy_for)
+    if (refusal := router.scope_refusal(msg, lacking)) is not None:
+        raise refusal
+    return lacking
 
 
 def metadata_handler(document: dict[str, Any]) -> Handler:

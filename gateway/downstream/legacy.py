@@ -23,6 +23,7 @@ from gateway.downstream.http import (
     error_response,
     json_response,
     principal_of,
+    scopes_checked,
 )
 from gateway.downstream.session import Session, SessionExchange, SessionStore
 from gateway.errors import UpstreamError
@@ -102,10 +103,7 @@ class LegacyEra:
                          ) -> web.StreamResponse:
         json_ok, sse_ok = request[ACCEPTS]
         client_id = msg["id"]
-        scoped = principal_of(request).scopes is not None
-        lacking = self.tasks.lacking(request) if scoped else None
-        if lacking is not None and (refusal := router.scope_refusal(msg, lacking)):
-            raise refusal
+        lacking = scopes_checked(request, msg, self.tasks.policy)  # InsufficientScope: 403
         decision = self.decide(session, msg)
         if decision.kind is Kind.REFUSE:
             assert decision.error is not None  # a JSON-RPC error: HTTP 200, as a server's

@@ -22,7 +22,12 @@ from gateway.auth.exchange import TokenExchanger
 from gateway.downstream import envelope, shapes, sse
 from gateway.downstream.envelope import Caller
 from gateway.downstream.exchange import Exchange
-from gateway.downstream.http import ACCEPTS, UpstreamHeaders, json_response, principal_of
+from gateway.downstream.http import (
+    ACCEPTS,
+    UpstreamHeaders,
+    json_response,
+    scopes_checked,
+)
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
 from gateway.downstream.relay import Relay
@@ -191,16 +196,16 @@ class ModernEra:
             raise errors.InvalidRequest("Invalid Request: modern clients send no responses; "
                                         "answer input requests with inputResponses")
         caller = envelope.check(request, msg, self.backend.catalogue)
-        lacking = self.lacking(request)
-        if lacking is not None and (refusal := router.scope_refusal(msg, lacking)):
-            raise refusal
+        lacking = scopes_checked(request, msg, self.policy)  # InsufficientScope: 403
         conn = await self.backend.for_principal(caller.principal)
         decision = await self.decide(msg, caller, conn)
         if decision.kind is Kind.REFUSE:
             assert decision.error is not None
             raise decision.error
         if decision.serve == "discover":
-            return json_response(jsonrpc.result(msg["id"], self.discover(conn)))
+            assert conn.init_result is not None
+            return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
+                conn.init_result, self.ttl_ms, self.scope)))
         if decision.serve == "tasks":
             self.engine.admission.request(caller.principal)
             return json_response(jsonrpc.result(msg["id"], await extension.handle(
@@ -212,14 +217,8 @@ class ModernEra:
             return await self.resume(request, msg, caller)
         return await self.forward(request, msg, caller, conn, decision, lacking)
 
-    def lacking(self, request: web.Request) -> Lacking | None:
-        """What the request's token lacks of each tool's scopes; None when it is not scoped
-        (a static token, or no auth)."""
-        principal = principal_of(request)
-        if principal.scopes is None:
-            return None
-        return router.lacking(principal.lacks, lambda tool: self.policies.for_tool(
-            self.backend.name, tool))
+    def policy(self, tool: Any) -> Policy:
+        return self.policies.for_tool(self.backend.name, str(tool or ""))
 
     async def decide(self, msg: Message, caller: Caller, conn: Connection) -> router.Decision:
         method, params = msg["method"], msg.get("params") or {}
@@ -228,17 +227,7 @@ class ModernEra:
             task_id_of(params))
         return router.modern(msg, capabilities=caller.capabilities,
                              modern_upstream=conn.modern, gateway_task=ours,
-                             catalogue=self.backend.catalogue,
-                             policy_for=lambda tool: self.policies.for_tool(self.backend.name,
-                                                                            tool))
-
-    def discover(self, conn: Connection) -> dict[str, Any]:
-        """server/discover, from what the upstream said of itself, plus the extension."""
-        assert conn.init_result is not None
-        result = shapes.discover_result(conn.init_result, self.ttl_ms, self.scope)
-        caps = result["capabilities"] = dict(result["capabilities"])
-        caps["extensions"] = {**(caps.get("extensions") or {}), extension.EXTENSION: {}}
-        return result
+                             catalogue=self.backend.catalogue, policy_for=self.policy)
 
     # -- forwarding ------------------------------------------------------------------------
     async def forward(self, request: web.Request, msg: Message, caller: Caller,

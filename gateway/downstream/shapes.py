@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.protocol import jsonrpc, mcp
-from gateway.tasks.dialects import core
+from gateway.tasks.dialects import core, extension
 
 
 def initialize_result(upstream: dict[str, Any], version: str) -> dict[str, Any]:
@@ -23,10 +23,13 @@ def initialize_result(upstream: dict[str, Any], version: str) -> dict[str, Any]:
 
 
 def discover_result(upstream: dict[str, Any], ttl_ms: int, scope: str) -> dict[str, Any]:
-    """server/discover, answered from what the upstream said at its initialize."""
+    """server/discover, answered from what the upstream said at its initialize, plus the
+    tasks extension the gateway serves."""
+    caps = dict(upstream.get("capabilities", {}))
+    caps["extensions"] = {**(caps.get("extensions") or {}), extension.EXTENSION: {}}
     result: dict[str, Any] = {
         "resultType": "complete", "supportedVersions": list(mcp.SUPPORTED_VERSIONS),
-        "capabilities": upstream.get("capabilities", {}),
+        "capabilities": caps,
         "_meta": {mcp.META_SERVER_INFO: upstream.get("serverInfo", {})},
         "ttlMs": ttl_ms, "cacheScope": scope}
     if "instructions" in upstream:

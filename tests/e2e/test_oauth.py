@@ -10,14 +10,17 @@ import base64
 import hashlib
 import hmac
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
 import structlog
 from aiohttp import web
-from conftest import free_port, settings_for, wait_until_ready
+from conftest import free_port, listening, node_env, settings_for, wait_until_ready
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from idp import Idp, Key
 from mcp_http import McpHttp
@@ -30,6 +33,7 @@ from gateway.app import create_app
 from gateway.settings import from_mapping
 
 pytestmark = pytest.mark.node
+ROOT = Path(__file__).parents[2]
 SCOPED = {**POLICY, "tools": {**POLICY["tools"], "sleep": {"mode": "always"},
                               "slow*": {"scopes": ["deploy"]}, "whoami": {"mode": "always",
                                                                           "scopes": ["deploy"]}}}
@@ -376,3 +380,41 @@ async def test_the_callers_token_never_goes_upstream_its_exchange_does(gateway, 
                 claims = jwt.decode(sent, options={"verify_signature": False})
                 assert claims["aud"] == "http://upstream.test" and claims["sub"] == "robot"
                 assert claims["act"] == {"sub": "gateway"}
+
+
+async def test_the_readme_oauth_walkthrough(http) -> None:
+    """README, OAuth: its commands as they stand (ports moved to free ones), against the
+    shipped config/oauth.yaml and server-everything through npx."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("client credentials grant:\n\n", 1)[1].split("\n\n", 1)[0]
+    gw, idp_port = free_port(), free_port()
+    lines = block.replace("8080", str(gw)).replace("9000", str(idp_port)).replace(
+        "\\\n", "").splitlines()
+    server, export, start, *curls = (line.strip() for line in lines)
+    assert server.endswith("&") and export.startswith("export OAUTH_ISSUER=")
+    assert start == "mcp-task-gateway --config config/oauth.yaml"
+    env = {**node_env(), "OAUTH_ISSUER": export.partition("=")[2],
+           "GATEWAY_RESOURCE": f"http://127.0.0.1:{gw}/mcp"}
+    idp = subprocess.Popen(server.rstrip("& ").split(), cwd=ROOT, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gateway = subprocess.Popen([str(Path(sys.executable).parent / "mcp-task-gateway"),
+                                "--config", "config/oauth.yaml", "--port", str(gw)],
+                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        await listening(idp_port)
+        await wait_until_ready(f"http://127.0.0.1:{gw}", 120)
+        shell = await asyncio.create_subprocess_exec(
+            "bash", "-euc", "\n".join(curls), cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.PIPE)
+        out, _ = await shell.communicate()
+        assert shell.returncode == 0
+        text, decoder = out.decode(), json.JSONDecoder()
+        metadata, end = decoder.raw_decode(text)  # curl -s ends no answer with a newline
+        initialized, _ = decoder.raw_decode(text[end:].lstrip())
+        assert metadata["authorization_servers"] == [env["OAUTH_ISSUER"]]
+        assert initialized["result"]["serverInfo"]["name"]
+    finally:
+        for proc in (gateway, idp):
+            proc.terminate()
+            proc.wait(10)

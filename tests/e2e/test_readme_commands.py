@@ -31,6 +31,8 @@ RUN_HERE = {  # README command -> what this module runs for it
     "@modelcontextprotocol/server-everything": "test_the_set_up_command_serves_server_everything",
 }
 ELSEWHERE = {
+    "mcp-task-gateway --config config/oauth.yaml":
+        "tests/e2e/test_oauth.py::test_the_readme_oauth_walkthrough",
     "./scripts/test.sh": "CI: .ci/run (tests/test_packaging.py checks it calls this)",
     "docker build -t mcp-task-gateway .": "tests/test_packaging.py",
     'docker run -p 8080:8080 -v "$PWD/my.yaml:/etc/mcp-task-gateway/gateway.yaml:ro" '

@@ -2,14 +2,14 @@
 // certified implementation), configured from the command line:
 //   node idp.mjs PORT KEYS_FILE RESOURCE [TOKEN_TTL_S]
 // KEYS_FILE: a JWK set with private keys (the tests make it; a new file and a restart is a
-// key rotation). Clients: `robot` and `robot2` (client credentials, JWT access tokens), `opaque-robot`
+// key rotation), or - for a key made at start. Clients: `robot` and `robot2` (client credentials, JWT access tokens), `opaque-robot`
 // (client credentials, opaque tokens), `gateway` (may introspect), and any client that
 // registers itself (RFC 7591) for the authorization code flow with PKCE. Login and consent are
 // oidc-provider's development pages (any login name is accepted). `gateway` may also exchange
 // a token (RFC 8693, a grant oidc-provider leaves to its users: registered below) for one
 // meant for another audience, acting for the token's subject.
 import { readFileSync } from 'node:fs';
-import { SignJWT, createLocalJWKSet, importJWK, jwtVerify } from 'jose';
+import { SignJWT, createLocalJWKSet, exportJWK, generateKeyPair, importJWK, jwtVerify } from 'jose';
 import Provider, { errors } from 'oidc-provider';
 
 const [port, keysFile, resource, ttlArg] = process.argv.slice(2);
@@ -17,7 +17,11 @@ const ttl = Number(ttlArg || 3600);
 const issuer = `http://127.0.0.1:${port}`;
 const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
 const ACCESS_TOKEN = 'urn:ietf:params:oauth:token-type:access_token';
-const keys = JSON.parse(readFileSync(keysFile, 'utf8'));
+const made = async () => {
+  const { privateKey } = await generateKeyPair('RS256', { extractable: true });
+  return { keys: [{ ...await exportJWK(privateKey), kid: 'k0', use: 'sig', alg: 'RS256' }] };
+};
+const keys = keysFile === '-' ? await made() : JSON.parse(readFileSync(keysFile, 'utf8'));
 const secret = (id) => ({ client_id: id, client_secret: `${id}-secret`, redirect_uris: [],
   response_types: [], grant_types: ['client_credentials'] });
 

@@ -24,6 +24,7 @@ def test_every_example_config_is_valid(monkeypatch) -> None:
     monkeypatch.setenv("GATEWAY_TOKEN", "t")
     monkeypatch.setenv("API_KEY", "k")
     monkeypatch.setenv("REMOTE_TOKEN", "r")
+    monkeypatch.setenv("OAUTH_ISSUER", "https://idp.example.com")
     examples = sorted((ROOT / "config").glob("*.yaml"))
     assert examples, "config/ should hold example files"
     for path in examples:

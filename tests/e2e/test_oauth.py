@@ -18,6 +18,7 @@ from typing import Any
 
 import jwt
 import pytest
+import redis.asyncio
 import structlog
 from aiohttp import web
 from conftest import free_port, listening, node_env, settings_for, wait_until_ready
@@ -418,3 +419,38 @@ async def test_the_readme_oauth_walkthrough(http) -> None:
         for proc in (gateway, idp):
             proc.terminate()
             proc.wait(10)
+
+
+async def test_the_shared_store_holds_owners_as_digests_only(oauth, idp, http, redis_server,
+                                                             key_prefix) -> None:
+    """A session id is a bearer secret and a subject is personal: neither, nor a token,
+    is written to Redis; what is written (a digest) still finds the owner's tasks."""
+    url = await oauth(store={"backend": "redis", "url": redis_server.url,
+                             "key_prefix": key_prefix})
+    token = await idp.token(http)
+    modern_task = (await call(http, url, "sleep", {"ms": 100}, headers=bearer(token))
+                   ).body["result"]
+    mcp = McpHttp(http, url)
+    await mcp.initialize(version="2025-11-25", headers=bearer(token))
+    core = await mcp.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 100}, "task": {"ttl": 60000}}}, **bearer(token))
+    core_task = core.message["result"]["task"]
+    await wait_for(http, url, modern_task["taskId"], "completed", bearer(token))
+    store = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        dumped = b""
+        async for key in store.scan_iter(match=f"{key_prefix}*"):
+            kind = await store.type(key)
+            if kind == b"string":
+                dumped += key + await store.get(key)
+            elif kind == b"hash":
+                dumped += key + b"".join(k + v for k, v in (await store.hgetall(key)).items())
+            elif kind == b"zset":
+                dumped += key + b"".join(await store.zrange(key, 0, -1))
+            elif kind == b"set":
+                dumped += key + b"".join(await store.smembers(key))
+    finally:
+        await store.aclose()
+    assert core_task["taskId"].encode() in dumped and modern_task["taskId"].encode() in dumped
+    for secret in (mcp.session_id, token, "robot"):
+        assert secret is not None and secret.encode() not in dumped, secret

@@ -7,15 +7,18 @@ anonymous owner (README: bind to loopback then).
 from __future__ import annotations
 
 import hmac
+from typing import TYPE_CHECKING
 
 from gateway.auth.exchange import TokenExchanger
 from gateway.auth.fetch import Fetcher
 from gateway.auth.principal import ANONYMOUS, Principal
 from gateway.auth.resource import ProtectedResource
-from gateway.auth.tokens import AccessTokens
 from gateway.errors import InsufficientScope, Unauthorized
 from gateway.observability import owner_hash
 from gateway.settings import Auth, TokenExchange
+
+if TYPE_CHECKING:
+    from gateway.auth.tokens import AccessTokens
 
 
 class Authenticator:
@@ -24,7 +27,12 @@ class Authenticator:
         self.static = [t.encode() for t in conf.bearer_tokens if t]
         oauth = conf.oauth
         self.fetcher = Fetcher(oauth.fetch_timeout_ms / 1000 if oauth else 5.0)
-        self.tokens = AccessTokens(oauth, self.fetcher) if oauth else None
+        self.tokens: AccessTokens | None = None
+        if oauth is not None:
+            # Imported here: PyJWT's asymmetric algorithms load parts of OpenSSL that cost
+            # ~9 MiB resident, which a gateway without OAuth should not carry.
+            from gateway.auth.tokens import AccessTokens
+            self.tokens = AccessTokens(oauth, self.fetcher)
         self.resource = ProtectedResource(oauth, tool_scopes) if oauth else None
         self.required = frozenset(oauth.scopes) if oauth else frozenset()
 

@@ -454,3 +454,24 @@ async def test_the_shared_store_holds_owners_as_digests_only(oauth, idp, http, r
     assert core_task["taskId"].encode() in dumped and modern_task["taskId"].encode() in dumped
     for secret in (mcp.session_id, token, "robot"):
         assert secret is not None and secret.encode() not in dumped, secret
+
+
+async def test_every_mcp_path_has_its_metadata_and_challenge(aiohttp_server, idp, http
+                                                             ) -> None:
+    basic = settings_for()["upstreams"]["main"]
+    raw = {"upstreams": {"a": {**basic, "path": "/a/mcp"}, "b": {**basic, "path": "/b/mcp"}},
+           "auth": {"oauth": {"resource": "http://gw.test", "issuers": [idp.issuer]}},
+           "logging": {"level": "warning"}}
+    server = await aiohttp_server(create_app(from_mapping(raw)))
+    base = str(server.make_url("")).rstrip("/")
+    await wait_until_ready(base)
+    for path in ("/a/mcp", "/b/mcp"):
+        reply = await call(http, base + path, "echo", {"text": "x"})
+        assert reply.status == 401
+        where = challenge(reply)["resource_metadata"]
+        assert where == f"http://gw.test/.well-known/oauth-protected-resource{path}"
+        async with http.get(base + where.removeprefix("http://gw.test")) as resp:
+            assert (await resp.json())["resource"] == "http://gw.test"
+        ok = await call(http, base + path, "echo", {"text": path},
+                        headers=bearer(await idp.token(http, resource="http://gw.test")))
+        assert ok.body["result"]["content"][0]["text"] == path

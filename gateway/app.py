@@ -116,9 +116,8 @@ def _guarded_app(conf: Settings, counters: Counter[str]
 def _tool_scopes(conf: Settings) -> frozenset[str]:
     """Every scope a tool policy names (the metadata's scopes_supported)."""
     layers = [conf.tasks] + [u.tasks for u in conf.upstreams.values() if u.tasks is not None]
-    return frozenset(scope for tasks in layers
-                     for policy in [tasks.defaults, *tasks.tools.values()]
-                     for scope in policy.scopes or ())
+    return frozenset(scope for tasks in layers for scope in tasks.defaults.scopes) | {
+        scope for tasks in layers for o in tasks.tools.values() for scope in o.scopes or ()}
 
 
 def _serve_metadata(app: web.Application, resource: ProtectedResource, paths: list[str]

@@ -492,7 +492,8 @@ def load(path: str | Path) -> Settings:
 def check(path: str | Path) -> tuple[Settings, list[str]]:
     """The file's settings as they would be once deployed, and the environment variables it
     needs that are not set here (placeholders stand in for them)."""
-    raw, unset = read_raw(path), []
+    raw = read_raw(path)
+    unset: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError("the configuration must be a YAML mapping")
     try:

@@ -7,7 +7,7 @@
 #     last one with the 2025-11-25 tasks client);
 #   - a Redis-compatible server with Sentinel and HAProxy for the replica tests, and Chromium
 #     for the status page's (Debian's packages, when one of them is not on PATH);
-#   - ruff, then pytest (extra arguments go to pytest).
+#   - ruff, mypy --strict, then pytest (extra arguments go to pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,4 +28,5 @@ python3 -m venv .test-envs/mcp130
 .test-envs/mcp130/bin/pip install --quiet --disable-pip-version-check 'mcp==1.30.0'
 
 .venv/bin/ruff check gateway tests bench scripts
+.venv/bin/mypy  # strict, over gateway/ (pyproject.toml)
 exec .venv/bin/pytest "$@"

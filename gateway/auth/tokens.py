@@ -83,8 +83,7 @@ class AccessTokens:
         if alg not in self.algorithms:
             raise Unauthorized(f"Unauthorized: the token's algorithm {shown(alg)} is "
                                "not accepted", "algorithm")
-        keys = self.issuers.get(issuer) if isinstance(issuer, str) else None
-        if keys is None:
+        if not isinstance(issuer, str) or (keys := self.issuers.get(issuer)) is None:
             raise Unauthorized("Unauthorized: the token's issuer is not accepted", "issuer")
         key = await keys.key(kid if isinstance(kid, str) else None, alg)
         try:

@@ -43,7 +43,8 @@ AUTH_FAULTS = (errors.Unauthorized, errors.InsufficientScope)
 
 
 def principal_of(request: web.Request) -> Principal:
-    return request.get(PRINCIPAL, ANONYMOUS)
+    principal: Principal = request.get(PRINCIPAL, ANONYMOUS)
+    return principal
 
 
 def json_response(msg: Any, status: int = 200, headers: dict[str, str] | None = None

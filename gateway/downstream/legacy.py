@@ -203,7 +203,8 @@ class LegacyEra:
             request_id = params.get("requestId") if isinstance(params, dict) else None
             call = session.calls.get(request_id) if jsonrpc.valid_id(request_id) else None
             if call is not None:
-                call.conn.cancel(call, str(params.get("reason") or "cancelled by the client"))
+                reason = params.get("reason") if isinstance(params, dict) else None
+                call.conn.cancel(call, str(reason or "cancelled by the client"))
                 call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
                                                     "Request cancelled"))
             return

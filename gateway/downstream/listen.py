@@ -36,7 +36,7 @@ class Listener:
     """One listen stream: a broadcast-only `Owner` of its connection."""
 
     capabilities: dict[str, Any] = {}  # it asks nothing of the server
-    level = None
+    level: str | None = None
     modern = True
 
     def __init__(self, sub_id: Any, methods: set[str], uris: set[str], principal: str,
@@ -65,7 +65,8 @@ class Listener:
 
     def deliver(self, msg: Message) -> None:
         method = msg.get("method")
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        raw = msg.get("params")
+        params: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if method not in self.methods and not (
                 method == mcp.RESOURCE_UPDATED and params.get("uri") in self.uris):
             return  # spec: MUST NOT send types the client has not requested

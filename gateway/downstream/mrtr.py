@@ -34,8 +34,7 @@ import orjson
 from gateway import errors
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.upstream.connection import Connection
-from gateway.upstream.correlator import Call
+from gateway.upstream.correlator import Call, Host
 
 STATE_FIELDS = ("inputResponses", "requestState")
 
@@ -112,7 +111,7 @@ class Parked:
     takes_mrtr: ClassVar[bool] = False
 
     @property
-    def conn(self) -> Connection:
+    def conn(self) -> Host:
         return self.call.conn
 
     def add_input(self, msg: Message) -> None:

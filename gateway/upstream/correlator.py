@@ -31,7 +31,9 @@ from gateway.protocol.jsonrpc import Message
 class Sink(Protocol):
     """Receives what belongs to one call: related messages, then exactly one response."""
 
-    takes_mrtr: bool  # a modern-only upstream's input_required may reach it as it is
+    @property
+    def takes_mrtr(self) -> bool:
+        """Whether a modern-only upstream's input_required may reach it as it is."""
 
     def on_message(self, msg: Message) -> None: ...
 
@@ -265,7 +267,7 @@ class Correlator:
             self._broadcast(msg, lambda _owner: True)
         elif method == mcp.RESOURCE_UPDATED and isinstance(params, dict):
             uri = params.get("uri")
-            self._broadcast(msg, lambda owner: owner.is_subscribed(uri))
+            self._broadcast(msg, lambda owner: isinstance(uri, str) and owner.is_subscribed(uri))
         elif method == mcp.CANCELLED and isinstance(params, dict):
             self._forward_cancel(msg, params)
         else:  # logging and anything else: to the one owner it can belong to

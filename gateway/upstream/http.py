@@ -188,13 +188,11 @@ class HttpTransport:
             try:
                 async with self._http.post(self.post_url, data=data, headers=headers,
                                            timeout=self._post_timeout) as resp:
-                    if resp.status == 404 and carried is not None:
-                        gone = True
-                    else:
-                        gone = False
+                    gone = carried if resp.status == 404 else None  # the forgotten session
+                    if gone is None:
                         await self._answered(resp, data, call)
-                if gone:
-                    await self._again(data, call, extra, carried, again)
+                if gone is not None:
+                    await self._again(data, call, extra, gone, again)
                 return
             except aiohttp.ClientConnectorError as exc:  # nothing was sent
                 why = f"cannot connect: {exc}"
@@ -324,6 +322,7 @@ def _timeouts(conf: UpstreamConf) -> tuple[aiohttp.ClientTimeout, aiohttp.Client
 def _method(data: bytes) -> str | None:
     with contextlib.suppress(jsonrpc.JSONDecodeError):
         msg = jsonrpc.loads(data)
-        if isinstance(msg, dict) and isinstance(msg.get("method"), str):
-            return msg["method"]
+        method = msg.get("method") if isinstance(msg, dict) else None
+        if isinstance(method, str):
+            return method
     return None

@@ -24,7 +24,7 @@ class EventReader:
         self.retry_s = RETRY_S
 
     async def events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, bytes]]:
-        event, data = "message", []
+        event, data = "message", list[bytes]()
         async for raw in resp.content:
             line = raw.rstrip(b"\r\n")
             if not line:

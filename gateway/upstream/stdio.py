@@ -195,7 +195,8 @@ class StdioTransport:
         self.state = "initializing"
         up = asyncio.ensure_future(self._link.on_up())
         exited = self._pipes.exited
-        await asyncio.wait({up, exited}, return_when=asyncio.FIRST_COMPLETED)
+        both: set[asyncio.Future[Any]] = {up, exited}
+        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
         if up.done():
             up.result()  # UpstreamError when the handshake failed
             self.state = "up"

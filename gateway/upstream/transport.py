@@ -24,7 +24,7 @@ FIRST_RETRY_S = 0.1
 def backoff_s(failures: int, cap_ms: int) -> float:
     """The wait before the next start after `failures` failed ones in a row: doubling from
     0.1 s, capped at `restart_backoff_max_ms`."""
-    return min(cap_ms / 1000, FIRST_RETRY_S * 2 ** max(failures - 1, 0))
+    return min(cap_ms / 1000, FIRST_RETRY_S * 2.0 ** max(failures - 1, 0))
 
 
 async def start_failed(link: Link | None, exc: Exception, failures: int, cap_ms: int | None,

@@ -47,7 +47,8 @@ class Round:
 class Driver(Host, Protocol):
     """What a modern wire needs of its connection."""
 
-    ready: bool
+    @property
+    def ready(self) -> bool: ...
 
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
                 headers: dict[str, str] | None = None, follow_task: bool = False) -> Call: ...

@@ -38,7 +38,10 @@ class ResultTooLarge(Exception):
 
 
 class TaskStore(Protocol):
-    requests: int  # made to a store server so far (round trips; none for the memory store)
+    @property
+    def requests(self) -> int:
+        """Requests made to a store server so far (round trips; none for the memory
+        store)."""
 
     async def create(self, task: Task) -> None:
         """Keep a new record, before anyone hears of its task; StoreFull when a bound is

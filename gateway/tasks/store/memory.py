@@ -30,7 +30,7 @@ from gateway.tasks.model import TRANSITIONS, Task
 from gateway.tasks.store import Handler, ResultTooLarge, StoreFull
 
 EXPIRED_MEMORY_S = 600.0  # how long an expired id still answers "expired"
-_NO_INPUTS: dict = {}  # shared by kept records; never handed out (get returns copies)
+_NO_INPUTS: dict[str, Any] = {}  # shared by kept records; never handed out (get returns copies)
 
 
 def _kept(task: Task) -> Task:

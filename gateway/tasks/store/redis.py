@@ -39,7 +39,7 @@ from cachetools import LRUCache
 from gateway.tasks.model import TERMINAL, TRANSITIONS, Status, Task
 from gateway.tasks.store import EVENTS, Handler, ResultTooLarge, StoreFull
 from gateway.tasks.store.memory import EXPIRED_MEMORY_S
-from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded
+from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded, text
 
 # Tasks whose ttl passed leave the bounds (their hashes linger as "expired" a while).
 _PRUNE = """
@@ -169,7 +169,7 @@ def _encode(task: Task) -> tuple[bytes, bytes]:
     return orjson.dumps(rec), task.result or b""
 
 
-def _decode(rec: bytes, res: bytes | None) -> Task:
+def _decode(rec: bytes | str, res: bytes | str | None) -> Task:
     return Task(**{**orjson.loads(rec), "result": res or None})
 
 
@@ -268,14 +268,14 @@ class RedisStore:
             remembered = end is not None and end <= self.clock() < end + EXPIRED_MEMORY_S
             return task.owner if remembered else None
         owner = await self.redis.get(self.key("gone", task_id))
-        return None if owner is None else owner.decode()
+        return None if owner is None else text(owner)
 
     @guarded
     async def owned_by(self, owner: str) -> list[Task]:
         ids = await self.redis.zrangebyscore(self.key("o", owner), _ms(self.clock()), "+inf")
         async with self.redis.pipeline(transaction=False) as pipe:
             for task_id in ids:
-                pipe.hmget(self.key("t", task_id.decode()), "rec", "res")
+                pipe.hmget(self.key("t", text(task_id)), "rec", "res")
             held = await pipe.execute()
         tasks = [_decode(rec, res) for rec, res in held if rec is not None]
         return sorted((t for t in tasks if not self._due(t)), key=lambda t: t.created_at)
@@ -333,9 +333,10 @@ class RedisStore:
         restored = 0
         for at in range(0, len(tasks), RESTORE_BATCH):
             batch = tasks[at:at + RESTORE_BATCH]
-            out = await self.link.pipelined(
-                lambda pipe, batch=batch: [self._restore_one(pipe, t) for t in batch],
-                self._restore)
+            def add(pipe: Any, batch: list[Task] = batch) -> None:
+                for task in batch:
+                    self._restore_one(pipe, task)
+            out = await self.link.pipelined(add, self._restore)
             restored += sum(int(n) for n in out)
         return restored
 
@@ -388,7 +389,7 @@ class RedisStore:
             return await self._stranded_on(replica)
         out: list[str] = []
         for name in await self.redis.smembers(self.key("replicas")):
-            gone = name.decode()
+            gone = text(name)
             if not await self.redis.exists(self.key("lease", gone)):
                 ids = await self._stranded_on(gone)
                 out += ids

@@ -30,7 +30,7 @@ import base64
 import hashlib
 import hmac
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import orjson
@@ -92,7 +92,7 @@ class NotAcked(RedisConnectionError):
     durable (a failover could lose it), so it counts as the store not answering."""
 
 
-def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
     """A server that does not answer becomes `StoreUnavailable` (a JSON-RPC error); each
     call is counted as a request to the store (one round trip, but for a few that say)."""
     async def call(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -119,12 +119,19 @@ def connect(url: str | None, sentinels: Sequence[str], master: str) -> aioredis.
         assert url is not None  # settings insist on one of them
         return aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
             url, max_connections=64, timeout=2, **timeouts))
-    auth = {k: v for k, v in parse_url(url).items() if k in ("username", "password", "db")
-            } if url else {}
+    # parse_url and Sentinel are untyped in redis-py.
+    parsed: dict[str, Any] = parse_url(url) if url else {}  # type: ignore[no-untyped-call]
+    auth = {k: v for k, v in parsed.items() if k in ("username", "password", "db")}
     hosts = [(h, int(p)) for h, _, p in (s.rpartition(":") for s in sentinels)]
-    sentinel = Sentinel(hosts, sentinel_kwargs={"socket_connect_timeout": 1,
-                                                 "socket_timeout": 1}, **timeouts)
-    return sentinel.master_for(master, max_connections=256, **auth)
+    sentinel = Sentinel(hosts, sentinel_kwargs={  # type: ignore[no-untyped-call]
+        "socket_connect_timeout": 1, "socket_timeout": 1}, **timeouts)
+    primary: aioredis.Redis = sentinel.master_for(master, max_connections=256, **auth)
+    return primary
+
+
+def text(value: Any) -> str:
+    """A reply's bytes as text (the client does not decode replies: records stay bytes)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def _pipelined(redis: aioredis.Redis, add: Callable[[Any], Any], replicas: int,
@@ -224,7 +231,7 @@ class RedisLink:
     @guarded
     async def address(self, replica: str) -> str | None:
         held = await self.redis.get(self.key("lease", replica))
-        return None if held in (None, b"-") else held.decode()
+        return None if held is None or held == b"-" else text(held)
 
     @guarded
     async def leave(self, replica: str) -> None:

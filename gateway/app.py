@@ -32,10 +32,11 @@ from gateway.settings import Settings
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
 from gateway.tasks.policy import Policies
-from gateway.tasks.store import TaskStore
+from gateway.tasks.store import ReplicaBus, TaskStore
 from gateway.tasks.store.memory import MemoryStore
 from gateway.tasks.store.outbox import Outbox
 from gateway.tasks.store.redis import RedisStore
+from gateway.tasks.store.redis_bus import RedisBus
 from gateway.upstream import isolation
 from gateway.upstream.isolation import Backend
 
@@ -68,9 +69,9 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
                           counters)
     inflight = InFlight(limits.max_calls_per_owner, counters)
     replica = conf.replica.id or secrets.token_hex(8)
-    store = _store(conf, replica)
-    engine = TaskEngine(store, counters, admission, replica, metrics)
-    engine.replicas.url = conf.replica.url or ""
+    store, bus = _store(conf, replica)
+    engine = TaskEngine(store, counters, admission, replica, metrics, bus,
+                        conf.replica.url or "")
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters)
@@ -149,8 +150,9 @@ def _channel_key(conf: Settings) -> bytes | None:
     return None if not key else hashlib.sha256(b"mcpgw channels\0" + key.encode()).digest()
 
 
-def _store(conf: Settings, replica: str) -> TaskStore:
-    """The memory store; or a shared one behind the outbox that keeps what it misses."""
+def _store(conf: Settings, replica: str) -> tuple[TaskStore, ReplicaBus | None]:
+    """The memory store (one process: no bus); or a shared one behind the outbox that keeps
+    what it misses, and the replicas' bus over the same server."""
     limits, store = conf.limits, conf.store
     bounds = (limits.max_tasks, limits.max_tasks_per_owner, limits.max_result_bytes,
               limits.max_stored_bytes)
@@ -159,8 +161,9 @@ def _store(conf: Settings, replica: str) -> TaskStore:
                             sentinels=store.sentinels, master=store.sentinel_master,
                             min_acked=store.min_replicas_acked, secret=_channel_key(conf),
                             ack_timeout_ms=store.ack_timeout_ms)
-        return Outbox(shared, store.outbox_max_entries, store.outbox_max_bytes)
-    return MemoryStore(*bounds)
+        return (Outbox(shared, store.outbox_max_entries, store.outbox_max_bytes),
+                RedisBus(shared))
+    return MemoryStore(*bounds), None
 
 
 def _flush(tracing: Tracing) -> Callable[[web.Application], Awaitable[None]]:

@@ -176,7 +176,8 @@ class ModernEra:
         self.ttl_ms = conf.caching.ttl_ms
         self.scope = conf.caching.scope
         self.sealer = sealer
-        self.relay = Relay(engine.replicas)
+        self.relay = Relay(engine.replica_address)
+        self.replica_url = conf.replica.url or ""  # sealed into requestState: see relay.py
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000)
@@ -357,7 +358,7 @@ class ModernEra:
         # replica is handed here without asking the store (which may be away meanwhile).
         state = self.sealer.seal(p=parked.id, r=parked.round, o=parked.owner,
                                  m=parked.method, d=parked.digest, x=self.engine.replica,
-                                 u=self.engine.replicas.url)
+                                 u=self.replica_url)
         return jsonrpc.result(client_id, {"resultType": "input_required",
                                           "inputRequests": parked.requests(),
                                           "requestState": state})

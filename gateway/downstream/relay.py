@@ -9,6 +9,7 @@ afresh.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -17,7 +18,6 @@ from aiohttp import web
 from gateway import errors
 from gateway.observability import log
 from gateway.protocol import jsonrpc
-from gateway.tasks.replicas import Replicas
 
 RELAYED = "Mcp-Gateway-Relayed"  # set on a relayed request: it is never relayed again
 # What the owning replica needs to check the request as the client sent it.
@@ -27,9 +27,12 @@ GONE = ("Invalid requestState: the gateway replica holding that request cannot b
         "send it again without requestState")
 
 
+Address = Callable[[str], Awaitable[str | None]]  # a replica -> where it is reached
+
+
 class Relay:
-    def __init__(self, replicas: Replicas) -> None:
-        self.replicas = replicas
+    def __init__(self, address: Address) -> None:
+        self.address = address
         self._http: aiohttp.ClientSession | None = None
 
     async def to(self, replica: str, url: str | None, request: web.Request,
@@ -38,7 +41,7 @@ class Relay:
         lease tells."""
         if RELAYED in request.headers:
             raise errors.InvalidParams(GONE)
-        address = url or await self.replicas.address(replica)
+        address = url or await self.address(replica)
         if address is None:
             raise errors.InvalidParams(GONE)
         headers = {k: v for k in PASSED if (v := request.headers.get(k)) is not None}

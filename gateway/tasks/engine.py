@@ -31,9 +31,9 @@ from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import UNLIMITED, Admission
 from gateway.tasks.model import Status, Task, failure, new_id
 from gateway.tasks.policy import Policy, PollAdvisor
-from gateway.tasks.replicas import Replicas
+from gateway.tasks.replicas import STRANDED, Replicas
 from gateway.tasks.report import Report, audit
-from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
+from gateway.tasks.store import ReplicaBus, ResultTooLarge, StoreFull, TaskStore
 from gateway.tasks.watchers import Watchers
 
 Relay = Callable[[Message], None]
@@ -116,10 +116,42 @@ class TaskRun:
         else:
             task.touch()
 
+    def answered(self, key: str, msg: Message) -> None:
+        """The client's answer to input `key`, sent upstream under the server's own id."""
+        del self.task.inputs[key]
+        asked_id = self.asked.pop(key)
+        self.index.pop(asked_id, None)
+        msg["id"] = asked_id
+        assert self.call is not None  # answers reach running tasks only
+        self.call.reply(asked_id, msg)
+
+    def settle(self) -> None:
+        """After answers: the task works again once nothing is outstanding."""
+        if not self.task.inputs and self.task.status is Status.INPUT_REQUIRED:
+            self.task.move(Status.WORKING)
+        self.task.touch()
+        self.changed(self)
+
     def on_response(self, msg: Message) -> None:
         if not self.ending:
             self.ending = True
             self.respond(self, msg)
+
+    def outcome(self, msg: Message) -> Task:
+        """The task as the call's response ends it (not yet written)."""
+        error = msg.get("error")
+        if error is not None:
+            final = self.task.ended(Status.FAILED,
+                                    str(error.get("message") or "the call failed"), error)
+            final.size = len(jsonrpc.dumps(error))  # the server's error is kept like a result
+            return final
+        result = msg.get("result") or {}
+        failed = self.fail_on_is_error and result.get("isError") is True
+        final = self.task.ended(Status.FAILED if failed else Status.COMPLETED)
+        # An exact-size copy: orjson's own buffer keeps 4 KiB even for small results.
+        final.result = bytes(memoryview(jsonrpc.dumps(result)))
+        final.size = len(final.result)
+        return final
 
     def on_refused(self, capability: str) -> None:
         pass  # the call goes on without it, and fails by itself if it must
@@ -150,7 +182,8 @@ class Background:
 class TaskEngine:
     def __init__(self, store: TaskStore, counters: Counter[str] | None = None,
                  admission: Admission | None = None, replica: str = "",
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, bus: ReplicaBus | None = None,
+                 url: str = "") -> None:
         self._store = store
         self.replica = replica  # this process, among replicas sharing the store
         self.report = Report(metrics, counters)
@@ -159,9 +192,11 @@ class TaskEngine:
         self.runs: dict[str, TaskRun] = {}
         self.asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
         self.watchers = Watchers()
-        self.replicas = Replicas(store, replica, self.runs, self.watchers, self.report,
-                                 stop=lambda run, why: self._stop(run, Status.CANCELLED, why),
-                                 answer=self.answer)
+        # Replicas sharing the store (a bus); a single process has none.
+        self.replicas = None if bus is None else Replicas(
+            bus, store, replica, url, self.runs, self.watchers,
+            stop=lambda run, why: self._stop(run, Status.CANCELLED, why),
+            answer=self.answer, end=self.end_elsewhere)
         self.poll = PollAdvisor()
         self._background = Background()
         self._spawn = self._background.spawn
@@ -211,7 +246,9 @@ class TaskEngine:
             run = self.runs.get(task_id)
             task = run.task if run is not None else await self._store.get(task_id)
             if task is not None and task.owner == owner:
-                return task if run is not None else await self.replicas.unless_stranded(task)
+                if run is not None or self.replicas is None:
+                    return task
+                return await self.replicas.unless_stranded(task)
             if await self._store.expired_owner(task_id) == owner:
                 raise TaskExpired(task_id)
         self.report.missed(owner, task_id)
@@ -236,14 +273,15 @@ class TaskEngine:
         """Answers go upstream under the server's own ids; unknown or already answered keys
         are ignored; the task works again once nothing is outstanding."""
         run = self.runs.get(task.id)
-        if run is None and not task.terminal and task.replica != self.replica:
+        if run is None and not task.terminal and task.replica != self.replica and \
+                self.replicas is not None:
             await self.replicas.forward(task, {"op": "answer", "responses": responses})
         if run is None or run.ending:
             return
         for key in [k for k in run.task.inputs if k in responses]:
-            self._answered(run, key, jsonrpc.result(None, responses[key]))
+            run.answered(key, jsonrpc.result(None, responses[key]))
             self.report.answered(run.task, key)
-        self._settle(run)
+        run.settle()
 
     async def reply(self, msg: Message) -> bool:
         """A client's JSON-RPC answer (result or error) to an input request a task sent
@@ -252,25 +290,10 @@ class TaskEngine:
         if run is None:
             return False
         key = next(k for k, v in run.asked.items() if v == msg["id"])
-        self._answered(run, key, msg)
+        run.answered(key, msg)
         self.report.answered(run.task, key)
-        self._settle(run)
+        run.settle()
         return True
-
-    def _answered(self, run: TaskRun, key: str, msg: Message) -> None:
-        del run.task.inputs[key]
-        asked_id = run.asked.pop(key)
-        self.asked.pop(asked_id, None)
-        msg["id"] = asked_id
-        assert run.call is not None  # answers reach running tasks only
-        run.call.reply(asked_id, msg)
-
-    def _settle(self, run: TaskRun) -> None:
-        task = run.task
-        if not task.inputs and task.status is Status.INPUT_REQUIRED:
-            task.move(Status.WORKING)
-        task.touch()
-        self._changed(run)
 
     async def cancel(self, task: Task, why: str = "cancelled by the client") -> Task:
         """Stop the upstream call and end the task cancelled, unless it ended already; the
@@ -282,9 +305,23 @@ class TaskEngine:
             return task
         # Another replica runs it: the end is written here (compare-and-set), so the ack
         # shows it, and that replica is asked to cancel the call (its own end is refused).
-        ended = await self.replicas.end(task, Status.CANCELLED, why)
-        await self.replicas.forward(task, {"op": "cancel", "why": why})
+        ended = await self.end_elsewhere(task, Status.CANCELLED, why)
+        if self.replicas is not None:
+            await self.replicas.forward(task, {"op": "cancel", "why": why})
         return ended
+
+    async def end_elsewhere(self, task: Task, status: Status, message: str) -> Task:
+        """End `task`, whose call does not run here: cancelled by its client (kept through
+        a store outage, like any change), or failed for a replica gone (a judgement from a
+        read, which a stale primary may have served: written now, or not at all). The task
+        as it ended, or as whoever ended it first left it."""
+        final = task.ended(status, message,
+                           failure(message) if status is Status.FAILED else None)
+        if not await self._store.save(final, keep=message != STRANDED):
+            return await self._store.get(task.id) or task
+        self.report.ended(final, None, replica=task.replica)
+        self.watchers.tell(final)
+        return final
 
     # -- changes ------------------------------------------------------------------------------
     def _changed(self, run: TaskRun) -> None:
@@ -304,19 +341,7 @@ class TaskEngine:
 
     # -- ending -------------------------------------------------------------------------------
     def _responded(self, run: TaskRun, msg: Message) -> None:
-        error = msg.get("error")
-        if error is not None:
-            final = run.task.ended(Status.FAILED, str(error.get("message") or "the call failed"),
-                                   error)
-            final.size = len(jsonrpc.dumps(error))  # the server's error is kept like a result
-        else:
-            result = msg.get("result") or {}
-            failed = run.fail_on_is_error and result.get("isError") is True
-            final = run.task.ended(Status.FAILED if failed else Status.COMPLETED)
-            # An exact-size copy: orjson's own buffer keeps 4 KiB even for small results.
-            final.result = bytes(memoryview(jsonrpc.dumps(result)))
-            final.size = len(final.result)
-        self._spawn(self._commit(run, final))
+        self._spawn(self._commit(run, run.outcome(msg)))
 
     async def _stop(self, run: TaskRun, status: Status, message: str,
                     error_text: str | None = None) -> Task:
@@ -373,11 +398,20 @@ class TaskEngine:
     async def sweep(self) -> int:
         """The store forgets finished tasks past their ttl (running ones end by timer), and
         tasks whose replica is gone are failed."""
-        await self.replicas.fail_stranded()
+        if self.replicas is not None:
+            await self.replicas.fail_stranded()
         return await self._store.sweep()
 
     def stored_bytes(self) -> int:
         return self._store.stored_bytes()
+
+    def store_requests(self) -> int:
+        """Requests made to a store server so far."""
+        return self._store.requests
+
+    async def replica_address(self, replica: str) -> str | None:
+        """Where another replica is reached (None: gone, did not say, or no replicas)."""
+        return None if self.replicas is None else await self.replicas.address(replica)
 
     async def settle(self, timeout_s: float) -> int:
         """Wait (at most `timeout_s`) for the ends being written; how many tasks still run

@@ -45,7 +45,7 @@ class Lease:
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "up": self.store_up,
                                "replica": self.engine.replica,
-                               "requests": self.engine.replicas.store.requests}
+                               "requests": self.engine.store_requests()}
         if self.error is not None:
             out["error"] = self.error
         if self.outbox is not None:
@@ -53,8 +53,8 @@ class Lease:
         return out
 
     async def start(self) -> None:
-        if self.backend == "memory":
-            return
+        if self.engine.replicas is None:
+            return  # one process: nothing to hold
         await self._beat()  # a store down at start: pass-through serves, /readyz says so
         self._tasks = [asyncio.create_task(self._keep()),
                        asyncio.create_task(self.engine.replicas.listen())]
@@ -64,7 +64,7 @@ class Lease:
             await asyncio.sleep(self.lease_ms / 3000)
             try:
                 await self._beat()
-                if self.store_up:
+                if self.store_up and self.engine.replicas is not None:
                     with contextlib.suppress(StoreUnavailable):
                         await self.engine.replicas.poll()
             except Exception as exc:  # the heartbeat must outlive any one failure
@@ -72,6 +72,7 @@ class Lease:
 
     async def _beat(self) -> None:
         replicas = self.engine.replicas
+        assert replicas is not None  # started only with a bus
         try:
             held = await replicas.beat(self.lease_ms)
             if not self._recovered:
@@ -121,5 +122,6 @@ class Lease:
         if self.outbox is not None and len(self.outbox):  # the last chance to write them
             with contextlib.suppress(StoreUnavailable, TimeoutError):
                 await asyncio.wait_for(self.outbox.flush(), STOP_FLUSH_S)
-        with contextlib.suppress(StoreUnavailable):
-            await self.engine.replicas.leave()
+        if self.engine.replicas is not None:
+            with contextlib.suppress(StoreUnavailable):
+                await self.engine.replicas.leave()

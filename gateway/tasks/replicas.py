@@ -1,13 +1,13 @@
-"""This replica among those sharing a task store: its lease, and the tasks that other
-replicas run or left behind.
+"""This replica among those sharing a task store, on their bus: its lease, and the tasks
+that other replicas run or left behind.
 
 A task records the replica that runs its call. Read elsewhere, a running task whose
-replica's lease has gone is failed on the spot (and a sweeper fails the rest); a cancel that
-reaches another replica is written here, compare-and-set, so whichever end is written first
-stays, and sent on to the replica that runs the call, with input answers (its control
-channel). Every change a replica writes is announced by the store on its events channel,
-so that watchers on other replicas (listen streams) hear of it. With the memory store every
-task is this process's own, and none of this happens.
+replica's lease has gone is failed on the spot (and a sweeper fails the rest: the engine
+writes those ends); requests about a task whose call runs on another replica (a cancel,
+input answers) are sent there on its control channel. Every change a replica writes is
+announced on the events channel, so that watchers on other replicas (listen streams) hear
+of it. With the memory store every task is this process's own: there is no bus, and none
+of this exists.
 """
 
 from __future__ import annotations
@@ -19,29 +19,34 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.errors import StoreUnavailable
-from gateway.tasks.model import Status, Task, failure
-from gateway.tasks.report import Report
-from gateway.tasks.store import EVENTS, TaskStore
+from gateway.tasks.model import Status, Task
+from gateway.tasks.store import EVENTS, ReplicaBus, TaskStore
 from gateway.tasks.watchers import Watchers
 
 STRANDED = "the gateway replica running this task stopped"
 
 
+End = Callable[[Task, Status, str], Awaitable[Task]]
+
+
 class Replicas:
-    def __init__(self, store: TaskStore, replica: str, runs: dict[str, Any],
-                 watchers: Watchers, report: Report, *,
+    def __init__(self, bus: ReplicaBus, store: TaskStore, replica: str, url: str,
+                 runs: dict[str, Any], watchers: Watchers, *,
                  stop: Callable[[Any, str], Awaitable[Any]],
-                 answer: Callable[[Task, dict[str, Any]], Awaitable[None]]) -> None:
+                 answer: Callable[[Task, dict[str, Any]], Awaitable[None]],
+                 end: End) -> None:
+        self.bus = bus
         self.store = store
-        # The engine's, for requests from other replicas about tasks whose calls run here.
+        # The engine's: requests from other replicas about tasks whose calls run here, and
+        # the ends of tasks whose replica is gone (only the engine ends tasks).
         self.stop = stop
         self.answer = answer
+        self.end = end
         self.replica = replica
         self.runs = runs  # the engine's: tasks running here
-        self.url = ""  # where the other replicas reach this one (replica.url)
+        self.url = url  # where the other replicas reach this one (replica.url)
         self._told: dict[str, float] = {}  # watched tasks run elsewhere: last change told
         self.watchers = watchers
-        self.report = report
         # Monotonic times: other replicas are judged gone only from _judge_from, and only
         # until _fresh_until (while this replica's own beats get through).
         self._judge_from = 0.0
@@ -63,30 +68,18 @@ class Replicas:
     async def unless_stranded(self, task: Task) -> Task:
         """`task` as read; failed first if the replica that ran it is gone."""
         if task.terminal or task.replica in ("", self.replica) or not self._judging() or \
-                await self.store.alive(task.replica):
+                await self.bus.alive(task.replica):
             return task
         return await self.end(task, Status.FAILED, STRANDED)
-
-    async def end(self, task: Task, status: Status, message: str) -> Task:
-        """`task` ended here though it runs elsewhere: cancelled by its client (kept through
-        a store outage, like any change), or failed for a replica gone (a judgement from a
-        read, which a stale primary may have served: written now, or not at all)."""
-        final = task.ended(status, message,
-                           failure(message) if status is Status.FAILED else None)
-        if not await self.store.save(final, keep=message != STRANDED):
-            return await self.store.get(task.id) or task  # someone else ended it first
-        self.report.ended(final, None, replica=task.replica)
-        self.watchers.tell(final)
-        return final
 
     # -- channels ---------------------------------------------------------------------------
     async def forward(self, task: Task, request: dict[str, Any]) -> None:
         """A request about a task another replica runs, sent to that replica."""
-        await self.store.publish(f"ctl:{task.replica}", {**request, "task": task.id})
+        await self.bus.publish(f"ctl:{task.replica}", {**request, "task": task.id})
 
     async def listen(self) -> None:
         """Until cancelled: changes made elsewhere, and requests for tasks run here."""
-        await self.store.listen([EVENTS, f"ctl:{self.replica}"], self._heard)
+        await self.bus.listen([EVENTS, f"ctl:{self.replica}"], self._heard)
 
     async def _heard(self, channel: str, msg: dict[str, Any]) -> None:
         task_id = msg.get("task")
@@ -115,7 +108,7 @@ class Replicas:
 
     async def recover(self) -> int:
         """At start: tasks a previous life of this replica left running are failed."""
-        return await self._fail(await self.store.stranded(self.replica))
+        return await self._fail(await self.bus.stranded(self.replica))
 
     async def _fail(self, ids: list[str]) -> int:
         failed = 0
@@ -130,7 +123,7 @@ class Replicas:
         """Tasks of replicas whose lease has gone are failed."""
         if not self._judging():
             return 0
-        return await self._fail(await self.store.stranded())
+        return await self._fail(await self.bus.stranded())
 
     async def beat(self, lease_ms: int) -> bool:
         """Renew this replica's lease (a shared store); False when the store did not hold
@@ -139,7 +132,7 @@ class Replicas:
         not judged for a lease."""
         try:
             # A beat slower than a lease is no beat: others take this replica for gone.
-            held = await asyncio.wait_for(self.store.beat(self.replica, lease_ms, self.url),
+            held = await asyncio.wait_for(self.bus.beat(self.replica, lease_ms, self.url),
                                           lease_ms / 1000)
         except Exception as exc:  # any failed beat: this replica cannot judge others
             self._beaten, self._fresh_until = False, 0.0
@@ -155,11 +148,11 @@ class Replicas:
 
     async def address(self, replica: str) -> str | None:
         """Where another replica is reached (None: gone, or it did not say)."""
-        return await self.store.address(replica)
+        return await self.bus.address(replica)
 
     async def leave(self) -> None:
         """A clean stop, once this replica's tasks are written: the lease goes at once."""
-        await self.store.leave(self.replica)
+        await self.bus.leave(self.replica)
         await self.store.close()
 
     async def _control(self, task_id: str, msg: dict[str, Any]) -> None:

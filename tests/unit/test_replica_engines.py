@@ -18,6 +18,7 @@ from gateway.tasks.model import Status, Task
 from gateway.tasks.replicas import STRANDED
 from gateway.tasks.store import StoreFull, TaskStore
 from gateway.tasks.store.redis import RedisStore
+from gateway.tasks.store.redis_bus import RedisBus
 from gateway.tasks.store.redis_link import Seal
 
 Replica = Callable[..., TaskEngine]
@@ -42,7 +43,7 @@ async def replica(redis_server, key_prefix) -> AsyncIterator[Replica]:
         store = RedisStore(redis_server.url, key_prefix, max_tasks, max_per_owner, 1000, 10_000,
                            replica=name, secret=SECRET)
         stores.append(store)
-        return TaskEngine(store, replica=name)
+        return TaskEngine(store, replica=name, bus=RedisBus(store))
 
     yield make
     for store in stores:
@@ -218,11 +219,12 @@ async def test_a_message_that_fails_does_not_stop_the_channel(redis_server, key_
             raise RuntimeError("a bug in one handler")
         heard.append(msg)
 
-    job = asyncio.create_task(store.listen(["events"], handler))
+    bus = RedisBus(store)
+    job = asyncio.create_task(bus.listen(["events"], handler))
     try:
         await subscribed(store, {"events": 1})
-        await store.publish("events", {"bad": True})
-        await store.publish("events", {"task": "after"})
+        await bus.publish("events", {"bad": True})
+        await bus.publish("events", {"task": "after"})
         await until(lambda: heard == [{"task": "after"}])
     finally:
         job.cancel()

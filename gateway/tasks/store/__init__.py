@@ -1,4 +1,5 @@
-"""Where task records live: the `TaskStore` protocol every backend implements.
+"""Where task records live: the `TaskStore` protocol every backend implements; and how
+replicas sharing a store find each other: the `ReplicaBus` (a single process has none).
 
 A store is pure storage (the MCP SDK's rule: no execution): it keeps copies of records, never
 the engine's working objects, so the memory store and a shared one behave alike. It enforces
@@ -9,13 +10,16 @@ whoever writes last. A store forgets a finished task at its ttl by itself; a run
 is never dropped by a store: expiring it is the engine's (it must cancel the call and tell
 the watchers first).
 
-Replicas sharing a store each hold a lease (`beat`); a task records the replica that runs
-it, and the running tasks of a replica whose lease has gone are `stranded`: the engine fails
-them. Replicas tell each other of changes and requests through the store's channels
-(`publish`, `listen`). The memory store serves one process, whose tasks are all its own.
+Replicas sharing a store each hold a lease on the bus (`beat`); a task records the replica
+that runs it, and the running tasks of a replica whose lease has gone are `stranded`: the
+engine fails them. Replicas tell each other of changes and requests through the bus's
+channels (`publish`, `listen`). The memory store serves one process, whose tasks are all its
+own: it has no bus.
 
-    memory.py   the bounded embedded default (one process)
-    redis.py    Redis or Valkey, shared by replicas
+    memory.py     the bounded embedded default (one process)
+    redis.py      Redis or Valkey, shared by replicas
+    redis_bus.py  their bus, over the same server
+    outbox.py     in front of a shared store: what it did not take, kept
 """
 
 from __future__ import annotations
@@ -88,6 +92,14 @@ class TaskStore(Protocol):
     def stored_bytes(self) -> int:
         """Bytes of results and errors held (for /readyz and metrics)."""
 
+    async def close(self) -> None:
+        """Let go of connections."""
+
+
+class ReplicaBus(Protocol):
+    """Replicas sharing a store: their leases, the tasks a gone one left running, and the
+    channels they tell each other on."""
+
     async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
         """Hold (or renew) `replica`'s lease for `lease_ms`, telling where it is reached;
         False when the lease was not held (it lapsed, or the store lost it)."""
@@ -113,8 +125,5 @@ class TaskStore(Protocol):
         """Hand each message on `channels` to `handler`, until cancelled (reconnecting by
         itself)."""
 
-    async def close(self) -> None:
-        """Let go of connections."""
 
-
-__all__ = ["EVENTS", "Handler", "ResultTooLarge", "StoreFull", "TaskStore"]
+__all__ = ["EVENTS", "Handler", "ReplicaBus", "ResultTooLarge", "StoreFull", "TaskStore"]

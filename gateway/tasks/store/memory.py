@@ -14,7 +14,6 @@ rather than a heap tuple and a float).
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import math
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from gateway.tasks.model import TRANSITIONS, Task
-from gateway.tasks.store import Handler, ResultTooLarge, StoreFull
+from gateway.tasks.store import ResultTooLarge, StoreFull
 
 EXPIRED_MEMORY_S = 600.0  # how long an expired id still answers "expired"
 _NO_INPUTS: dict[str, Any] = {}  # shared by kept records; never handed out (get returns copies)
@@ -162,26 +161,5 @@ class MemoryStore:
         return task.expires_at is not None and task.expires_at <= self.clock()
 
     # -- replicas: one process, whose tasks are all its own ----------------------------------
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
-        return True
-
-    async def address(self, replica: str) -> str | None:
-        return None
-
-    async def leave(self, replica: str) -> None:
-        pass
-
-    async def alive(self, replica: str) -> bool:
-        return True
-
-    async def stranded(self, replica: str | None = None) -> list[str]:
-        return []
-
-    async def publish(self, channel: str, message: dict[str, Any]) -> None:
-        pass
-
-    async def listen(self, channels: list[str], handler: Handler) -> None:
-        await asyncio.Event().wait()  # nobody else to hear from
-
     async def close(self) -> None:
         pass

@@ -25,13 +25,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from gateway.errors import StoreUnavailable
 from gateway.observability import log
 from gateway.protocol import jsonrpc
 from gateway.tasks.model import Status, Task, failure
-from gateway.tasks.store import Handler, ResultTooLarge, StoreFull, TaskStore
+from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,27 +182,6 @@ class Outbox:
 
     def stored_bytes(self) -> int:
         return self.store.stored_bytes()
-
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
-        return await self.store.beat(replica, lease_ms, address)
-
-    async def address(self, replica: str) -> str | None:
-        return await self.store.address(replica)
-
-    async def leave(self, replica: str) -> None:
-        await self.store.leave(replica)
-
-    async def alive(self, replica: str) -> bool:
-        return await self.store.alive(replica)
-
-    async def stranded(self, replica: str | None = None) -> list[str]:
-        return await self.store.stranded(replica)
-
-    async def publish(self, channel: str, message: dict[str, Any]) -> None:
-        await self.store.publish(channel, message)
-
-    async def listen(self, channels: list[str], handler: Handler) -> None:
-        await self.store.listen(channels, handler)
 
     async def close(self) -> None:
         await self.store.close()

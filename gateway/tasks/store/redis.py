@@ -37,7 +37,7 @@ import orjson
 from cachetools import LRUCache
 
 from gateway.tasks.model import TERMINAL, TRANSITIONS, Status, Task
-from gateway.tasks.store import EVENTS, Handler, ResultTooLarge, StoreFull
+from gateway.tasks.store import EVENTS, ResultTooLarge, StoreFull
 from gateway.tasks.store.memory import EXPIRED_MEMORY_S
 from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded, text
 
@@ -313,7 +313,8 @@ class RedisStore:
             body = orjson.dumps({"task": task.id, "from": self.replica})
         return self.link.seal.close(body)
 
-    def _heard_end(self, msg: dict[str, Any]) -> None:
+    def heard_end(self, msg: dict[str, Any]) -> None:
+        """An announcement heard on the bus: an end that came whole is kept."""
         end = msg.pop("end", None)
         if isinstance(end, dict) and msg.get("from") != self.replica:
             task = Task.from_record(end)
@@ -400,25 +401,6 @@ class RedisStore:
     async def _stranded_on(self, replica: str) -> list[str]:
         ids = await self._stranded(keys=[self.key("run", replica)], args=[self.prefix])
         return [i.decode() for i in ids]
-
-    # -- leases and channels: the link's ------------------------------------------------------
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
-        return await self.link.beat(replica, lease_ms, address)
-
-    async def address(self, replica: str) -> str | None:
-        return await self.link.address(replica)
-
-    async def leave(self, replica: str) -> None:
-        await self.link.leave(replica)
-
-    async def alive(self, replica: str) -> bool:
-        return await self.link.alive(replica)
-
-    async def publish(self, channel: str, message: dict[str, Any]) -> None:
-        await self.link.publish(channel, message)
-
-    async def listen(self, channels: list[str], handler: Handler) -> None:
-        await self.link.listen(channels, handler, self._heard_end)
 
     async def close(self) -> None:
         await self.link.close()

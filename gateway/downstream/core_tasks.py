@@ -24,7 +24,7 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.router import Decision
 from gateway.tasks.dialects import Lacking, core, task_id_of, unscoped
-from gateway.tasks.engine import StoreFull, TaskEngine, watch_progress
+from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_progress
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks
@@ -120,33 +120,33 @@ class CoreTasks:
         policy = decision.policy
         assert policy is not None
         tool = str(params.get("name") or "")
+        core.strip_task(params)  # the upstream serves a plain call (it may know no tasks)
+        relay_progress = not watch_progress(params)
+        assert session.conn is not None
+        home = session.conn
+
+        async def attach(task: Task) -> Handover:
+            conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
+            await conn.reachable()
+            call = conn.request(msg, session, IGNORE, headers)
+            link = Link(self.engine, session, task, relay_progress)
+            session.tasks[task.id] = link
+            self.engine.watchers.watch(task.id, link.changed)
+            return Handover(call, done=lambda: self.backend.done(home, conn), relay=link.relay,
+                            fail_on_is_error=True)
+        intent = Intent(session.owner, tool, core.NAME, self.backend.name, policy, decision.ttl)
         try:
-            task = await self.engine.create(session.owner, tool, core.NAME, self.backend.name,
-                                            policy, decision.ttl)
+            task = await self.engine.adopt(intent, attach)
         except StoreFull as exc:
             self.engine.counters["rejections.store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
                                                f"Cannot create task: {exc}"))
-        except (errors.TooManyRequests, errors.StoreUnavailable) as exc:  # HTTP 200: a
-            return json_response(exc.to_message(client_id))  # JSON-RPC error of the session's
-        core.strip_task(params)  # the upstream serves a plain call (it may know no tasks)
-        relay_progress = not watch_progress(params)
-        assert session.conn is not None
-        home = session.conn
-        try:
-            conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
-            await conn.reachable()
-            call = conn.request(msg, session, IGNORE, headers)
-        except errors.UpstreamError as exc:
-            await self.engine.discard(task)
+        except (errors.TooManyRequests, errors.StoreUnavailable,  # HTTP 200: a JSON-RPC
+                errors.UpstreamError) as exc:  # error of the session's, as a server's
             return json_response(exc.to_message(client_id))
-        link = Link(self.engine, session, task, relay_progress)
-        session.tasks[task.id] = link
-        self.engine.watchers.watch(task.id, link.changed)
-        self.engine.start(task, call, fail_on_is_error=True, timeout_ms=policy.timeout_ms,
-                          done=lambda: self.backend.done(home, conn), relay=link.relay)
+        assert task is not None  # attach always hands a call over
         return json_response(jsonrpc.result(client_id,
                                             core.created(task, policy.immediate_response)))
 

@@ -38,7 +38,8 @@ from gateway.ratelimit import InFlight
 from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import Lacking, extension, task_id_of, unscoped
-from gateway.tasks.engine import StoreFull, TaskEngine, watch_progress
+from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_progress
+from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks
 from gateway.upstream.connection import Connection
@@ -149,6 +150,20 @@ class ModernExchange(Exchange):
         parked.done, self.done = self.done, None  # the call is not over: keep its process
         parked.policy, parked.own_progress = self.policy, self.own_progress
         self.answer(self.era.input_required(parked, self.call.client_id))
+
+    async def handover(self, task: Task) -> Handover | None:
+        """This call, for its new task; None if it answered while the store wrote."""
+        if self.response is not None or self.call is None:
+            return None
+        # Input asked while the store wrote (a shared store takes a round trip) is the
+        # task's now, not an input_required round of this request.
+        if self.batch is not None:
+            self.batch.cancel()
+            self.batch = None
+        pending, self.inputs = self.inputs, []
+        handover = Handover(self.call, done=self.done, pending=pending)
+        self.done = None
+        return handover
 
     def start_budget(self) -> None:
         if self.policy is not None and self.response is None:
@@ -286,9 +301,9 @@ class ModernEra:
         if ex.response is not None or ex.call is None or ex.policy is None:
             return
         tool = str(ex.tool or "")
+        intent = Intent(ex.caller.principal, tool, extension.NAME, self.backend.name, ex.policy)
         try:
-            task = await self.engine.create(ex.caller.principal, tool, extension.NAME,
-                                            self.backend.name, ex.policy)
+            task = await self.engine.adopt(intent, ex.handover)
         except StoreFull as exc:  # never evict a live task: answer inline instead
             self.engine.counters["tasks.inline_store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
@@ -303,19 +318,10 @@ class ModernEra:
             log.warning("task.rate_limited", tool=tool, reason=exc.message,
                         upstream=self.backend.name)
             return
-        if ex.response is not None or ex.call is None:  # answered while the store wrote
-            await self.engine.discard(task)
-            return
-        # Input asked while the store wrote (a shared store takes a round trip) is the
-        # task's now, not an input_required round of this request.
-        if ex.batch is not None:
-            ex.batch.cancel()
-            ex.batch = None
-        pending, ex.inputs = ex.inputs, []
-        self.engine.start(task, ex.call, timeout_ms=ex.policy.timeout_ms, done=ex.done,
-                          pending=pending)
-        ex.done = None
-        ex.answer(jsonrpc.result(ex.call.client_id, extension.created(task)))
+        if task is not None:
+            assert ex.call is not None
+            ex.answer(jsonrpc.result(ex.call.client_id, extension.created(task)))
+
 
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:

@@ -1,10 +1,9 @@
 """The task engine: the one owner of the task lifecycle, whichever dialect made the task.
 
 It alone creates, finds, lists, answers, cancels, expires and ends tasks; eras and dialects
-call it and never the store. A `TaskRun` is the sink of one upstream `tools/call` that became
-a task, running in this process: the server's input requests become the task's outstanding
-inputs (keys unique for the task's life), progress is folded into its status message, the
-response ends it. Changes are told to watchers at once and written to the store behind
+call it and never the store. An era hands it a call that is to become a task through
+`adopt` (the task is created, the call handed over, the run started, or the task forgotten
+if the call cannot be handed over); a `TaskRun` (run.py) is then the call's sink. Changes are told to watchers at once and written to the store behind
 (one write per burst, in order); an end is written first and told after, compare-and-set,
 so nobody hears of a result the store does not hold. A running task ends by its response,
 by cancel, by `timeout_ms`, or when its ttl passes (spec: a task MAY be deleted after its
@@ -13,7 +12,7 @@ watchers told (a waiting tasks/result answers, a listen stream is notified), and
 is its record forgotten.
 
 No wire shapes here (dialects render tasks); no HTTP; upstream calls are reached through
-the small `UpstreamCall` protocol declared below.
+the small `UpstreamCall` protocol (run.py).
 """
 
 from __future__ import annotations
@@ -21,22 +20,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from gateway.observability import log
 from gateway.observability.metrics import Metrics
-from gateway.protocol import jsonrpc, mcp
+from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import UNLIMITED, Admission
 from gateway.tasks.model import Status, Task, failure, new_id
-from gateway.tasks.policy import Policy, PollAdvisor
+from gateway.tasks.policy import PollAdvisor
 from gateway.tasks.replicas import STRANDED, Replicas
 from gateway.tasks.report import Report, audit
+from gateway.tasks.run import Attach, Background, Handover, Intent, TaskRun
 from gateway.tasks.store import ReplicaBus, ResultTooLarge, StoreFull, TaskStore
 from gateway.tasks.watchers import Watchers
-
-Relay = Callable[[Message], None]
 
 
 class TaskNotFound(KeyError):
@@ -45,138 +42,6 @@ class TaskNotFound(KeyError):
 
 class TaskExpired(KeyError):
     """The owner's task, forgotten at its ttl a short while ago."""
-
-
-class UpstreamCall(Protocol):
-    """What the engine needs of an upstream call: upstream/ provides it."""
-
-    sink: Any  # where the call's messages and response go: the task's run, once adopted
-
-    @property
-    def upstream(self) -> str: ...
-
-    def cancel(self, why: str) -> None: ...
-
-    def reply(self, asked_id: Any, msg: Message) -> None:
-        """Answer a server request the call made (`msg` carries the server's own id)."""
-
-
-class TaskRun:
-    """A task's upstream call in the background: the call's sink from now on."""
-
-    takes_mrtr = False  # a modern-only server's input_required becomes the task's inputs
-
-    def __init__(self, task: Task, call: UpstreamCall, changed: Callable[[TaskRun], None],
-                 ended: Callable[[TaskRun, Message], None], index: dict[Any, TaskRun]) -> None:
-        self.task = task  # the working copy: the freshest state, told to watchers
-        self.call: UpstreamCall | None = call  # None once ended (see TaskEngine._end)
-        self.index = index  # the engine's: id of an input request -> its run
-        self.changed = changed
-        self.respond = ended
-        self.fail_on_is_error = False  # core dialect: isError fails the task
-        self.done: Callable[[], None] | None = None  # releases the call's process
-        self.relay: Relay | None = None  # core dialect: inputs and progress to the client
-        self.asked: dict[str, Any] = {}  # input key -> the id the server asked under
-        self.keys = 0
-        self.used: set[str] = set()  # every key this task ever showed: never reused
-        self.timers: list[asyncio.TimerHandle] = []
-        self.started = time.monotonic()
-        self.ending = False  # an end is being written: nothing else changes the task
-        self.ended: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
-        self.dirty = False
-        self.flusher: asyncio.Task[None] | None = None
-
-    def on_message(self, msg: Message) -> None:
-        if self.ending:
-            return
-        if "id" in msg and "method" in msg:
-            self._input(msg)
-        elif msg.get("method") == mcp.PROGRESS:
-            params = msg.get("params") or {}
-            done, total, note = params.get("progress"), params.get("total"), params.get("message")
-            status = f"{_num(done)}/{_num(total)}" if total is not None else f"{_num(done)}"
-            self.task.status_message = f"{status}: {note}" if note else status
-            self.task.touch()
-        else:
-            return
-        self.changed(self)
-        if self.relay is not None:
-            self.relay(msg)
-
-    def _input(self, msg: Message) -> None:
-        task = self.task
-        self.keys += 1
-        key = mcp.input_key(msg, self.keys, self.used)  # spec: unique for the task's life
-        self.asked[key] = msg["id"]
-        self.index[msg["id"]] = self
-        task.inputs[key] = {"method": msg["method"], "params": msg.get("params", {})}
-        if task.status is Status.WORKING:
-            task.move(Status.INPUT_REQUIRED, "waiting for the client's input")
-            audit("task.input_required", task)
-        else:
-            task.touch()
-
-    def answered(self, key: str, msg: Message) -> None:
-        """The client's answer to input `key`, sent upstream under the server's own id."""
-        del self.task.inputs[key]
-        asked_id = self.asked.pop(key)
-        self.index.pop(asked_id, None)
-        msg["id"] = asked_id
-        assert self.call is not None  # answers reach running tasks only
-        self.call.reply(asked_id, msg)
-
-    def settle(self) -> None:
-        """After answers: the task works again once nothing is outstanding."""
-        if not self.task.inputs and self.task.status is Status.INPUT_REQUIRED:
-            self.task.move(Status.WORKING)
-        self.task.touch()
-        self.changed(self)
-
-    def on_response(self, msg: Message) -> None:
-        if not self.ending:
-            self.ending = True
-            self.respond(self, msg)
-
-    def outcome(self, msg: Message) -> Task:
-        """The task as the call's response ends it (not yet written)."""
-        error = msg.get("error")
-        if error is not None:
-            final = self.task.ended(Status.FAILED,
-                                    str(error.get("message") or "the call failed"), error)
-            final.size = len(jsonrpc.dumps(error))  # the server's error is kept like a result
-            return final
-        result = msg.get("result") or {}
-        failed = self.fail_on_is_error and result.get("isError") is True
-        final = self.task.ended(Status.FAILED if failed else Status.COMPLETED)
-        # An exact-size copy: orjson's own buffer keeps 4 KiB even for small results.
-        final.result = bytes(memoryview(jsonrpc.dumps(result)))
-        final.size = len(final.result)
-        return final
-
-    def on_refused(self, capability: str) -> None:
-        pass  # the call goes on without it, and fails by itself if it must
-
-
-class Background:
-    """The engine's own asyncio tasks (writes, timed ends): kept until done, errors logged."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._reap)
-        return task
-
-    def _reap(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("task.engine_error", error=repr(task.exception()))
-
-    async def wait(self, timeout_s: float) -> None:
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
 
 
 class TaskEngine:
@@ -201,30 +66,37 @@ class TaskEngine:
         self._background = Background()
         self._spawn = self._background.spawn
 
-    # -- creating -----------------------------------------------------------------------------
-    async def create(self, owner: str, tool: str, dialect: str, upstream: str, policy: Policy,
-                     requested_ttl: int | None = None) -> Task:
-        """A new working task, in the store before anyone hears of it (spec: a task MUST
-        be retrievable once CreateTaskResult is sent). StoreFull when a bound is hit,
-        TooManyRequests when the owner creates tasks too fast."""
-        self.admission.creation(owner)
-        task = Task(new_id(), owner, tool, dialect, policy.ttl(requested_ttl),
-                    self.poll.suggest(tool, policy.poll_interval_ms), upstream=upstream,
-                    replica=self.replica, created_at=time.time())
+    # -- adopting ------------------------------------------------------------------------
+    async def adopt(self, intent: Intent, attach: Attach) -> Task | None:
+        """The one way a call becomes a task. The task is created, in the store before
+        anyone hears of it (spec: a task MUST be retrievable once CreateTaskResult is sent;
+        StoreFull when a bound is hit, TooManyRequests when the owner creates tasks too
+        fast); `attach(task)` hands its call over (None: the call answered meanwhile; an
+        error: it could not be opened; either way the task is forgotten); from then on the
+        task runs in the background."""
+        self.admission.creation(intent.owner)
+        policy = intent.policy
+        task = Task(new_id(), intent.owner, intent.tool, intent.dialect,
+                    policy.ttl(intent.ttl), self.poll.suggest(intent.tool,
+                                                              policy.poll_interval_ms),
+                    upstream=intent.upstream, replica=self.replica, created_at=time.time())
         await self._store.create(task)
+        try:
+            handover = await attach(task)
+        except Exception:
+            await self._store.delete(task.id)
+            raise
+        if handover is None:
+            await self._store.delete(task.id)
+            return None
+        self._start(task, handover, policy.timeout_ms)
         return task
 
-    async def discard(self, task: Task) -> None:
-        """Forget a task whose call never started (or answered before it was made)."""
-        await self._store.delete(task.id)
-
-    def start(self, task: Task, call: UpstreamCall, *, fail_on_is_error: bool = False,
-              timeout_ms: int | None = None, done: Callable[[], None] | None = None,
-              pending: Iterable[Message] = (), relay: Relay | None = None) -> TaskRun:
-        """Make `task` the owner of `call`, from now on in the background."""
-        run = TaskRun(task, call, self._changed, self._responded, self.asked)
-        run.fail_on_is_error, run.done, run.relay = fail_on_is_error, done, relay
-        call.sink = run
+    def _start(self, task: Task, handover: Handover, timeout_ms: int | None) -> None:
+        run = TaskRun(task, handover.call, self._changed, self._responded, self.asked)
+        run.fail_on_is_error, run.done = handover.fail_on_is_error, handover.done
+        run.relay = handover.relay
+        handover.call.sink = run
         self.runs[task.id] = run
         loop = asyncio.get_running_loop()
         if timeout_ms is not None:
@@ -235,9 +107,8 @@ class TaskEngine:
             run.timers.append(loop.call_later(max(0.0, task.expires_at - time.time()),
                                               lambda: self._spawn(self._expire(run))))
         self.report.created(task)
-        for msg in pending:
+        for msg in handover.pending:
             run.on_message(msg)
-        return run
 
     # -- finding ------------------------------------------------------------------------------
     async def find(self, task_id: Any, owner: str) -> Task:
@@ -446,9 +317,5 @@ def watch_progress(params: dict[str, Any]) -> bool:
     return True
 
 
-def _num(value: Any) -> str:
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
-
-__all__ = ["StoreFull", "TaskEngine", "TaskExpired", "TaskNotFound", "TaskRun",
-           "UpstreamCall", "Watchers", "watch_progress"]
+__all__ = ["Handover", "Intent", "StoreFull", "TaskEngine", "TaskExpired", "TaskNotFound",
+           "watch_progress"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.protocol import jsonrpc
-from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
+from gateway.tasks.engine import Handover, Intent, TaskEngine, TaskExpired, TaskNotFound
 from gateway.tasks.model import Status, Task
 from gateway.tasks.policy import Policy
 from gateway.tasks.store import StoreFull
@@ -39,14 +39,26 @@ def policy(ttl_ms: int = 60_000, timeout_ms: int | None = None) -> Policy:
     return Policy("always", 0, ttl_ms, 3_600_000, 500, timeout_ms)
 
 
+def intent(ttl_ms: int = 60_000, timeout_ms: int | None = None) -> Intent:
+    return Intent("me", "slow", "extension", "fake", policy(ttl_ms, timeout_ms))
+
+
 async def running(engine: TaskEngine, ttl_ms: int = 60_000, timeout_ms: int | None = None,
                   **start: Any) -> tuple[Task, FakeCall, list[Task]]:
-    """A started task, its fake call, and what its watcher was told."""
-    task = await engine.create("me", "slow", "extension", "fake", policy(ttl_ms), None)
+    """A task adopted with its fake call, the call, and what its watcher was told."""
     call, told = FakeCall(), []
-    engine.watchers.watch(task.id, lambda t: told.append(t.copy()))
-    engine.start(task, call, timeout_ms=timeout_ms, **start)
+
+    async def attach(task: Task) -> Handover:
+        engine.watchers.watch(task.id, lambda t: told.append(t.copy()))
+        return Handover(call, **start)  # type: ignore[arg-type]
+    task = await engine.adopt(intent(ttl_ms, timeout_ms), attach)
+    assert task is not None
     return task, call, told
+
+
+async def attach_fake(task: Task) -> Handover:
+    """A fake call handed over: the task is kept, running."""
+    return Handover(FakeCall())  # type: ignore[arg-type]
 
 
 async def settled() -> None:
@@ -149,7 +161,7 @@ async def test_a_full_store_refuses_new_tasks(store: MemoryStore) -> None:
     engine = TaskEngine(MemoryStore(1, 1, 100, 100))
     await running(engine)
     with pytest.raises(StoreFull):
-        await engine.create("me", "slow", "extension", "fake", policy(), None)
+        await engine.adopt(intent(), attach_fake)
 
 
 async def test_a_result_too_large_fails_the_task_with_a_clear_error() -> None:
@@ -187,3 +199,21 @@ async def test_a_store_that_goes_away_never_leaves_a_watcher_hanging() -> None:
     call.sink.on_response(jsonrpc.result(7, {"content": []}))
     await settled()
     assert told[-1].status is Status.COMPLETED and not engine.runs
+
+
+async def test_a_call_that_cannot_be_handed_over_leaves_no_task(store: MemoryStore) -> None:
+    """adopt: a call that answered meanwhile (None) or failed to open (an error) leaves no
+    record behind, and the owner's count is as before."""
+    engine = TaskEngine(store)
+
+    async def failing(task: Task) -> Handover:
+        raise RuntimeError("the upstream could not be reached")
+
+    async def answered(task: Task) -> None:
+        return None
+
+    assert await engine.adopt(intent(), answered) is None
+    with pytest.raises(RuntimeError):
+        await engine.adopt(intent(), failing)
+    assert await store.owned_by("me") == []
+    assert engine.runs == {}

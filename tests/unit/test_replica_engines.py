@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 import orjson
 import pytest
-from test_engine import policy, running
+from test_engine import attach_fake, intent, running
 
 from gateway.protocol import jsonrpc
 from gateway.tasks.engine import TaskEngine
@@ -180,7 +180,7 @@ async def test_bounds_hold_under_concurrent_creation_on_three_replicas(replica) 
 
     async def create(engine: TaskEngine) -> bool:
         try:
-            await engine.create("me", "slow", "extension", "fake", policy(), None)
+            await engine.adopt(intent(), attach_fake)
             return True
         except StoreFull:
             return False

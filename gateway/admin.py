@@ -56,7 +56,7 @@ class Admin:
         ready = all(b.ready for b in self.backends.values())
         body: dict[str, Any] = {"ready": ready,
                                 "upstreams": {n: b.status() for n, b in self.backends.items()},
-                                "tasks": {"running": len(self.engine.runs),
+                                "tasks": {"running": len(self.engine.live()),
                                           "stored_bytes": self.engine.stored_bytes()},
                                 "store": self.lease.status(),
                                 "counters": dict(self.counters)}
@@ -75,19 +75,19 @@ class Admin:
 
     def snapshot(self) -> status_page.Snapshot:
         now = time.time()
-        runs = sorted((r.task for r in self.engine.runs.values()), key=lambda t: t.created_at)
+        runs = sorted(self.engine.live(), key=lambda t: t.created_at)
         return status_page.Snapshot(
             replica=self.engine.replica, store=self.lease.status(), started=self.started,
             upstreams={n: b.status() for n, b in self.backends.items()},
             live=Counter((t.upstream, t.tool, str(t.status)) for t in runs),
             tasks=[(t.id, t.upstream, t.tool, str(t.status), now - t.created_at,
                     t.status_message or "") for t in runs[:SHOWN_TASKS]],
-            failures=list(reversed(self.engine.report.failures)),
+            failures=self.engine.failures(),
             sessions=self.sessions(), now=now)
 
     # -- the state the gauges show (metrics.Live) --------------------------------------------
     def tasks_live(self) -> dict[str, int]:
-        counts = Counter(str(r.task.status) for r in self.engine.runs.values())
+        counts = Counter(str(t.status) for t in self.engine.live())
         return {str(s): counts[str(s)] for s in LIVE}
 
     def store_bytes(self) -> int:

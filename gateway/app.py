@@ -90,7 +90,7 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     app[ERAS] = eras
     app[MODERNS] = moderns
     app[ENGINE] = engine
-    app[LEASE] = lease = Lease(engine, conf.store.backend, conf.store.lease_ms,
+    app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
     Admin(backends, eras, engine, lease, counters, metrics).routes(app)
     app.cleanup_ctx.append(_lifecycle)
@@ -208,7 +208,7 @@ async def _stop(app: web.Application) -> None:
     log.info("shutdown.accepting_stopped")
     calls = sum(b.stop_calls() for b in app[BACKENDS].values())
     log.info("shutdown.calls_answered", calls=calls)
-    running = len(app[ENGINE].runs)
+    running = len(app[ENGINE].live())
     left = await app[ENGINE].settle(SETTLE_S)
     log.info("shutdown.tasks_ended", tasks=running - left, still_running=left)
     for era in app[ERAS]:

@@ -73,7 +73,7 @@ class Link:
                 ex.on_response(core.final(task, client_id))
             self.held.clear()
             self.session.tasks.pop(task.id, None)
-            self.engine.watchers.unwatch(task.id, self.changed)
+            self.engine.unwatch(task.id, self.changed)
 
     def flush(self) -> None:
         for msg in self.held:
@@ -131,14 +131,14 @@ class CoreTasks:
             call = conn.request(msg, session, IGNORE, headers)
             link = Link(self.engine, session, task, relay_progress)
             session.tasks[task.id] = link
-            self.engine.watchers.watch(task.id, link.changed)
+            self.engine.watch(task.id, link.changed)
             return Handover(call, done=lambda: self.backend.done(home, conn), relay=link.relay,
                             fail_on_is_error=True)
         intent = Intent(session.owner, tool, core.NAME, self.backend.name, policy, decision.ttl)
         try:
             task = await self.engine.adopt(intent, attach)
         except StoreFull as exc:
-            self.engine.counters["rejections.store_full"] += 1
+            self.backend.counters["rejections.store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
@@ -158,7 +158,7 @@ class CoreTasks:
         method, params = msg["method"], msg.get("params") or {}
         lacking = scopes_checked(request, msg, self.policy) or unscoped
         try:
-            self.engine.admission.request(session.owner)
+            self.engine.admit(session.owner)
             if method == core.RESULT:
                 return await self.result(request, session, msg, params, lacking)
             return json_response(jsonrpc.result(msg["id"], await core.HANDLERS[method](

@@ -112,13 +112,13 @@ class Listeners:
                                                            {"notifications": honoured})))
         self._start(listener, conn)
         for task_id in listener.task_ids:
-            engine.watchers.watch(task_id, listener.task_changed)
+            engine.watch(task_id, listener.task_changed)
         try:
             resp = await sse.open_response(request, {})
             await sse.pump(request, resp, listener.stream, 0, self.flow)
         finally:
             for task_id in listener.task_ids:
-                engine.watchers.unwatch(task_id, listener.task_changed)
+                engine.unwatch(task_id, listener.task_changed)
             self._stop(listener, conn)
         return resp
 

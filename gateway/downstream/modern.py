@@ -223,7 +223,7 @@ class ModernEra:
             return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
                 conn.init_result, self.ttl_ms, self.scope)))
         if decision.serve == "tasks":
-            self.engine.admission.request(caller.principal)
+            self.engine.admit(caller.principal)
             return json_response(jsonrpc.result(msg["id"], await extension.handle(
                 self.engine, msg["method"], msg.get("params") or {}, caller.principal,
                 lacking or unscoped)))
@@ -305,12 +305,12 @@ class ModernEra:
         try:
             task = await self.engine.adopt(intent, ex.handover)
         except StoreFull as exc:  # never evict a live task: answer inline instead
-            self.engine.counters["tasks.inline_store_full"] += 1
+            self.backend.counters["tasks.inline_store_full"] += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return
         except errors.StoreUnavailable as exc:  # the extension lets the gateway answer inline
-            self.engine.counters["tasks.inline_store_unavailable"] += 1
+            self.backend.counters["tasks.inline_store_unavailable"] += 1
             log.warning("task.store_unavailable", tool=tool, reason=exc.message,
                         upstream=self.backend.name)
             return

@@ -3,8 +3,9 @@
 It alone creates, finds, lists, answers, cancels, expires and ends tasks; eras and dialects
 call it and never the store. An era hands it a call that is to become a task through
 `adopt` (the task is created, the call handed over, the run started, or the task forgotten
-if the call cannot be handed over); a `TaskRun` (run.py) is then the call's sink. Changes are told to watchers at once and written to the store behind
-(one write per burst, in order); an end is written first and told after, compare-and-set,
+if the call cannot be handed over); a `TaskRun` (run.py) is then the call's sink.
+Changes are told to watchers at once and written to the store behind (one write per burst,
+in order); an end is written first and told after, compare-and-set,
 so nobody hears of a result the store does not hold. A running task ends by its response,
 by cancel, by `timeout_ms`, or when its ttl passes (spec: a task MAY be deleted after its
 ttl, whatever its status): its call is cancelled upstream, its process released, its
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from gateway.observability import log
@@ -31,7 +33,7 @@ from gateway.tasks.model import Status, Task, failure, new_id
 from gateway.tasks.policy import PollAdvisor
 from gateway.tasks.replicas import STRANDED, Replicas
 from gateway.tasks.report import Report, audit
-from gateway.tasks.run import Attach, Background, Handover, Intent, TaskRun
+from gateway.tasks.run import Attach, Background, Handover, Intent, TaskRun, WriteBehind
 from gateway.tasks.store import ReplicaBus, ResultTooLarge, StoreFull, TaskStore
 from gateway.tasks.watchers import Watchers
 
@@ -51,20 +53,20 @@ class TaskEngine:
                  url: str = "") -> None:
         self._store = store
         self.replica = replica  # this process, among replicas sharing the store
-        self.report = Report(metrics, counters)
-        self.counters = self.report.counters
-        self.admission = admission or Admission(UNLIMITED, UNLIMITED, self.counters)
-        self.runs: dict[str, TaskRun] = {}
-        self.asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
-        self.watchers = Watchers()
+        self._report = Report(metrics, counters)
+        self._admission = admission or Admission(UNLIMITED, UNLIMITED, self._report.counters)
+        self._runs: dict[str, TaskRun] = {}
+        self._asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
+        self._watchers = Watchers()
         # Replicas sharing the store (a bus); a single process has none.
         self.replicas = None if bus is None else Replicas(
-            bus, store, replica, url, self.runs, self.watchers,
+            bus, store, replica, url, self._runs, self._watchers,
             stop=lambda run, why: self._stop(run, Status.CANCELLED, why),
             answer=self.answer, end=self.end_elsewhere)
         self.poll = PollAdvisor()
         self._background = Background()
         self._spawn = self._background.spawn
+        self._behind = WriteBehind(store, self._watchers, self._spawn)
 
     # -- adopting ------------------------------------------------------------------------
     async def adopt(self, intent: Intent, attach: Attach) -> Task | None:
@@ -74,7 +76,7 @@ class TaskEngine:
         fast); `attach(task)` hands its call over (None: the call answered meanwhile; an
         error: it could not be opened; either way the task is forgotten); from then on the
         task runs in the background."""
-        self.admission.creation(intent.owner)
+        self._admission.creation(intent.owner)
         policy = intent.policy
         task = Task(new_id(), intent.owner, intent.tool, intent.dialect,
                     policy.ttl(intent.ttl), self.poll.suggest(intent.tool,
@@ -93,11 +95,11 @@ class TaskEngine:
         return task
 
     def _start(self, task: Task, handover: Handover, timeout_ms: int | None) -> None:
-        run = TaskRun(task, handover.call, self._changed, self._responded, self.asked)
+        run = TaskRun(task, handover.call, self._behind.changed, self._responded, self._asked)
         run.fail_on_is_error, run.done = handover.fail_on_is_error, handover.done
         run.relay = handover.relay
         handover.call.sink = run
-        self.runs[task.id] = run
+        self._runs[task.id] = run
         loop = asyncio.get_running_loop()
         if timeout_ms is not None:
             run.timers.append(loop.call_later(timeout_ms / 1000, lambda: self._spawn(self._stop(
@@ -106,7 +108,7 @@ class TaskEngine:
         if task.expires_at is not None:  # a coroutine made only when the timer fires
             run.timers.append(loop.call_later(max(0.0, task.expires_at - time.time()),
                                               lambda: self._spawn(self._expire(run))))
-        self.report.created(task)
+        self._report.created(task)
         for msg in handover.pending:
             run.on_message(msg)
 
@@ -114,7 +116,7 @@ class TaskEngine:
     async def find(self, task_id: Any, owner: str) -> Task:
         """The owner's task; TaskExpired, or TaskNotFound for unknown and foreign ids."""
         if isinstance(task_id, str):
-            run = self.runs.get(task_id)
+            run = self._runs.get(task_id)
             task = run.task if run is not None else await self._store.get(task_id)
             if task is not None and task.owner == owner:
                 if run is not None or self.replicas is None:
@@ -122,28 +124,28 @@ class TaskEngine:
                 return await self.replicas.unless_stranded(task)
             if await self._store.expired_owner(task_id) == owner:
                 raise TaskExpired(task_id)
-        self.report.missed(owner, task_id)
+        self._report.missed(owner, task_id)
         raise TaskNotFound(task_id)
 
     async def owned(self, owner: str, dialect: str) -> list[Task]:
         """The owner's tasks of one dialect, oldest first (running ones as they are now)."""
-        return [self.runs[t.id].task if t.id in self.runs else t
+        return [self._runs[t.id].task if t.id in self._runs else t
                 for t in await self._store.owned_by(owner) if t.dialect == dialect]
 
     def running(self) -> list[Task]:
         """Copies of the tasks whose calls run here (ends being written left out)."""
-        return [run.task.copy() for run in self.runs.values() if not run.ending]
+        return [run.task.copy() for run in self._runs.values() if not run.ending]
 
     async def knows(self, task_id: Any) -> bool:
         """Whether `task_id` is (or lately was) a task of this gateway, whoever owns it."""
-        return isinstance(task_id, str) and (task_id in self.runs
+        return isinstance(task_id, str) and (task_id in self._runs
                                              or await self._store.knows(task_id))
 
     # -- from the client ----------------------------------------------------------------------
     async def answer(self, task: Task, responses: dict[str, Any]) -> None:
         """Answers go upstream under the server's own ids; unknown or already answered keys
         are ignored; the task works again once nothing is outstanding."""
-        run = self.runs.get(task.id)
+        run = self._runs.get(task.id)
         if run is None and not task.terminal and task.replica != self.replica and \
                 self.replicas is not None:
             await self.replicas.forward(task, {"op": "answer", "responses": responses})
@@ -151,25 +153,25 @@ class TaskEngine:
             return
         for key in [k for k in run.task.inputs if k in responses]:
             run.answered(key, jsonrpc.result(None, responses[key]))
-            self.report.answered(run.task, key)
+            self._report.answered(run.task, key)
         run.settle()
 
     async def reply(self, msg: Message) -> bool:
         """A client's JSON-RPC answer (result or error) to an input request a task sent
         (core dialect); False when it answers no task's request."""
-        run = self.asked.get(msg["id"])
+        run = self._asked.get(msg["id"])
         if run is None:
             return False
         key = next(k for k, v in run.asked.items() if v == msg["id"])
         run.answered(key, msg)
-        self.report.answered(run.task, key)
+        self._report.answered(run.task, key)
         run.settle()
         return True
 
     async def cancel(self, task: Task, why: str = "cancelled by the client") -> Task:
         """Stop the upstream call and end the task cancelled, unless it ended already; the
         task as it ended."""
-        run = self.runs.get(task.id)
+        run = self._runs.get(task.id)
         if run is not None:
             return await self._stop(run, Status.CANCELLED, why)
         if task.terminal:
@@ -190,25 +192,9 @@ class TaskEngine:
                            failure(message) if status is Status.FAILED else None)
         if not await self._store.save(final, keep=message != STRANDED):
             return await self._store.get(task.id) or task
-        self.report.ended(final, None, replica=task.replica)
-        self.watchers.tell(final)
+        self._report.ended(final, None, replica=task.replica)
+        self._watchers.tell(final)
         return final
-
-    # -- changes ------------------------------------------------------------------------------
-    def _changed(self, run: TaskRun) -> None:
-        """Tell the watchers now; the store hears of it soon, in order, once per burst."""
-        run.dirty = True
-        if run.flusher is None:
-            run.flusher = self._spawn(self._flush(run))
-        self.watchers.tell(run.task)
-
-    async def _flush(self, run: TaskRun) -> None:
-        try:
-            while run.dirty and not run.ending:
-                run.dirty = False
-                await self._store.save(run.task.copy())
-        finally:
-            run.flusher = None
 
     # -- ending -------------------------------------------------------------------------------
     def _responded(self, run: TaskRun, msg: Message) -> None:
@@ -253,17 +239,17 @@ class TaskEngine:
         for timer in run.timers:
             timer.cancel()
         for asked_id in run.asked.values():
-            self.asked.pop(asked_id, None)
+            self._asked.pop(asked_id, None)
         run.asked.clear()
-        self.runs.pop(task.id, None)
+        self._runs.pop(task.id, None)
         duration = time.monotonic() - run.started
         if task.status is not Status.CANCELLED:
             self.poll.record(task.tool, duration)
         if run.done is not None:
             run.done()
-        self.report.ended(task, duration)
+        self._report.ended(task, duration)
         run.ended.set_result(task)
-        self.watchers.tell(task)
+        self._watchers.tell(task)
 
     # -- housekeeping -------------------------------------------------------------------------
     async def sweep(self) -> int:
@@ -272,6 +258,26 @@ class TaskEngine:
         if self.replicas is not None:
             await self.replicas.fail_stranded()
         return await self._store.sweep()
+
+    # -- what others may ask -------------------------------------------------------------
+    def watch(self, task_id: str, told: Callable[[Task], None]) -> None:
+        """`told(task)` at each change of the task, until `unwatch`."""
+        self._watchers.watch(task_id, told)
+
+    def unwatch(self, task_id: str, told: Callable[[Task], None]) -> None:
+        self._watchers.unwatch(task_id, told)
+
+    def admit(self, owner: str) -> None:
+        """A tasks/* request of `owner`; TooManyRequests over its rate."""
+        self._admission.request(owner)
+
+    def live(self) -> list[Task]:
+        """The tasks whose calls run here, as they are now (to read, not to change)."""
+        return [run.task for run in self._runs.values()]
+
+    def failures(self) -> list[tuple[float, str, str, str]]:
+        """The latest failures, newest first: (when, upstream, tool, message)."""
+        return list(reversed(self._report.failures))
 
     def stored_bytes(self) -> int:
         return self._store.stored_bytes()
@@ -288,7 +294,7 @@ class TaskEngine:
         """Wait (at most `timeout_s`) for the ends being written; how many tasks still run
         here afterwards (none, once their calls have been answered)."""
         await self._background.wait(timeout_s)
-        return len(self.runs)
+        return len(self._runs)
 
 
 async def _write_end(store: TaskStore, run: TaskRun, final: Task) -> Task:

@@ -23,21 +23,23 @@ from typing import Any
 from gateway.errors import StoreUnavailable
 from gateway.observability import log
 from gateway.tasks.engine import TaskEngine
+from gateway.tasks.replicas import Replicas
 from gateway.tasks.store.outbox import Outbox
 
 STOP_FLUSH_S = 2.0  # at a clean stop, for what waits in the outbox
 
 
 class Lease:
-    def __init__(self, engine: TaskEngine, backend: str, lease_ms: int,
-                 outbox: Outbox | None = None) -> None:
+    def __init__(self, engine: TaskEngine, replicas: Replicas | None, backend: str,
+                 lease_ms: int, outbox: Outbox | None = None) -> None:
         self.engine = engine
+        self.replicas = replicas  # None: one process, nothing to hold
         self.backend = backend
         self.lease_ms = lease_ms
         self.outbox = outbox
         self.store_up = True
         self.error: str | None = None
-        self._recovered = backend == "memory"
+        self._recovered = replicas is None
         self._tasks: list[asyncio.Task[None]] = []  # the heartbeat, the channels
         self._writing: asyncio.Task[None] | None = None  # the outbox drained, records back
         self._rejoin_due = False
@@ -53,25 +55,25 @@ class Lease:
         return out
 
     async def start(self) -> None:
-        if self.engine.replicas is None:
+        if self.replicas is None:
             return  # one process: nothing to hold
         await self._beat()  # a store down at start: pass-through serves, /readyz says so
         self._tasks = [asyncio.create_task(self._keep()),
-                       asyncio.create_task(self.engine.replicas.listen())]
+                       asyncio.create_task(self.replicas.listen())]
 
     async def _keep(self) -> None:
         while True:
             await asyncio.sleep(self.lease_ms / 3000)
             try:
                 await self._beat()
-                if self.store_up and self.engine.replicas is not None:
+                if self.store_up and self.replicas is not None:
                     with contextlib.suppress(StoreUnavailable):
-                        await self.engine.replicas.poll()
+                        await self.replicas.poll()
             except Exception as exc:  # the heartbeat must outlive any one failure
                 log.error("replica.heartbeat_failed", error=repr(exc))
 
     async def _beat(self) -> None:
-        replicas = self.engine.replicas
+        replicas = self.replicas
         assert replicas is not None  # started only with a bus
         try:
             held = await replicas.beat(self.lease_ms)
@@ -122,6 +124,6 @@ class Lease:
         if self.outbox is not None and len(self.outbox):  # the last chance to write them
             with contextlib.suppress(StoreUnavailable, TimeoutError):
                 await asyncio.wait_for(self.outbox.flush(), STOP_FLUSH_S)
-        if self.engine.replicas is not None:
+        if self.replicas is not None:
             with contextlib.suppress(StoreUnavailable):
-                await self.engine.replicas.leave()
+                await self.replicas.leave()

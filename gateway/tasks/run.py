@@ -21,6 +21,8 @@ from gateway.protocol.jsonrpc import Message
 from gateway.tasks.model import Status, Task
 from gateway.tasks.policy import Policy
 from gateway.tasks.report import audit
+from gateway.tasks.store import TaskStore
+from gateway.tasks.watchers import Watchers
 
 Relay = Callable[[Message], None]
 
@@ -185,8 +187,34 @@ class Background:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
 
 
+class WriteBehind:
+    """A run's changes: told to its watchers at once, written to the store behind them, in
+    order, once per burst (a run's end waits for the write in flight: see the engine)."""
+
+    def __init__(self, store: TaskStore, watchers: Watchers,
+                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]]) -> None:
+        self.store = store
+        self.watchers = watchers
+        self.spawn = spawn
+
+    def changed(self, run: TaskRun) -> None:
+        run.dirty = True
+        if run.flusher is None:
+            run.flusher = self.spawn(self._flush(run))
+        self.watchers.tell(run.task)
+
+    async def _flush(self, run: TaskRun) -> None:
+        try:
+            while run.dirty and not run.ending:
+                run.dirty = False
+                await self.store.save(run.task.copy())
+        finally:
+            run.flusher = None
+
+
 def _num(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
-__all__ = ["Attach", "Background", "Handover", "Intent", "Relay", "TaskRun", "UpstreamCall"]
+__all__ = ["Attach", "Background", "Handover", "Intent", "Relay", "TaskRun", "UpstreamCall",
+           "WriteBehind"]

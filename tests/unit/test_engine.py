@@ -49,7 +49,7 @@ async def running(engine: TaskEngine, ttl_ms: int = 60_000, timeout_ms: int | No
     call, told = FakeCall(), []
 
     async def attach(task: Task) -> Handover:
-        engine.watchers.watch(task.id, lambda t: told.append(t.copy()))
+        engine.watch(task.id, lambda t: told.append(t.copy()))
         return Handover(call, **start)  # type: ignore[arg-type]
     task = await engine.adopt(intent(ttl_ms, timeout_ms), attach)
     assert task is not None
@@ -88,7 +88,7 @@ async def test_input_answer_progress_and_result(store: MemoryStore) -> None:
     assert stored is not None and stored.status is Status.COMPLETED
     assert stored.result == b'{"content":[]}' and store.stored_bytes() == len(stored.result)
     assert [t.status for t in told] == ["input_required", "working", "working", "completed"]
-    assert not engine.runs and not call.cancelled
+    assert not engine.live() and not call.cancelled
 
 
 async def test_core_reply_with_an_error_goes_upstream(store: MemoryStore) -> None:
@@ -134,7 +134,7 @@ async def test_expiry_while_running_cancels_releases_and_returns_the_bytes(
     released = []
     task, call, _ = await running(engine, ttl_ms=30, done=lambda: released.append(True))
     await asyncio.sleep(0.1)
-    assert call.cancelled and released and not engine.runs
+    assert call.cancelled and released and not engine.live()
     call.sink.on_response(jsonrpc.result(7, {"content": ["x" * 500]}))
     await settled()
     assert store.stored_bytes() == 0 and len(store) == 0
@@ -150,7 +150,7 @@ async def test_expiry_tells_a_waiting_watcher(store: MemoryStore) -> None:
     engine = TaskEngine(store)
     task, _, told = await running(engine, ttl_ms=30)
     waiter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
-    engine.watchers.watch(task.id,
+    engine.watch(task.id,
                           lambda t: t.terminal and not waiter.done() and waiter.set_result(t))
     ended = await asyncio.wait_for(waiter, 2)
     assert ended.status is Status.FAILED and "expired" in (ended.status_message or "")
@@ -198,7 +198,7 @@ async def test_a_store_that_goes_away_never_leaves_a_watcher_hanging() -> None:
     call.sink.on_message(jsonrpc.notification("notifications/progress", {"progress": 1}))
     call.sink.on_response(jsonrpc.result(7, {"content": []}))
     await settled()
-    assert told[-1].status is Status.COMPLETED and not engine.runs
+    assert told[-1].status is Status.COMPLETED and not engine.live()
 
 
 async def test_a_call_that_cannot_be_handed_over_leaves_no_task(store: MemoryStore) -> None:
@@ -216,4 +216,4 @@ async def test_a_call_that_cannot_be_handed_over_leaves_no_task(store: MemorySto
     with pytest.raises(RuntimeError):
         await engine.adopt(intent(), failing)
     assert await store.owned_by("me") == []
-    assert engine.runs == {}
+    assert engine.live() == []

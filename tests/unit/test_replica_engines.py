@@ -103,7 +103,7 @@ async def test_requests_on_another_replica_reach_the_call(replica, listening) ->
     await subscribed(a.replicas.store, {"ctl:a": 1, "events": 2})  # both engines hear events
     task, call, _ = await running(a)
     heard: list[Task] = []
-    b.watchers.watch(task.id, heard.append)  # a listen stream on b, say
+    b.watch(task.id, heard.append)  # a listen stream on b, say
     call.sink.on_message(jsonrpc.request(7, "elicitation/create", {"message": "name?"}))
     await until(lambda: any(t.status is Status.INPUT_REQUIRED for t in heard))
     await b.answer(await b.find(task.id, "me"), {"elicitation-1": {"action": "accept"}})
@@ -202,7 +202,7 @@ async def test_a_lost_announcement_is_made_up_for_by_the_heartbeat_poll(replica)
     await a.replicas.beat(10_000)
     task, call, _ = await running(a)
     heard: list[Task] = []
-    b.watchers.watch(task.id, heard.append)
+    b.watch(task.id, heard.append)
     call.sink.on_response(jsonrpc.result(1, {"content": []}))
     await read(b, task.id, lambda t: t.terminal)
     await b.replicas.poll()

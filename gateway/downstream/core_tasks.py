@@ -23,7 +23,7 @@ from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.router import Decision
-from gateway.tasks.dialects import Lacking, core, task_id_of, unscoped
+from gateway.tasks.dialects import Lacking, core, handlers, task_id_of, unscoped
 from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_progress
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
@@ -161,7 +161,7 @@ class CoreTasks:
             self.engine.admit(session.owner)
             if method == core.RESULT:
                 return await self.result(request, session, msg, params, lacking)
-            return json_response(jsonrpc.result(msg["id"], await core.HANDLERS[method](
+            return json_response(jsonrpc.result(msg["id"], await handlers.CORE[method](
                 self.engine, params, session.owner, lacking)))
         except (errors.InvalidParams, errors.TooManyRequests) as exc:
             return json_response(exc.to_message(msg["id"]))
@@ -170,7 +170,8 @@ class CoreTasks:
                      params: dict[str, Any], lacking: Lacking) -> web.StreamResponse:
         """spec (Result Retrieval): blocks until the task is terminal. Its input requests
         travel on this response's stream meanwhile."""
-        task = await core.lookup(self.engine, task_id_of(params), session.owner, lacking)
+        task = await handlers.core_lookup(self.engine, task_id_of(params), session.owner,
+                                          lacking)
         link = session.tasks.get(task.id)
         if task.terminal or link is None:
             return json_response(core.final(task, msg["id"]))

@@ -37,7 +37,7 @@ from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
 from gateway.router import Kind
 from gateway.settings import Settings
-from gateway.tasks.dialects import Lacking, extension, task_id_of, unscoped
+from gateway.tasks.dialects import Lacking, extension, handlers, task_id_of, unscoped
 from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_progress
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
@@ -224,7 +224,7 @@ class ModernEra:
                 conn.init_result, self.ttl_ms, self.scope)))
         if decision.serve == "tasks":
             self.engine.admit(caller.principal)
-            return json_response(jsonrpc.result(msg["id"], await extension.handle(
+            return json_response(jsonrpc.result(msg["id"], await handlers.extension_request(
                 self.engine, msg["method"], msg.get("params") or {}, caller.principal,
                 lacking or unscoped)))
         if decision.serve == "listen":

@@ -37,7 +37,7 @@ class Connection:
         self.startup_timeout_s = startup_timeout_s
         self.counters = counters
         self.calls = Correlator(self, transport.write, asked_ids, counters)
-        self.wire: wire.LegacyWire | wire.ModernWire = wire.LegacyWire()
+        self.wire: wire.Wire = wire.LegacyWire()
         self.init_result: dict[str, Any] | None = None
         self.starts = Starts()
 
@@ -152,8 +152,7 @@ class Connection:
 
     # -- the handshake ---------------------------------------------------------------------
     async def _ask_initialize(self) -> Message:
-        if isinstance(self.wire, wire.ModernWire):
-            self.wire.stopped = True
+        self.wire.stop()
         self.wire, self.init_result = wire.LegacyWire(), None
         self.starts.next()
         return await self._ask(mcp.INITIALIZE, {

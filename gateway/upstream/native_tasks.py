@@ -10,10 +10,12 @@ spec: tasks-2025-11-25.md (Creating Tasks, Result Retrieval, Task Cancellation).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.protocol.jsonrpc import Message
-from gateway.upstream.correlator import Call
+
+if TYPE_CHECKING:  # the router reads this module's names: it stays free of the correlator
+    from gateway.upstream.correlator import Call
 
 RESULT = "tasks/result"
 CANCEL = "tasks/cancel"

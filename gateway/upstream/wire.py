@@ -60,6 +60,45 @@ class Driver(Host, Protocol):
     def cancel(self, call: Call, reason: str) -> None: ...
 
 
+class Wire(Protocol):
+    """How a connection speaks to its server, whichever era the server is of: it holds
+    one, and never branches on the era."""
+
+    @property
+    def era(self) -> str: ...
+
+    @property
+    def cancels_by_closing(self) -> bool:
+        """Whether closing a request's stream cancels it (else notifications/cancelled)."""
+
+    def stamp(self, msg: Message, call: Call, headers: dict[str, str] | None
+              ) -> dict[str, str] | None:
+        """The headers `msg` goes with, after adding what this era's requests carry."""
+
+    def answered(self, call: Call, msg: Message) -> bool:
+        """Whether `msg` (a response to `call`) was taken care of here."""
+
+    def reply(self, asked_id: str, msg: Message) -> bool:
+        """Whether a client's answer to a server request was taken care of here."""
+
+    def forget(self, call: Call) -> None: ...
+
+    def swallowed(self, params: dict[str, Any], method: str) -> bool:
+        """Whether a notification from the server concerns only this wire."""
+
+    def subscriptions_changed(self) -> bool:
+        """Whether this wire takes resource subscriptions over (a listen stream)."""
+
+    def up(self) -> None:
+        """The server is initialized (or discovered)."""
+
+    def reset(self) -> None:
+        """The transport restarts."""
+
+    def stop(self) -> None:
+        """Replaced by another wire: let go of anything still open."""
+
+
 class LegacyWire:
     era = "legacy"
     cancels_by_closing = False  # spec 2025-06-18: a closed stream is no cancellation
@@ -90,6 +129,9 @@ class LegacyWire:
     def reset(self) -> None:
         pass
 
+    def stop(self) -> None:
+        pass
+
 
 class ModernWire:
     """What a connection needs to speak to a modern-only server."""
@@ -110,6 +152,9 @@ class ModernWire:
 
     def reset(self) -> None:
         self.rounds.clear()
+
+    def stop(self) -> None:
+        self.stopped = True
 
     def subscriptions_changed(self) -> bool:
         """The listen stream carries what is held: True, nothing to send besides."""

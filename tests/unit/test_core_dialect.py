@@ -7,7 +7,7 @@ import pytest
 from test_task_store import Clock, add
 
 from gateway import errors
-from gateway.tasks.dialects import core
+from gateway.tasks.dialects import core, handlers
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Status
 from gateway.tasks.store.memory import MemoryStore
@@ -30,16 +30,16 @@ async def engine_with(n: int, clock: Clock) -> TaskEngine:
 async def test_pages_survive_tasks_expiring_between_them() -> None:
     clock = Clock()
     engine = await engine_with(core.PAGE_SIZE + 5, clock)
-    first = await core.list_page(engine, {}, "me")
+    first = await handlers.core_list(engine, {}, "me")
     shown = [t["taskId"] for t in first["tasks"]]
     assert len(shown) == core.PAGE_SIZE and first["tasks"][0]["ttl"] == 100_000
     clock.now += 145  # task i expires at 101 + 2i s: the 50 shown are gone, the cursor holds
-    second = await core.list_page(engine, {"cursor": first["nextCursor"]}, "me")
+    second = await handlers.core_list(engine, {"cursor": first["nextCursor"]}, "me")
     assert len(await engine.owned("me", core.NAME)) == 5  # they did expire
     assert len(second["tasks"]) == 5 and "nextCursor" not in second
     assert not set(shown) & {t["taskId"] for t in second["tasks"]}
     with pytest.raises(errors.InvalidParams):
-        await core.list_page(engine, {"cursor": "%%%"}, "me")
+        await handlers.core_list(engine, {"cursor": "%%%"}, "me")
 
 
 async def test_final_message_per_status() -> None:

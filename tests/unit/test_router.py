@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -162,3 +164,14 @@ def test_era_detection_and_version_negotiation() -> None:
     assert not router.is_modern(jsonrpc.request(1, mcp.INITIALIZE, {}), None)
     assert router.negotiate("2025-06-18") == "2025-06-18"
     assert router.negotiate("1999-01-01") == mcp.LATEST_LEGACY
+
+
+def test_the_router_is_pure_and_light() -> None:
+    """Issue 20: `import gateway.router` loads no engine, no HTTP library and no metrics
+    client: decisions are plain functions of the message and what the upstream said."""
+    code = ("import sys; import gateway.router; "
+            "print(sorted(m for m in ('gateway.tasks.engine', 'aiohttp', 'prometheus_client', "
+            "'gateway.upstream.correlator', 'redis') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

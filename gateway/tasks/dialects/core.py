@@ -2,13 +2,13 @@
 server capability, `execution.taskSupport` in tools/list, CreateTaskResult, tasks/get,
 tasks/list, tasks/cancel, the final message of tasks/result, notifications/tasks/status.
 
-Wire shapes and checks only; the legacy era (downstream/core_tasks.py) does the waiting.
+Wire shapes and checks only: no engine here (handlers.py serves tasks/* from it), so the
+router that reads these names stays light; the legacy era (downstream/core_tasks.py) does
+the waiting.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +17,7 @@ import orjson
 from gateway import errors
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.tasks.dialects import Lacking, check_scopes, task_fields, task_id_of, unscoped
-from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
+from gateway.tasks.dialects import task_fields
 from gateway.tasks.model import Status, Task
 
 NAME = "core"
@@ -84,75 +83,6 @@ def mark_tools(msg: Message, support: Callable[[str], str]) -> Message:
     return msg
 
 
-# -- tasks/* ---------------------------------------------------------------------------------
-async def lookup(engine: TaskEngine, task_id: Any, owner: str,
-        lacking: Lacking = unscoped) -> Task:
-    """The owner's core task; -32602 for unknown, expired, foreign or other-dialect ids,
-    InsufficientScope (403) when the caller may not use its tool."""
-    try:
-        task = await engine.find(task_id, owner)
-    except TaskExpired:
-        raise errors.InvalidParams("Failed to retrieve task: Task has expired",
-                                   {"taskId": task_id}) from None
-    except TaskNotFound:
-        task = None
-    if task is None or task.dialect != NAME:  # a task renders only in its own dialect
-        raise errors.InvalidParams("Failed to retrieve task: Task not found",
-                                   {"taskId": task_id})
-    return check_scopes(task, lacking)
-
-
-async def get(engine: TaskEngine, params: dict[str, Any], owner: str,
-        lacking: Lacking = unscoped) -> dict[str, Any]:
-    return fields(await lookup(engine, task_id_of(params), owner, lacking))
-
-
-async def cancel(engine: TaskEngine, params: dict[str, Any], owner: str,
-        lacking: Lacking = unscoped) -> dict[str, Any]:
-    """spec (Task Cancellation): -32602 for a terminal task; otherwise the task is cancelled
-    before the answer, which shows it."""
-    task = await lookup(engine, task_id_of(params), owner, lacking)
-    if task.terminal:
-        raise errors.InvalidParams(
-            f"Cannot cancel task: already in terminal status '{task.status}'",
-            {"taskId": task.id})
-    return fields(await engine.cancel(task, "The task was cancelled by request."))
-
-
-async def list_page(engine: TaskEngine, params: dict[str, Any], owner: str,
-        lacking: Lacking = unscoped) -> dict[str, Any]:
-    """spec (Task Listing): the owner's tasks (of tools it may use), oldest first, PAGE_SIZE
-    at a time; the cursor is opaque (the position after the last task shown, so tasks
-    expiring between pages do not shift the next one)."""
-    tasks = sorted((t for t in await engine.owned(owner, NAME) if not lacking(t.tool)),
-                   key=_position)
-    cursor = params.get("cursor")
-    if cursor is not None:
-        after = _read_cursor(cursor)
-        tasks = [t for t in tasks if _position(t) > after]
-    page = tasks[:PAGE_SIZE]
-    out: dict[str, Any] = {"tasks": [fields(t) for t in page]}
-    if len(tasks) > PAGE_SIZE:
-        out["nextCursor"] = base64.urlsafe_b64encode(
-            orjson.dumps(list(_position(page[-1])))).decode()
-    return out
-
-
-def _position(task: Task) -> tuple[float, str]:
-    return task.created_at, task.id
-
-
-def _read_cursor(cursor: Any) -> tuple[float, str]:
-    try:
-        created_at, task_id = orjson.loads(base64.urlsafe_b64decode(str(cursor).encode()))
-        if isinstance(created_at, int | float) and isinstance(task_id, str):
-            return float(created_at), task_id
-    except (binascii.Error, ValueError, TypeError):
-        pass
-    raise errors.InvalidParams("Invalid params: invalid or nonexistent cursor",
-                               {"cursor": cursor})
-
-
 def final(task: Task, id_: Any) -> Message:
     """tasks/result of a terminal task: exactly what the call returned, result or JSON-RPC
     error; a result carries the related-task `_meta` (spec: Result Retrieval)."""
@@ -186,4 +116,3 @@ def status_notification(task: Task) -> Message:
 
 
 # The tasks/* the gateway answers at once, by method (tasks/result waits: the era serves it).
-HANDLERS = {"tasks/get": get, "tasks/list": list_page, "tasks/cancel": cancel}

@@ -10,8 +10,7 @@ from typing import Any
 import orjson
 
 from gateway import errors
-from gateway.tasks.dialects import Lacking, check_scopes, task_fields, task_id_of, unscoped
-from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
+from gateway.tasks.dialects import task_fields
 from gateway.tasks.model import Status, Task
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -59,31 +58,3 @@ def detailed(task: Task) -> dict[str, Any]:
     elif task.status is Status.INPUT_REQUIRED:
         out["inputRequests"] = dict(task.inputs)
     return out
-
-
-async def handle(engine: TaskEngine, method: str, params: dict[str, Any], owner: str,
-                 lacking: Lacking = unscoped) -> dict[str, Any]:
-    """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
-    task = check_scopes(await _task(engine, task_id_of(params), owner), lacking)
-    if method == "tasks/get":
-        return {**detailed(task), "resultType": "complete"}
-    if method == "tasks/update":
-        responses = params.get("inputResponses")
-        if not isinstance(responses, dict):
-            raise errors.InvalidParams("Invalid params: inputResponses must be an object")
-        await engine.answer(task, responses)
-    else:  # tasks/cancel: an ack, idempotent on terminal tasks (spec: eventual)
-        await engine.cancel(task)
-    return {"resultType": "complete"}
-
-
-async def _task(engine: TaskEngine, task_id: Any, owner: str) -> Task:
-    try:
-        task = await engine.find(task_id, owner)
-    except TaskExpired:
-        raise errors.InvalidParams("Task has expired", {"taskId": task_id}) from None
-    except TaskNotFound:
-        raise errors.InvalidParams("Task not found", {"taskId": task_id}) from None
-    if task.dialect != NAME:  # a task renders only in the dialect it was created in
-        raise errors.InvalidParams("Task not found", {"taskId": task_id})
-    return task

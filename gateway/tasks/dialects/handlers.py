@@ -1,0 +1,117 @@
+"""tasks/* served from the engine, in each dialect's shapes (core.py, extension.py): look
+the task up for its owner (a foreign id answers exactly like an unknown one), check the
+scopes of its tool, and answer, update, cancel or list."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import orjson
+
+from gateway import errors
+from gateway.tasks.dialects import Lacking, check_scopes, core, extension, task_id_of, unscoped
+from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
+from gateway.tasks.model import Task
+
+
+# -- core tasks (2025-11-25) -------------------------------------------------------------
+async def core_lookup(engine: TaskEngine, task_id: Any, owner: str,
+                      lacking: Lacking = unscoped) -> Task:
+    """The owner's core task; -32602 for unknown, expired, foreign or other-dialect ids,
+    InsufficientScope (403) when the caller may not use its tool."""
+    try:
+        task = await engine.find(task_id, owner)
+    except TaskExpired:
+        raise errors.InvalidParams("Failed to retrieve task: Task has expired",
+                                   {"taskId": task_id}) from None
+    except TaskNotFound:
+        task = None
+    if task is None or task.dialect != core.NAME:  # a task renders only in its own dialect
+        raise errors.InvalidParams("Failed to retrieve task: Task not found",
+                                   {"taskId": task_id})
+    return check_scopes(task, lacking)
+
+
+async def core_get(engine: TaskEngine, params: dict[str, Any], owner: str,
+                   lacking: Lacking = unscoped) -> dict[str, Any]:
+    return core.fields(await core_lookup(engine, task_id_of(params), owner, lacking))
+
+
+async def core_cancel(engine: TaskEngine, params: dict[str, Any], owner: str,
+                      lacking: Lacking = unscoped) -> dict[str, Any]:
+    """spec (Task Cancellation): -32602 for a terminal task; otherwise the task is cancelled
+    before the answer, which shows it."""
+    task = await core_lookup(engine, task_id_of(params), owner, lacking)
+    if task.terminal:
+        raise errors.InvalidParams(
+            f"Cannot cancel task: already in terminal status '{task.status}'",
+            {"taskId": task.id})
+    return core.fields(await engine.cancel(task, "The task was cancelled by request."))
+
+
+async def core_list(engine: TaskEngine, params: dict[str, Any], owner: str,
+                    lacking: Lacking = unscoped) -> dict[str, Any]:
+    """spec (Task Listing): the owner's tasks (of tools it may use), oldest first, PAGE_SIZE at
+    a time; the cursor is opaque (the position after the last task shown, so tasks
+    expiring between pages do not shift the next one)."""
+    tasks = sorted((t for t in await engine.owned(owner, core.NAME) if not lacking(t.tool)),
+                   key=_position)
+    cursor = params.get("cursor")
+    if cursor is not None:
+        after = _read_cursor(cursor)
+        tasks = [t for t in tasks if _position(t) > after]
+    page = tasks[:core.PAGE_SIZE]
+    out: dict[str, Any] = {"tasks": [core.fields(t) for t in page]}
+    if len(tasks) > core.PAGE_SIZE:
+        out["nextCursor"] = base64.urlsafe_b64encode(
+            orjson.dumps(list(_position(page[-1])))).decode()
+    return out
+
+
+def _position(task: Task) -> tuple[float, str]:
+    return task.created_at, task.id
+
+
+def _read_cursor(cursor: Any) -> tuple[float, str]:
+    try:
+        created_at, task_id = orjson.loads(base64.urlsafe_b64decode(str(cursor).encode()))
+        if isinstance(created_at, int | float) and isinstance(task_id, str):
+            return float(created_at), task_id
+    except (binascii.Error, ValueError, TypeError):
+        pass
+    raise errors.InvalidParams("Invalid params: invalid or nonexistent cursor",
+                               {"cursor": cursor})
+
+
+CORE = {"tasks/get": core_get, "tasks/list": core_list, "tasks/cancel": core_cancel}
+
+
+# -- the tasks extension (2026-07-28) ------------------------------------------------------
+async def extension_request(engine: TaskEngine, method: str, params: dict[str, Any],
+                            owner: str, lacking: Lacking = unscoped) -> dict[str, Any]:
+    """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
+    task = check_scopes(await _task(engine, task_id_of(params), owner), lacking)
+    if method == "tasks/get":
+        return {**extension.detailed(task), "resultType": "complete"}
+    if method == "tasks/update":
+        responses = params.get("inputResponses")
+        if not isinstance(responses, dict):
+            raise errors.InvalidParams("Invalid params: inputResponses must be an object")
+        await engine.answer(task, responses)
+    else:  # tasks/cancel: an ack, idempotent on terminal tasks (spec: eventual)
+        await engine.cancel(task)
+    return {"resultType": "complete"}
+
+
+async def _task(engine: TaskEngine, task_id: Any, owner: str) -> Task:
+    try:
+        task = await engine.find(task_id, owner)
+    except TaskExpired:
+        raise errors.InvalidParams("Task has expired", {"taskId": task_id}) from None
+    except TaskNotFound:
+        raise errors.InvalidParams("Task not found", {"taskId": task_id}) from None
+    if task.dialect != extension.NAME:  # a task renders only in the dialect it was created in
+        raise errors.InvalidParams("Task not found", {"taskId": task_id})
+    return task

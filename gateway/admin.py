@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.downstream.http import json_response
+from gateway.downstream.boundary import json_response
 from gateway.downstream.legacy import LegacyEra
 from gateway.observability import status_page
 from gateway.observability.metrics import CONTENT_TYPE, Metrics

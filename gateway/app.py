@@ -17,8 +17,8 @@ from aiohttp import web
 from gateway.admin import Admin
 from gateway.auth import Authenticator
 from gateway.auth.resource import WELL_KNOWN, ProtectedResource
+from gateway.downstream.boundary import Guard, metadata_handler
 from gateway.downstream.endpoint import Endpoint
-from gateway.downstream.http import Guard, metadata_handler
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
@@ -184,7 +184,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     with contextlib.suppress(asyncio.CancelledError):
         await reaper
     await lease.stop()
-    await asyncio.gather(*(m.relay.close() for m in app[MODERNS]))
+    await asyncio.gather(*(m.handoff.close() for m in app[MODERNS]))
     await asyncio.gather(*(b.close() for b in backends.values()))
     log.info("shutdown.upstreams_stopped")
     log.info("gateway.stopped")

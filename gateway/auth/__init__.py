@@ -2,7 +2,7 @@
 turned into a `Principal` (the owner of tasks, sessions and calls, and its scopes), the
 protected resource metadata (RFC 9728) and the challenges that point clients to it.
 
-Nothing here knows MCP messages; the HTTP guard (downstream/http.py) asks `Authenticator`.
+Nothing here knows MCP messages; the HTTP guard (downstream/boundary.py) asks `Authenticator`.
 """
 
 from gateway.auth.authenticator import Authenticator

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.downstream import sse
-from gateway.downstream.http import ACCEPTS, json_response, scopes_checked
+from gateway.downstream.boundary import ACCEPTS, json_response, scopes_checked
 from gateway.downstream.session import Session, SessionExchange
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
@@ -32,7 +32,7 @@ from gateway.upstream.connection import IGNORE
 from gateway.upstream.isolation import Backend
 
 
-class Link:
+class SessionTask:
     """Ties one running task to its session until the task ends."""
 
     __slots__ = ("engine", "held", "last_status", "relay_progress", "session", "task",
@@ -129,10 +129,10 @@ class CoreTasks:
             conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
             await conn.reachable()
             call = conn.request(msg, session, IGNORE, headers)
-            link = Link(self.engine, session, task, relay_progress)
-            session.tasks[task.id] = link
-            self.engine.watch(task.id, link.changed)
-            return Handover(call, done=lambda: self.backend.done(home, conn), relay=link.relay,
+            bound = SessionTask(self.engine, session, task, relay_progress)
+            session.tasks[task.id] = bound
+            self.engine.watch(task.id, bound.changed)
+            return Handover(call, done=lambda: self.backend.done(home, conn), relay=bound.relay,
                             fail_on_is_error=True)
         intent = Intent(session.owner, tool, core.NAME, self.backend.name, policy, decision.ttl)
         try:
@@ -172,32 +172,32 @@ class CoreTasks:
         travel on this response's stream meanwhile."""
         task = await handlers.core_lookup(self.engine, task_id_of(params), session.owner,
                                           lacking)
-        link = session.tasks.get(task.id)
-        if task.terminal or link is None:
+        bound = session.tasks.get(task.id)
+        if task.terminal or bound is None:
             return json_response(core.final(task, msg["id"]))
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok)
         waiter = (msg["id"], ex)
-        link.waiters.append(waiter)
-        for held in link.held:
+        bound.waiters.append(waiter)
+        for held in bound.held:
             ex.on_message(held)
-        link.held.clear()
+        bound.held.clear()
         try:
             return await ex.respond(request, json_ok, self.flow)
         finally:
-            if waiter in link.waiters:
-                link.waiters.remove(waiter)
+            if waiter in bound.waiters:
+                bound.waiters.remove(waiter)
 
     # -- session life ------------------------------------------------------------------------
     def opened_get(self, session: Session) -> None:
         """The session's GET stream has a reader again: held input requests go there."""
-        for link in session.tasks.values():
-            link.flush()
+        for bound in session.tasks.values():
+            bound.flush()
 
     async def end(self, session: Session) -> None:
         """Nobody else can reach a session's tasks: cancel those still running."""
-        for link in list(session.tasks.values()):
-            await self.engine.cancel(link.task, "client session ended")
+        for bound in list(session.tasks.values()):
+            await self.engine.cancel(bound.task, "client session ended")
 
 
 def _note_native(session: Session, msg: Message) -> Message:

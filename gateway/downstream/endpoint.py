@@ -13,7 +13,7 @@ from collections import Counter
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.downstream.http import (
+from gateway.downstream.boundary import (
     ACCEPTS,
     check_accept,
     error_response,

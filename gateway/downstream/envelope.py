@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import errors
-from gateway.downstream.http import principal_of
+from gateway.downstream.boundary import principal_of
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import extension

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.downstream import sse
-from gateway.downstream.http import FAILED, JSON_HEADERS
+from gateway.downstream.boundary import FAILED, JSON_HEADERS
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message
 

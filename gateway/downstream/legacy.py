@@ -15,8 +15,7 @@ from aiohttp import web
 from gateway import errors, router
 from gateway.auth.exchange import TokenExchanger
 from gateway.downstream import shapes, sse
-from gateway.downstream.core_tasks import CoreTasks
-from gateway.downstream.http import (
+from gateway.downstream.boundary import (
     ACCEPTS,
     UpstreamHeaders,
     check_accept,
@@ -25,6 +24,7 @@ from gateway.downstream.http import (
     principal_of,
     scopes_checked,
 )
+from gateway.downstream.core_tasks import CoreTasks
 from gateway.downstream.session import Session, SessionExchange, SessionStore
 from gateway.errors import UpstreamError
 from gateway.observability import log

@@ -20,17 +20,17 @@ from aiohttp import web
 from gateway import errors, router
 from gateway.auth.exchange import TokenExchanger
 from gateway.downstream import envelope, shapes, sse
-from gateway.downstream.envelope import Caller
-from gateway.downstream.exchange import Exchange
-from gateway.downstream.http import (
+from gateway.downstream.boundary import (
     ACCEPTS,
     UpstreamHeaders,
     json_response,
     scopes_checked,
 )
+from gateway.downstream.envelope import Caller
+from gateway.downstream.exchange import Exchange
+from gateway.downstream.handoff import Handoff
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
-from gateway.downstream.relay import Relay
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -191,8 +191,8 @@ class ModernEra:
         self.ttl_ms = conf.caching.ttl_ms
         self.scope = conf.caching.scope
         self.sealer = sealer
-        self.relay = Relay(engine.replica_address)
-        self.replica_url = conf.replica.url or ""  # sealed into requestState: see relay.py
+        self.handoff = Handoff(engine.replica_address)
+        self.replica_url = conf.replica.url or ""  # sealed into requestState: see handoff.py
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000)
@@ -382,7 +382,7 @@ class ModernEra:
             raise errors.InvalidParams("Invalid requestState: it was issued for a different "
                                        "request; retry with the original method and params")
         if state.get("x", self.engine.replica) != self.engine.replica:
-            return await self.relay.to(state["x"], state.get("u"), request, msg)  # parked there
+            return await self.handoff.to(state["x"], state.get("u"), request, msg)  # parked there
         parked = self.parked.get(state.get("p"))
         if parked is None:
             raise errors.InvalidParams("Invalid requestState: that request is no longer "

@@ -47,7 +47,7 @@ class Session:
         self.calls: dict[Any, Call] = {}  # by the client's request id
         self.replies: OrderedDict[str, Host] = OrderedDict()  # asked id -> who asked
         self.subscriptions: set[str] = set()
-        self.tasks: dict[str, Any] = {}  # its running core tasks (core_tasks.Link) by id
+        self.tasks: dict[str, Any] = {}  # its running core tasks (core_tasks.SessionTask) by id
         # Ids of tasks the upstream itself runs for it (its tasks/* go there), the latest.
         self.native_tasks: LRUCache[str, bool] = LRUCache(MAX_NATIVE_TASKS)
         self.level: str | None = None  # logging/setLevel, kept for a modern-only upstream

@@ -36,7 +36,7 @@ class Connection:
         self.transport = transport
         self.startup_timeout_s = startup_timeout_s
         self.counters = counters
-        self.calls = Correlator(self, transport.write, asked_ids, counters)
+        self.correlator = Correlator(self, transport.write, asked_ids, counters)
         self.wire: wire.Wire = wire.LegacyWire()
         self.init_result: dict[str, Any] | None = None
         self.starts = Starts()
@@ -47,7 +47,8 @@ class Connection:
 
     async def close(self) -> None:
         await self.transport.close()
-        self.calls.fail_all(UpstreamError(self.name, "the gateway is shutting down", "shutdown"))
+        self.correlator.fail_all(UpstreamError(self.name, "the gateway is shutting down",
+                                               "shutdown"))
 
     @property
     def ready(self) -> bool:
@@ -60,7 +61,7 @@ class Connection:
 
     @property
     def in_flight(self) -> int:
-        return len(self.calls.calls)
+        return len(self.correlator.in_flight)
 
     async def reachable(self) -> None:
         """A call that arrives while the link (re)connects waits for it (startup_timeout_ms
@@ -99,14 +100,14 @@ class Connection:
 
     def _dispatch(self, msg: Message, kind: jsonrpc.Kind, via: Call | None) -> None:
         if kind == "request":
-            self.calls.server_request(msg, via)
+            self.correlator.server_request(msg, via)
         elif kind == "notification":
             self._on_notification(msg, via)
         else:
             self._on_response(msg)
 
     def _on_response(self, msg: Message) -> None:
-        call = self.calls.response(msg)
+        call = self.correlator.response(msg)
         if call is None or self.wire.answered(call, msg):
             return
         if native_tasks.follow(self, call, msg):
@@ -118,11 +119,11 @@ class Connection:
         method, params = msg["method"], msg.get("params")
         if isinstance(params, dict):
             if method == mcp.PROGRESS:
-                self.calls.progress(params, msg)
+                self.correlator.progress(params, msg)
                 return
             if self.wire.swallowed(params, method):
                 return
-        self.calls.notification(msg, via)
+        self.correlator.notification(msg, via)
 
     async def on_up(self) -> str:
         """initialize; if the server refuses it, the modern probe; UpstreamError when
@@ -138,17 +139,17 @@ class Connection:
         self.init_result = None
         self.starts.next()
         self.counters["upstream.exits"] += 1  # the process exited or the session ended
-        self.calls.fail_all(error, keep)
+        self.correlator.fail_all(error, keep)
         self.wire.reset()
 
     def on_down(self, error: UpstreamError) -> None:
         self.starts.ended(error)
 
     def on_failed(self, call: Call, error: UpstreamError) -> bool:
-        return self.calls.fail(call, error)
+        return self.correlator.fail(call, error)
 
     def pending(self, call: Call) -> bool:
-        return self.calls.calls.get(call.upstream_id) is call
+        return self.correlator.in_flight.get(call.upstream_id) is call
 
     # -- the handshake ---------------------------------------------------------------------
     async def _ask_initialize(self) -> Message:
@@ -171,7 +172,7 @@ class Connection:
             raise UpstreamError(self.name, f"upstream '{self.name}' did not answer {method}",
                                 "initialize") from None
         finally:
-            self.calls.drop(call)  # answered, or abandoned (the process exited meanwhile)
+            self.correlator.drop(call)  # answered, or abandoned (the process exited meanwhile)
 
     def _initialized(self, reply: Message) -> str:
         """Accept the server's initialize reply (a version we speak) and become ready."""
@@ -184,7 +185,7 @@ class Connection:
         self.transport.write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)), None,
                              {mcp.H_PROTOCOL: str(version)})
         self._become_ready(result)
-        for uri in self.calls.subscriptions:  # a restarted server knows none of its watchers' URIs
+        for uri in self.correlator.subscriptions:  # a restarted server knew none of them
             self.send_own(mcp.SUBSCRIBE, {"uri": uri})
         return str(version)
 
@@ -213,19 +214,19 @@ class Connection:
         are the client's that an HTTP upstream receives (`forward_headers`, Mcp-Param-*)."""
         if not self.ready and owner is not None:
             raise UpstreamError(self.name, f"upstream '{self.name}' is not connected", "down")
-        call = self.calls.open(msg, owner, sink)
+        call = self.correlator.open(msg, owner, sink)
         call.follow_task = follow_task
         headers = self.wire.stamp(msg, call, headers)
-        self.calls.dispatch(call, jsonrpc.dumps(msg), headers)
+        self.correlator.dispatch(call, jsonrpc.dumps(msg), headers)
         msg.pop("params", None)
         return call
 
     def resend(self, call: Call, method: str, params: dict[str, Any]) -> None:
         """Continue `call` with a new request under a new id: a modern upstream's next MRTR
         round, or the tasks/result of the upstream's own task."""
-        msg = jsonrpc.request(self.calls.renumber(call, params), method, params)
+        msg = jsonrpc.request(self.correlator.renumber(call, params), method, params)
         try:
-            self.calls.dispatch(call, jsonrpc.dumps(msg), self.wire.stamp(msg, call, None))
+            self.correlator.dispatch(call, jsonrpc.dumps(msg), self.wire.stamp(msg, call, None))
         except UpstreamError as exc:
             call.answer(exc.to_message(call.client_id))
 
@@ -235,41 +236,41 @@ class Connection:
         if self.pending(call):
             native_tasks.cancel(self, call)
         call.end_trace(f"cancelled: {reason}")
-        if self.calls.drop(call) and not (self.wire.cancels_by_closing
+        if self.correlator.drop(call) and not (self.wire.cancels_by_closing
                                           and self.transport.abort(call)):
             self.notify(jsonrpc.notification(
                 mcp.CANCELLED, {"requestId": call.upstream_id, "reason": reason}))
 
     def notify(self, msg: Message) -> None:
         if self.ready:
-            self.calls.quietly(msg)
+            self.correlator.quietly(msg)
 
     def reply(self, asked_id: Any, msg: Message) -> bool:
         """A client's answer to a server-to-client request, back under the original id."""
-        return self.wire.reply(asked_id, msg) or self.calls.reply(asked_id, msg)
+        return self.wire.reply(asked_id, msg) or self.correlator.reply(asked_id, msg)
 
     def attach(self, owner: Owner) -> None:
-        self.calls.attach(owner)
+        self.correlator.attach(owner)
 
     def detach(self, owner: Owner) -> None:
         """Forget `owner`, cancelling whatever it still has in flight here."""
-        for call in self.calls.detach(owner):
+        for call in self.correlator.detach(owner):
             self.cancel(call, "client session ended")
 
     def watch(self, owner: Owner) -> None:
-        self.calls.watch(owner)
+        self.correlator.watch(owner)
 
     def unwatch(self, owner: Owner) -> None:
-        self.calls.unwatch(owner)
+        self.correlator.unwatch(owner)
 
     def hold(self, uri: str) -> bool:
         """One more holder of a resource subscription; True when a subscribe must reach
         the upstream (the first holder, unless the wire tells the server itself)."""
-        return self.calls.hold(uri) and not self.wire.subscriptions_changed()
+        return self.correlator.hold(uri) and not self.wire.subscriptions_changed()
 
     def release(self, uri: str) -> bool:
         """One holder fewer; True when an unsubscribe must reach the upstream."""
-        return self.calls.release(uri) and not self.wire.subscriptions_changed()
+        return self.correlator.release(uri) and not self.wire.subscriptions_changed()
 
     def send_own(self, method: str, params: dict[str, Any]) -> None:
         """A request of the gateway's own whose answer nobody waits for (subscriptions)."""

@@ -134,7 +134,7 @@ class Correlator:
         self.watchers: dict[str, Owner] = {}  # listen streams: broadcasts only
         self.subscriptions: Counter[str] = Counter()  # resource URI -> holders
         self._ids = itertools.count(1)
-        self.calls: dict[int, Call] = {}
+        self.in_flight: dict[int, Call] = {}
         self._asked: dict[str, tuple[Any, Owner]] = {}  # our id -> (upstream's id, owner)
 
     # -- downstream -> upstream ------------------------------------------------------------
@@ -156,7 +156,7 @@ class Correlator:
 
     def renumber(self, call: Call, params: dict[str, Any]) -> int:
         """A new upstream id for a call that goes on with another request."""
-        self.calls.pop(call.upstream_id, None)
+        self.in_flight.pop(call.upstream_id, None)
         call.upstream_id = uid = next(self._ids)
         call.waiting = False
         meta = params.get("_meta")
@@ -166,21 +166,21 @@ class Correlator:
 
     def dispatch(self, call: Call, data: bytes, headers: dict[str, str] | None) -> None:
         """Send a call's request: in flight from now, unless the link refuses it."""
-        self.calls[call.upstream_id] = call
+        self.in_flight[call.upstream_id] = call
         try:
             self.send(data, call, headers)
         except Exception:
-            del self.calls[call.upstream_id]
+            del self.in_flight[call.upstream_id]
             raise
 
     def hold_call(self, call: Call) -> None:
         """Keep an answered call as the caller's while its client supplies input."""
         call.waiting = True
-        self.calls[call.upstream_id] = call
+        self.in_flight[call.upstream_id] = call
 
     def drop(self, call: Call) -> bool:
         """Forget a call (it was cancelled or failed); False if it was gone already."""
-        return self.calls.pop(call.upstream_id, None) is not None
+        return self.in_flight.pop(call.upstream_id, None) is not None
 
     def fail(self, call: Call, error: UpstreamError) -> bool:
         """Answer a call in flight with `error`; False if it was answered already."""
@@ -211,11 +211,11 @@ class Correlator:
         self.owners.pop(owner.key, None)
         for asked_id in [k for k, (_, o) in self._asked.items() if o is owner]:
             self.refuse(self._asked.pop(asked_id)[0], "client session ended")
-        return [c for c in self.calls.values() if c.owner is owner]
+        return [c for c in self.in_flight.values() if c.owner is owner]
 
     def clients_calls(self) -> list[Call]:
         """The calls in flight that belong to a client (not the gateway's own)."""
-        return [c for c in self.calls.values() if c.owner is not None]
+        return [c for c in self.in_flight.values() if c.owner is not None]
 
     def watch(self, owner: Owner) -> None:
         self.watchers[owner.key] = owner
@@ -240,8 +240,8 @@ class Correlator:
     def fail_all(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
         """Answer every call in flight with `error` (the link died or is going away), but
         those in `keep` (to be sent again)."""
-        calls = self.calls
-        self.calls = {uid: c for uid, c in calls.items() if c in keep}
+        calls = self.in_flight
+        self.in_flight = {uid: c for uid, c in calls.items() if c in keep}
         self._asked.clear()
         for call in calls.values():
             if call not in keep:
@@ -251,10 +251,10 @@ class Correlator:
     def response(self, msg: Message) -> Call | None:
         """The call a response answers (no longer in flight), or None when it was cancelled
         or failed already: its caller has been answered."""
-        return self.calls.pop(msg["id"], None)
+        return self.in_flight.pop(msg["id"], None)
 
     def progress(self, params: dict[str, Any], msg: Message) -> None:
-        call = self.calls.get(params.get("progressToken"))  # type: ignore[arg-type]
+        call = self.in_flight.get(params.get("progressToken"))  # type: ignore[arg-type]
         if call is not None and call.progress_token is not None:
             params["progressToken"] = call.progress_token
             call.sink.on_message(msg)
@@ -274,7 +274,7 @@ class Correlator:
             target = self._came_with(via) or self._target()
             if target is not None:
                 _deliver(target, msg)
-            elif not self.calls:
+            elif not self.in_flight:
                 self._broadcast(msg, lambda _owner: True)
             else:
                 self.counters["upstream.unroutable_notifications"] += 1
@@ -303,7 +303,7 @@ class Correlator:
 
     def _unroutable(self, msg: Message) -> None:
         method = msg["method"]
-        if not self.owners and not self.calls:
+        if not self.owners and not self.in_flight:
             if method == mcp.ROOTS_LIST:  # asked at start: no client, no root (not a fault)
                 self.quietly(jsonrpc.result(msg["id"], {"roots": []}))
                 return
@@ -313,7 +313,7 @@ class Correlator:
             return
         log.warning("upstream.request_unroutable", upstream=self.host.name, method=method,
                     reason="several owners",
-                    owners=len({c.owner.key for c in self.calls.values() if c.owner}))
+                    owners=len({c.owner.key for c in self.in_flight.values() if c.owner}))
         self.refuse(msg["id"], "the gateway cannot tell which client this request is for;"
                     " use isolation: client or call")
 
@@ -336,7 +336,7 @@ class Correlator:
 
     def _came_with(self, via: Call | None) -> Call | None:
         """The call a message's stream belongs to, while it is a client's and in flight."""
-        if via is None or via.owner is None or self.calls.get(via.upstream_id) is not via:
+        if via is None or via.owner is None or self.in_flight.get(via.upstream_id) is not via:
             return None
         return via
 
@@ -348,7 +348,7 @@ class Correlator:
         the answers they asked for). All candidates must share one owner (auth context or
         legacy session): across owners the gateway never guesses.
         """
-        owned = [c for c in self.calls.values() if c.owner is not None]
+        owned = [c for c in self.in_flight.values() if c.owner is not None]
         candidates = [c for c in owned if not c.waiting] or owned
         if candidates:
             key = candidates[0].owner.key  # type: ignore[union-attr]

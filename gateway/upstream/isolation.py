@@ -79,7 +79,7 @@ class Backend:
         processes, is cancelled and answered with an error that says so."""
         error = UpstreamError(self.name, "the gateway is stopping", "shutdown")
         calls = [(conn, call) for conn in list(self.connections)
-                 for call in conn.calls.clients_calls()]
+                 for call in conn.correlator.clients_calls()]
         for conn, call in calls:
             conn.cancel(call, error.message)
             call.answer(error.to_message(call.client_id))

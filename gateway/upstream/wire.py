@@ -53,7 +53,7 @@ class Driver(Host, Protocol):
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
                 headers: dict[str, str] | None = None, follow_task: bool = False) -> Call: ...
 
-    calls: Correlator
+    correlator: Correlator
 
     def resend(self, call: Call, method: str, params: dict[str, Any]) -> None: ...
 
@@ -196,7 +196,7 @@ class ModernWire:
             return
         params = {"notifications": {
             "toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True,
-            "resourceSubscriptions": sorted(self.conn.calls.subscriptions)}}
+            "resourceSubscriptions": sorted(self.conn.correlator.subscriptions)}}
         self.listening = self.conn.request(jsonrpc.request(0, mcp.LISTEN, params), None,
                                            _Listening(self))
 
@@ -280,9 +280,9 @@ class ModernWire:
             return False
         assert owner is not None
         this = Round(call, result.get("requestState"), set(requests))
-        self.conn.calls.hold_call(call)
+        self.conn.correlator.hold_call(call)
         for key, request in requests.items():
-            asked_id = self.conn.calls.new_asked_id()
+            asked_id = self.conn.correlator.new_asked_id()
             self.rounds[asked_id] = (this, key)
             owner.expect_reply(asked_id, self.conn)
             ask_params = dict(request.get("params") or {})
@@ -301,7 +301,7 @@ class ModernWire:
         result = msg.get("result")
         if not isinstance(result, dict):  # the client refused: so does the call
             self.forget(this.call)
-            self.conn.calls.drop(this.call)
+            self.conn.correlator.drop(this.call)
             this.call.answer(jsonrpc.error(
                 this.call.client_id, jsonrpc.INTERNAL_ERROR,
                 f"the client did not answer the server's input request {key!r}",

@@ -125,7 +125,7 @@ async def test_a_parked_call_is_left_out_while_another_runs() -> None:
     conn, transport = await connect()
     parked_sink, running_sink = Sink(), Sink()
     parked = conn.request(call("asks"), Owner("a", "elicitation"), parked_sink)
-    conn.calls.hold_call(parked)  # waiting for its client's input between two HTTP requests
+    conn.correlator.hold_call(parked)  # waiting for its client's input between two HTTP requests
     conn.request(call("slow"), Owner("a", "elicitation"), running_sink)
     transport.server_sends(jsonrpc.request("srv-2", "elicitation/create", {}))
     await turn()

@@ -30,7 +30,7 @@ GONE = ("Invalid requestState: the gateway replica holding that request cannot b
 Address = Callable[[str], Awaitable[str | None]]  # a replica -> where it is reached
 
 
-class Relay:
+class Handoff:
     def __init__(self, address: Address) -> None:
         self.address = address
         self._http: aiohttp.ClientSession | None = None

@@ -11,7 +11,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
@@ -22,6 +22,9 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Call, Host
+
+if TYPE_CHECKING:  # core_tasks ties a task to a session: it imports this module
+    from gateway.downstream.core_tasks import SessionTask
 
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
 MAX_STREAMS = 64  # POST streams kept for resumption per session
@@ -47,7 +50,7 @@ class Session:
         self.calls: dict[Any, Call] = {}  # by the client's request id
         self.replies: OrderedDict[str, Host] = OrderedDict()  # asked id -> who asked
         self.subscriptions: set[str] = set()
-        self.tasks: dict[str, Any] = {}  # its running core tasks (core_tasks.SessionTask) by id
+        self.tasks: dict[str, SessionTask] = {}  # its running core tasks, by id
         # Ids of tasks the upstream itself runs for it (its tasks/* go there), the latest.
         self.native_tasks: LRUCache[str, bool] = LRUCache(MAX_NATIVE_TASKS)
         self.level: str | None = None  # logging/setLevel, kept for a modern-only upstream

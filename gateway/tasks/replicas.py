@@ -20,6 +20,7 @@ from typing import Any
 
 from gateway.errors import StoreUnavailable
 from gateway.tasks.model import Status, Task
+from gateway.tasks.run import TaskRun
 from gateway.tasks.store import EVENTS, ReplicaBus, TaskStore
 from gateway.tasks.watchers import Watchers
 
@@ -31,8 +32,8 @@ End = Callable[[Task, Status, str], Awaitable[Task]]
 
 class Replicas:
     def __init__(self, bus: ReplicaBus, store: TaskStore, replica: str, url: str,
-                 runs: dict[str, Any], watchers: Watchers, *,
-                 stop: Callable[[Any, str], Awaitable[Any]],
+                 runs: dict[str, TaskRun], watchers: Watchers, *,
+                 stop: Callable[[TaskRun, str], Awaitable[Task]],
                  answer: Callable[[Task, dict[str, Any]], Awaitable[None]],
                  end: End) -> None:
         self.bus = bus

@@ -55,10 +55,23 @@ class Handover:
 Attach = Callable[[Task], Awaitable[Handover | None]]
 
 
+class Consumer(Protocol):
+    """What takes a call's messages and its response (upstream/'s `Sink`, seen from here)."""
+
+    @property
+    def takes_mrtr(self) -> bool: ...
+
+    def on_message(self, msg: Message) -> None: ...
+
+    def on_response(self, msg: Message) -> None: ...
+
+    def on_refused(self, capability: str) -> None: ...
+
+
 class UpstreamCall(Protocol):
     """What the engine needs of an upstream call: upstream/ provides it."""
 
-    sink: Any  # where the call's messages and response go: the task's run, once adopted
+    sink: Consumer  # where the call's messages and response go: the task's run, once adopted
 
     @property
     def upstream(self) -> str: ...

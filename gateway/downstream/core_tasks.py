@@ -18,7 +18,7 @@ from aiohttp import web
 from gateway import errors
 from gateway.downstream import sse
 from gateway.downstream.boundary import ACCEPTS, json_response, scopes_checked
-from gateway.downstream.session import Session, SessionExchange
+from gateway.downstream.session import Session, SessionExchange, SessionTask
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -30,55 +30,6 @@ from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks
 from gateway.upstream.connection import IGNORE
 from gateway.upstream.isolation import Backend
-
-
-class SessionTask:
-    """Ties one running task to its session until the task ends."""
-
-    __slots__ = ("engine", "held", "last_status", "relay_progress", "session", "task",
-                 "waiters")
-
-    def __init__(self, engine: TaskEngine, session: Session, task: Task,
-                 relay_progress: bool) -> None:
-        self.engine = engine
-        self.session = session
-        self.task = task
-        self.relay_progress = relay_progress  # the client asked for progress on its call
-        self.waiters: list[tuple[Any, SessionExchange]] = []  # open tasks/result requests
-        self.held: list[Message] = []  # input requests no open stream could take yet
-        self.last_status = task.status
-
-    def relay(self, msg: Message) -> None:
-        """The engine's relay: the task's input requests and progress, to the client."""
-        if "id" in msg:
-            msg = core.related(msg, self.task)
-            if not self.waiters and self.session.get_stream.writer is None:
-                self.held.append(msg)  # a request must reach a reader; progress may wait
-                return
-        elif not self.relay_progress:
-            return
-        if self.waiters:
-            self.waiters[-1][1].on_message(msg)
-        else:
-            self.session.deliver(msg)
-
-    def changed(self, task: Task) -> None:
-        """The engine's watcher: push status changes; answer waiting tasks/result calls."""
-        if task.status is not self.last_status:
-            self.last_status = task.status
-            self.session.deliver(core.status_notification(task))
-        if task.terminal:
-            waiters, self.waiters = self.waiters, []
-            for client_id, ex in waiters:
-                ex.on_response(core.final(task, client_id))
-            self.held.clear()
-            self.session.tasks.pop(task.id, None)
-            self.engine.unwatch(task.id, self.changed)
-
-    def flush(self) -> None:
-        for msg in self.held:
-            self.session.deliver(msg)
-        self.held.clear()
 
 
 class CoreTasks:

@@ -2,7 +2,9 @@
 
 A session is the `Owner` of its calls on the upstream connection: it says which
 server-to-client requests its client declared, receives messages that belong to no live call
-on its GET stream, and remembers where the answers to server requests go back to.
+on its GET stream, and remembers where the answers to server requests go back to. Its
+running core tasks are tied to it (`SessionTask`): their input requests and status reach
+its streams, and a waiting tasks/result gets the end.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cachetools import LRUCache
 
@@ -20,11 +22,11 @@ from gateway.downstream.exchange import Exchange
 from gateway.downstream.sse import REPLAY_BYTES, Stream
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.tasks.dialects import core
+from gateway.tasks.engine import TaskEngine
+from gateway.tasks.model import Task
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Call, Host
-
-if TYPE_CHECKING:  # core_tasks ties a task to a session: it imports this module
-    from gateway.downstream.core_tasks import SessionTask
 
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
 MAX_STREAMS = 64  # POST streams kept for resumption per session
@@ -110,6 +112,55 @@ class SessionExchange(Exchange):
     def unstreamable(self, msg: Message) -> None:
         if "id" in msg:
             self.session.deliver(msg)
+
+
+class SessionTask:
+    """Ties one running task to its session until the task ends."""
+
+    __slots__ = ("engine", "held", "last_status", "relay_progress", "session", "task",
+                 "waiters")
+
+    def __init__(self, engine: TaskEngine, session: Session, task: Task,
+                 relay_progress: bool) -> None:
+        self.engine = engine
+        self.session = session
+        self.task = task
+        self.relay_progress = relay_progress  # the client asked for progress on its call
+        self.waiters: list[tuple[Any, SessionExchange]] = []  # open tasks/result requests
+        self.held: list[Message] = []  # input requests no open stream could take yet
+        self.last_status = task.status
+
+    def relay(self, msg: Message) -> None:
+        """The engine's relay: the task's input requests and progress, to the client."""
+        if "id" in msg:
+            msg = core.related(msg, self.task)
+            if not self.waiters and self.session.get_stream.writer is None:
+                self.held.append(msg)  # a request must reach a reader; progress may wait
+                return
+        elif not self.relay_progress:
+            return
+        if self.waiters:
+            self.waiters[-1][1].on_message(msg)
+        else:
+            self.session.deliver(msg)
+
+    def changed(self, task: Task) -> None:
+        """The engine's watcher: push status changes; answer waiting tasks/result calls."""
+        if task.status is not self.last_status:
+            self.last_status = task.status
+            self.session.deliver(core.status_notification(task))
+        if task.terminal:
+            waiters, self.waiters = self.waiters, []
+            for client_id, ex in waiters:
+                ex.on_response(core.final(task, client_id))
+            self.held.clear()
+            self.session.tasks.pop(task.id, None)
+            self.engine.unwatch(task.id, self.changed)
+
+    def flush(self) -> None:
+        for msg in self.held:
+            self.session.deliver(msg)
+        self.held.clear()
 
 
 class SessionStore:

@@ -28,7 +28,7 @@ from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks
-from gateway.upstream.connection import IGNORE
+from gateway.upstream.handshake import IGNORE
 from gateway.upstream.isolation import Backend
 
 

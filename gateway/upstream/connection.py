@@ -1,30 +1,23 @@
-"""One upstream connection: a transport, the correlator of its calls, and the wire it speaks.
-
-The handshake is the same over every transport (spec 2025-06-18 lifecycle): `initialize` at
-the newest legacy version, declaring elicitation, sampling and roots so the server may ask;
-if the server refuses it, the modern probe (spec 2026-07-28 versioning: `server/discover`),
-after which a `ModernWire` speaks for the connection. Each message from the transport is
-parsed once here and handed to the correlator, the wire or native-task following.
+"""One upstream connection: a transport, the correlator of its calls, the wire it speaks,
+and its handshake (handshake.py). Each message from the transport is parsed once here and
+handed to the correlator, the wire or native-task following.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from gateway import __version__
-from gateway.errors import UpstreamError, shown
+from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream import inbound, native_tasks, wire
 from gateway.upstream.correlator import Call, Correlator, Owner, Sink
+from gateway.upstream.handshake import IGNORE, Handshake
 from gateway.upstream.transport import Transport
-
-CONNECTING = frozenset({"starting", "initializing", "restarting"})  # transport states
 
 
 class Connection:
@@ -38,8 +31,7 @@ class Connection:
         self.counters = counters
         self.correlator = Correlator(self, transport.write, asked_ids, counters)
         self.wire: wire.Wire = wire.LegacyWire()
-        self.init_result: dict[str, Any] | None = None
-        self.starts = Starts()
+        self.handshake = Handshake(self, startup_timeout_s)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -52,7 +44,12 @@ class Connection:
 
     @property
     def ready(self) -> bool:
-        return self.init_result is not None
+        return self.handshake.init_result is not None
+
+    @property
+    def init_result(self) -> dict[str, Any] | None:
+        """What the server said of itself at its handshake (None until it is ready)."""
+        return self.handshake.init_result
 
     @property
     def modern(self) -> bool:
@@ -64,24 +61,10 @@ class Connection:
         return len(self.correlator.in_flight)
 
     async def reachable(self) -> None:
-        """A call that arrives while the link (re)connects waits for it (startup_timeout_ms
-        at most); one that arrives while it backs off after failures is failed at once."""
-        if not self.ready and self.transport.state in CONNECTING:
-            with contextlib.suppress(UpstreamError):
-                await self.wait_ready()
+        await self.handshake.reachable()
 
     async def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Wait until initialized. UpstreamError if the start fails (saying why: a command
-        not found, a URL that refuses) or takes longer than `timeout_s`; at once while the
-        transport backs off after a failed start."""
-        if not self.ready:
-            await self.starts.settle(self.transport.state in CONNECTING,
-                                     timeout_s or self.startup_timeout_s)
-        if not self.ready:
-            state = self.transport.state
-            raise self.starts.down or UpstreamError(
-                self.name, f"upstream '{self.name}' is not ready ({state})", "not_ready",
-                state=state)
+        await self.handshake.wait_ready(timeout_s)
 
     def status(self) -> dict[str, Any]:
         return {"state": "ready" if self.ready else self.transport.state, "ready": self.ready,
@@ -126,85 +109,22 @@ class Connection:
         self.correlator.notification(msg, via)
 
     async def on_up(self) -> str:
-        """initialize; if the server refuses it, the modern probe; UpstreamError when
-        neither works. The protocol version settled on."""
-        reply = await self._ask_initialize()
-        error = reply.get("error")
-        # A server that refused initialize may be a modern one; one never reached is not.
-        if isinstance(error, dict) and not _unreached(error) and await self._probe_modern():
-            return wire.VERSION
-        return self._initialized(reply)
+        return await self.handshake.run()
 
     def on_lost(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
-        self.init_result = None
-        self.starts.next()
+        self.handshake.lost()
         self.counters["upstream.exits"] += 1  # the process exited or the session ended
         self.correlator.fail_all(error, keep)
         self.wire.reset()
 
     def on_down(self, error: UpstreamError) -> None:
-        self.starts.ended(error)
+        self.handshake.starts.ended(error)
 
     def on_failed(self, call: Call, error: UpstreamError) -> bool:
         return self.correlator.fail(call, error)
 
     def pending(self, call: Call) -> bool:
         return self.correlator.in_flight.get(call.upstream_id) is call
-
-    # -- the handshake ---------------------------------------------------------------------
-    async def _ask_initialize(self) -> Message:
-        self.wire.stop()
-        self.wire, self.init_result = wire.LegacyWire(), None
-        self.starts.next()
-        return await self._ask(mcp.INITIALIZE, {
-            "protocolVersion": mcp.LATEST_LEGACY,
-            "capabilities": {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}},
-            "clientInfo": {"name": "mcp-task-gateway", "version": __version__},
-        })
-
-    async def _ask(self, method: str, params: dict[str, Any]) -> Message:
-        """The server's answer to one of the handshake's requests."""
-        sink = FutureSink()
-        call = self.request(jsonrpc.request(0, method, params), None, sink)
-        try:
-            return await asyncio.wait_for(sink.future, self.startup_timeout_s)
-        except TimeoutError:
-            raise UpstreamError(self.name, f"upstream '{self.name}' did not answer {method}",
-                                "initialize") from None
-        finally:
-            self.correlator.drop(call)  # answered, or abandoned (the process exited meanwhile)
-
-    def _initialized(self, reply: Message) -> str:
-        """Accept the server's initialize reply (a version we speak) and become ready."""
-        if (refusal := _refusal(self.name, reply)) is not None:
-            raise refusal
-        result = reply["result"]
-        version = result["protocolVersion"]
-        # Over HTTP, the first message that carries the negotiated version (spec 2025-06-18
-        # Streamable HTTP: Protocol Version Header).
-        self.transport.write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)), None,
-                             {mcp.H_PROTOCOL: str(version)})
-        self._become_ready(result)
-        for uri in self.correlator.subscriptions:  # a restarted server knew none of them
-            self.send_own(mcp.SUBSCRIBE, {"uri": uri})
-        return str(version)
-
-    async def _probe_modern(self) -> bool:
-        self.wire = wire.ModernWire(self)  # the probe already carries the modern envelope
-        result = (await self._ask(mcp.DISCOVER, {})).get("result")
-        if not isinstance(result, dict) or wire.VERSION not in (
-                result.get("supportedVersions") or ()):
-            self.wire = wire.LegacyWire()
-            return False
-        self._become_ready(wire.ModernWire.init_result(result))
-        self.wire.up()
-        return True
-
-    def _become_ready(self, result: dict[str, Any]) -> None:
-        self.init_result = result
-        self.starts.ended(None)
-        log.info("upstream.ready", upstream=self.name, protocol=result["protocolVersion"],
-                 server=(result.get("serverInfo") or {}).get("name"))
 
     # -- downstream -> upstream ------------------------------------------------------------
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
@@ -277,79 +197,3 @@ class Connection:
         if self.ready:
             with contextlib.suppress(UpstreamError):
                 self.request(jsonrpc.request(0, method, params), None, IGNORE)
-
-
-class Starts:
-    """A connection's start attempts: why the last one failed (until one works), and a wait
-    for the current one to end either way, so callers learn of a failure at once."""
-
-    def __init__(self) -> None:
-        self.down: UpstreamError | None = None
-        self._settled = asyncio.Event()
-
-    def ended(self, error: UpstreamError | None) -> None:
-        self.down = error
-        self._settled.set()
-        if error is not None:
-            self.next()
-
-    def next(self) -> None:
-        if self._settled.is_set():
-            self._settled = asyncio.Event()
-
-    async def settle(self, attempting: bool, timeout_s: float) -> None:
-        """Until the current attempt ends (or `timeout_s`); at once when none is under way
-        and the last one failed."""
-        if self.down is not None and not attempting:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._settled.wait(), timeout_s)
-
-
-class _Ignore:
-    takes_mrtr = False
-
-    def on_message(self, msg: Message) -> None:
-        pass
-
-    def on_response(self, msg: Message) -> None:
-        pass
-
-    def on_refused(self, capability: str) -> None:
-        pass
-
-
-IGNORE = _Ignore()  # a sink for answers nobody waits for
-
-
-class FutureSink(_Ignore):
-    """A sink for the gateway's own requests: the response resolves a future."""
-
-    def __init__(self) -> None:
-        self.future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-
-    def on_response(self, msg: Message) -> None:
-        if not self.future.done():
-            self.future.set_result(msg)
-
-
-def _refusal(name: str, reply: Message) -> UpstreamError | None:
-    """Why an initialize reply cannot be accepted, if it cannot."""
-    result, error = reply.get("result"), reply.get("error")
-    if isinstance(error, dict) and _unreached(error):  # the transport says why
-        return UpstreamError(name, str(error.get("message")), "unreachable")
-    if isinstance(error, dict):  # the server's own error answer
-        return UpstreamError(name, f"initialize failed: {error.get('message', '')}",
-                             "initialize")
-    version = result.get("protocolVersion") if isinstance(result, dict) else None
-    if not isinstance(result, dict) or version not in mcp.LEGACY_VERSIONS:
-        return UpstreamError(name, f"upstream '{name}' answered initialize with protocol "
-                             f"version {shown(version)}, which the gateway does not speak",
-                             "initialize")
-    return None
-
-
-def _unreached(error: dict[str, Any]) -> bool:
-    """Whether a handshake error is the transport's own (nothing reached the server)."""
-    data = error.get("data")
-    return isinstance(data, dict) and data.get("reason") == "connection"

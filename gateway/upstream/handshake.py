@@ -1,0 +1,214 @@
+"""The start of an upstream connection, the same over every transport, and its readiness.
+
+spec 2025-06-18 lifecycle: `initialize` at the newest legacy version, declaring elicitation,
+sampling and roots so the server may ask; if the server refuses it, the modern probe (spec
+2026-07-28 versioning: `server/discover`), after which a `ModernWire` speaks for the
+connection. Until one of them works the connection is not ready: callers wait for the
+attempt under way (`startup_timeout_ms` at most), or learn at once why the last one failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Protocol
+
+from gateway import __version__
+from gateway.errors import UpstreamError, shown
+from gateway.observability import log
+from gateway.protocol import jsonrpc, mcp
+from gateway.protocol.jsonrpc import Message
+from gateway.upstream import wire
+from gateway.upstream.transport import Transport
+
+CONNECTING = frozenset({"starting", "initializing", "restarting"})  # transport states
+
+
+class Speaker(wire.Driver, Protocol):
+    """What the handshake needs of its connection."""
+
+    name: str
+    transport: Transport
+    wire: wire.Wire
+
+    def send_own(self, method: str, params: dict[str, Any]) -> None: ...
+
+
+class Handshake:
+    def __init__(self, conn: Speaker, startup_timeout_s: float) -> None:
+        self.conn = conn
+        self.startup_timeout_s = startup_timeout_s
+        self.init_result: dict[str, Any] | None = None  # what the server said of itself
+        self.starts = Starts()
+
+    @property
+    def ready(self) -> bool:
+        return self.init_result is not None
+
+    async def run(self) -> str:
+        """initialize; if the server refuses it, the modern probe; UpstreamError when
+        neither works. The protocol version settled on."""
+        reply = await self._ask_initialize()
+        error = reply.get("error")
+        # A server that refused initialize may be a modern one; one never reached is not.
+        if isinstance(error, dict) and not _unreached(error) and await self._probe_modern():
+            return wire.VERSION
+        return self._initialized(reply)
+
+    def lost(self) -> None:
+        """The transport lost the server: not ready until the next handshake."""
+        self.init_result = None
+        self.starts.next()
+
+    async def reachable(self) -> None:
+        """A call that arrives while the link (re)connects waits for it (startup_timeout_ms
+        at most); one that arrives while it backs off after failures is failed at once."""
+        if not self.ready and self.conn.transport.state in CONNECTING:
+            with contextlib.suppress(UpstreamError):
+                await self.wait_ready()
+
+    async def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until initialized. UpstreamError if the start fails (saying why: a command
+        not found, a URL that refuses) or takes longer than `timeout_s`; at once while the
+        transport backs off after a failed start."""
+        if not self.ready:
+            await self.starts.settle(self.conn.transport.state in CONNECTING,
+                                     timeout_s or self.startup_timeout_s)
+        if not self.ready:
+            state, name = self.conn.transport.state, self.conn.name
+            raise self.starts.down or UpstreamError(
+                name, f"upstream '{name}' is not ready ({state})", "not_ready", state=state)
+
+    async def _ask_initialize(self) -> Message:
+        self.conn.wire.stop()
+        self.conn.wire, self.init_result = wire.LegacyWire(), None
+        self.starts.next()
+        return await self._ask(mcp.INITIALIZE, {
+            "protocolVersion": mcp.LATEST_LEGACY,
+            "capabilities": {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}},
+            "clientInfo": {"name": "mcp-task-gateway", "version": __version__},
+        })
+
+    async def _ask(self, method: str, params: dict[str, Any]) -> Message:
+        """The server's answer to one of the handshake's requests."""
+        sink = FutureSink()
+        call = self.conn.request(jsonrpc.request(0, method, params), None, sink)
+        name = self.conn.name
+        try:
+            return await asyncio.wait_for(sink.future, self.startup_timeout_s)
+        except TimeoutError:
+            raise UpstreamError(name, f"upstream '{name}' did not answer {method}",
+                                "initialize") from None
+        finally:  # answered, or abandoned (the process exited meanwhile)
+            self.conn.correlator.drop(call)
+
+    def _initialized(self, reply: Message) -> str:
+        """Accept the server's initialize reply (a version we speak) and become ready."""
+        if (refusal := _refusal(self.conn.name, reply)) is not None:
+            raise refusal
+        result = reply["result"]
+        version = result["protocolVersion"]
+        # Over HTTP, the first message that carries the negotiated version (spec 2025-06-18
+        # Streamable HTTP: Protocol Version Header).
+        self.conn.transport.write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)), None,
+                                  {mcp.H_PROTOCOL: str(version)})
+        self._become_ready(result)
+        for uri in self.conn.correlator.subscriptions:  # a restarted server knew none
+            self.conn.send_own(mcp.SUBSCRIBE, {"uri": uri})
+        return str(version)
+
+    async def _probe_modern(self) -> bool:
+        modern = self.conn.wire = wire.ModernWire(self.conn)  # the probe carries the envelope
+        result = (await self._ask(mcp.DISCOVER, {})).get("result")
+        if not isinstance(result, dict) or wire.VERSION not in (
+                result.get("supportedVersions") or ()):
+            self.conn.wire = wire.LegacyWire()
+            return False
+        self._become_ready(wire.ModernWire.init_result(result))
+        modern.up()
+        return True
+
+    def _become_ready(self, result: dict[str, Any]) -> None:
+        self.init_result = result
+        self.starts.ended(None)
+        log.info("upstream.ready", upstream=self.conn.name, protocol=result["protocolVersion"],
+                 server=(result.get("serverInfo") or {}).get("name"))
+
+
+class Starts:
+    """A connection's start attempts: why the last one failed (until one works), and a wait
+    for the current one to end either way, so callers learn of a failure at once."""
+
+    def __init__(self) -> None:
+        self.down: UpstreamError | None = None
+        self._settled = asyncio.Event()
+
+    def ended(self, error: UpstreamError | None) -> None:
+        self.down = error
+        self._settled.set()
+        if error is not None:
+            self.next()
+
+    def next(self) -> None:
+        if self._settled.is_set():
+            self._settled = asyncio.Event()
+
+    async def settle(self, attempting: bool, timeout_s: float) -> None:
+        """Until the current attempt ends (or `timeout_s`); at once when none is under way
+        and the last one failed."""
+        if self.down is not None and not attempting:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled.wait(), timeout_s)
+
+
+class _Ignore:
+    takes_mrtr = False
+
+    def on_message(self, msg: Message) -> None:
+        pass
+
+    def on_response(self, msg: Message) -> None:
+        pass
+
+    def on_refused(self, capability: str) -> None:
+        pass
+
+
+IGNORE = _Ignore()  # a sink for answers nobody waits for
+
+
+class FutureSink(_Ignore):
+    """A sink for the gateway's own requests: the response resolves a future."""
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+    def on_response(self, msg: Message) -> None:
+        if not self.future.done():
+            self.future.set_result(msg)
+
+
+def _refusal(name: str, reply: Message) -> UpstreamError | None:
+    """Why an initialize reply cannot be accepted, if it cannot."""
+    result, error = reply.get("result"), reply.get("error")
+    if isinstance(error, dict) and _unreached(error):  # the transport says why
+        return UpstreamError(name, str(error.get("message")), "unreachable")
+    if isinstance(error, dict):  # the server's own error answer
+        return UpstreamError(name, f"initialize failed: {error.get('message', '')}",
+                             "initialize")
+    version = result.get("protocolVersion") if isinstance(result, dict) else None
+    if not isinstance(result, dict) or version not in mcp.LEGACY_VERSIONS:
+        return UpstreamError(name, f"upstream '{name}' answered initialize with protocol "
+                             f"version {shown(version)}, which the gateway does not speak",
+                             "initialize")
+    return None
+
+
+def _unreached(error: dict[str, Any]) -> bool:
+    """Whether a handshake error is the transport's own (nothing reached the server)."""
+    data = error.get("data")
+    return isinstance(data, dict) and data.get("reason") == "connection"
+
+
+__all__ = ["CONNECTING", "IGNORE", "FutureSink", "Handshake", "Speaker", "Starts"]

@@ -61,7 +61,7 @@ class TaskEngine:
         # Replicas sharing the store (a bus); a single process has none.
         self.replicas = None if bus is None else Replicas(
             bus, store, replica, url, self._runs, self._watchers,
-            stop=lambda run, why: self._stop(run, Status.CANCELLED, why),
+            cancel=self.cancel,
             answer=self.answer, end=self.end_elsewhere)
         self.poll = PollAdvisor()
         self._background = Background()

@@ -33,14 +33,14 @@ End = Callable[[Task, Status, str], Awaitable[Task]]
 class Replicas:
     def __init__(self, bus: ReplicaBus, store: TaskStore, replica: str, url: str,
                  runs: dict[str, TaskRun], watchers: Watchers, *,
-                 stop: Callable[[TaskRun, str], Awaitable[Task]],
+                 cancel: Callable[[Task, str], Awaitable[Task]],
                  answer: Callable[[Task, dict[str, Any]], Awaitable[None]],
                  end: End) -> None:
         self.bus = bus
         self.store = store
         # The engine's: requests from other replicas about tasks whose calls run here, and
         # the ends of tasks whose replica is gone (only the engine ends tasks).
-        self.stop = stop
+        self.cancel = cancel
         self.answer = answer
         self.end = end
         self.replica = replica
@@ -162,7 +162,7 @@ class Replicas:
         if run is None or run.ending:
             return
         if msg.get("op") == "cancel":
-            await self.stop(run, str(msg.get("why") or "cancelled by the client"))
+            await self.cancel(run.task, str(msg.get("why") or "cancelled by the client"))
         elif msg.get("op") == "answer" and isinstance(msg.get("responses"), dict):
             await self.answer(run.task, msg["responses"])
 

@@ -50,8 +50,9 @@ class TaskEngine:
     def __init__(self, store: TaskStore, counters: Counter[str] | None = None,
                  admission: Admission | None = None, replica: str = "",
                  metrics: Metrics | None = None, bus: ReplicaBus | None = None,
-                 url: str = "") -> None:
+                 url: str = "", clock: Callable[[], float] = time.time) -> None:
         self._store = store
+        self._clock = clock  # when tasks are created and expire: the engine's alone
         self.replica = replica  # this process, among replicas sharing the store
         self._report = Report(metrics, counters)
         self._admission = admission or Admission(UNLIMITED, UNLIMITED, self._report.counters)
@@ -81,7 +82,7 @@ class TaskEngine:
         task = Task(new_id(), intent.owner, intent.tool, intent.dialect,
                     policy.ttl(intent.ttl), self.poll.suggest(intent.tool,
                                                               policy.poll_interval_ms),
-                    upstream=intent.upstream, replica=self.replica, created_at=time.time())
+                    upstream=intent.upstream, replica=self.replica, created_at=self._clock())
         await self._store.create(task)
         try:
             handover = await attach(task)
@@ -95,18 +96,15 @@ class TaskEngine:
         return task
 
     def _start(self, task: Task, handover: Handover, timeout_ms: int | None) -> None:
-        run = TaskRun(task, handover.call, self._behind.changed, self._responded, self._asked)
-        run.fail_on_is_error, run.done = handover.fail_on_is_error, handover.done
-        run.relay = handover.relay
-        handover.call.sink = run
-        self._runs[task.id] = run
+        run = self._runs[task.id] = TaskRun(task, handover, self._behind.changed,
+                                            self._responded, self._asked)
         loop = asyncio.get_running_loop()
         if timeout_ms is not None:
             run.timers.append(loop.call_later(timeout_ms / 1000, lambda: self._spawn(self._stop(
                 run, Status.FAILED, f"timed out after {timeout_ms} ms",
                 f"Task timed out after {timeout_ms} ms"))))
         if task.expires_at is not None:  # a coroutine made only when the timer fires
-            run.timers.append(loop.call_later(max(0.0, task.expires_at - time.time()),
+            run.timers.append(loop.call_later(max(0.0, task.expires_at - self._clock()),
                                               lambda: self._spawn(self._expire(run))))
         self._report.created(task)
         for msg in handover.pending:
@@ -114,10 +112,15 @@ class TaskEngine:
 
     # -- finding ------------------------------------------------------------------------------
     async def find(self, task_id: Any, owner: str) -> Task:
-        """The owner's task; TaskExpired, or TaskNotFound for unknown and foreign ids."""
+        """The owner's task; TaskExpired (its ttl passed: the engine's call, whatever the
+        store still holds), or TaskNotFound for unknown and foreign ids."""
         if isinstance(task_id, str):
             run = self._runs.get(task_id)
             task = run.task if run is not None else await self._store.get(task_id)
+            if task is not None and run is None and task.due(now := self._clock()):
+                if task.owner == owner and task.remembered(now):
+                    raise TaskExpired(task_id)
+                task = None
             if task is not None and task.owner == owner:
                 if run is not None or self.replicas is None:
                     return task
@@ -129,8 +132,10 @@ class TaskEngine:
 
     async def owned(self, owner: str, dialect: str) -> list[Task]:
         """The owner's tasks of one dialect, oldest first (running ones as they are now)."""
+        now = self._clock()
         return [self._runs[t.id].task if t.id in self._runs else t
-                for t in await self._store.owned_by(owner) if t.dialect == dialect]
+                for t in await self._store.owned_by(owner)
+                if t.dialect == dialect and (t.id in self._runs or not t.due(now))]
 
     def running(self) -> list[Task]:
         """Copies of the tasks whose calls run here (ends being written left out)."""
@@ -281,10 +286,6 @@ class TaskEngine:
 
     def stored_bytes(self) -> int:
         return self._store.stored_bytes()
-
-    def store_requests(self) -> int:
-        """Requests made to a store server so far."""
-        return self._store.requests
 
     async def replica_address(self, replica: str) -> str | None:
         """Where another replica is reached (None: gone, did not say, or no replicas)."""

@@ -23,6 +23,8 @@ import orjson
 
 from gateway.protocol import jsonrpc
 
+EXPIRED_MEMORY_S = 600.0  # how long an expired id still answers "expired", then "unknown"
+
 
 class Status(StrEnum):
     WORKING = "working"
@@ -121,6 +123,17 @@ class Task:
     @property
     def expires_at(self) -> float | None:
         return None if self.ttl_ms is None else self.created_at + self.ttl_ms / 1000
+
+    def due(self, now: float) -> bool:
+        """Whether its ttl has passed at `now` (spec: a task MAY be deleted after its ttl,
+        whatever its status)."""
+        end = self.expires_at
+        return end is not None and end <= now
+
+    def remembered(self, now: float) -> bool:
+        """Past its ttl, whether its id still answers "expired" (EXPIRED_MEMORY_S)."""
+        end = self.expires_at
+        return end is not None and now < end + EXPIRED_MEMORY_S
 
     def ended(self, status: Status, message: str | None = None,
               error: dict[str, Any] | None = None) -> Task:

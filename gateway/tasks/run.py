@@ -87,16 +87,17 @@ class TaskRun:
 
     takes_mrtr = False  # a modern-only server's input_required becomes the task's inputs
 
-    def __init__(self, task: Task, call: UpstreamCall, changed: Callable[[TaskRun], None],
+    def __init__(self, task: Task, handover: Handover, changed: Callable[[TaskRun], None],
                  ended: Callable[[TaskRun, Message], None], index: dict[Any, TaskRun]) -> None:
         self.task = task  # the working copy: the freshest state, told to watchers
-        self.call: UpstreamCall | None = call  # None once ended (see TaskEngine._end)
+        self.call: UpstreamCall | None = handover.call  # None once ended (TaskEngine._end)
+        handover.call.sink = self  # the call's messages and response come here from now on
         self.index = index  # the engine's: id of an input request -> its run
         self.changed = changed
         self.respond = ended
-        self.fail_on_is_error = False  # core dialect: isError fails the task
-        self.done: Callable[[], None] | None = None  # releases the call's process
-        self.relay: Relay | None = None  # core dialect: inputs and progress to the client
+        self.fail_on_is_error = handover.fail_on_is_error
+        self.done = handover.done  # releases the call's process and slot
+        self.relay = handover.relay
         self.asked: dict[str, Any] = {}  # input key -> the id the server asked under
         self.keys = 0
         self.used: set[str] = set()  # every key this task ever showed: never reused

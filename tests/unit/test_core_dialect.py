@@ -24,7 +24,7 @@ async def engine_with(n: int, clock: Clock) -> TaskEngine:
     other.dialect = core.NAME
     await store.save(other)
     await add(store, "me", None)  # another dialect: never listed
-    return TaskEngine(store)
+    return TaskEngine(store, clock=clock)
 
 
 async def test_pages_survive_tasks_expiring_between_them() -> None:

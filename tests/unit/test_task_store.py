@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from gateway.settings import Tasks
+from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
 from gateway.tasks.model import TRANSITIONS, InvalidTransition, Status, Task, iso, new_id
 from gateway.tasks.policy import Policies, PollAdvisor
 from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
@@ -107,7 +108,8 @@ async def test_store_bounds_refuse_and_never_evict_live_tasks(make_store) -> Non
     clock.now += 11
     for owner in "cde":
         await add(store, owner)  # expired ones made room for three
-    assert await store.get(a1.id) is None
+    with pytest.raises(TaskExpired):  # the engine says so, whatever the store still holds
+        await TaskEngine(store, clock=clock).find(a1.id, "a")
 
 
 async def test_a_running_task_is_never_dropped_by_the_store(make_store) -> None:
@@ -117,8 +119,8 @@ async def test_a_running_task_is_never_dropped_by_the_store(make_store) -> None:
     clock.now += 2
     await store.sweep()
     assert await store.knows(running.id)  # the engine ends it, not the store
-    assert await store.get(running.id) is None  # yet nobody reads it past its ttl
-    assert await store.expired_owner(running.id) == "a"
+    with pytest.raises(TaskExpired):  # yet nobody reads it past its ttl
+        await TaskEngine(store, clock=clock).find(running.id, "a")
 
 
 async def test_ids_are_unguessable_and_foreign_ids_look_unknown(make_store) -> None:
@@ -132,11 +134,16 @@ async def test_expired_tasks_say_so_for_a_while_then_are_unknown(make_store) -> 
     clock = Clock()
     store = make_store(clock)
     t = await add(store, "a", 1000)
+    engine = TaskEngine(store, clock=clock)
     clock.now += 2
     await store.sweep()
-    assert await store.get(t.id) is None and await store.expired_owner(t.id) == "a"
+    with pytest.raises(TaskExpired):
+        await engine.find(t.id, "a")
+    with pytest.raises(TaskNotFound):  # and to anyone else, unknown
+        await engine.find(t.id, "b")
     clock.now += 3600
-    assert await store.expired_owner(t.id) is None
+    with pytest.raises(TaskNotFound):
+        await engine.find(t.id, "a")
 
 
 async def test_terminal_stays_terminal_whoever_writes_last(make_store) -> None:

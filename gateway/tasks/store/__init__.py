@@ -6,9 +6,10 @@ the engine's working objects, so the memory store and a shared one behave alike.
 the bounds of `limits.*` (live tasks in all and per owner, bytes of one result and of all)
 and refuses rather than evicting a task that has not expired. Status changes are
 compare-and-set against the transition table (model.py): a terminal record stays terminal,
-whoever writes last. A store forgets a finished task at its ttl by itself; a running task
-is never dropped by a store: expiring it is the engine's (it must cancel the call and tell
-the watchers first).
+whoever writes last. Whether a task has expired is the engine's judgement (`Task.due`, by
+its clock): a store hands out what it holds, forgets finished tasks past their ttl when the
+engine sweeps (or, on Redis, when the server drops the key EXPIRED_MEMORY_S later), and
+never drops a running task (the engine ends it: cancels the call, tells the watchers).
 
 Replicas sharing a store each hold a lease on the bus (`beat`); a task records the replica
 that runs it, and the running tasks of a replica whose lease has gone are `stranded`: the
@@ -52,14 +53,15 @@ class TaskStore(Protocol):
         reached."""
 
     async def get(self, task_id: str) -> Task | None:
-        """A copy of the record, or None (unknown, or expired)."""
+        """A copy of the record as held (past its ttl too, until forgotten), or None."""
 
     async def expired_owner(self, task_id: str) -> str | None:
-        """The owner of a task that expired lately (it then answers "expired", not "not
-        found"), else None."""
+        """The owner of a task forgotten lately as expired (`delete(expired=True)`, or a
+        sweep), else None: it then answers "expired", not "not found"."""
 
     async def owned_by(self, owner: str) -> list[Task]:
-        """Copies of the owner's records, oldest first."""
+        """Copies of the owner's records, oldest first (past their ttl too, until
+        forgotten)."""
 
     async def save(self, task: Task, *, keep: bool = True) -> bool:
         """Replace the record if the stored status may move to `task.status` (the same

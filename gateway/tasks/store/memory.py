@@ -25,10 +25,9 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from gateway.tasks.model import TRANSITIONS, Task
+from gateway.tasks.model import EXPIRED_MEMORY_S, TRANSITIONS, Task
 from gateway.tasks.store import ResultTooLarge, StoreFull
 
-EXPIRED_MEMORY_S = 600.0  # how long an expired id still answers "expired"
 _NO_INPUTS: dict[str, Any] = {}  # shared by kept records; never handed out (get returns copies)
 
 
@@ -86,16 +85,13 @@ class MemoryStore:
 
     async def get(self, task_id: str) -> Task | None:
         task = self._tasks.get(task_id)
-        return None if task is None or self._due(task) else task.copy()
+        return None if task is None else task.copy()
 
     async def expired_owner(self, task_id: str) -> str | None:
-        task = self._tasks.get(task_id)
-        if task is not None and self._due(task):
-            return task.owner
         return self._expired.get(task_id)
 
     async def owned_by(self, owner: str) -> list[Task]:
-        return [t.copy() for t in self._tasks.values() if t.owner == owner and not self._due(t)]
+        return [t.copy() for t in self._tasks.values() if t.owner == owner]
 
     async def save(self, task: Task, *, keep: bool = True) -> bool:
         held = self._tasks.get(task.id)

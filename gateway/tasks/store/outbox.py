@@ -22,8 +22,6 @@ save the store cannot apply to a record it lacks becomes a restore).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gateway.errors import StoreUnavailable
@@ -46,12 +44,10 @@ Entry = Task | _Forget
 class Outbox:
     """A `TaskStore` in front of a shared one, keeping what that one does not take."""
 
-    def __init__(self, store: TaskStore, max_entries: int, max_bytes: int,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: TaskStore, max_entries: int, max_bytes: int) -> None:
         self.store = store
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self.clock = clock
         self._pending: dict[str, Entry] = {}  # in the order of each task's first change
         self._bytes = 0
 
@@ -148,14 +144,12 @@ class Outbox:
         held = self._pending.get(task_id)
         if held is None:
             return await self.store.get(task_id)
-        if isinstance(held, _Forget) or self._due(held):
-            return None
-        return held.copy()
+        return None if isinstance(held, _Forget) else held.copy()
 
     async def owned_by(self, owner: str) -> list[Task]:
         tasks = {t.id: t for t in await self.store.owned_by(owner)}
         for task_id, held in self._pending.items():
-            if isinstance(held, _Forget) or self._due(held):
+            if isinstance(held, _Forget):
                 tasks.pop(task_id, None)
             elif held.owner == owner:
                 tasks[task_id] = held.copy()
@@ -166,9 +160,6 @@ class Outbox:
 
     async def knows(self, task_id: str) -> bool:
         return task_id in self._pending or await self.store.knows(task_id)
-
-    def _due(self, task: Task) -> bool:
-        return task.expires_at is not None and task.expires_at <= self.clock()
 
     # -- the rest is the store's ------------------------------------------------------------
     async def restore(self, tasks: list[Task]) -> int:

@@ -36,9 +36,8 @@ from typing import Any
 import orjson
 from cachetools import LRUCache
 
-from gateway.tasks.model import TERMINAL, TRANSITIONS, Status, Task
+from gateway.tasks.model import EXPIRED_MEMORY_S, TERMINAL, TRANSITIONS, Status, Task
 from gateway.tasks.store import EVENTS, ResultTooLarge, StoreFull
-from gateway.tasks.store.memory import EXPIRED_MEMORY_S
 from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded, text
 
 # Tasks whose ttl passed leave the bounds (their hashes linger as "expired" a while).
@@ -252,7 +251,7 @@ class RedisStore:
                 self._finished[task_id] = task.copy()
         else:
             task = task.copy()
-        return None if self._due(task) else task
+        return task
 
     @guarded
     async def _read(self, task_id: str) -> Task | None:
@@ -261,24 +260,18 @@ class RedisStore:
 
     @guarded
     async def expired_owner(self, task_id: str) -> str | None:
-        rec = await self.redis.hget(self.key("t", task_id), "rec")
-        if rec is not None:
-            task = _decode(rec, None)
-            end = task.expires_at
-            remembered = end is not None and end <= self.clock() < end + EXPIRED_MEMORY_S
-            return task.owner if remembered else None
         owner = await self.redis.get(self.key("gone", task_id))
         return None if owner is None else text(owner)
 
     @guarded
     async def owned_by(self, owner: str) -> list[Task]:
-        ids = await self.redis.zrangebyscore(self.key("o", owner), _ms(self.clock()), "+inf")
+        ids = await self.redis.zrange(self.key("o", owner), 0, -1)
         async with self.redis.pipeline(transaction=False) as pipe:
             for task_id in ids:
                 pipe.hmget(self.key("t", text(task_id)), "rec", "res")
             held = await pipe.execute()
         tasks = [_decode(rec, res) for rec, res in held if rec is not None]
-        return sorted((t for t in tasks if not self._due(t)), key=lambda t: t.created_at)
+        return sorted(tasks, key=lambda t: t.created_at)
 
     @guarded
     async def save(self, task: Task, *, keep: bool = True) -> bool:

@@ -170,7 +170,7 @@ class Connection:
         return self.wire.reply(asked_id, msg) or self.correlator.reply(asked_id, msg)
 
     def attach(self, owner: Owner) -> None:
-        self.correlator.attach(owner)
+        self.correlator.audience.attach(owner)
 
     def detach(self, owner: Owner) -> None:
         """Forget `owner`, cancelling whatever it still has in flight here."""
@@ -178,19 +178,19 @@ class Connection:
             self.cancel(call, "client session ended")
 
     def watch(self, owner: Owner) -> None:
-        self.correlator.watch(owner)
+        self.correlator.audience.watch(owner)
 
     def unwatch(self, owner: Owner) -> None:
-        self.correlator.unwatch(owner)
+        self.correlator.audience.unwatch(owner)
 
     def hold(self, uri: str) -> bool:
         """One more holder of a resource subscription; True when a subscribe must reach
         the upstream (the first holder, unless the wire tells the server itself)."""
-        return self.correlator.hold(uri) and not self.wire.subscriptions_changed()
+        return self.correlator.audience.hold(uri) and not self.wire.subscriptions_changed()
 
     def release(self, uri: str) -> bool:
         """One holder fewer; True when an unsubscribe must reach the upstream."""
-        return self.correlator.release(uri) and not self.wire.subscriptions_changed()
+        return self.correlator.audience.release(uri) and not self.wire.subscriptions_changed()
 
     def send_own(self, method: str, params: dict[str, Any]) -> None:
         """A request of the gateway's own whose answer nobody waits for (subscriptions)."""

@@ -121,8 +121,52 @@ class Call:
         self.conn.reply(asked_id, msg)
 
 
+class Audience:
+    """Who hears what the server says to no call in particular: the owners attached (legacy
+    sessions: server requests and broadcasts reach them), the watchers (listen streams:
+    broadcasts only), and the resource subscriptions held for them all (the upstream keeps
+    one subscription per URI, whoever holds it)."""
+
+    def __init__(self) -> None:
+        self.owners: dict[str, Owner] = {}
+        self.watchers: dict[str, Owner] = {}
+        self.subscriptions: Counter[str] = Counter()  # resource URI -> holders
+
+    def attach(self, owner: Owner) -> None:
+        self.owners[owner.key] = owner
+
+    def watch(self, owner: Owner) -> None:
+        self.watchers[owner.key] = owner
+
+    def unwatch(self, owner: Owner) -> None:
+        self.watchers.pop(owner.key, None)
+
+    def only_owner(self) -> Owner | None:
+        """The owner a message for no call can belong to: the one attached, if only one."""
+        return next(iter(self.owners.values())) if len(self.owners) == 1 else None
+
+    def hold(self, uri: str) -> bool:
+        """One more holder of a resource subscription; True for the first."""
+        self.subscriptions[uri] += 1
+        return self.subscriptions[uri] == 1
+
+    def release(self, uri: str) -> bool:
+        """One holder fewer; True when it was the last."""
+        if self.subscriptions[uri] > 1:
+            self.subscriptions[uri] -= 1
+            return False
+        self.subscriptions.pop(uri, None)
+        return True
+
+    def broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> None:
+        for owner in [*self.owners.values(), *self.watchers.values()]:
+            if want(owner):
+                owner.deliver(msg)
+
+
 class Correlator:
-    """Calls in flight, server requests asked of owners, owners and watchers of one link."""
+    """Calls in flight on one link, and the server's requests and notifications routed to
+    the call or owner they belong to (never guessed), or to its audience."""
 
     def __init__(self, host: Host, send: Send, asked_ids: Iterator[int],
                  counters: Counter[str]) -> None:
@@ -130,9 +174,7 @@ class Correlator:
         self.send = send  # raises UpstreamError when the link is down
         self.asked_ids = asked_ids  # shared by every link of one upstream (see new_asked_id)
         self.counters = counters
-        self.owners: dict[str, Owner] = {}  # sessions: requests and broadcasts reach them
-        self.watchers: dict[str, Owner] = {}  # listen streams: broadcasts only
-        self.subscriptions: Counter[str] = Counter()  # resource URI -> holders
+        self.audience = Audience()
         self._ids = itertools.count(1)
         self.in_flight: dict[int, Call] = {}
         self._asked: dict[str, tuple[Any, Owner]] = {}  # our id -> (upstream's id, owner)
@@ -203,12 +245,9 @@ class Correlator:
         self.quietly(msg)
         return True
 
-    def attach(self, owner: Owner) -> None:
-        self.owners[owner.key] = owner
-
     def detach(self, owner: Owner) -> list[Call]:
         """Forget `owner`; its calls still in flight are returned (to be cancelled)."""
-        self.owners.pop(owner.key, None)
+        self.audience.owners.pop(owner.key, None)
         for asked_id in [k for k, (_, o) in self._asked.items() if o is owner]:
             self.refuse(self._asked.pop(asked_id)[0], "client session ended")
         return [c for c in self.in_flight.values() if c.owner is owner]
@@ -216,26 +255,6 @@ class Correlator:
     def clients_calls(self) -> list[Call]:
         """The calls in flight that belong to a client (not the gateway's own)."""
         return [c for c in self.in_flight.values() if c.owner is not None]
-
-    def watch(self, owner: Owner) -> None:
-        self.watchers[owner.key] = owner
-
-    def unwatch(self, owner: Owner) -> None:
-        self.watchers.pop(owner.key, None)
-
-    def hold(self, uri: str) -> bool:
-        """One more holder of a resource subscription; True for the first (the upstream
-        keeps one subscription per URI for all)."""
-        self.subscriptions[uri] += 1
-        return self.subscriptions[uri] == 1
-
-    def release(self, uri: str) -> bool:
-        """One holder fewer; True when it was the last."""
-        if self.subscriptions[uri] > 1:
-            self.subscriptions[uri] -= 1
-            return False
-        self.subscriptions.pop(uri, None)
-        return True
 
     def fail_all(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
         """Answer every call in flight with `error` (the link died or is going away), but
@@ -264,10 +283,11 @@ class Correlator:
         for (the call on whose stream it came, if any)."""
         method, params = msg["method"], msg.get("params")
         if method.endswith("/list_changed"):
-            self._broadcast(msg, lambda _owner: True)
+            self.audience.broadcast(msg, lambda _owner: True)
         elif method == mcp.RESOURCE_UPDATED and isinstance(params, dict):
             uri = params.get("uri")
-            self._broadcast(msg, lambda owner: isinstance(uri, str) and owner.is_subscribed(uri))
+            self.audience.broadcast(
+                msg, lambda owner: isinstance(uri, str) and owner.is_subscribed(uri))
         elif method == mcp.CANCELLED and isinstance(params, dict):
             self._forward_cancel(msg, params)
         else:  # logging and anything else: to the one owner it can belong to
@@ -275,7 +295,7 @@ class Correlator:
             if target is not None:
                 _deliver(target, msg)
             elif not self.in_flight:
-                self._broadcast(msg, lambda _owner: True)
+                self.audience.broadcast(msg, lambda _owner: True)
             else:
                 self.counters["upstream.unroutable_notifications"] += 1
 
@@ -303,7 +323,7 @@ class Correlator:
 
     def _unroutable(self, msg: Message) -> None:
         method = msg["method"]
-        if not self.owners and not self.in_flight:
+        if not self.audience.owners and not self.in_flight:
             if method == mcp.ROOTS_LIST:  # asked at start: no client, no root (not a fault)
                 self.quietly(jsonrpc.result(msg["id"], {"roots": []}))
                 return
@@ -355,14 +375,7 @@ class Correlator:
             if any(c.owner.key != key for c in candidates):  # type: ignore[union-attr]
                 return None
             return candidates[0]  # dicts keep insertion order: the owner's oldest call
-        if len(self.owners) == 1:
-            return next(iter(self.owners.values()))
-        return None
-
-    def _broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> None:
-        for owner in [*self.owners.values(), *self.watchers.values()]:
-            if want(owner):
-                owner.deliver(msg)
+        return self.audience.only_owner()
 
     def refuse(self, upstream_id: Any, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> None:
         self.quietly(jsonrpc.error(upstream_id, code, why))

@@ -113,7 +113,7 @@ class Handshake:
         self.conn.transport.write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)), None,
                                   {mcp.H_PROTOCOL: str(version)})
         self._become_ready(result)
-        for uri in self.conn.correlator.subscriptions:  # a restarted server knew none
+        for uri in self.conn.correlator.audience.subscriptions:  # a restarted server knew none
             self.conn.send_own(mcp.SUBSCRIBE, {"uri": uri})
         return str(version)
 

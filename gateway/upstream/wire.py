@@ -196,7 +196,7 @@ class ModernWire:
             return
         params = {"notifications": {
             "toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True,
-            "resourceSubscriptions": sorted(self.conn.correlator.subscriptions)}}
+            "resourceSubscriptions": sorted(self.conn.correlator.audience.subscriptions)}}
         self.listening = self.conn.request(jsonrpc.request(0, mcp.LISTEN, params), None,
                                            _Listening(self))
 

@@ -475,3 +475,20 @@ async def test_every_mcp_path_has_its_metadata_and_challenge(aiohttp_server, idp
         ok = await call(http, base + path, "echo", {"text": path},
                         headers=bearer(await idp.token(http, resource="http://gw.test")))
         assert ok.body["result"]["content"][0]["text"] == path
+
+
+async def test_passing_the_token_on_takes_saying_so_and_is_warned_of(gateway, http) -> None:
+    """Token passthrough only where `forward_headers` names Authorization, with a warning
+    at start (the spec forbids it; some deployments front an upstream that checks the same
+    tokens)."""
+    async with basic_http() as base:
+        with structlog.testing.capture_logs() as events:
+            url = await gateway(url=base + "/mcp", upstream={"forward_headers": ["Authorization"]},
+                                auth={"bearer_tokens": ["passed-on-token"]})
+        assert [e["upstream"] for e in events
+                if e["event"] == "upstream.forwards_authorization"] == ["main"]
+        reply = await call(http, url, "echo", {"text": "x"}, headers=bearer("passed-on-token"))
+        assert reply.status == 200
+        async with http.get(base + "/seen") as resp:
+            seen = {k.lower(): v for k, v in (await resp.json()).items()}
+    assert seen["authorization"] == "Bearer passed-on-token"

@@ -13,7 +13,7 @@ from gateway.auth.exchange import TokenExchanger
 from gateway.auth.fetch import Fetcher
 from gateway.auth.principal import ANONYMOUS, Principal
 from gateway.auth.resource import ProtectedResource
-from gateway.errors import InsufficientScope, Unauthorized
+from gateway.errors import Unauthorized
 from gateway.observability import owner_hash
 from gateway.settings import Auth, TokenExchange
 
@@ -37,8 +37,9 @@ class Authenticator:
         self.required = frozenset(oauth.scopes) if oauth else frozenset()
 
     async def authenticate(self, header: str | None) -> Principal:
-        """Unauthorized (401), InsufficientScope (403) or AuthUnavailable (503) unless the
-        header carries a credential this gateway accepts."""
+        """Unauthorized (401) or AuthUnavailable (503) unless the header carries a
+        credential this gateway accepts. The scopes every request needs (`required`) are the
+        guard's to check, once it has recorded who called."""
         if not self.enabled:
             return ANONYMOUS
         if not header:
@@ -55,10 +56,7 @@ class Authenticator:
             return Principal(owner_hash(f"Bearer {token}"))
         if self.tokens is None:
             raise Unauthorized("Unauthorized: a valid bearer token is required", "wrong")
-        principal = await self.tokens.principal(token)
-        if lacking := principal.lacks(self.required):
-            raise InsufficientScope("this resource", lacking)
-        return principal
+        return await self.tokens.principal(token)
 
     def exchanger(self, conf: TokenExchange | None) -> TokenExchanger | None:
         """An upstream's token exchange, sharing this authenticator's HTTP client."""

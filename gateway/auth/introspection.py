@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote_plus
 
 from gateway.auth.fetch import Fetcher
-from gateway.auth.principal import Principal, scopes_of
+from gateway.auth.principal import Principal
 from gateway.errors import Unauthorized
 from gateway.settings import Introspection, OAuth
 
@@ -44,14 +44,11 @@ class Introspector:
         exp = answer.get("exp")
         if isinstance(exp, int | float) and exp + self.leeway_s < time.time():
             raise Unauthorized("Unauthorized: the token has expired", "expired")
-        subject = answer.get("sub") or answer.get("client_id")
-        if not isinstance(subject, str) or not subject:
-            raise Unauthorized("Unauthorized: the token names no subject", "claims")
         # Remembered until the token expires, and no longer than a minute: a revoked token
         # is refused soon after.
         until = time.time() + CACHE_S
-        return Principal.of_subject(issuer, subject, scopes_of(answer),
-                                    min(until, exp) if isinstance(exp, int | float) else until)
+        return Principal.of_claims(issuer, answer,
+                                   min(until, exp) if isinstance(exp, int | float) else until)
 
 
 def client_auth(client_id: str, secret: str) -> str:

@@ -11,6 +11,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.errors import Unauthorized
+
 
 def digest(*parts: str) -> str:
     """A stable 128-bit digest of `parts`, unambiguous (NUL never occurs in them)."""
@@ -37,9 +39,14 @@ class Principal:
         return needed - self.scopes
 
     @classmethod
-    def of_subject(cls, issuer: str, subject: str, scopes: frozenset[str],
-                   expires_at: float | None) -> Principal:
-        return cls(digest("oauth", issuer, subject), scopes, issuer,
+    def of_claims(cls, issuer: str, claims: dict[str, Any], expires_at: float | None
+                  ) -> Principal:
+        """The principal a checked token's claims (a JWT's, or an introspection answer)
+        name: its subject, or for a client-credentials token without one, its client."""
+        subject = claims.get("sub") or claims.get("client_id")
+        if not isinstance(subject, str) or not subject:
+            raise Unauthorized("Unauthorized: the token names no subject", "claims")
+        return cls(digest("oauth", issuer, subject), scopes_of(claims), issuer,
                    digest("subject", issuer, subject)[:12], expires_at)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import replace
-from typing import Any
 
 import jwt
 from cachetools import TLRUCache
@@ -25,7 +24,7 @@ from cachetools import TLRUCache
 from gateway.auth.fetch import Fetcher
 from gateway.auth.introspection import Introspector
 from gateway.auth.keys import IssuerKeys
-from gateway.auth.principal import Principal, scopes_of
+from gateway.auth.principal import Principal
 from gateway.errors import Unauthorized, shown
 from gateway.settings import OAuth
 
@@ -73,13 +72,14 @@ class AccessTokens:
         return found
 
     async def _jwt(self, token: str) -> Principal:
-        try:
-            header = jwt.get_unverified_header(token)
-            unverified = jwt.decode(token, options={"verify_signature": False})
+        try:  # parsed once unchecked, for what picks the key; then checked with it
+            unverified = jwt.decode_complete(token, options={"verify_signature": False})
         except jwt.InvalidTokenError:
             raise Unauthorized("Unauthorized: the token is not a well-formed JWT",
                                "malformed") from None
-        alg, kid, issuer = header.get("alg"), header.get("kid"), unverified.get("iss")
+        header, payload = unverified["header"], unverified["payload"]
+        alg, kid = header.get("alg"), header.get("kid")
+        issuer = payload.get("iss") if isinstance(payload, dict) else None
         if alg not in self.algorithms:
             raise Unauthorized(f"Unauthorized: the token's algorithm {shown(alg)} is "
                                "not accepted", "algorithm")
@@ -92,17 +92,9 @@ class AccessTokens:
                                 options={"require": ["exp", "iss", "aud"]})
         except jwt.InvalidTokenError as exc:
             raise _refusal(exc) from None
-        return _principal(issuer, claims)
-
-
-def _principal(issuer: str, claims: dict[str, Any]) -> Principal:
-    # A client-credentials token may name no subject: its client is the principal then.
-    subject = claims.get("sub") or claims.get("client_id")
-    if not isinstance(subject, str) or not subject:
-        raise Unauthorized("Unauthorized: the token names no subject", "claims")
-    exp = claims.get("exp")
-    return Principal.of_subject(issuer, subject, scopes_of(claims),
-                                float(exp) if isinstance(exp, int | float) else None)
+        exp = claims.get("exp")
+        return Principal.of_claims(issuer, claims,
+                                   float(exp) if isinstance(exp, int | float) else None)
 
 
 def _refusal(exc: Exception) -> Unauthorized:

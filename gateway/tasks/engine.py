@@ -62,8 +62,8 @@ class TaskEngine:
         # Replicas sharing the store (a bus); a single process has none.
         self.replicas = None if bus is None else Replicas(
             bus, store, replica, url, self._runs, self._watchers,
-            cancel=self.cancel,
-            answer=self.answer, end=self.end_elsewhere)
+            cancel=self.cancel, answer=self.answer,
+            strand=lambda task: self.end_elsewhere(task, Status.FAILED, STRANDED, keep=False))
         self.poll = PollAdvisor()
         self._background = Background()
         self._spawn = self._background.spawn
@@ -188,14 +188,13 @@ class TaskEngine:
             await self.replicas.forward(task, {"op": "cancel", "why": why})
         return ended
 
-    async def end_elsewhere(self, task: Task, status: Status, message: str) -> Task:
+    async def end_elsewhere(self, task: Task, status: Status, why: str, keep: bool = True) -> Task:
         """End `task`, whose call does not run here: cancelled by its client (kept through
-        a store outage, like any change), or failed for a replica gone (a judgement from a
-        read, which a stale primary may have served: written now, or not at all). The task
-        as it ended, or as whoever ended it first left it."""
-        final = task.ended(status, message,
-                           failure(message) if status is Status.FAILED else None)
-        if not await self._store.save(final, keep=message != STRANDED):
+        a store outage, like any change), or failed for a replica gone (`keep=False`: judged
+        from a read a stale primary may have served, so written now or not at all). The
+        task as it ended, or as whoever ended it first left it."""
+        final = task.ended(status, why, failure(why) if status is Status.FAILED else None)
+        if not await self._store.save(final, keep=keep):
             return await self._store.get(task.id) or task
         self._report.ended(final, None, replica=task.replica)
         self._watchers.tell(final)

@@ -27,7 +27,7 @@ from gateway.tasks.watchers import Watchers
 STRANDED = "the gateway replica running this task stopped"
 
 
-End = Callable[[Task, Status, str], Awaitable[Task]]
+Strand = Callable[[Task], Awaitable[Task]]  # the engine ends a task whose replica is gone
 
 
 class Replicas:
@@ -35,14 +35,14 @@ class Replicas:
                  runs: dict[str, TaskRun], watchers: Watchers, *,
                  cancel: Callable[[Task, str], Awaitable[Task]],
                  answer: Callable[[Task, dict[str, Any]], Awaitable[None]],
-                 end: End) -> None:
+                 strand: Strand) -> None:
         self.bus = bus
         self.store = store
         # The engine's: requests from other replicas about tasks whose calls run here, and
         # the ends of tasks whose replica is gone (only the engine ends tasks).
         self.cancel = cancel
         self.answer = answer
-        self.end = end
+        self.strand = strand
         self.replica = replica
         self.runs = runs  # the engine's: tasks running here
         self.url = url  # where the other replicas reach this one (replica.url)
@@ -71,7 +71,7 @@ class Replicas:
         if task.terminal or task.replica in ("", self.replica) or not self._judging() or \
                 await self.bus.alive(task.replica):
             return task
-        return await self.end(task, Status.FAILED, STRANDED)
+        return await self.strand(task)
 
     # -- channels ---------------------------------------------------------------------------
     async def forward(self, task: Task, request: dict[str, Any]) -> None:
@@ -116,7 +116,7 @@ class Replicas:
         for task_id in ids:
             task = await self.store.get(task_id)
             if task is not None and not task.terminal and task_id not in self.runs:
-                failed += (await self.end(task, Status.FAILED, STRANDED)).status \
+                failed += (await self.strand(task)).status \
                     is Status.FAILED
         return failed
 

@@ -21,17 +21,8 @@ async def core_lookup(engine: TaskEngine, task_id: Any, owner: str,
                       lacking: Lacking = unscoped) -> Task:
     """The owner's core task; -32602 for unknown, expired, foreign or other-dialect ids,
     InsufficientScope (403) when the caller may not use its tool."""
-    try:
-        task = await engine.find(task_id, owner)
-    except TaskExpired:
-        raise errors.InvalidParams("Failed to retrieve task: Task has expired",
-                                   {"taskId": task_id}) from None
-    except TaskNotFound:
-        task = None
-    if task is None or task.dialect != core.NAME:  # a task renders only in its own dialect
-        raise errors.InvalidParams("Failed to retrieve task: Task not found",
-                                   {"taskId": task_id})
-    return check_scopes(task, lacking)
+    return await _lookup(engine, task_id, owner, core.NAME, lacking,
+                         "Failed to retrieve task: ")
 
 
 async def core_get(engine: TaskEngine, params: dict[str, Any], owner: str,
@@ -92,7 +83,7 @@ CORE = {"tasks/get": core_get, "tasks/list": core_list, "tasks/cancel": core_can
 async def extension_request(engine: TaskEngine, method: str, params: dict[str, Any],
                             owner: str, lacking: Lacking = unscoped) -> dict[str, Any]:
     """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
-    task = check_scopes(await _task(engine, task_id_of(params), owner), lacking)
+    task = await _lookup(engine, task_id_of(params), owner, extension.NAME, lacking)
     if method == "tasks/get":
         return {**extension.detailed(task), "resultType": "complete"}
     if method == "tasks/update":
@@ -105,13 +96,18 @@ async def extension_request(engine: TaskEngine, method: str, params: dict[str, A
     return {"resultType": "complete"}
 
 
-async def _task(engine: TaskEngine, task_id: Any, owner: str) -> Task:
+# -- both ---------------------------------------------------------------------------------
+async def _lookup(engine: TaskEngine, task_id: Any, owner: str, dialect: str,
+                  lacking: Lacking, wording: str = "") -> Task:
+    """The owner's task of `dialect` (a task renders only in the dialect it was created
+    in); -32602 for unknown, expired, foreign or other-dialect ids, each dialect in its own
+    `wording`; InsufficientScope (403) when the caller may not use its tool."""
     try:
-        task = await engine.find(task_id, owner)
+        task: Task | None = await engine.find(task_id, owner)
     except TaskExpired:
-        raise errors.InvalidParams("Task has expired", {"taskId": task_id}) from None
+        raise errors.InvalidParams(f"{wording}Task has expired", {"taskId": task_id}) from None
     except TaskNotFound:
-        raise errors.InvalidParams("Task not found", {"taskId": task_id}) from None
-    if task.dialect != extension.NAME:  # a task renders only in the dialect it was created in
-        raise errors.InvalidParams("Task not found", {"taskId": task_id})
-    return task
+        task = None
+    if task is None or task.dialect != dialect:
+        raise errors.InvalidParams(f"{wording}Task not found", {"taskId": task_id})
+    return check_scopes(task, lacking)

@@ -154,7 +154,7 @@ class MemoryStore:
         return task_id in self._tasks or task_id in self._expired
 
     def _due(self, task: Task) -> bool:
-        return task.expires_at is not None and task.expires_at <= self.clock()
+        return task.due(self.clock())
 
     # -- replicas: one process, whose tasks are all its own ----------------------------------
     async def close(self) -> None:

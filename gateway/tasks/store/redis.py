@@ -399,4 +399,4 @@ class RedisStore:
         await self.link.close()
 
     def _due(self, task: Task) -> bool:
-        return task.expires_at is not None and task.expires_at <= self.clock()
+        return task.due(self.clock())

@@ -90,6 +90,15 @@ def client(http: aiohttp.ClientSession) -> Callable[[str], McpHttp]:
     return lambda url: McpHttp(http, url)
 
 
+def loaded_by(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of `modules` a fresh interpreter has loaded once it ran `code`."""
+    probe = (f"import json, sys\n{code}\n"
+             f"print(json.dumps(sorted(m for m in {modules!r} if m in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    return list(json.loads(out.stdout.splitlines()[-1]))
+
+
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
 

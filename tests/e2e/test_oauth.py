@@ -265,12 +265,15 @@ async def test_every_bad_token_is_a_clear_401_and_counted(oauth, idp, http) -> N
         confused = await call(http, url, "echo", {"text": "x"},
                               headers=bearer(_hs256_with_public_key(idp)))
         assert confused.status == 401
+        basic = await call(http, url, "echo", {"text": "x"},
+                           headers={"Authorization": "Basic cm9ib3Q6cm9ib3Qtc2VjcmV0"})
+        assert basic.status == 401 and challenge(basic)["error"] == "invalid_token"
     audits = [e for e in events if e["event"] == "auth.failed"]
-    assert [e["reason"] for e in audits] == [*bad, "algorithm"]
+    assert [e["reason"] for e in audits] == [*bad, "algorithm", "malformed"]
     assert not any(token in json.dumps(e, default=str) for e in audits for token in bad.values())
     samples = await scrape(http, url, bearer(await idp.token(http)))
     for cause in bad:
-        expected = 2 if cause == "algorithm" else 1
+        expected = 2 if cause in ("algorithm", "malformed") else 1
         assert value(samples, "mcp_gateway_rejections_total", reason="auth",
                      cause=cause) == expected, cause
 

@@ -1,6 +1,7 @@
 """One upstream connection: a transport, the correlator of its calls, the wire it speaks,
 and its handshake (handshake.py). Each message from the transport is parsed once here and
-handed to the correlator, the wire or native-task following.
+handed to the correlator, the wire or native-task following; what the correlator says
+happened (its events) is carried out here, the one place that writes to the transport.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream import inbound, native_tasks, wire
-from gateway.upstream.correlator import Call, Correlator, Owner, Sink
+from gateway.upstream.correlator import (
+    Answer,
+    Ask,
+    Call,
+    Correlator,
+    Deliver,
+    Event,
+    Owner,
+    Sink,
+)
 from gateway.upstream.handshake import IGNORE, Handshake
 from gateway.upstream.transport import Transport
 
@@ -29,7 +39,7 @@ class Connection:
         self.transport = transport
         self.startup_timeout_s = startup_timeout_s
         self.counters = counters
-        self.correlator = Correlator(self, transport.write, asked_ids, counters)
+        self.correlator = Correlator(self, asked_ids, counters)
         self.wire: wire.Wire = wire.LegacyWire()
         self.handshake = Handshake(self, startup_timeout_s)
 
@@ -39,8 +49,8 @@ class Connection:
 
     async def close(self) -> None:
         await self.transport.close()
-        self.correlator.fail_all(UpstreamError(self.name, "the gateway is shutting down",
-                                               "shutdown"))
+        _fail(self.correlator.lose(), UpstreamError(self.name, "the gateway is shutting down",
+                                                    "shutdown"))
 
     @property
     def ready(self) -> bool:
@@ -83,7 +93,7 @@ class Connection:
 
     def _dispatch(self, msg: Message, kind: jsonrpc.Kind, via: Call | None) -> None:
         if kind == "request":
-            self.correlator.server_request(msg, via)
+            self._act(self.correlator.server_request(msg, via))
         elif kind == "notification":
             self._on_notification(msg, via)
         else:
@@ -102,11 +112,25 @@ class Connection:
         method, params = msg["method"], msg.get("params")
         if isinstance(params, dict):
             if method == mcp.PROGRESS:
-                self.correlator.progress(params, msg)
+                if (call := self.correlator.progress(params)) is not None:
+                    call.sink.on_message(msg)
                 return
             if self.wire.swallowed(params, method):
                 return
-        self.correlator.notification(msg, via)
+        self._act(self.correlator.notification(msg, via))
+
+    def _act(self, events: list[Event]) -> None:
+        """Carry out what the correlator says happened."""
+        for event in events:
+            if isinstance(event, Deliver):
+                _deliver(event.to, event.msg)
+            elif isinstance(event, Ask):
+                event.owner.expect_reply(event.msg["id"], self)
+                _deliver(event.to, event.msg)
+            elif isinstance(event, Answer):
+                self.quietly(event.msg)
+            else:
+                event.call.sink.on_refused(event.capability)
 
     async def on_up(self) -> str:
         return await self.handshake.run()
@@ -114,14 +138,18 @@ class Connection:
     def on_lost(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
         self.handshake.lost()
         self.counters["upstream.exits"] += 1  # the process exited or the session ended
-        self.correlator.fail_all(error, keep)
+        _fail(self.correlator.lose(keep), error)
         self.wire.reset()
 
     def on_down(self, error: UpstreamError) -> None:
         self.handshake.starts.ended(error)
 
     def on_failed(self, call: Call, error: UpstreamError) -> bool:
-        return self.correlator.fail(call, error)
+        """Answer a call in flight with `error`; False if it was answered already."""
+        if not self.correlator.drop(call):
+            return False
+        call.answer(error.to_message(call.client_id))
+        return True
 
     def pending(self, call: Call) -> bool:
         return self.correlator.in_flight.get(call.upstream_id) is call
@@ -137,16 +165,25 @@ class Connection:
         call = self.correlator.open(msg, owner, sink)
         call.follow_task = follow_task
         headers = self.wire.stamp(msg, call, headers)
-        self.correlator.dispatch(call, jsonrpc.dumps(msg), headers)
+        self._send(call, jsonrpc.dumps(msg), headers)
         msg.pop("params", None)
         return call
+
+    def _send(self, call: Call, data: bytes, headers: dict[str, str] | None) -> None:
+        """A call's request: in flight from now, unless the transport refuses it."""
+        self.correlator.sent(call)
+        try:
+            self.transport.write(data, call, headers)
+        except Exception:
+            self.correlator.drop(call)
+            raise
 
     def resend(self, call: Call, method: str, params: dict[str, Any]) -> None:
         """Continue `call` with a new request under a new id: a modern upstream's next MRTR
         round, or the tasks/result of the upstream's own task."""
         msg = jsonrpc.request(self.correlator.renumber(call, params), method, params)
         try:
-            self.correlator.dispatch(call, jsonrpc.dumps(msg), self.wire.stamp(msg, call, None))
+            self._send(call, jsonrpc.dumps(msg), self.wire.stamp(msg, call, None))
         except UpstreamError as exc:
             call.answer(exc.to_message(call.client_id))
 
@@ -163,18 +200,29 @@ class Connection:
 
     def notify(self, msg: Message) -> None:
         if self.ready:
-            self.correlator.quietly(msg)
+            self.quietly(msg)
+
+    def quietly(self, msg: Message) -> None:
+        """Best effort: for messages whose loss only matters while the upstream is up."""
+        with contextlib.suppress(UpstreamError):
+            self.transport.write(jsonrpc.dumps(msg), None, None)
 
     def reply(self, asked_id: Any, msg: Message) -> bool:
         """A client's answer to a server-to-client request, back under the original id."""
-        return self.wire.reply(asked_id, msg) or self.correlator.reply(asked_id, msg)
+        if self.wire.reply(asked_id, msg):
+            return True
+        answer = self.correlator.reply(asked_id, msg)
+        if answer is not None:
+            self.quietly(answer.msg)
+        return answer is not None
 
     def attach(self, owner: Owner) -> None:
         self.correlator.audience.attach(owner)
 
     def detach(self, owner: Owner) -> None:
         """Forget `owner`, cancelling whatever it still has in flight here."""
-        for call in self.correlator.detach(owner):
+        self._act(self.correlator.detach(owner))
+        for call in self.correlator.calls_of(owner):
             self.cancel(call, "client session ended")
 
     def watch(self, owner: Owner) -> None:
@@ -197,3 +245,15 @@ class Connection:
         if self.ready:
             with contextlib.suppress(UpstreamError):
                 self.request(jsonrpc.request(0, method, params), None, IGNORE)
+
+
+def _deliver(to: Call | Owner, msg: Message) -> None:
+    if isinstance(to, Call):
+        to.sink.on_message(msg)
+    else:
+        to.deliver(msg)
+
+
+def _fail(calls: list[Call], error: UpstreamError) -> None:
+    for call in calls:
+        call.answer(error.to_message(call.client_id))

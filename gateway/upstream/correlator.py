@@ -1,10 +1,11 @@
 """Correlation of one upstream link shared by many downstream callers: pure, no I/O.
 
 It owns id rewriting: every forwarded request gets a fresh upstream id, and progress tokens
-are rewritten the same way, so calls from different clients never collide. What comes back
-is handed to the `Sink` of the call it belongs to, or to an `Owner` (a downstream session,
-a modern caller, a listen stream) when it belongs to no call. Bytes leave through the `send`
-callable it is given; the wire object (wire.py) adds what a modern-only server needs.
+are rewritten the same way, so calls from different clients never collide. Like h11, it
+takes what arrived and returns what happened (events: `Deliver` to the `Sink` of the call a
+message belongs to or to an `Owner` when it belongs to no call, `Ask` a client a server
+request, `Answer` the upstream, `Refused`); the connection acts on them. It never writes,
+and never calls into a sink or an owner.
 
 A server-to-client request from a legacy upstream names no call. DESIGN.md's rule: route it
 to the one owner with calls in flight (its oldest call), or to the only attached owner when
@@ -14,7 +15,6 @@ answer the upstream with an error.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import time
 from collections import Counter
@@ -22,7 +22,6 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.errors import UpstreamError
 from gateway.observability import log, tracing
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -74,9 +73,6 @@ class Host(Protocol):
     def reply(self, asked_id: Any, msg: Message) -> bool: ...
 
 
-Send = Callable[[bytes, "Call | None", "dict[str, str] | None"], None]
-
-
 @dataclass(slots=True, eq=False)
 class Call:
     """A request forwarded upstream and not yet answered."""
@@ -121,6 +117,41 @@ class Call:
         self.conn.reply(asked_id, msg)
 
 
+@dataclass(slots=True)
+class Deliver:
+    """`msg` is for a call's sink (`on_message`) or an owner's stream (`deliver`)."""
+
+    to: Call | Owner
+    msg: Message
+
+
+@dataclass(slots=True)
+class Ask:
+    """A server request for `owner`'s client, under the id its answer comes back with."""
+
+    to: Call | Owner
+    owner: Owner
+    msg: Message
+
+
+@dataclass(slots=True)
+class Answer:
+    """What the upstream is owed: the reply to one of its requests, or a refusal."""
+
+    msg: Message
+
+
+@dataclass(slots=True)
+class Refused:
+    """The server asked `call`'s client for a capability it did not declare."""
+
+    call: Call
+    capability: str
+
+
+Event = Deliver | Ask | Answer | Refused
+
+
 class Audience:
     """Who hears what the server says to no call in particular: the owners attached (legacy
     sessions: server requests and broadcasts reach them), the watchers (listen streams:
@@ -158,20 +189,17 @@ class Audience:
         self.subscriptions.pop(uri, None)
         return True
 
-    def broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> None:
-        for owner in [*self.owners.values(), *self.watchers.values()]:
-            if want(owner):
-                owner.deliver(msg)
+    def broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> list[Event]:
+        return [Deliver(owner, msg) for owner in [*self.owners.values(), *self.watchers.values()]
+                if want(owner)]
 
 
 class Correlator:
     """Calls in flight on one link, and the server's requests and notifications routed to
     the call or owner they belong to (never guessed), or to its audience."""
 
-    def __init__(self, host: Host, send: Send, asked_ids: Iterator[int],
-                 counters: Counter[str]) -> None:
+    def __init__(self, host: Host, asked_ids: Iterator[int], counters: Counter[str]) -> None:
         self.host = host
-        self.send = send  # raises UpstreamError when the link is down
         self.asked_ids = asked_ids  # shared by every link of one upstream (see new_asked_id)
         self.counters = counters
         self.audience = Audience()
@@ -206,14 +234,9 @@ class Correlator:
             params["_meta"] = {**meta, "progressToken": uid}
         return uid
 
-    def dispatch(self, call: Call, data: bytes, headers: dict[str, str] | None) -> None:
-        """Send a call's request: in flight from now, unless the link refuses it."""
+    def sent(self, call: Call) -> None:
+        """A call's request is on its way: in flight from now."""
         self.in_flight[call.upstream_id] = call
-        try:
-            self.send(data, call, headers)
-        except Exception:
-            del self.in_flight[call.upstream_id]
-            raise
 
     def hold_call(self, call: Call) -> None:
         """Keep an answered call as the caller's while its client supplies input."""
@@ -224,47 +247,40 @@ class Correlator:
         """Forget a call (it was cancelled or failed); False if it was gone already."""
         return self.in_flight.pop(call.upstream_id, None) is not None
 
-    def fail(self, call: Call, error: UpstreamError) -> bool:
-        """Answer a call in flight with `error`; False if it was answered already."""
-        if not self.drop(call):
-            return False
-        call.answer(error.to_message(call.client_id))
-        return True
-
     def new_asked_id(self) -> str:
         """Ids of server requests are unique across the upstream's processes, so a session
         that talks to several (isolation: call) never confuses two of them."""
         return f"gw-{next(self.asked_ids)}"
 
-    def reply(self, asked_id: str, msg: Message) -> bool:
-        """A client's answer to a server-to-client request, back under the original id."""
+    def reply(self, asked_id: str, msg: Message) -> Answer | None:
+        """A client's answer to a server-to-client request, back under the original id;
+        None when nothing asked it."""
         entry = self._asked.pop(asked_id, None)
         if entry is None:
-            return False
+            return None
         msg["id"] = entry[0]
-        self.quietly(msg)
-        return True
+        return Answer(msg)
 
-    def detach(self, owner: Owner) -> list[Call]:
-        """Forget `owner`; its calls still in flight are returned (to be cancelled)."""
+    def detach(self, owner: Owner) -> list[Event]:
+        """Forget `owner`: what the server asked it is refused."""
         self.audience.owners.pop(owner.key, None)
-        for asked_id in [k for k, (_, o) in self._asked.items() if o is owner]:
-            self.refuse(self._asked.pop(asked_id)[0], "client session ended")
+        return [_refusal(self._asked.pop(asked_id)[0], "client session ended")
+                for asked_id in [k for k, (_, o) in self._asked.items() if o is owner]]
+
+    def calls_of(self, owner: Owner) -> list[Call]:
         return [c for c in self.in_flight.values() if c.owner is owner]
 
     def clients_calls(self) -> list[Call]:
         """The calls in flight that belong to a client (not the gateway's own)."""
         return [c for c in self.in_flight.values() if c.owner is not None]
 
-    def fail_all(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
-        """Answer every call in flight with `error` (the link died or is going away), but
-        those in `keep` (to be sent again)."""
+    def lose(self, keep: Collection[Call] = ()) -> list[Call]:
+        """The link died or is going away: every call in flight is returned (to fail), but
+        those in `keep` (to be sent again), and what the server asked is forgotten."""
         calls = self.in_flight
         self.in_flight = {uid: c for uid, c in calls.items() if c in keep}
         self._asked.clear()
-        for call in calls.values():
-            if call not in keep:
-                call.answer(error.to_message(call.client_id))
+        return [call for call in calls.values() if call not in keep]
 
     # -- upstream -> downstream ------------------------------------------------------------
     def response(self, msg: Message) -> Call | None:
@@ -272,87 +288,84 @@ class Correlator:
         or failed already: its caller has been answered."""
         return self.in_flight.pop(msg["id"], None)
 
-    def progress(self, params: dict[str, Any], msg: Message) -> None:
+    def progress(self, params: dict[str, Any]) -> Call | None:
+        """The call a progress notification is for (its token put back), if any."""
         call = self.in_flight.get(params.get("progressToken"))  # type: ignore[arg-type]
-        if call is not None and call.progress_token is not None:
-            params["progressToken"] = call.progress_token
-            call.sink.on_message(msg)
+        if call is None or call.progress_token is None:
+            return None
+        params["progressToken"] = call.progress_token
+        return call
 
-    def notification(self, msg: Message, via: Call | None = None) -> None:
+    def notification(self, msg: Message, via: Call | None = None) -> list[Event]:
         """A notification that is not progress: broadcast, or to the one owner it can be
         for (the call on whose stream it came, if any)."""
         method, params = msg["method"], msg.get("params")
         if method.endswith("/list_changed"):
-            self.audience.broadcast(msg, lambda _owner: True)
-        elif method == mcp.RESOURCE_UPDATED and isinstance(params, dict):
+            return self.audience.broadcast(msg, lambda _owner: True)
+        if method == mcp.RESOURCE_UPDATED and isinstance(params, dict):
             uri = params.get("uri")
-            self.audience.broadcast(
+            return self.audience.broadcast(
                 msg, lambda owner: isinstance(uri, str) and owner.is_subscribed(uri))
-        elif method == mcp.CANCELLED and isinstance(params, dict):
-            self._forward_cancel(msg, params)
-        else:  # logging and anything else: to the one owner it can belong to
-            target = self._came_with(via) or self._target()
-            if target is not None:
-                _deliver(target, msg)
-            elif not self.in_flight:
-                self.audience.broadcast(msg, lambda _owner: True)
-            else:
-                self.counters["upstream.unroutable_notifications"] += 1
+        if method == mcp.CANCELLED and isinstance(params, dict):
+            return self._forward_cancel(msg, params)
+        # logging and anything else: to the one owner it can belong to
+        target = self._came_with(via) or self._target()
+        if target is not None:
+            return [Deliver(target, msg)]
+        if not self.in_flight:
+            return self.audience.broadcast(msg, lambda _owner: True)
+        self.counters["upstream.unroutable_notifications"] += 1
+        return []
 
-    def server_request(self, msg: Message, via: Call | None = None) -> None:
+    def server_request(self, msg: Message, via: Call | None = None) -> list[Event]:
         """A server's request of a client: to the call on whose stream it came (exact),
         else to the one call or owner it can belong to (never guessed)."""
         method = msg["method"]
         if method == mcp.PING:
-            self.quietly(jsonrpc.result(msg["id"], {}))
-            return
+            return [Answer(jsonrpc.result(msg["id"], {}))]
         target = self._came_with(via) or self._target()
         if target is None:
-            self._unroutable(msg)
-            return
+            return [self._unroutable(msg)]
         owner = target.owner if isinstance(target, Call) else target
         assert owner is not None
         if not owner.accepts(method):
-            self._undeclared(msg, target)
-            return
+            return self._undeclared(msg, target)
         asked_id = self.new_asked_id()
         self._asked[asked_id] = (msg["id"], owner)
-        owner.expect_reply(asked_id, self.host)
         msg["id"] = asked_id
-        _deliver(target, msg)
+        return [Ask(target, owner, msg)]
 
-    def _unroutable(self, msg: Message) -> None:
+    def _unroutable(self, msg: Message) -> Answer:
         method = msg["method"]
         if not self.audience.owners and not self.in_flight:
             if method == mcp.ROOTS_LIST:  # asked at start: no client, no root (not a fault)
-                self.quietly(jsonrpc.result(msg["id"], {"roots": []}))
-                return
+                return Answer(jsonrpc.result(msg["id"], {"roots": []}))
             log.info("upstream.request_unroutable", upstream=self.host.name, method=method,
                      reason="no client connected")
-            self.refuse(msg["id"], "no client is connected to the gateway")
-            return
+            return _refusal(msg["id"], "no client is connected to the gateway")
         log.warning("upstream.request_unroutable", upstream=self.host.name, method=method,
                     reason="several owners",
                     owners=len({c.owner.key for c in self.in_flight.values() if c.owner}))
-        self.refuse(msg["id"], "the gateway cannot tell which client this request is for;"
-                    " use isolation: client or call")
+        return _refusal(msg["id"], "the gateway cannot tell which client this request is for;"
+                        " use isolation: client or call")
 
-    def _undeclared(self, msg: Message, target: Call | Owner) -> None:
+    def _undeclared(self, msg: Message, target: Call | Owner) -> list[Event]:
         method = msg["method"]
         cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
         why = (f"the client did not declare the '{cap}' capability" if cap else
                f"the gateway does not relay '{method}' to this client")
-        self.refuse(msg["id"], why, jsonrpc.METHOD_NOT_FOUND)
+        refusal: list[Event] = [_refusal(msg["id"], why, jsonrpc.METHOD_NOT_FOUND)]
         if cap and isinstance(target, Call):
-            target.sink.on_refused(cap)
+            return [*refusal, Refused(target, cap)]
+        return refusal
 
-    def _forward_cancel(self, msg: Message, params: dict[str, Any]) -> None:
+    def _forward_cancel(self, msg: Message, params: dict[str, Any]) -> list[Event]:
         for asked_id, (orig, owner) in self._asked.items():
             if orig == params.get("requestId"):
                 del self._asked[asked_id]
                 params["requestId"] = asked_id
-                owner.deliver(msg)
-                return
+                return [Deliver(owner, msg)]
+        return []
 
     def _came_with(self, via: Call | None) -> Call | None:
         """The call a message's stream belongs to, while it is a client's and in flight."""
@@ -377,20 +390,9 @@ class Correlator:
             return candidates[0]  # dicts keep insertion order: the owner's oldest call
         return self.audience.only_owner()
 
-    def refuse(self, upstream_id: Any, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> None:
-        self.quietly(jsonrpc.error(upstream_id, code, why))
 
-    def quietly(self, msg: Message) -> None:
-        """Best effort: for messages whose loss only matters while the upstream is up."""
-        with contextlib.suppress(UpstreamError):
-            self.send(jsonrpc.dumps(msg), None, None)
-
-
-def _deliver(target: Call | Owner, msg: Message) -> None:
-    if isinstance(target, Call):
-        target.sink.on_message(msg)
-    else:
-        target.deliver(msg)
+def _refusal(upstream_id: Any, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> Answer:
+    return Answer(jsonrpc.error(upstream_id, code, why))
 
 
 def _error_text(msg: Message) -> str | None:

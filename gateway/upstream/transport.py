@@ -78,9 +78,15 @@ class Link(Protocol):
 
 
 class Transport(Protocol):
-    kind: str  # "stdio", "streamable-http" or "http+sse", for /readyz
-    state: str  # starting, initializing, up, backoff, exited, restarting, stopped
     restarts: int
+
+    @property
+    def kind(self) -> str:
+        """"stdio", "streamable-http" or "http+sse", for /readyz."""
+
+    @property
+    def state(self) -> str:
+        """starting, initializing, up, backoff, exited, restarting or stopped."""
 
     def start(self, link: Link) -> None:
         """Connect (or spawn) in the background, and keep doing so (unless told not to

@@ -1,0 +1,193 @@
+"""One message's POST to a Streamable HTTP server, and the session state every POST carries.
+
+spec: mcp-base-2025-06-18.md, Streamable HTTP. Each message is its own POST, answered with
+JSON, an SSE stream (what comes on it belongs to the POST's call), or 202. Failures: a POST
+that cannot connect is tried again (nothing was sent); one whose connection drops after
+sending is tried again only for read-only methods; otherwise its call fails at once with a
+JSON-RPC error. An SSE answer that ends early is resumed with `Last-Event-ID` when the
+server gave event ids. A 404 to a POST that carried the session id means the server forgot
+the session: the session is lost (the transport starts another) and the request goes once
+more on the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from gateway.errors import UpstreamError
+from gateway.observability import log
+from gateway.protocol import jsonrpc, mcp
+from gateway.settings import Upstream as UpstreamConf
+from gateway.upstream import sse_client
+from gateway.upstream.correlator import Call
+from gateway.upstream.sse_client import EventReader
+from gateway.upstream.transport import Link
+
+CONNECT_ATTEMPTS = 3  # a POST that could not connect sent nothing: safe to try again
+RESUME_ATTEMPTS = 5  # GETs with Last-Event-ID for one answer whose stream ended early
+# Requests that change nothing on the server: sent again once when the connection drops
+# after they went out (others could run twice).
+IDEMPOTENT = frozenset({mcp.PING, "tools/list", "prompts/list", "prompts/get",
+                        "resources/list", "resources/templates/list", "resources/read",
+                        "completion/complete"})
+
+
+@dataclass(slots=True)
+class ServerSession:
+    """What the transport knows of its session with the server, as every request shows it."""
+
+    url: str
+    base_headers: dict[str, str]
+    post_url: str = ""  # the HTTP+SSE transport names its own
+    session_id: str | None = None  # a modern server is stateless: it gives none
+    version: str | None = None  # what the handshake settled on
+    kind: str = "streamable-http"
+    state: str = "starting"
+    refused: int | None = None  # HTTP status of a refused initialize POST
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def begin(self) -> None:
+        """A new session: nothing known until the handshake says it."""
+        self.session_id, self.post_url, self.refused = None, self.url, None
+        self.kind, self.version, self.state = "streamable-http", None, "initializing"
+        self.lost.clear()
+
+    def headers(self) -> dict[str, str]:
+        headers = {**self.base_headers, "Content-Type": mcp.CT_JSON,
+                   "Accept": f"{mcp.CT_JSON}, {mcp.CT_SSE}"}
+        if self.version is not None:  # spec: MCP-Protocol-Version on subsequent requests
+            headers[mcp.H_PROTOCOL] = self.version
+        if self.session_id is not None:
+            headers[mcp.H_SESSION] = self.session_id
+        return headers
+
+
+class Poster:
+    """Delivers messages by POST and hands what comes back to the link."""
+
+    def __init__(self, name: str, conf: UpstreamConf, session: ServerSession, link: Link,
+                 http: aiohttp.ClientSession, write: Callable[[bytes], None]) -> None:
+        self.name, self.conf, self.session, self.link, self.http = name, conf, session, link, http
+        self.write = write  # for the cancel of a call that timed out
+        connect = conf.connect_timeout_ms / 1000
+        read = conf.read_timeout_ms / 1000 if conf.read_timeout_ms else None
+        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
+        self.resending: set[Call] = set()  # calls to send again on the next session
+
+    async def post(self, data: bytes, call: Call | None, extra: dict[str, str] | None,
+                   again: bool = True) -> None:
+        headers = {**extra, **self.session.headers()} if extra else self.session.headers()
+        carried = headers.get(mcp.H_SESSION)
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            try:
+                async with self.http.post(self.session.post_url, data=data, headers=headers,
+                                          timeout=self.timeout) as resp:
+                    gone = carried if resp.status == 404 else None  # the forgotten session
+                    if gone is None:
+                        await self._answered(resp, data, call)
+                if gone is not None:
+                    await self._again(data, call, extra, gone, again)
+                return
+            except aiohttp.ClientConnectorError as exc:  # nothing was sent
+                why = f"cannot connect: {exc}"
+                await asyncio.sleep(0.1 * attempt)
+            except TimeoutError:
+                why = f"no reply within read_timeout_ms ({self.conf.read_timeout_ms})"
+                if call is not None and self.link.pending(call):
+                    with contextlib.suppress(UpstreamError):
+                        self.write(jsonrpc.dumps(jsonrpc.notification(mcp.CANCELLED, {
+                            "requestId": call.upstream_id, "reason": why})))
+                break
+            except aiohttp.ClientError as exc:
+                why = f"the connection dropped: {exc}"
+                if attempt > 1 or _method(data) not in IDEMPOTENT:
+                    break
+        self.failed(data, call, why)
+
+    async def _again(self, data: bytes, call: Call | None, extra: dict[str, str] | None,
+                     carried: str, again: bool) -> None:
+        """spec (Session Management): a 404 to a request that carried the session id means
+        the server forgot the session and did not process the request: the transport starts
+        a new session, and the request goes once more (its call kept meanwhile)."""
+        if self.session.session_id == carried:
+            self.session.lost.set()
+        if call is None or not again:
+            self.failed(data, call, "the server lost the session again")
+            return
+        self.resending.add(call)
+        try:
+            await _until(lambda: self.session.state == "up"
+                         and self.session.session_id != carried,
+                         self.conf.startup_timeout_ms / 1000)
+        except TimeoutError:
+            self.failed(data, call, "the session was lost and no new one began in time")
+            return
+        finally:
+            self.resending.discard(call)
+        if self.link.pending(call):
+            await self.post(data, call, extra, again=False)
+
+    async def _answered(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None
+                        ) -> None:
+        sid = resp.headers.get(mcp.H_SESSION)
+        if sid and self.session.session_id is None:
+            self.session.session_id = sid
+        if resp.status >= 400:
+            if resp.status < 500 and self.session.state == "initializing":
+                self.session.refused = resp.status
+            if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
+                self.link.on_message(await resp.read(), call)
+            self.failed(data, call, f"HTTP {resp.status}")
+        elif resp.content_type == mcp.CT_SSE:  # a POST's stream: what comes on it is its call's
+            reader = EventReader()
+            await sse_client.read(reader, resp, self.link.on_message, call)
+            await self._resume(reader, call)
+        elif resp.content_type == mcp.CT_JSON:
+            self.link.on_message(await resp.read(), call)
+        # else 202 (a notification or response was accepted), or the HTTP+SSE transport,
+        # whose answers come on its stream
+
+    async def _resume(self, reader: EventReader, call: Call | None) -> None:
+        """spec (Resumability): a stream that ended before the answer is picked up again with
+        Last-Event-ID; a server that gave no event ids cannot resume, and the call fails."""
+        attempts = 0
+        while call is not None and self.link.pending(call):
+            if reader.last_id is None or attempts == RESUME_ATTEMPTS:
+                self.failed(b"", call, "the stream ended before the answer")
+                return
+            attempts += 1
+            await asyncio.sleep(reader.retry_s)
+            await sse_client.follow(self.http, self.session.url, self.session.headers(),
+                                    reader, self.link.on_message, call)
+
+    def failed(self, data: bytes, call: Call | None, why: str) -> None:
+        """A request that got no answer fails now, with a JSON-RPC error that says why."""
+        if call is None:
+            return
+        error = UpstreamError(self.name, f"upstream '{self.name}': {why}", "connection")
+        if self.link.on_failed(call, error) and self.session.state == "up":  # else start_failed
+            log.warning("upstream.request_failed", upstream=self.name, reason=why,
+                        method=_method(data) if data else None)
+
+
+async def _until(holds: Callable[[], bool], timeout_s: float) -> None:
+    """Wait until `holds()`, looking every 20 ms; TimeoutError after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not holds():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError
+        await asyncio.sleep(0.02)
+
+
+def _method(data: bytes) -> str | None:
+    with contextlib.suppress(jsonrpc.JSONDecodeError):
+        msg = jsonrpc.loads(data)
+        method = msg.get("method") if isinstance(msg, dict) else None
+        if isinstance(method, str):
+            return method
+    return None

@@ -17,6 +17,7 @@ from gateway.downstream.boundary import json_response
 from gateway.downstream.legacy import LegacyEra
 from gateway.observability import status_page
 from gateway.observability.metrics import CONTENT_TYPE, Metrics
+from gateway.queues import Queues
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
 from gateway.tasks.model import Status
@@ -29,8 +30,9 @@ SHOWN_TASKS = 50  # running tasks listed on /status (all are counted)
 class Admin:
     def __init__(self, backends: dict[str, Backend], eras: list[LegacyEra],
                  engine: TaskEngine, lease: Lease, counters: Counter[str],
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, queues: Queues) -> None:
         self.backends = backends
+        self.lanes = queues
         self.eras = eras
         self.engine = engine
         self.lease = lease
@@ -82,7 +84,7 @@ class Admin:
             live=Counter((t.upstream, t.tool, str(t.status)) for t in runs),
             tasks=[(t.id, t.upstream, t.tool, str(t.status), now - t.created_at,
                     t.status_message or "") for t in runs[:SHOWN_TASKS]],
-            failures=self.engine.failures(),
+            failures=self.engine.failures(), queues=self.lanes.status(),
             sessions=self.sessions(), now=now)
 
     # -- the state the gauges show (metrics.Live) --------------------------------------------
@@ -101,6 +103,9 @@ class Admin:
 
     def sessions(self) -> int:
         return sum(len(era.sessions) for era in self.eras)
+
+    def queues(self) -> dict[tuple[str, str], int]:
+        return self.lanes.depths()
 
     def rejections(self) -> dict[str, int]:
         return {k.partition(".")[2]: n for k, n in self.counters.items()

@@ -27,6 +27,7 @@ from gateway.errors import StoreUnavailable
 from gateway.observability import configure_logging, log
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracing
+from gateway.queues import Queues
 from gateway.ratelimit import Admission, InFlight, RateLimiter
 from gateway.settings import Settings
 from gateway.tasks.engine import TaskEngine
@@ -63,18 +64,21 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     tracing = tracing or Tracing.from_settings(conf.tracing)
     if tracing is not None:
         app.on_cleanup.append(_flush(tracing))
-    metrics = Metrics(lambda up, tool: tool in backends[up].catalogue.tools)
+    metrics = Metrics(lambda up, tool: tool in backends[up].catalogue.tools,
+                      named={*conf.tasks.tools, *(name for up in conf.upstreams.values()
+                                                  if up.tasks for name in up.tasks.tools)})
     admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
                           counters)
     inflight = InFlight(limits.max_calls_per_owner, counters)
+    queues = Queues(metrics.queue_waited, counters=counters)
     replica = conf.replica.id or secrets.token_hex(8)
     store, bus = _store(conf, replica)
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
                         conf.replica.url or "")
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
-        backend = isolation.build(name, up, conf.limits.max_message_bytes, counters)
+        backend = isolation.build(name, up, conf.limits.max_message_bytes, counters, queues)
         sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
         exchanger = auth.exchanger(up.token_exchange)
         era = LegacyEra(backend, sessions, conf, engine, policies, inflight, exchanger)
@@ -92,7 +96,7 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     app[ENGINE] = engine
     app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
-    Admin(backends, eras, engine, lease, counters, metrics).routes(app)
+    Admin(backends, eras, engine, lease, counters, metrics, queues).routes(app)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
     return app

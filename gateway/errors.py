@@ -22,6 +22,8 @@ the HTTP status that carries it.
     │   ├── UnsupportedModernVersion  -32022  400   protocol version we do not speak
     │   ├── TooManyListeners          -32600  429   listen streams over the per-owner bound
     │   └── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
+    ├── QueueFull                     -32000  503   a concurrency limit's queue is full
+    │                                               (legacy sessions: 200; retryAfterMs)
     ├── UpstreamError                 -32603  200   the upstream failed this call (sent as a
     │                                               JSON-RPC response, so HTTP stays 200)
     ├── StoreUnavailable              -32603  503   the shared task store does not answer
@@ -177,6 +179,15 @@ class TooManyRequests(ProtocolError):
     def after(cls, what: str, per_s: float, wait_s: float) -> TooManyRequests:
         return cls(f"Too many {what}: at most {per_s:g} a second; slow down and retry",
                    {"retryAfterMs": max(1, round(wait_s * 1000))})
+
+
+class QueueFull(GatewayError):
+    """A concurrency limit's queue holds its maximum of waiting calls (queues.py): the
+    caller should retry later (data: the limit, retryAfterMs)."""
+
+    code = SERVER_ERROR
+    http_status = 503  # modern clients; legacy sessions get it as a JSON-RPC error (200)
+    # Counted by the queues as rejections{reason="queue_full"}, in either era.
 
 
 class UpstreamError(GatewayError):

@@ -70,6 +70,12 @@ class TaskPolicy(_Model):
     scopes: list[str] = Field([],
         description=("with auth.oauth: scopes a token needs to call the tool (and to see it "
                      "listed, and to read its tasks)"))
+    max_concurrency: int | None = Field(None, ge=1,
+        description=("calls of the tool running at once on each replica (set for a pattern: "
+                     "shared by the tools it names); the rest wait in a queue, fair across "
+                     "callers (null: no limit)"))
+    max_queue: int = Field(100, ge=0,
+        description="with max_concurrency: calls that may wait; beyond, a call is refused")
 
 
 class TaskPolicyOverride(_Model):
@@ -84,6 +90,8 @@ class TaskPolicyOverride(_Model):
     timeout_ms: int | None = Field(None, ge=1)
     immediate_response: str | None = None
     scopes: list[str] | None = None
+    max_concurrency: int | None = Field(None, ge=1)
+    max_queue: int | None = Field(None, ge=0)
 
 
 class Tasks(_Model):
@@ -123,6 +131,11 @@ class Upstream(_Model):
     startup_timeout_ms: int = Field(30000, ge=100,
         description=("how long a start (spawn, initialize) may take before waiting callers get "
                      "an error"))
+    max_concurrency: int | None = Field(None, ge=1,
+        description=("tool calls running on this server at once, on each replica; the rest "
+                     "wait in a queue, fair across callers (null: no limit)"))
+    max_queue: int = Field(1000, ge=0,
+        description="with max_concurrency: calls that may wait; beyond, a call is refused")
     request_timeout_ms: int | None = Field(None, ge=1,
         description=("a call not answered by then is cancelled upstream and answered with an "
                      "error (null: no gateway limit)"))

@@ -79,7 +79,9 @@ class CoreTasks:
         async def attach(task: Task) -> Handover:
             conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
             await conn.reachable()
-            call = conn.request(msg, session, IGNORE, headers)
+            ticket = self.backend.ticket(session.principal, mcp.TOOLS_CALL,
+                                         policy.limit(self.backend.name))
+            call = conn.request(msg, session, IGNORE, headers, ticket=ticket)
             bound = SessionTask(self.engine, session, task, relay_progress)
             session.tasks[task.id] = bound
             self.engine.watch(task.id, bound.changed)
@@ -95,7 +97,7 @@ class CoreTasks:
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
                                                f"Cannot create task: {exc}"))
         except (errors.TooManyRequests, errors.StoreUnavailable,  # HTTP 200: a JSON-RPC
-                errors.UpstreamError) as exc:  # error of the session's, as a server's
+                errors.UpstreamError, errors.QueueFull) as exc:  # error, as a server's
             return json_response(exc.to_message(client_id))
         assert task is not None  # attach always hands a call over
         return json_response(jsonrpc.result(client_id,

@@ -150,16 +150,25 @@ class LegacyEra:
             return json_response(exc.to_message(client_id))
         await conn.reachable()
         try:
-            call = conn.request(msg, session, ex, headers)
-        except UpstreamError as exc:
+            tool = (msg.get("params") or {}).get("name")
+            ticket = self.backend.ticket(session.principal, msg["method"],
+                                         self.tasks.policy(tool).limit(self.backend.name))
+            call = conn.request(msg, session, ex, headers, ticket=ticket)
+        except (UpstreamError, errors.QueueFull) as exc:  # a JSON-RPC error: HTTP 200
             self._finished(session, client_id, conn)
             return json_response(exc.to_message(client_id))
         session.calls[client_id] = call
         ex.done = lambda: self._finished(session, client_id, conn)
-        if self.request_timeout_s is not None:
-            ex.timer = asyncio.get_running_loop().call_later(
-                self.request_timeout_s, self._timed_out, session, client_id)
+        if self.request_timeout_s is not None:  # from when it runs: a queue is not counted
+            call.when_running(lambda: self._time(ex, session, client_id))
+        # A call that waits in a queue keeps its request open meanwhile: the exchange turns
+        # to SSE after one keep-alive interval, and keep-alives flow.
         return await ex.respond(request, json_ok, self.flow)
+
+    def _time(self, ex: SessionExchange, session: Session, client_id: Any) -> None:
+        assert self.request_timeout_s is not None
+        ex.timer = asyncio.get_running_loop().call_later(
+            self.request_timeout_s, self._timed_out, session, client_id)
 
     def _finished(self, session: Session, client_id: Any, used: Connection) -> None:
         session.calls.pop(client_id, None)

@@ -271,16 +271,23 @@ class ModernEra:
         if ex.policy is not None:
             ex.own_progress = watch_progress(upstream_params)
         try:
-            ex.call = used.request(msg, caller, ex, headers, decision.follow)
+            ticket = self.backend.ticket(caller.principal, method, self.policy(
+                params.get("name")).limit(self.backend.name))  # QueueFull: 503
+            ex.call = used.request(msg, caller, ex, headers, decision.follow, ticket)
         except errors.UpstreamError as exc:
             self._done(caller, conn, used)
             return json_response(exc.to_message(msg["id"]))
+        except errors.QueueFull:
+            self._done(caller, conn, used)
+            raise
         ex.done = lambda: self._done(caller, conn, used)
-        if decision.at_once:
+        # A call that must wait its turn is a task at once for a caller that can take one.
+        if decision.at_once or (ticket is not None and ticket.queued):
             await self.to_task(ex)
         else:
             ex.start_budget()
         return await self._respond(request, ex, json_ok)
+
 
     def _done(self, caller: Caller, conn: Connection, used: Connection) -> None:
         """The call is over (answered, or its task ended): its process and its slot go."""
@@ -325,9 +332,8 @@ class ModernEra:
 
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:
-        if self.request_timeout_s is not None and ex.response is None:
-            ex.timer = asyncio.get_running_loop().call_later(
-                self.request_timeout_s, self._timed_out, ex)
+        if self.request_timeout_s is not None and ex.response is None and ex.call is not None:
+            ex.call.when_running(lambda: self._time(ex))  # a wait in a queue is not counted
         try:
             return await ex.respond(request, json_ok, self.flow)
         except asyncio.CancelledError:
@@ -344,6 +350,11 @@ class ModernEra:
             # frees, which may not run for a long time on a quiet gateway, and meanwhile the
             # answer stays held (many MiB for a big result a slow reader never took).
             ex.call = None
+
+    def _time(self, ex: ModernExchange) -> None:
+        assert self.request_timeout_s is not None
+        ex.timer = asyncio.get_running_loop().call_later(self.request_timeout_s,
+                                                         self._timed_out, ex)
 
     def _timed_out(self, ex: ModernExchange) -> None:
         """`request_timeout_ms` passed on this HTTP request: cancel the call upstream."""

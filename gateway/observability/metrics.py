@@ -12,7 +12,7 @@ Label values stay bounded whatever clients send: methods outside the protocol's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -26,6 +26,7 @@ OTHER = "other"
 # Seconds: fast pass-through calls to tasks that run for minutes.
 REQUEST_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
 TASK_BUCKETS = (.1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+QUEUE_BUCKETS = (.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
 
 class Live(Protocol):
@@ -37,12 +38,15 @@ class Live(Protocol):
     def upstreams(self) -> dict[str, tuple[bool, int]]: ...  # name -> (up, restarts)
     def sessions(self) -> int: ...
     def rejections(self) -> dict[str, int]: ...  # "reason" or "reason:cause" -> count
+    def queues(self) -> dict[tuple[str, str], int]: ...  # (upstream, tool) -> calls waiting
 
 
 class Metrics:
-    def __init__(self, known_tool: Callable[[str, str], bool] = lambda _u, _t: False) -> None:
+    def __init__(self, known_tool: Callable[[str, str], bool] = lambda _u, _t: False,
+                 named: Collection[str] = ()) -> None:
         self.registry = CollectorRegistry()
         self.known_tool = known_tool  # (upstream, tool): listed by that upstream
+        self.named = frozenset(named)  # tool names and patterns the settings name
         r = self.registry
         self.requests = Counter(
             "mcp_gateway_requests", "MCP requests served, by upstream, method, era, outcome",
@@ -60,8 +64,14 @@ class Metrics:
             "mcp_gateway_task_duration_seconds", "How long tasks ran, creation to end",
             ["upstream", "tool"], buckets=TASK_BUCKETS, registry=r)
 
+        # Labelled by the limit's name: a tool pattern from the settings, or "*" for a
+        # server's own limit (bounded whatever clients send).
+        self.queue_wait = Histogram(
+            "mcp_gateway_queue_wait_seconds", "How long calls waited for a concurrency slot",
+            ["upstream", "tool"], buckets=QUEUE_BUCKETS, registry=r)
+
     def watch(self, live: Live) -> None:
-        self.registry.register(_LiveCollector(live))
+        self.registry.register(_LiveCollector(live, self.lane))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -80,13 +90,24 @@ class Metrics:
         self.tasks_finished.labels(upstream, tool, status).inc()
         self.task_duration.labels(upstream, tool).observe(seconds)
 
+    def queue_waited(self, upstream: str, label: str, seconds: float) -> None:
+        self.queue_wait.labels(upstream, self.lane(upstream, label)).observe(seconds)
+
+    def lane(self, upstream: str, label: str) -> str:
+        """A concurrency limit's label: "*" (the server's), a pattern from the settings, or
+        a tool's name (limits of the defaults), which clients choose: "other" unless listed."""
+        if label == "*" or label in self.named or self.known_tool(upstream, label):
+            return label
+        return OTHER
+
     def _tool(self, upstream: str, tool: str) -> str:
         return tool if self.known_tool(upstream, tool) else OTHER
 
 
 class _LiveCollector(Collector):
-    def __init__(self, live: Live) -> None:
+    def __init__(self, live: Live, lane: Callable[[str, str], str]) -> None:
         self.live = live
+        self.lane = lane
 
     def collect(self) -> Iterator[Metric]:
         live = self.live
@@ -114,6 +135,16 @@ class _LiveCollector(Collector):
         for reason, count in live.rejections().items():
             rejections.add_metric(list(reason.partition(":")[::2]), count)
         yield rejections
+        depth = GaugeMetricFamily("mcp_gateway_queue_depth",
+                                  "Calls waiting for a concurrency slot",
+                                  labels=["upstream", "tool"])
+        depths: dict[tuple[str, str], int] = {}
+        for (upstream, label), waiting in live.queues().items():
+            key = (upstream, self.lane(upstream, label))
+            depths[key] = depths.get(key, 0) + waiting
+        for labels, waiting in depths.items():
+            depth.add_metric(list(labels), waiting)
+        yield depth
 
 
 def _gauge(name: str, doc: str, labels: list[str],

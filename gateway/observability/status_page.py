@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
@@ -27,6 +27,7 @@ class Snapshot:
     failures: list[tuple[float, str, str, str]]  # when, upstream, tool, message: newest first
     sessions: int
     now: float
+    queues: list[dict[str, Any]] = field(default_factory=list)  # per concurrency limit
 
 
 def render(s: Snapshot) -> str:
@@ -38,6 +39,7 @@ def render(s: Snapshot) -> str:
         f"up {_age(s.now - s.started)}; task store <b id=store>{_store(s.store)}</b>; "
         f"{s.sessions} legacy session(s)</p>",
         "<h2>Upstreams</h2>", _upstreams(s.upstreams),
+        "<h2>Queues</h2>", _queues(s.queues),
         f"<h2>Live tasks ({sum(s.live.values())})</h2>", _live(s.live), _tasks(s.tasks),
         "<h2>Recent failures</h2>", _failures(s.failures),
         "</body></html>"))
@@ -73,6 +75,14 @@ def _upstreams(ups: dict[str, dict[str, Any]]) -> str:
             for name, u in sorted(ups.items())]
     return _table(("upstream", "state", "era", "transport", "isolation", "restarts",
                    "calls in flight"), rows, "upstreams", "No upstream configured.")
+
+
+def _queues(queues: list[dict[str, Any]]) -> str:
+    rows = [(q["upstream"], q["tool"], f"{q['running']} / {q['max_concurrency']}",
+             f"{q['waiting']} / {q['max_queue']}", q["owners_waiting"])
+            for q in sorted(queues, key=lambda q: (q["upstream"], q["tool"]))]
+    return _table(("upstream", "limit (tool)", "running / max", "waiting / max",
+                   "callers waiting"), rows, "queues", "No concurrency limit is in use.")
 
 
 def _state(u: dict[str, Any]) -> _Html:

@@ -99,10 +99,11 @@ class TaskEngine:
         run = self._runs[task.id] = TaskRun(task, handover, self._behind.changed,
                                             self._responded, self._asked)
         loop = asyncio.get_running_loop()
-        if timeout_ms is not None:
-            run.timers.append(loop.call_later(timeout_ms / 1000, lambda: self._spawn(self._stop(
-                run, Status.FAILED, f"timed out after {timeout_ms} ms",
-                f"Task timed out after {timeout_ms} ms"))))
+        if timeout_ms is not None:  # from when the call runs: a wait in a queue is not counted
+            handover.call.when_running(lambda: run.timers.append(loop.call_later(
+                timeout_ms / 1000, lambda: self._spawn(self._stop(
+                    run, Status.FAILED, f"timed out after {timeout_ms} ms",
+                    f"Task timed out after {timeout_ms} ms")))))
         if task.expires_at is not None:  # a coroutine made only when the timer fires
             run.timers.append(loop.call_later(max(0.0, task.expires_at - self._clock()),
                                               lambda: self._spawn(self._expire(run))))

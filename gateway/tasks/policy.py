@@ -11,6 +11,7 @@ from fnmatch import fnmatchcase
 
 from cachetools import LRUCache
 
+from gateway.queues import Limit
 from gateway.settings import TaskPolicy, TaskPolicyOverride, Tasks
 
 POLL_FLOOR_MS = 250  # never suggest polling faster than this
@@ -28,6 +29,15 @@ class Policy:
     timeout_ms: int | None
     immediate_response: str | None = None
     scopes: frozenset[str] = frozenset()  # with OAuth: what a token needs to use the tool
+    max_concurrency: int | None = None
+    max_queue: int = 100
+    lane: str = ""  # what shares the concurrency limit: the pattern that set it, or the tool
+
+    def limit(self, upstream: str) -> Limit | None:
+        """The tool's concurrency limit, if it has one."""
+        if self.max_concurrency is None:
+            return None
+        return Limit(upstream, self.lane, self.max_concurrency, self.max_queue)
 
     def ttl(self, requested: int | None) -> int:
         """The TTL a task gets: what was asked (or the default), clamped to the maximum."""
@@ -54,18 +64,31 @@ class Policies:
         layers = [self.tasks] + ([local] if local is not None else [])
         if local is not None:
             merged.update(local.defaults.model_dump(exclude_unset=True))
+        merged["lane"] = tool  # a limit of the defaults: each tool has its own
         for layer in layers:
-            override = _match(layer.tools, tool)
+            pattern, override = _match(layer.tools, tool)
             if override is not None:
                 merged.update(override.model_dump(exclude_none=True))
+                if override.max_concurrency is not None:
+                    merged["lane"] = pattern  # the tools it names share the limit
         merged["scopes"] = frozenset(merged["scopes"])
         return Policy(**merged)
 
 
-def _match(tools: dict[str, TaskPolicyOverride], tool: str) -> TaskPolicyOverride | None:
+def _match(tools: dict[str, TaskPolicyOverride], tool: str
+           ) -> tuple[str, TaskPolicyOverride | None]:
     if tool in tools:
-        return tools[tool]
-    return next((o for pattern, o in tools.items() if fnmatchcase(tool, pattern)), None)
+        return tool, tools[tool]
+    return next(((pattern, o) for pattern, o in tools.items() if fnmatchcase(tool, pattern)),
+                (tool, None))
+
+
+def queued_poll_ms(configured: int, expected_wait_s: float | None) -> int:
+    """While a call waits in a queue: half its expected wait, no sooner than configured,
+    within POLL_CEILING_MS (a client polls a long queue less often)."""
+    if expected_wait_s is None:
+        return configured
+    return int(min(POLL_CEILING_MS, max(configured, expected_wait_s * 500)))
 
 
 class PollAdvisor:
@@ -88,4 +111,4 @@ class PollAdvisor:
         return int(min(POLL_CEILING_MS, max(POLL_FLOOR_MS, median_ms / 4)))
 
 
-__all__ = ["Policies", "Policy", "PollAdvisor", "TaskPolicy"]
+__all__ = ["Policies", "Policy", "PollAdvisor", "TaskPolicy", "queued_poll_ms"]

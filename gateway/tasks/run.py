@@ -18,8 +18,9 @@ from typing import Any, Protocol
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.queues import Ticket
 from gateway.tasks.model import Status, Task
-from gateway.tasks.policy import Policy
+from gateway.tasks.policy import Policy, queued_poll_ms
 from gateway.tasks.report import audit
 from gateway.tasks.store import TaskStore
 from gateway.tasks.watchers import Watchers
@@ -72,6 +73,10 @@ class UpstreamCall(Protocol):
     """What the engine needs of an upstream call: upstream/ provides it."""
 
     sink: Consumer  # where the call's messages and response go: the task's run, once adopted
+    ticket: Ticket | None  # its place under a concurrency limit, if one applies
+
+    def when_running(self, run: Callable[[], None]) -> None:
+        """`run()` once the call is sent: at once, unless it waits in a queue."""
 
     @property
     def upstream(self) -> str: ...
@@ -107,6 +112,28 @@ class TaskRun:
         self.ended: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
         self.dirty = False
         self.flusher: asyncio.Task[None] | None = None
+        self.poll_ms = task.poll_interval_ms  # as suggested when the call runs
+        ticket = handover.call.ticket
+        if ticket is not None and ticket.queued:
+            ticket.on_move = self.queued
+            self._show_queue(ticket)
+
+    def queued(self, ahead: int | None) -> None:
+        """The call's place in its queue moved (None: it runs now)."""
+        if self.ending or self.call is None:
+            return
+        if ahead is None:
+            self.task.status_message, self.task.poll_interval_ms = None, self.poll_ms
+        elif self.call.ticket is not None:
+            self._show_queue(self.call.ticket)
+        self.task.touch()
+        self.changed(self)
+
+    def _show_queue(self, ticket: Ticket) -> None:
+        """The status says it waits and how many are ahead; polls follow the expected
+        wait."""
+        self.task.status_message = f"queued: {ticket.ahead} ahead"
+        self.task.poll_interval_ms = queued_poll_ms(self.poll_ms, ticket.expected_wait_s())
 
     def on_message(self, msg: Message) -> None:
         if self.ending:

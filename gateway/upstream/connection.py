@@ -15,6 +15,7 @@ from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.queues import Ticket
 from gateway.upstream import inbound, native_tasks, wire
 from gateway.upstream.correlator import (
     Answer,
@@ -156,18 +157,36 @@ class Connection:
 
     # -- downstream -> upstream ------------------------------------------------------------
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
-                headers: dict[str, str] | None = None, follow_task: bool = False) -> Call:
+                headers: dict[str, str] | None = None, follow_task: bool = False,
+                ticket: Ticket | None = None) -> Call:
         """Forward request `msg`, which this consumes: its id and progress token are
         rewritten, and its params are let go once sent (they may be megabytes). `headers`
-        are the client's that an HTTP upstream receives (`forward_headers`, Mcp-Param-*)."""
-        if not self.ready and owner is not None:
-            raise UpstreamError(self.name, f"upstream '{self.name}' is not connected", "down")
-        call = self.correlator.open(msg, owner, sink)
-        call.follow_task = follow_task
-        headers = self.wire.stamp(msg, call, headers)
-        self._send(call, jsonrpc.dumps(msg), headers)
-        msg.pop("params", None)
+        are the client's that an HTTP upstream receives (`forward_headers`, Mcp-Param-*).
+        A call whose `ticket` waits in a queue is sent when its turn comes."""
+        try:
+            if not self.ready and owner is not None:
+                raise UpstreamError(self.name, f"upstream '{self.name}' is not connected",
+                                    "down")
+            call = self.correlator.open(msg, owner, sink)
+            call.follow_task, call.ticket = follow_task, ticket
+            headers = self.wire.stamp(msg, call, headers)
+            data = jsonrpc.dumps(msg)
+            msg.pop("params", None)
+            if ticket is not None and ticket.queued:
+                ticket.when_running(lambda: self._send_queued(call, data, headers))
+            else:
+                self._send(call, data, headers)
+        except BaseException:
+            if ticket is not None:  # never sent: its place goes
+                ticket.release()
+            raise
         return call
+
+    def _send_queued(self, call: Call, data: bytes, headers: dict[str, str] | None) -> None:
+        try:
+            self._send(call, data, headers)
+        except UpstreamError as exc:  # the server went away while the call waited
+            call.answer(exc.to_message(call.client_id))
 
     def _send(self, call: Call, data: bytes, headers: dict[str, str] | None) -> None:
         """A call's request: in flight from now, unless the transport refuses it."""
@@ -188,7 +207,10 @@ class Connection:
             call.answer(exc.to_message(call.client_id))
 
     def cancel(self, call: Call, reason: str) -> None:
-        """spec (cancellation): tell the upstream; a late response is then dropped here."""
+        """spec (cancellation): tell the upstream; a late response is then dropped here.
+        A call still waiting in a queue leaves it and never reaches the server."""
+        if call.ticket is not None:
+            call.ticket.release()
         self.wire.forget(call)
         if self.pending(call):
             native_tasks.cancel(self, call)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from gateway.observability import log, tracing
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.queues import Ticket
 
 
 class Sink(Protocol):
@@ -93,12 +94,24 @@ class Call:
     follow_task: bool = False
     upstream_task: str | None = None
     span: Any = None  # its trace span, when the request that made it is traced
+    # Its place under a concurrency limit (queues.py): sent once it may run, and its slot
+    # given back when it ends.
+    ticket: Ticket | None = None
 
     def answer(self, msg: Message) -> None:
         """The call's answer, or the error that ends it, to its sink (ending its span)."""
         if self.span is not None:  # traced: rare, so untraced answers pay one test
             self.end_trace(_error_text(msg))
+        if self.ticket is not None:
+            self.ticket.release()
         self.sink.on_response(msg)
+
+    def when_running(self, run: Callable[[], None]) -> None:
+        """`run()` once the call is sent: at once, unless it waits in a queue."""
+        if self.ticket is None:
+            run()
+        else:
+            self.ticket.when_running(run)
 
     def end_trace(self, error: str | None) -> None:
         if self.span is not None:

@@ -21,6 +21,7 @@ from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.queues import Limit, Queues, Ticket
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream.catalogue import Catalogue
 from gateway.upstream.connection import Connection
@@ -34,9 +35,12 @@ class Backend:
     """The processes behind one named upstream."""
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counter[str] | None = None) -> None:
+                 counters: Counter[str] | None = None, queues: Queues | None = None) -> None:
         self.name = name
         self.conf = conf
+        self.queues = queues or Queues()
+        self.limit = None if conf.max_concurrency is None else Limit(
+            name, "*", conf.max_concurrency, conf.max_queue)
         self.max_message_bytes = max_message_bytes
         self.counters: Counter[str] = counters if counters is not None else Counter()
         self.asked_ids = itertools.count(1)  # server requests, unique across its processes
@@ -48,6 +52,13 @@ class Backend:
                         if conf.url is not None else None)
         if self.forward and "authorization" in self.forward:
             log.warning("upstream.forwards_authorization", upstream=name)
+
+    def ticket(self, owner: str, method: str, tool_limit: Limit | None) -> Ticket | None:
+        """A tool call's place under its tool's limit and this server's (None: another
+        method, or no limit); QueueFull when it would have to wait in a full queue."""
+        if method != mcp.TOOLS_CALL:
+            return None
+        return self.queues.ticket(owner, tool_limit, self.limit)
 
     def learn_tools(self, msg: Message) -> Message:
         """Note from a tools/list answer what the gateway must know of each tool."""
@@ -124,8 +135,8 @@ class PerClient(Backend):
     """A process per legacy session, and per auth context of modern requests."""
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counter[str] | None = None) -> None:
-        super().__init__(name, conf, max_message_bytes, counters)
+                 counters: Counter[str] | None = None, queues: Queues | None = None) -> None:
+        super().__init__(name, conf, max_message_bytes, counters, queues)
         self._by_principal: dict[str, Connection] = {}
 
     async def for_principal(self, principal: str) -> Connection:
@@ -163,8 +174,8 @@ class PerClient(Backend):
 
 class PerCall(Backend):
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counter[str] | None = None) -> None:
-        super().__init__(name, conf, max_message_bytes, counters)
+                 counters: Counter[str] | None = None, queues: Queues | None = None) -> None:
+        super().__init__(name, conf, max_message_bytes, counters, queues)
         self._warm: asyncio.Queue[Connection] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
@@ -230,6 +241,7 @@ class PerCall(Backend):
 
 
 def build(name: str, conf: UpstreamConf, max_message_bytes: int,
-          counters: Counter[str] | None = None) -> Backend:
-    kind = {"shared": Backend, "client": PerClient, "call": PerCall}[conf.isolation]
-    return kind(name, conf, max_message_bytes, counters)
+          counters: Counter[str] | None = None, queues: Queues | None = None) -> Backend:
+    kind: type[Backend] = {"shared": Backend, "client": PerClient,
+                           "call": PerCall}[conf.isolation]
+    return kind(name, conf, max_message_bytes, counters, queues)

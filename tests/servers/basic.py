@@ -5,7 +5,9 @@ Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (eli
 sample (sampling), roots (roots/list), progress, log, changed (tools list_changed),
 touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel),
 params (the params it received), ask2 (two elicitations at once), subscribed (the resource
-URIs it was asked to watch), meta (the _meta it received).
+URIs it was asked to watch), meta (the _meta it received), render (one call at a time,
+like a licence-bound renderer: a second call while one runs fails "busy"), rendered (the
+texts render was called with, in order of arrival).
 Also resources, prompts and subscriptions.
 Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
 BASIC_SILENT_INIT=1 never answers initialize; BASIC_ROOTS_AT_START=1 asks for roots once
@@ -19,7 +21,7 @@ import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
          "changed", "touch", "whoami", "cancelled", "params", "ask2", "subscribed", "garble",
-         "deep", "startup", "meta"]
+         "deep", "startup", "meta", "render", "rendered"]
 # Lines a broken server might write: JSON-RPC in name only (see the "garble" tool).
 GARBLE = [b'{"jsonrpc":"2.0","id":{"a":1},"result":{}}', b'{"jsonrpc":"2.0","method":null,"id":3}',
           b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":[1]}}',
@@ -31,6 +33,8 @@ cancelled: list = []  # request ids the client cancelled, as this server saw the
 subscribed: set = set()  # resource URIs this process was asked to watch
 next_id = 0
 startup: list = []  # the answer to the roots/list asked at start (BASIC_ROOTS_AT_START)
+rendering: list = []  # texts of render calls, as they arrived
+busy = False  # a render runs
 
 
 def send(msg: dict) -> None:
@@ -52,6 +56,21 @@ async def ask(method: str, params: dict) -> dict:
     return await fut
 
 
+async def render(name: str, args: dict) -> dict:
+    global busy
+    if name == "rendered":
+        return text(json.dumps(rendering))
+    rendering.append(args.get("text", ""))
+    if busy:
+        return {**text("busy: render runs one call at a time"), "isError": True}
+    busy = True
+    try:
+        await asyncio.sleep(args.get("ms", 300) / 1000)
+    finally:
+        busy = False
+    return text(f"rendered {args.get('text', '')}")
+
+
 async def call_tool(params: dict) -> dict:
     name, args = params.get("name"), params.get("arguments") or {}
     token = (params.get("_meta") or {}).get("progressToken")
@@ -62,6 +81,8 @@ async def call_tool(params: dict) -> dict:
     if name == "sleep":
         await asyncio.sleep(args.get("ms", 0) / 1000)
         return text(f"slept {args.get('ms', 0)}")
+    if name in ("render", "rendered"):
+        return await render(name, args)
     if name == "blob":
         return text("x" * int(args.get("bytes", 0)))
     if name == "crash":

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.protocol import jsonrpc
+from gateway.queues import Limit, Queues, Ticket
 from gateway.tasks.engine import Handover, Intent, TaskEngine, TaskExpired, TaskNotFound
 from gateway.tasks.model import Status, Task
 from gateway.tasks.policy import Policy
@@ -23,13 +24,22 @@ class FakeCall:
         self.sink: Any = None
         self.cancelled: list[str] = []
         self.replies: list[tuple[Any, dict[str, Any]]] = []
+        self.ticket: Ticket | None = None
 
     @property
     def upstream(self) -> str:
         return "fake"
 
+    def when_running(self, run: Any) -> None:
+        if self.ticket is None:
+            run()
+        else:
+            self.ticket.when_running(run)
+
     def cancel(self, why: str) -> None:
         self.cancelled.append(why)
+        if self.ticket is not None:  # as a real call: it leaves its queue
+            self.ticket.release()
 
     def reply(self, asked_id: Any, msg: dict[str, Any]) -> None:
         self.replies.append((asked_id, msg))
@@ -217,3 +227,48 @@ async def test_a_call_that_cannot_be_handed_over_leaves_no_task(store: MemorySto
         await engine.adopt(intent(), failing)
     assert await store.owned_by("me") == []
     assert engine.live() == []
+
+
+async def test_a_queued_task_says_how_many_are_ahead_and_its_timeout_waits_for_its_turn(
+        store: MemoryStore) -> None:
+    engine = TaskEngine(store)
+    queues, limit = Queues(), Limit("fake", "slow", 1, 10)
+    busy = queues.ticket("other", limit)  # the one slot is taken
+    before = queues.ticket("other", limit)
+    call = FakeCall()
+    call.ticket = queues.ticket("me", limit)
+
+    async def attach(task: Task) -> Handover:
+        return Handover(call)  # type: ignore[arg-type]
+    task = await engine.adopt(intent(timeout_ms=30), attach)
+    assert task is not None and task.status is Status.WORKING
+    assert task.status_message == "queued: 1 ahead"
+    await asyncio.sleep(0.06)  # longer than its timeout: queued time is not counted
+    assert busy is not None and before is not None
+    busy.release()
+    found = await engine.find(task.id, "me")
+    assert found.status is Status.WORKING and found.status_message == "queued: 0 ahead"
+    before.release()  # its turn: it runs, and its timeout starts
+    assert (await engine.find(task.id, "me")).status_message is None
+    await asyncio.sleep(0.06)
+    await settled()
+    assert (await engine.find(task.id, "me")).status is Status.FAILED
+
+
+async def test_a_queued_task_cancelled_leaves_the_queue(store: MemoryStore) -> None:
+    engine = TaskEngine(store)
+    queues, limit = Queues(), Limit("fake", "slow", 1, 10)
+    busy = queues.ticket("other", limit)
+    call = FakeCall()
+    call.ticket = queues.ticket("me", limit)
+    after = queues.ticket("later", limit)
+
+    async def attach(task: Task) -> Handover:
+        return Handover(call)  # type: ignore[arg-type]
+    task = await engine.adopt(intent(), attach)
+    assert task is not None and after is not None and busy is not None
+    assert after.ahead == 1
+    await engine.cancel(task)
+    assert after.ahead == 0 and queues.depths() == {("fake", "slow"): 1}
+    busy.release()
+    assert not after.queued  # the cancelled call never ran

@@ -75,7 +75,7 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     replica = conf.replica.id or secrets.token_hex(8)
     store, bus = _store(conf, replica)
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
-                        conf.replica.url or "")
+                        conf.replica_url or "")
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters, queues)

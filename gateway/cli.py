@@ -37,13 +37,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_settings(args: argparse.Namespace) -> Settings:
-    """The file's settings (if any) with every given flag applied on top."""
+def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> Settings:
+    """The file's settings (if any) with every given flag applied on top; with `unset`,
+    as `settings.from_mapping` checks them (unset variables collected there)."""
     raw: dict[str, Any] = {}
-    if args.config:
-        raw = settings.read_raw(args.config)
+    path = args.check_config or args.config
+    if path:
+        raw = settings.read_raw(path)
         if not isinstance(raw, dict):
-            raise ConfigError(f"{args.config}: the configuration must be a YAML mapping")
+            raise ConfigError(f"{path}: the configuration must be a YAML mapping")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if command or args.upstream_url:
         # A command or URL on the command line replaces the file's upstreams with one: "main".
@@ -71,7 +73,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         if not sep or not name or mode not in MODES:
             raise ConfigError(f"--task-tool {item}: expected NAME=MODE with MODE one of {MODES}")
         _set(raw, ("tasks", "tools", name, "mode"), mode)
-    return settings.from_mapping(raw)
+    return settings.from_mapping(raw, unset)
 
 
 def _set(tree: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
@@ -85,9 +87,10 @@ def _set(tree: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if args.check_config:
-            s, unset = settings.check(args.check_config)
-            needs = f"; set before starting: {', '.join(unset)}" if unset else ""
+        if args.check_config:  # the same rules as a start with the same flags
+            unset: list[str] = []
+            s = build_settings(args, unset)
+            needs = f"; set before starting: {', '.join(sorted(set(unset)))}" if unset else ""
             print(f"{args.check_config}: ok ({len(s.upstreams)} upstream(s)){needs}")
             return 0
         conf = build_settings(args)

@@ -6,9 +6,11 @@ Loaded once at start; nothing else reads YAML or the environment for settings.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -362,10 +364,11 @@ class Replica(_Model):
         description=("seals MRTR requestState, the same on every replica (null: "
                      "security.request_state_key)"))
     # Where the other replicas reach this one (http://host:port), to hand it an MRTR retry
-    # whose call is parked here. Unset: such a retry elsewhere is refused (sent afresh).
+    # whose call is parked here. Unset: the bind address when it names one (listen.host
+    # and port), else such a retry elsewhere is refused (sent afresh).
     url: str | None = Field(None, pattern=r"^https?://[^/]+$",
         description=("where the other replicas reach this one (http://host:port), to hand it an "
-                     "MRTR retry"))
+                     "MRTR retry (null: listen.host and port, unless a wildcard address)"))
 
     @field_validator("id", "secret", "url", mode="before")
     @classmethod
@@ -419,6 +422,18 @@ class Settings(_Model):
     store: Store = Store()
     replica: Replica = Replica()
     tracing: Tracing = Tracing()
+
+    @property
+    def replica_url(self) -> str | None:
+        """Where the other replicas reach this one: `replica.url`, else the bind address
+        when it names one host and port (a wildcard such as 0.0.0.0, or port 0, names
+        none: set replica.url then)."""
+        if self.replica.url is not None:
+            return self.replica.url
+        host, port = self.listen.host, self.listen.port
+        if host in ("", "0.0.0.0", "::") or port == 0:
+            return None
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
     @model_validator(mode="after")
     def _exchange_needs_oauth(self) -> Settings:
@@ -489,30 +504,19 @@ def interpolate(value: Any, where: str = "", unset: list[str] | None = None) -> 
     return _VAR.sub(sub, value)
 
 
-def from_mapping(raw: Any) -> Settings:
+def from_mapping(raw: Any, unset: list[str] | None = None) -> Settings:
+    """Validated settings of a YAML tree. With `unset` (checking a file before deployment),
+    environment variables not set here read as placeholders, and are collected there."""
     if not isinstance(raw, dict):
         raise ConfigError("the configuration must be a YAML mapping")
     try:
-        return Settings.model_validate(interpolate(raw))
+        return Settings.model_validate(interpolate(raw, unset=unset))
     except ValidationError as exc:
         raise ConfigError(_first_problem(exc)) from None
 
 
 def load(path: str | Path) -> Settings:
     return from_mapping(read_raw(path))
-
-
-def check(path: str | Path) -> tuple[Settings, list[str]]:
-    """The file's settings as they would be once deployed, and the environment variables it
-    needs that are not set here (placeholders stand in for them)."""
-    raw = read_raw(path)
-    unset: list[str] = []
-    if not isinstance(raw, dict):
-        raise ConfigError("the configuration must be a YAML mapping")
-    try:
-        return Settings.model_validate(interpolate(raw, unset=unset)), sorted(set(unset))
-    except ValidationError as exc:
-        raise ConfigError(_first_problem(exc)) from None
 
 
 def read_raw(path: str | Path) -> Any:
@@ -533,10 +537,37 @@ def read_raw(path: str | Path) -> Any:
 
 
 def _first_problem(exc: ValidationError) -> str:
-    err = exc.errors()[0]
+    """One line naming the key at fault. An unknown key comes first: it usually explains a
+    missing one beside it (`upstream:` for `upstreams:`), and a close known name is offered."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    more = len(exc.errors()) - 1
+        msg = f"unknown key `{err['loc'][-1]}`"
+        close = difflib.get_close_matches(str(err["loc"][-1]), _keys_at(err["loc"][:-1]), 1)
+        if close:
+            msg += f"; did you mean `{close[0]}`?"
+    more = len(errors) - 1
     return f"{key}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+
+
+def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the settings know at `loc` (a dict's own keys pass through to its values)."""
+    model: Any = Settings
+    for part in loc:
+        field = model.model_fields.get(str(part)) if _is_model(model) else None
+        if field is None:  # a key of a dict of models: its values are the next model
+            args = typing.get_args(model)
+            model = args[-1] if args else None
+            continue
+        model = field.annotation
+    while not _is_model(model) and typing.get_args(model):  # X | None, dict[str, X]
+        model = next((a for a in typing.get_args(model) if a is not type(None)), None)
+        if typing.get_origin(model) is dict:
+            return []
+    return list(model.model_fields) if _is_model(model) else []
+
+
+def _is_model(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, BaseModel)

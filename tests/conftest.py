@@ -222,12 +222,13 @@ REPLICA_POLICY = {"defaults": {"mode": "auto", "sync_budget_ms": 200, "ttl_ms": 
 class Replica:
     """One gateway process of the group."""
 
-    def __init__(self, name: str, conf: dict[str, Any]) -> None:
+    def __init__(self, name: str, conf: dict[str, Any], address: bool = True) -> None:
         self.name = name
         self.port = free_port()
-        conf = {**conf, "listen": {"port": self.port}, "replica": {
-            "id": name, "secret": "a secret every replica shares",
-            "url": f"http://127.0.0.1:{self.port}"}}
+        # Without `address`, replica.url is left to its default: the bind address.
+        where = {"url": f"http://127.0.0.1:{self.port}"} if address else {}
+        conf = {**conf, "listen": {"host": "127.0.0.1", "port": self.port}, "replica": {
+            "id": name, "secret": "a secret every replica shares", **where}}
         fd, self.config = tempfile.mkstemp(suffix=".yaml")
         with os.fdopen(fd, "w") as f:
             json.dump(conf, f)  # JSON is YAML
@@ -259,14 +260,14 @@ async def group(redis_server, key_prefix) -> AsyncIterator[Group]:
     """`await group(n, **overrides)`: n replicas sharing the store, started."""
     made: list[Replica] = []
 
-    async def start(n: int = 3, redis: RedisServer | None = None, **overrides: Any
-                    ) -> list[Replica]:
+    async def start(n: int = 3, redis: RedisServer | None = None, address: bool = True,
+                    **overrides: Any) -> list[Replica]:
         conf = {"upstreams": {"main": {"command": BASIC[0], "args": BASIC[1:]}},
                 "tasks": REPLICA_POLICY, "auth": {"bearer_tokens": ["alice-token", "bob-token"]},
                 "store": {"backend": "redis", "url": (redis or redis_server).url,
                           "key_prefix": key_prefix, "lease_ms": 1000},
                 "logging": {"level": "warning"}, **overrides}
-        replicas = [Replica(f"r{i}", conf) for i in range(n)]
+        replicas = [Replica(f"r{i}", conf, address) for i in range(n)]
         made.extend(replicas)
         await asyncio.gather(*(r.start() for r in replicas))
         return replicas

@@ -228,7 +228,11 @@ class Guard:
         if (bad := _undecodable(request.headers)) is not None:
             # Checked once, here: every later use (a token compare, an error that names a
             # header, a header forwarded upstream) may assume text. The value is never
-            # echoed: it may be a token.
+            # echoed: it may be a token. spec (Streamable HTTP, Security Warning): an
+            # invalid Origin MUST get 403.
+            if bad.lower() == mcp.H_ORIGIN.lower():
+                return self._refuse(errors.ForbiddenOrigin(
+                    "Forbidden: the Origin header is not valid UTF-8"))
             return error_response(errors.InvalidRequest(
                 f"Bad Request: the {bad} header is not valid UTF-8"))
         origin = request.headers.get(mcp.H_ORIGIN)

@@ -192,7 +192,7 @@ class ModernEra:
         self.scope = conf.caching.scope
         self.sealer = sealer
         self.handoff = Handoff(engine.replica_address)
-        self.replica_url = conf.replica.url or ""  # sealed into requestState: see handoff.py
+        self.replica_url = conf.replica_url or ""  # sealed into requestState: see handoff.py
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000)

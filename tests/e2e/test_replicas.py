@@ -86,6 +86,17 @@ async def test_an_input_round_answered_on_another_replica(group, http) -> None:
     assert gone.status == 400 and "without requestState" in gone.body["error"]["message"]
 
 
+async def test_the_bind_address_is_where_other_replicas_hand_a_retry(group, http) -> None:
+    """Issue 21: replica.url defaults to listen.host:port when that names one address, so
+    a retry reaches the replica holding its call with no extra setting."""
+    a, b = await group(2, address=False)
+    _, first = await ask_round(http, a.url, headers=ALICE)
+    (key, _), = first["inputRequests"].items()
+    answer = {"action": "accept", "content": {"name": "Ada"}}
+    done = await retry(http, b.url, first["requestState"], {key: answer}, ALICE)
+    assert json.loads(done.body["result"]["content"][0]["text"]) == answer
+
+
 async def test_a_foreign_owner_finds_nothing_on_any_replica(group, http) -> None:
     replicas = await group(3)
     task = (await call(http, replicas[0].url, "sleep", {"ms": 1000}, headers=ALICE)

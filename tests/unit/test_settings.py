@@ -53,6 +53,13 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
     ({"upstreams": {"m": {"command": "x", "isolation": "wide"}}},
      "upstreams.m.isolation: Input should be 'shared', 'client' or 'call'"),
     ({"upstreams": {"m": {"command": "x"}}, "limitz": {}}, "limitz: unknown key"),
+    # Issue 21: an unknown key beside the missing one it stands for is named, not hidden
+    # behind "upstreams: Field required".
+    ({"upstream": {"m": {"command": "x"}}},
+     "upstream: unknown key `upstream`; did you mean `upstreams`?"),
+    ({"upstreams": {"m": {"command": "x"}}, "tasks": {"tools": {"r*": {"max_concurency": 1}}}},
+     "tasks.tools.r*.max_concurency: unknown key `max_concurency`; did you mean "
+     "`max_concurrency`?"),
     ({"upstreams": {"m": {}}}, "upstreams.m: give exactly one of 'command'"),
     ({"upstreams": {"m": {"command": "x"}}, "listen": {"port": "eighty"}},
      "listen.port: Input should be a valid integer"),
@@ -143,6 +150,22 @@ def test_check_config_exit_codes(tmp_path) -> None:
     assert missing.returncode == 2 and "nope.yaml" in missing.stderr
 
 
+def test_check_config_applies_the_flags_a_start_would(tmp_path, monkeypatch) -> None:
+    """Issue 21: `--check-config FILE --host 0.0.0.0` fails as the start would (no auth
+    beyond loopback), and an unset ${VAR} is named, not an error, as before."""
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    conf = tmp_path / "g.yaml"
+    conf.write_text("upstreams:\n  main: {command: python3, env: {K: '${NOT_SET_HERE}'}}\n")
+    ok = run_cli("--check-config", str(conf))
+    assert ok.returncode == 0 and "set before starting: NOT_SET_HERE" in ok.stdout
+    res = run_cli("--check-config", str(conf), "--host", "0.0.0.0")
+    assert res.returncode == 2 and "listen.host 0.0.0.0 is reachable" in res.stderr
+    flagged = run_cli("--check-config", str(conf), "--port", "9001", "--tasks", "always")
+    assert flagged.returncode == 0
+    wrong = run_cli("--check-config", str(conf), "--task-tool", "echo=sometimes")
+    assert wrong.returncode == 2 and "NAME=MODE" in wrong.stderr
+
+
 def test_start_without_upstream_is_a_clear_error() -> None:
     res = run_cli()
     assert res.returncode == 2
@@ -226,3 +249,20 @@ def test_a_store_is_found_by_url_or_by_sentinels() -> None:
         from_mapping({**base, "store": {"backend": "redis"}})
     with pytest.raises(ConfigError, match=r"^store\.sentinels: 's1' is not host:port$"):
         from_mapping({**base, "store": {"backend": "redis", "sentinels": ["s1"]}})
+
+
+@pytest.mark.parametrize(("listen", "url"), [
+    ({"host": "10.0.0.5", "port": 9000}, "http://10.0.0.5:9000"),
+    ({"host": "::1", "port": 9000}, "http://[::1]:9000"),
+    ({"host": "127.0.0.1", "port": 8080}, "http://127.0.0.1:8080"),
+    ({"host": "0.0.0.0", "port": 8080}, None),  # names no one address
+    ({"host": "127.0.0.1", "port": 0}, None),
+])
+def test_replica_url_defaults_to_a_specific_bind_address(listen, url) -> None:
+    s = from_mapping({"listen": listen, "upstreams": {"m": {"command": "x"}},
+                      "security": {"allow_unauthenticated": True}})
+    assert s.replica_url == url
+    given = from_mapping({"listen": listen, "upstreams": {"m": {"command": "x"}},
+                          "security": {"allow_unauthenticated": True},
+                          "replica": {"url": "http://gw-1:8080"}})
+    assert given.replica_url == "http://gw-1:8080"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from gateway.errors import UpstreamError
@@ -27,7 +27,7 @@ from gateway.upstream.correlator import (
     Owner,
     Sink,
 )
-from gateway.upstream.handshake import IGNORE, Handshake
+from gateway.upstream.handshake import IGNORE, Handshake, Silent
 from gateway.upstream.transport import Transport
 
 
@@ -43,6 +43,9 @@ class Connection:
         self.correlator = Correlator(self, asked_ids, counters)
         self.wire: wire.Wire = wire.LegacyWire()
         self.handshake = Handshake(self, startup_timeout_s)
+        # Told each page of the server's tools/list the gateway asks for itself (after the
+        # handshake, and when the server says its list changed); None: never asked.
+        self.on_tools: Callable[[Message], object] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -118,6 +121,8 @@ class Connection:
                 return
             if self.wire.swallowed(params, method):
                 return
+        if method == mcp.TOOLS_CHANGED:
+            self.list_tools()
         self._act(self.correlator.notification(msg, via))
 
     def _act(self, events: list[Event]) -> None:
@@ -262,11 +267,20 @@ class Connection:
         """One holder fewer; True when an unsubscribe must reach the upstream."""
         return self.correlator.audience.release(uri) and not self.wire.subscriptions_changed()
 
-    def send_own(self, method: str, params: dict[str, Any]) -> None:
-        """A request of the gateway's own whose answer nobody waits for (subscriptions)."""
+    def send_own(self, method: str, params: dict[str, Any], sink: Sink = IGNORE) -> None:
+        """A request of the gateway's own whose answer no client waits for (subscriptions,
+        tools/list)."""
         if self.ready:
             with contextlib.suppress(UpstreamError):
-                self.request(jsonrpc.request(0, method, params), None, IGNORE)
+                self.request(jsonrpc.request(0, method, params), None, sink)
+
+    def list_tools(self, cursor: str | None = None, page: int = 1) -> None:
+        """Ask the server for its tools, so what the gateway learns of them (metrics labels,
+        native task support, Mcp-Param headers) holds from the first call, whatever the
+        clients ask; every page, up to MAX_TOOL_PAGES."""
+        if self.on_tools is not None:
+            self.send_own(mcp.TOOLS_LIST, {"cursor": cursor} if cursor else {},
+                          _ToolPages(self, page))
 
 
 def _deliver(to: Call | Owner, msg: Message) -> None:
@@ -279,3 +293,22 @@ def _deliver(to: Call | Owner, msg: Message) -> None:
 def _fail(calls: list[Call], error: UpstreamError) -> None:
     for call in calls:
         call.answer(error.to_message(call.client_id))
+
+
+MAX_TOOL_PAGES = 20  # of the gateway's own tools/list: enough for any real catalogue
+
+
+class _ToolPages(Silent):
+    """The answer to the gateway's own tools/list: told to the connection's `on_tools`, and
+    the next page asked for."""
+
+    def __init__(self, conn: Connection, page: int) -> None:
+        self.conn, self.page = conn, page
+
+    def on_response(self, msg: Message) -> None:
+        if self.conn.on_tools is None or "result" not in msg:
+            return
+        self.conn.on_tools(msg)
+        cursor = msg["result"].get("nextCursor")
+        if isinstance(cursor, str) and cursor and self.page < MAX_TOOL_PAGES:
+            self.conn.list_tools(cursor, self.page + 1)

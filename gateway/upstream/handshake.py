@@ -33,6 +33,8 @@ class Speaker(wire.Driver, Protocol):
 
     def send_own(self, method: str, params: dict[str, Any]) -> None: ...
 
+    def list_tools(self) -> None: ...
+
 
 class Handshake:
     def __init__(self, conn: Speaker, startup_timeout_s: float) -> None:
@@ -52,8 +54,11 @@ class Handshake:
         error = reply.get("error")
         # A server that refused initialize may be a modern one; one never reached is not.
         if isinstance(error, dict) and not _unreached(error) and await self._probe_modern():
-            return wire.VERSION
-        return self._initialized(reply)
+            version = wire.VERSION
+        else:
+            version = self._initialized(reply)
+        self.conn.list_tools()
+        return version
 
     def lost(self) -> None:
         """The transport lost the server: not ready until the next handshake."""
@@ -162,7 +167,9 @@ class Starts:
             await asyncio.wait_for(self._settled.wait(), timeout_s)
 
 
-class _Ignore:
+class Silent:
+    """A sink that takes what comes and does nothing with it."""
+
     takes_mrtr = False
 
     def on_message(self, msg: Message) -> None:
@@ -175,10 +182,10 @@ class _Ignore:
         pass
 
 
-IGNORE = _Ignore()  # a sink for answers nobody waits for
+IGNORE = Silent()  # a sink for answers nobody waits for
 
 
-class FutureSink(_Ignore):
+class FutureSink(Silent):
     """A sink for the gateway's own requests: the response resolves a future."""
 
     def __init__(self) -> None:
@@ -211,4 +218,4 @@ def _unreached(error: dict[str, Any]) -> bool:
     return isinstance(data, dict) and data.get("reason") == "connection"
 
 
-__all__ = ["CONNECTING", "IGNORE", "FutureSink", "Handshake", "Speaker", "Starts"]
+__all__ = ["CONNECTING", "IGNORE", "FutureSink", "Handshake", "Silent", "Speaker", "Starts"]

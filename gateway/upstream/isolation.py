@@ -82,6 +82,7 @@ class Backend:
             transport = StdioTransport(self.name, self.conf, self.max_message_bytes, restart)
         conn = Connection(self.name, transport, self.conf.startup_timeout_ms / 1000,
                           self.asked_ids, self.counters)
+        conn.on_tools = self.learn_tools
         self.connections.add(conn)
         return conn
 

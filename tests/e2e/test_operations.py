@@ -82,6 +82,31 @@ async def test_metrics_count_requests_tasks_and_refusals(url, http, client) -> N
     assert value(after, "mcp_gateway_store_bytes") > 0
 
 
+async def test_tools_are_named_from_the_first_call_whatever_the_client_asked(gateway, http
+                                                                            ) -> None:
+    """Issue 21: the gateway lists the upstream's tools itself after the handshake, and
+    again when the server says its list changed, so no client has to list them first for
+    metrics to name its tools."""
+    url = await gateway(tasks={**POLICY, "tools": {**POLICY["tools"],
+                                                   "added": {"mode": "always"}}})
+    first = (await call(http, url, "whoami")).body["result"]  # no tools/list by anyone
+    await wait_for(http, url, first["taskId"], "completed")
+    await call(http, url, "changed", caps={})  # the server adds a tool, "added"
+    for _ in range(50):
+        task = (await modern(http, url, "tools/call", {"name": "added", "arguments": {}},
+                             TASKS)).body["result"]
+        samples = await scrape(http, url)
+        if value(samples, "mcp_gateway_tasks_created_total", upstream="main", tool="added",
+                 dialect="extension"):
+            break
+        await asyncio.sleep(0.02)  # the gateway's own tools/list may still be on its way
+    assert task["resultType"] in ("task", "complete")
+    assert value(samples, "mcp_gateway_tasks_created_total", upstream="main", tool="whoami",
+                 dialect="extension") == 1
+    assert value(samples, "mcp_gateway_tasks_created_total", upstream="main", tool="added",
+                 dialect="extension") >= 1
+
+
 async def test_metric_labels_stay_bounded_whatever_clients_send(url, http) -> None:
     """Methods and tool names a client makes up are counted as "other", never as labels."""
     for n in range(5):

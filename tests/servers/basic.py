@@ -2,7 +2,7 @@
 """A small legacy stdio MCP server, standard library only, for the gateway's tests.
 
 Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (elicitation),
-sample (sampling), roots (roots/list), progress, log, changed (tools list_changed),
+sample (sampling), roots (roots/list), progress, log, changed (tools list_changed, and a tool "added" appears),
 touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel),
 params (the params it received), ask2 (two elicitations at once), subscribed (the resource
 URIs it was asked to watch), meta (the _meta it received), render (one call at a time,
@@ -115,9 +115,13 @@ async def call_tool(params: dict) -> dict:
         send({"jsonrpc": "2.0", "method": "notifications/message",
               "params": {"level": "info", "data": args.get("text", "hello")}})
         return text("logged")
-    if name == "changed":
+    if name == "changed":  # a new tool appears: "added"
+        if "added" not in TOOLS:
+            TOOLS.append("added")
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         return text("changed")
+    if name == "added":
+        return text("added")
     if name == "touch":
         send({"jsonrpc": "2.0", "method": "notifications/resources/updated",
               "params": {"uri": args.get("uri", "test://a")}})

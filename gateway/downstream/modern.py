@@ -175,6 +175,19 @@ class ModernExchange(Exchange):
             self.budget.cancel()
             self.budget = None
 
+    def time_out_after(self, seconds: float) -> None:
+        """`request_timeout_ms`: the call is cancelled upstream if not answered by then."""
+        self.timer = asyncio.get_running_loop().call_later(seconds, self._timed_out, seconds)
+
+    def _timed_out(self, seconds: float) -> None:
+        if self.response is not None or self.call is None:
+            return
+        self.stop_budget()
+        self.call.conn.cancel(self.call, "timed out at the gateway")
+        name = self.era.backend.name
+        log.warning("request.timed_out", upstream=name, era="modern")
+        self.answer(errors.UpstreamError.timed_out(name, seconds).to_message(self.call.client_id))
+
 
 class ModernEra:
     """Handles modern-era requests for one upstream."""
@@ -213,7 +226,10 @@ class ModernEra:
                                         "answer input requests with inputResponses")
         caller = envelope.check(request, msg, self.backend.catalogue)
         lacking = scopes_checked(request, msg, self.policy)  # InsufficientScope: 403
-        conn = await self.backend.for_principal(caller.principal)
+        try:
+            conn = await self.backend.for_principal(caller.principal)
+        except errors.UpstreamError as exc:  # it cannot start: 503, as a legacy initialize
+            return json_response(exc.to_message(msg["id"]), 503)
         decision = await self.decide(msg, caller, conn)
         if decision.kind is Kind.REFUSE:
             assert decision.error is not None
@@ -258,9 +274,9 @@ class ModernEra:
         self.inflight.take(caller.principal)  # TooManyRequests: 429
         try:
             used = await self.backend.for_request(conn, caller, method)
-        except errors.UpstreamError:
+        except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
             self.inflight.release(caller.principal)
-            raise
+            return json_response(exc.to_message(msg["id"]), 503)
         # A modern-only upstream runs its own MRTR rounds: their fields go to it as they are.
         msg["params"] = upstream_params = shapes.to_upstream(params, used.modern)
         if ex.policy is not None and used.modern:
@@ -274,9 +290,9 @@ class ModernEra:
             ticket = self.backend.ticket(caller.principal, method, self.policy(
                 params.get("name")).limit(self.backend.name))  # QueueFull: 503
             ex.call = used.request(msg, caller, ex, headers, decision.follow, ticket)
-        except errors.UpstreamError as exc:
+        except errors.UpstreamError as exc:  # not sent: the upstream cannot take calls now
             self._done(caller, conn, used)
-            return json_response(exc.to_message(msg["id"]))
+            return json_response(exc.to_message(msg["id"]), 503)
         except errors.QueueFull:
             self._done(caller, conn, used)
             raise
@@ -333,7 +349,8 @@ class ModernEra:
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:
         if self.request_timeout_s is not None and ex.response is None and ex.call is not None:
-            ex.call.when_running(lambda: self._time(ex))  # a wait in a queue is not counted
+            seconds = self.request_timeout_s  # from when the call runs: a queue is not counted
+            ex.call.when_running(lambda: ex.time_out_after(seconds))
         try:
             return await ex.respond(request, json_ok, self.flow)
         except asyncio.CancelledError:
@@ -350,21 +367,6 @@ class ModernEra:
             # frees, which may not run for a long time on a quiet gateway, and meanwhile the
             # answer stays held (many MiB for a big result a slow reader never took).
             ex.call = None
-
-    def _time(self, ex: ModernExchange) -> None:
-        assert self.request_timeout_s is not None
-        ex.timer = asyncio.get_running_loop().call_later(self.request_timeout_s,
-                                                         self._timed_out, ex)
-
-    def _timed_out(self, ex: ModernExchange) -> None:
-        """`request_timeout_ms` passed on this HTTP request: cancel the call upstream."""
-        if ex.response is not None or ex.call is None or self.request_timeout_s is None:
-            return
-        ex.stop_budget()
-        ex.call.conn.cancel(ex.call, "timed out at the gateway")
-        log.warning("request.timed_out", upstream=self.backend.name, era="modern")
-        err = errors.UpstreamError.timed_out(self.backend.name, self.request_timeout_s)
-        ex.answer(err.to_message(ex.call.client_id))
 
     # -- MRTR --------------------------------------------------------------------------------
     def input_required(self, parked: Parked, client_id: Any) -> Message:

@@ -325,7 +325,7 @@ class Correlator:
         target = self._came_with(via) or self._target()
         if target is not None:
             return [Deliver(target, msg)]
-        if not self.in_flight:
+        if not self.clients_calls():
             return self.audience.broadcast(msg, lambda _owner: True)
         self.counters["upstream.unroutable_notifications"] += 1
         return []
@@ -350,7 +350,7 @@ class Correlator:
 
     def _unroutable(self, msg: Message) -> Answer:
         method = msg["method"]
-        if not self.audience.owners and not self.in_flight:
+        if not self.audience.owners and not self.clients_calls():  # the gateway's own only
             if method == mcp.ROOTS_LIST:  # asked at start: no client, no root (not a fault)
                 return Answer(jsonrpc.result(msg["id"], {"roots": []}))
             log.info("upstream.request_unroutable", upstream=self.host.name, method=method,

@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ from gateway.upstream.correlator import Call
 from gateway.upstream.transport import Link, backoff_s, start_failed
 
 STABLE_AFTER_S = 10.0  # a process that lived this long resets the backoff
+STDERR_TAIL, STDERR_LINE = 5, 300  # lines (and characters a line) told of a failed start
+STDERR_WAIT_S = 0.5  # for the stderr pipe to close once the process exited
 
 
 class _Pipes(asyncio.SubprocessProtocol):
@@ -42,7 +45,9 @@ class _Pipes(asyncio.SubprocessProtocol):
         self.max_bytes = max_bytes
         self.out = bytearray()
         self.err = bytearray()
+        self.said: deque[str] = deque(maxlen=STDERR_TAIL)  # its last lines, for a failed start
         self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.err_closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
@@ -77,9 +82,20 @@ class _Pipes(asyncio.SubprocessProtocol):
         *lines, rest = self.err.split(b"\n")
         self.err = bytearray(rest[-65536:])
         for line in lines:
-            if line.strip():
-                log.info("upstream.stderr", upstream=self.name,
-                         line=line.decode("utf-8", "replace")[:4000])
+            self._said(line)
+
+    def _said(self, line: bytes | bytearray) -> None:
+        if line.strip():
+            text = line.decode("utf-8", "replace")
+            log.info("upstream.stderr", upstream=self.name, line=text[:4000])
+            self.said.append(text[:STDERR_LINE])
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 2:
+            self._said(self.err)  # a last line without its newline
+            self.err = bytearray()
+            if not self.err_closed.done():
+                self.err_closed.set_result(None)
 
     def process_exited(self) -> None:
         if not self.exited.done():
@@ -204,8 +220,18 @@ class StdioTransport:
         up.cancel()
         with contextlib.suppress(asyncio.CancelledError, UpstreamError):
             await up
-        raise UpstreamError(self.name, f"upstream '{self.name}' exited during initialize",
-                            "initialize")
+        raise await self._exited_early()
+
+    async def _exited_early(self) -> UpstreamError:
+        """The process exited before its handshake: its exit code and its last words on
+        stderr (what its user must fix: a missing key, a bad argument) say why."""
+        assert self._pipes is not None and self._transport is not None
+        with contextlib.suppress(TimeoutError):  # the pipe may close after the exit
+            await asyncio.wait_for(asyncio.shield(self._pipes.err_closed), STDERR_WAIT_S)
+        code, said = self._transport.get_returncode(), list(self._pipes.said)
+        last = f"; its last words on stderr: {' | '.join(said)}" if said else ""
+        return UpstreamError(self.name, f"upstream '{self.name}' exited during initialize "
+                             f"(code {code}){last}", "initialize", exitCode=code, stderr=said)
 
     async def _wait_exit(self) -> int | None:
         assert self._pipes is not None

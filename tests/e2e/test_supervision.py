@@ -15,7 +15,7 @@ import aiohttp
 import structlog
 from conftest import free_port, wait_until_ready
 from mcp_http import BASIC, McpHttp, text_of
-from test_modern import modern
+from test_modern import call, modern
 
 
 async def readyz(http: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
@@ -149,6 +149,28 @@ async def test_crash_looping_upstream_backs_off(gateway, http) -> None:
     state = body["upstreams"]["main"]
     assert status == 503
     assert 2 <= state["restarts"] <= 15  # restarted, but not in a hot loop
+
+
+async def test_an_upstream_that_exits_at_start_says_why(gateway, client, http) -> None:
+    """Issue 21: its exit code and its last lines on stderr reach waiting clients (both
+    eras: 503, as nothing was sent) and the log."""
+    with structlog.testing.capture_logs() as events:
+        url = await gateway(["env", "BASIC_EXIT_AT_START=3", *BASIC], wait_ready=False,
+                            upstream={"restart_backoff_max_ms": 200})
+        legacy = client(url)
+        init = await legacy.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+        modern = await call(http, url, "echo", {"text": "hi"}, caps={})
+    for reply in (init, modern):
+        assert reply.status == 503, reply.body
+        error = reply.body["error"]
+        assert "exited during initialize (code 3)" in error["message"]
+        assert "no API key given; exiting as told" in error["message"]
+        assert error["data"]["exitCode"] == 3
+        assert error["data"]["stderr"][-1] == "basic: no API key given; exiting as told"
+    logged = [e for e in events if e["event"] == "upstream.start_failed"]
+    assert logged and "no API key given" in logged[0]["error"]
 
 
 async def test_hundred_concurrent_slow_calls_overlap(gateway, client) -> None:

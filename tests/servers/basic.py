@@ -2,7 +2,8 @@
 """A small legacy stdio MCP server, standard library only, for the gateway's tests.
 
 Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (elicitation),
-sample (sampling), roots (roots/list), progress, log, changed (tools list_changed, and a tool "added" appears),
+sample (sampling), roots (roots/list), progress, log, changed (tools list_changed, and a
+tool "added" appears),
 touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel),
 params (the params it received), ask2 (two elicitations at once), subscribed (the resource
 URIs it was asked to watch), meta (the _meta it received), render (one call at a time,
@@ -204,6 +205,8 @@ async def handle(msg: dict) -> None:
 
 async def main() -> None:
     if os.environ.get("BASIC_EXIT_AT_START"):
+        sys.stderr.write("basic: starting\nbasic: no API key given; exiting as told\n")
+        sys.stderr.flush()
         os._exit(int(os.environ["BASIC_EXIT_AT_START"]))
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 30)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -94,7 +95,7 @@ class Poster:
                     await self._again(data, call, extra, gone, again)
                 return
             except aiohttp.ClientConnectorError as exc:  # nothing was sent
-                why = f"cannot connect: {exc}"
+                why = _unreachable(exc)
                 await asyncio.sleep(0.1 * attempt)
             except TimeoutError:
                 why = f"no reply within read_timeout_ms ({self.conf.read_timeout_ms})"
@@ -173,6 +174,14 @@ class Poster:
         if self.link.on_failed(call, error) and self.session.state == "up":  # else start_failed
             log.warning("upstream.request_failed", upstream=self.name, reason=why,
                         method=_method(data) if data else None)
+
+
+def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
+    """Why a connection failed, in the OS's words (aiohttp's own text names its TLS context,
+    "ssl:default", even for a plain http:// URL)."""
+    error = exc.os_error
+    reason = os.strerror(error.errno) if error.errno else (error.strerror or str(error))
+    return f"cannot connect to {exc.host}:{exc.port}: {reason}"
 
 
 async def _until(holds: Callable[[], bool], timeout_s: float) -> None:

@@ -1,6 +1,6 @@
 """A task-capable Python client: FastMCP with fastmcp-tasks, against the gateway's default
 configuration (server-everything behind it). Run:
-    pip install fastmcp fastmcp-tasks
+    pip install "fastmcp==4.1.2" "fastmcp-tasks==4.1.2"
     python docs/examples/fastmcp_client.py http://127.0.0.1:8080/mcp
 With fastmcp-tasks installed the client declares the tasks extension by itself.
 """
@@ -25,6 +25,11 @@ async def main(url: str) -> None:
         print("task:", task.task_id, task.create_result.status)
         print("ended:", (await task.wait(timeout=60)).status)
         print("result:", (await task.result()).content[0].text)
+
+        # Cancelled while it runs: the server is told, and the task ends "cancelled".
+        slow = await call_tool_task(client, TOOL, {"duration": 30, "steps": 3})
+        await slow.cancel()
+        print("cancelled:", (await slow.wait(timeout=10)).status)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ async def test_tasks_extension_with_fastmcp(everything) -> None:
     assert re.search(r"call_tool: Long running operation completed", out)
     assert re.search(r"task: \S+ working", out) and "ended: completed" in out
     assert "result: Long running operation completed" in out
+    assert "cancelled: cancelled" in out
 
 
 def test_configuration_reference_is_generated_from_the_settings() -> None:
@@ -77,3 +78,27 @@ def test_configuration_reference_is_generated_from_the_settings() -> None:
     for key in ("`sync_budget_ms`", "`max_tasks_per_owner`", "`otlp_endpoint`",
                 "`allow_unauthenticated`", "`lease_ms`"):
         assert key in text
+
+
+async def test_the_readme_curl_walkthrough_runs_as_written(everything) -> None:
+    """Issue 21: README's first look with curl, pasted into a shell: every answer is what
+    its comment says."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### A first look with curl", 1)[1]
+    script = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-euo", "pipefail", "-c", script, cwd=ROOT, env={**node_env(), "GW": everything},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    lines = [json.loads(x) for x in out.decode().splitlines() if x.strip()]
+    tools, echoed, legacy_cancel, modern_echo, modern_cancel, got = lines
+    assert "trigger-long-running-operation" in {t["name"] for t in tools["result"]["tools"]}
+    assert echoed["result"]["content"][0]["text"] == "Echo: hi"
+    assert legacy_cancel["result"]["status"] == "cancelled"
+    assert modern_echo["result"]["content"][0]["text"] == "Echo: hi"
+    assert modern_cancel["result"] == {"resultType": "complete"}
+    assert got["result"]["status"] == "cancelled"
+    created = [json.loads(x) for x in err.decode().splitlines() if x.startswith("{")]
+    assert created[0]["result"]["task"]["status"] == "working"
+    assert created[1]["result"]["resultType"] == "task"

@@ -30,6 +30,14 @@ def parser() -> argparse.ArgumentParser:
                    help="task mode for one tool (repeatable; NAME may be a glob)")
     p.add_argument("--store-url", metavar="URL",
                    help="share tasks through Redis/Valkey (redis://host:port/db)")
+    p.add_argument("--replica-id", metavar="ID",
+                   help="this replica's id among those sharing the store (default: random)")
+    p.add_argument("--replica-url", metavar="URL",
+                   help="where the other replicas reach this one (default: the bind address, "
+                        "unless a wildcard)")
+    p.add_argument("--token", action="append", default=[], metavar="TOKEN",
+                   help="a bearer token clients must send (repeatable; other local users can "
+                        "read it in the process list: a config file with ${VAR} cannot leak)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", choices=("json", "console"))
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -65,6 +73,10 @@ def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> 
     if args.store_url:
         _set(raw, ("store", "backend"), "redis")
         _set(raw, ("store", "url"), args.store_url)
+    _set(raw, ("replica", "id"), args.replica_id)
+    _set(raw, ("replica", "url"), args.replica_url)
+    if args.token:
+        _set(raw, ("auth", "bearer_tokens"), args.token)
     _set(raw, ("logging", "level"), args.log_level)
     _set(raw, ("logging", "format"), args.log_format)
     _set(raw, ("tasks", "defaults", "mode"), args.tasks)

@@ -210,6 +210,29 @@ def test_every_shipped_config_passes_check_config_as_shipped(path, monkeypatch, 
             load(path)
 
 
+def test_deploy_takes_ports_ids_secret_and_token_from_the_environment(monkeypatch) -> None:
+    """Issue 21: no port is hard-wired in deploy/ (replica.url follows GATEWAY_PORT), and
+    the command line has flags for the replica id, its address and the token."""
+    monkeypatch.setenv("GATEWAY_TOKEN", "t0k")
+    monkeypatch.setenv("GATEWAY_SECRET", "s" * 32)
+    monkeypatch.setenv("HOSTNAME", "gateway-2")
+    monkeypatch.setenv("GATEWAY_PORT", "9090")
+    for name in ("gateway.yaml", "gateway.sentinel.yaml"):
+        s = load(ROOT / "deploy" / name)
+        assert (s.listen.port, s.replica.id, s.replica_url) == (
+            9090, "gateway-2", "http://gateway-2:9090")
+        assert s.auth.bearer_tokens == ["t0k"]
+    for name in ("compose.yaml", "compose.sentinel.yaml"):
+        text = (ROOT / "deploy" / name).read_text()
+        assert ":8080" not in text.replace("${PORT:-8080}", "").replace(
+            "${GATEWAY_PORT:-8080}", ""), name
+    flags = build("--store-url", "redis://s:6379/0", "--replica-id", "r7", "--replica-url",
+                  "http://r7:9000", "--token", "a", "--token", "b", "--host", "0.0.0.0",
+                  "--", "x")
+    assert (flags.replica.id, flags.replica_url) == ("r7", "http://r7:9000")
+    assert flags.auth.bearer_tokens == ["a", "b"] and flags.store.url == "redis://s:6379/0"
+
+
 def test_the_compose_files_are_consistent() -> None:
     """deploy/: every gateway service mounts a shipped config (checked above); Valkey keeps
     an append-only file synced each second; the Sentinel variant's sentinels watch the

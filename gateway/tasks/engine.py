@@ -26,9 +26,9 @@ from typing import Any
 
 from gateway.observability import log
 from gateway.observability.metrics import Metrics
-from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import UNLIMITED, Admission
+from gateway.tasks.inputs import Inputs
 from gateway.tasks.model import Status, Task, failure, new_id
 from gateway.tasks.policy import PollAdvisor
 from gateway.tasks.replicas import STRANDED, Replicas
@@ -57,7 +57,7 @@ class TaskEngine:
         self._report = Report(metrics, counters)
         self._admission = admission or Admission(UNLIMITED, UNLIMITED, self._report.counters)
         self._runs: dict[str, TaskRun] = {}
-        self._asked: dict[Any, TaskRun] = {}  # id of an input request sent on -> its run
+        self._inputs = Inputs(self._report)
         self._watchers = Watchers()
         # Replicas sharing the store (a bus); a single process has none.
         self.replicas = None if bus is None else Replicas(
@@ -97,7 +97,7 @@ class TaskEngine:
 
     def _start(self, task: Task, handover: Handover, timeout_ms: int | None) -> None:
         run = self._runs[task.id] = TaskRun(task, handover, self._behind.changed,
-                                            self._responded, self._asked)
+                                            self._responded, self._inputs.asked)
         loop = asyncio.get_running_loop()
         if timeout_ms is not None:  # from when the call runs: a wait in a queue is not counted
             handover.call.when_running(lambda: run.timers.append(loop.call_later(
@@ -155,24 +155,13 @@ class TaskEngine:
         if run is None and not task.terminal and task.replica != self.replica and \
                 self.replicas is not None:
             await self.replicas.forward(task, {"op": "answer", "responses": responses})
-        if run is None or run.ending:
-            return
-        for key in [k for k in run.task.inputs if k in responses]:
-            run.answered(key, jsonrpc.result(None, responses[key]))
-            self._report.answered(run.task, key)
-        run.settle()
+        if run is not None and not run.ending:
+            self._inputs.answer(run, responses)
 
     async def reply(self, msg: Message) -> bool:
         """A client's JSON-RPC answer (result or error) to an input request a task sent
         (core dialect); False when it answers no task's request."""
-        run = self._asked.get(msg["id"])
-        if run is None:
-            return False
-        key = next(k for k, v in run.asked.items() if v == msg["id"])
-        run.answered(key, msg)
-        self._report.answered(run.task, key)
-        run.settle()
-        return True
+        return self._inputs.reply(msg)
 
     async def cancel(self, task: Task, why: str = "cancelled by the client") -> Task:
         """Stop the upstream call and end the task cancelled, unless it ended already; the
@@ -243,9 +232,7 @@ class TaskEngine:
         run.call = None
         for timer in run.timers:
             timer.cancel()
-        for asked_id in run.asked.values():
-            self._asked.pop(asked_id, None)
-        run.asked.clear()
+        self._inputs.forget(run)
         self._runs.pop(task.id, None)
         duration = time.monotonic() - run.started
         if task.status is not Status.CANCELLED:

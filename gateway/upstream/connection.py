@@ -1,7 +1,6 @@
 """One upstream connection: a transport, the correlator of its calls, the wire it speaks,
-and its handshake (handshake.py). Each message from the transport is parsed once here and
-handed to the correlator, the wire or native-task following; what the correlator says
-happened (its events) is carried out here, the one place that writes to the transport.
+and its handshake (handshake.py). What the server sends is taken in by inbound.py; what goes
+to the server leaves here, the one place that writes to the transport.
 """
 
 from __future__ import annotations
@@ -12,18 +11,13 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from gateway.errors import UpstreamError
-from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Ticket
 from gateway.upstream import inbound, native_tasks, wire
 from gateway.upstream.correlator import (
-    Answer,
-    Ask,
     Call,
     Correlator,
-    Deliver,
-    Event,
     Owner,
     Sink,
 )
@@ -87,56 +81,7 @@ class Connection:
 
     # -- the transport's Link ------------------------------------------------------------
     def on_message(self, data: bytes | memoryview, via: Call | None = None) -> None:
-        checked = inbound.check(data, self.name)
-        if checked is None:
-            return  # malformed: logged and dropped alone
-        try:
-            self._dispatch(*checked, via)
-        except Exception as exc:  # a bug must not take the rest of the read with it
-            log.error("upstream.message_failed", upstream=self.name, error=repr(exc))
-
-    def _dispatch(self, msg: Message, kind: jsonrpc.Kind, via: Call | None) -> None:
-        if kind == "request":
-            self._act(self.correlator.server_request(msg, via))
-        elif kind == "notification":
-            self._on_notification(msg, via)
-        else:
-            self._on_response(msg)
-
-    def _on_response(self, msg: Message) -> None:
-        call = self.correlator.response(msg)
-        if call is None or self.wire.answered(call, msg):
-            return
-        if native_tasks.follow(self, call, msg):
-            return
-        msg["id"] = call.client_id
-        call.answer(msg)
-
-    def _on_notification(self, msg: Message, via: Call | None) -> None:
-        method, params = msg["method"], msg.get("params")
-        if isinstance(params, dict):
-            if method == mcp.PROGRESS:
-                if (call := self.correlator.progress(params)) is not None:
-                    call.sink.on_message(msg)
-                return
-            if self.wire.swallowed(params, method):
-                return
-        if method == mcp.TOOLS_CHANGED:
-            self.list_tools()
-        self._act(self.correlator.notification(msg, via))
-
-    def _act(self, events: list[Event]) -> None:
-        """Carry out what the correlator says happened."""
-        for event in events:
-            if isinstance(event, Deliver):
-                _deliver(event.to, event.msg)
-            elif isinstance(event, Ask):
-                event.owner.expect_reply(event.msg["id"], self)
-                _deliver(event.to, event.msg)
-            elif isinstance(event, Answer):
-                self.quietly(event.msg)
-            else:
-                event.call.sink.on_refused(event.capability)
+        inbound.receive(self, data, via)
 
     async def on_up(self) -> str:
         return await self.handshake.run()
@@ -248,7 +193,7 @@ class Connection:
 
     def detach(self, owner: Owner) -> None:
         """Forget `owner`, cancelling whatever it still has in flight here."""
-        self._act(self.correlator.detach(owner))
+        inbound.act(self, self.correlator.detach(owner))
         for call in self.correlator.calls_of(owner):
             self.cancel(call, "client session ended")
 
@@ -281,13 +226,6 @@ class Connection:
         if self.on_tools is not None:
             self.send_own(mcp.TOOLS_LIST, {"cursor": cursor} if cursor else {},
                           _ToolPages(self, page))
-
-
-def _deliver(to: Call | Owner, msg: Message) -> None:
-    if isinstance(to, Call):
-        to.sink.on_message(msg)
-    else:
-        to.deliver(msg)
 
 
 def _fail(calls: list[Call], error: UpstreamError) -> None:

@@ -1,0 +1,45 @@
+"""The server's input requests of running tasks (elicitation, sampling, roots) and the
+client's answers to them: by key in the extension dialect (`tasks/update` inputResponses),
+by JSON-RPC id in the core dialect (a response on the session). Each answer goes upstream
+under the server's own id; the task works again once nothing is outstanding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.protocol import jsonrpc
+from gateway.protocol.jsonrpc import Message
+from gateway.tasks.report import Report
+from gateway.tasks.run import TaskRun
+
+
+class Inputs:
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        self.asked: dict[Any, TaskRun] = {}  # id an input request was sent on under -> run
+
+    def answer(self, run: TaskRun, responses: dict[str, Any]) -> None:
+        """Answers by input key; unknown or already answered keys are ignored."""
+        for key in [k for k in run.task.inputs if k in responses]:
+            run.answered(key, jsonrpc.result(None, responses[key]))
+            self.report.answered(run.task, key)
+        run.settle()
+
+    def reply(self, msg: Message) -> bool:
+        """A client's JSON-RPC answer (result or error) to an input request a task sent;
+        False when it answers no task's request."""
+        run = self.asked.get(msg["id"])
+        if run is None:
+            return False
+        key = next(k for k, v in run.asked.items() if v == msg["id"])
+        run.answered(key, msg)
+        self.report.answered(run.task, key)
+        run.settle()
+        return True
+
+    def forget(self, run: TaskRun) -> None:
+        """The run ended: its requests can no longer be answered."""
+        for asked_id in run.asked.values():
+            self.asked.pop(asked_id, None)
+        run.asked.clear()

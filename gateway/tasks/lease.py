@@ -47,7 +47,7 @@ class Lease:
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "up": self.store_up,
                                "replica": self.engine.replica,
-                               "requests": self.outbox.requests if self.outbox else 0}
+                               "requests": 0 if self.outbox is None else self.outbox.requests}
         if self.error is not None:
             out["error"] = self.error
         if self.outbox is not None:

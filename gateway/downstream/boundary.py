@@ -126,8 +126,10 @@ async def read_message(request: web.Request, max_bytes: int
             f"Unsupported Media Type: Content-Type must be {mcp.CT_JSON}")
     if request.content_length is not None and request.content_length > max_bytes:
         raise _too_large(max_bytes)
+    body = await _read_body(request, max_bytes)
+    size = len(body)
     try:
-        msg = jsonrpc.loads(await _read_body(request, max_bytes))
+        msg = jsonrpc.loads(body)
     except jsonrpc.JSONDecodeError as exc:
         raise errors.ParseError(f"Parse error: {exc}") from None
     if isinstance(msg, list):
@@ -138,7 +140,8 @@ async def read_message(request: web.Request, max_bytes: int
     if kind is None:
         raise errors.InvalidRequest("Invalid Request: not a JSON-RPC 2.0 request, "
                                     "notification or response")
-    if jsonrpc.too_deep(msg):  # checked here, once: the gateway re-serializes what it reads
+    del body  # parsed: a multi-MiB body is held once
+    if jsonrpc.too_deep(msg, size):  # checked here, once: the gateway re-serializes it
         raise errors.InvalidRequest(f"Invalid Request: nested deeper than {jsonrpc.MAX_DEPTH} "
                                     "levels, more than the gateway forwards")
     return msg, kind

@@ -71,9 +71,13 @@ def valid_id(id_: Any) -> bool:
     return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
 
 
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether `value` nests objects and arrays deeper than `limit` (strings and numbers,
-    however big, cost nothing here: only containers are visited)."""
+def too_deep(value: Any, size: int, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value`, parsed from `size` bytes, nests objects and arrays deeper than
+    `limit` (strings and numbers, however big, cost nothing here: only containers are
+    visited). Each level takes two bytes at least (its brackets): a message shorter than
+    twice the limit is never walked, which is most of them."""
+    if size < 2 * limit:
+        return False
     stack = [(value, 1)] if isinstance(value, dict | list) else []
     while stack:
         item, depth = stack.pop()

@@ -43,7 +43,7 @@ def check(data: bytes | memoryview, upstream: str) -> tuple[Message, Kind] | Non
         msg = None
     kind = jsonrpc.classify(msg)
     flaw = "not a JSON-RPC 2.0 message" if kind is None else _flaw(msg, kind)
-    if flaw is None and jsonrpc.too_deep(msg):
+    if flaw is None and jsonrpc.too_deep(msg, len(data)):
         if kind == "response":
             return jsonrpc.error(msg["id"], jsonrpc.INTERNAL_ERROR, (
                 f"upstream '{upstream}' answered with JSON nested deeper than "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.protocol import mcp
+from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import classify
 
 
@@ -36,3 +36,13 @@ def test_x_mcp_header_paths_follow_properties_only() -> None:
             "hidden": {"type": "string"}}}}}}
     assert mcp.header_params(schema) == {("region",): "Region", ("where", "zone"): "Zone"}
     assert [mcp.header_text(v) for v in ("us", 42, True, False)] == ["us", "42", "true", "false"]
+
+
+def test_nesting_is_bounded_whatever_the_size_says() -> None:
+    """A level takes two bytes at least: only messages of 2 × MAX_DEPTH bytes or more can be
+    too deep, and those are walked (issue 22: the common small message is not)."""
+    for depth, deep in ((jsonrpc.MAX_DEPTH, False), (jsonrpc.MAX_DEPTH + 1, True)):
+        raw = b"[" * depth + b"]" * depth
+        assert jsonrpc.too_deep(jsonrpc.loads(raw), len(raw)) is deep
+    wide = {"a": [[1]] * 1000}  # big, shallow
+    assert not jsonrpc.too_deep(wide, len(jsonrpc.dumps(wide)))

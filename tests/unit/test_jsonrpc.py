@@ -39,7 +39,7 @@ def test_x_mcp_header_paths_follow_properties_only() -> None:
 
 
 def test_nesting_is_bounded_whatever_the_size_says() -> None:
-    """A level takes two bytes at least: only messages of 2 × MAX_DEPTH bytes or more can be
+    """A level takes two bytes at least: only messages of 2 * MAX_DEPTH bytes or more can be
     too deep, and those are walked (issue 22: the common small message is not)."""
     for depth, deep in ((jsonrpc.MAX_DEPTH, False), (jsonrpc.MAX_DEPTH + 1, True)):
         raw = b"[" * depth + b"]" * depth

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 
 import orjson
 import pytest
+from conftest import loaded_by
 
 from gateway.settings import Tasks
 from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
@@ -300,3 +301,13 @@ async def test_an_unacknowledged_creation_leaves_no_task(redis_server, key_prefi
     finally:
         follower.stop()
         await store.close()
+
+
+def test_only_a_shared_store_loads_redis() -> None:
+    """redis-py and what it pulls in (hiredis, cryptography, OpenTelemetry where installed)
+    cost ~20 MiB resident: a one-process gateway never imports them (issue 22)."""
+    code = ("from gateway.app import create_app; from gateway.settings import from_mapping; "
+            "create_app(from_mapping({'upstreams': {'m': {'command': 'x'}}%s}))")
+    assert loaded_by(code % "", ("redis",)) == []
+    shared = ", 'store': {'backend': 'redis', 'url': 'redis://127.0.0.1:9/0'}"
+    assert loaded_by(code % shared, ("redis",)) == ["redis"]

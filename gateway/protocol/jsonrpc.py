@@ -93,5 +93,11 @@ def dumps(msg: Message) -> bytes:
     return orjson.dumps(msg)
 
 
+def line(msg: Message) -> bytes:
+    """A message as one newline-terminated line, as written to a server: orjson adds the
+    newline itself, so a big message is never copied again to get one."""
+    return orjson.dumps(msg, option=orjson.OPT_APPEND_NEWLINE)
+
+
 loads = orjson.loads
 JSONDecodeError = orjson.JSONDecodeError

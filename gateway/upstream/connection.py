@@ -120,7 +120,7 @@ class Connection:
             call = self.correlator.open(msg, owner, sink)
             call.follow_task, call.ticket = follow_task, ticket
             headers = self.wire.stamp(msg, call, headers)
-            data = jsonrpc.dumps(msg)
+            data = jsonrpc.line(msg)
             msg.pop("params", None)
             if ticket is not None and ticket.queued:
                 ticket.when_running(lambda: self._send_queued(call, data, headers))
@@ -152,7 +152,7 @@ class Connection:
         round, or the tasks/result of the upstream's own task."""
         msg = jsonrpc.request(self.correlator.renumber(call, params), method, params)
         try:
-            self._send(call, jsonrpc.dumps(msg), self.wire.stamp(msg, call, None))
+            self._send(call, jsonrpc.line(msg), self.wire.stamp(msg, call, None))
         except UpstreamError as exc:
             call.answer(exc.to_message(call.client_id))
 
@@ -177,7 +177,7 @@ class Connection:
     def quietly(self, msg: Message) -> None:
         """Best effort: for messages whose loss only matters while the upstream is up."""
         with contextlib.suppress(UpstreamError):
-            self.transport.write(jsonrpc.dumps(msg), None, None)
+            self.transport.write(jsonrpc.line(msg), None, None)
 
     def reply(self, asked_id: Any, msg: Message) -> bool:
         """A client's answer to a server-to-client request, back under the original id."""

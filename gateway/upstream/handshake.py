@@ -115,7 +115,7 @@ class Handshake:
         version = result["protocolVersion"]
         # Over HTTP, the first message that carries the negotiated version (spec 2025-06-18
         # Streamable HTTP: Protocol Version Header).
-        self.conn.transport.write(jsonrpc.dumps(jsonrpc.notification(mcp.INITIALIZED)), None,
+        self.conn.transport.write(jsonrpc.line(jsonrpc.notification(mcp.INITIALIZED)), None,
                                   {mcp.H_PROTOCOL: str(version)})
         self._become_ready(result)
         for uri in self.conn.correlator.audience.subscriptions:  # a restarted server knew none

@@ -101,7 +101,7 @@ class Poster:
                 why = f"no reply within read_timeout_ms ({self.conf.read_timeout_ms})"
                 if call is not None and self.link.pending(call):
                     with contextlib.suppress(UpstreamError):
-                        self.write(jsonrpc.dumps(jsonrpc.notification(mcp.CANCELLED, {
+                        self.write(jsonrpc.line(jsonrpc.notification(mcp.CANCELLED, {
                             "requestId": call.upstream_id, "reason": why})))
                 break
             except aiohttp.ClientError as exc:

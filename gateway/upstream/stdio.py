@@ -262,13 +262,13 @@ class StdioTransport:
             raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")
         assert self._link is not None
         if self._link.in_flight <= 1 and not self._outbox:
-            stdin.writelines((data, b"\n"))  # nothing to batch with: no extra loop turn
+            stdin.write(data)  # a whole line; nothing to batch with: no extra loop turn
             return
         # Under load, messages written in one event-loop turn leave in one write: a syscall
         # (and a wake-up of the server) per turn rather than per message.
         if not self._outbox:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._outbox += (data, b"\n")
+        self._outbox.append(data)
 
     def _flush(self) -> None:
         chunks, self._outbox = self._outbox, []

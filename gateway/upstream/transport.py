@@ -94,8 +94,9 @@ class Transport(Protocol):
 
     def write(self, data: bytes, call: Call | None = None,
               headers: dict[str, str] | None = None) -> None:
-        """Send one serialized message (the request of `call`, if given, with the client's
-        `headers` that an HTTP upstream passes on); UpstreamError when down."""
+        """Send one serialized message, a newline-terminated line (`jsonrpc.line`: the
+        request of `call`, if given, with the client's `headers` that an HTTP upstream
+        passes on); UpstreamError when down."""
 
     def abort(self, call: Call) -> bool:
         """Close the call's own stream, if it has one (True); that cancels it on a modern

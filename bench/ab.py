@@ -6,6 +6,7 @@ figures of a change to the hot path:
 
     git worktree add /tmp/before HEAD~1
     .venv/bin/python bench/ab.py /tmp/before . [--rounds 4] [--calls 4000] [--concurrency 8]
+        [--payload BYTES]                     # e.g. --payload 1048576 --calls 100 --concurrency 1
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def one(tree: Path, calls: int, concurrency: int) -> tuple[float, float]:
+async def one(tree: Path, calls: int, concurrency: int, payload: int
+              ) -> tuple[float, float]:
     """(CPU µs per call, calls a second) of the gateway built from `tree`."""
     port = free_port()
     gateway = await asyncio.create_subprocess_exec(
@@ -46,8 +48,8 @@ async def one(tree: Path, calls: int, concurrency: int) -> tuple[float, float]:
                 await asyncio.sleep(0.05)
         client = Http(url)
         await client.start()
-        echo = {"name": "echo", "arguments": {"text": "hello"}}
-        for _ in range(200):  # warm-up
+        echo = {"name": "echo", "arguments": {"text": "x" * payload}}
+        for _ in range(20):  # warm-up
             await client.request("tools/call", echo)
         todo = iter(range(calls))
 
@@ -73,12 +75,13 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--calls", type=int, default=4000)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--payload", type=int, default=5, help="bytes of text echoed")
     args = ap.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     seen: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
     for _ in range(args.rounds):
         for name, tree in trees.items():
-            seen[name].append(await one(tree, args.calls, args.concurrency))
+            seen[name].append(await one(tree, args.calls, args.concurrency, args.payload))
     for name, rows in seen.items():
         cpu = [round(c) for c, _ in rows]
         rate = [round(r) for _, r in rows]

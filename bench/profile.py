@@ -6,7 +6,7 @@ Writes bench/profiles/<phase>.svg (open in a browser: wider is more time) and pr
 frames with the most samples; with `--raw`, <phase>.txt (collapsed stacks, one a line with
 its count) and the frames with the most samples of their own (self time).
 
-    pip install py-spy==0.4.3
+    pip install -e ".[profile]"                    # py-spy 0.4.3
     .venv/bin/python bench/profile.py [--phases echo1,echo32,big] [--rate 500] [--raw]
 """
 

@@ -108,13 +108,14 @@ class Lane:
 
     def ahead(self) -> dict[Ticket, int]:
         """How many calls will run before each waiting one: the lane serves owner by owner,
-        so the k-th call of an owner comes after k rounds of the others' calls."""
-        counts = [len(q) for q in self.waiting.values()]
+        one call each round, in turn order; each waiting call is visited once."""
         found: dict[Ticket, int] = {}
-        for turn, queue in enumerate(self.waiting.values()):
-            for k, ticket in enumerate(queue):
-                found[ticket] = k + sum(min(n, k + 1 if other < turn else k)
-                                        for other, n in enumerate(counts) if other != turn)
+        active, depth = list(self.waiting.values()), 0
+        while active:
+            for queue in active:
+                found[queue[depth]] = len(found)
+            depth += 1
+            active = [queue for queue in active if len(queue) > depth]
         return found
 
     def _moved(self) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from gateway.errors import QueueFull
 from gateway.queues import Limit, Queues, Ticket
+from gateway.tasks.policy import queued_poll_ms
 
 
 class Clock:
@@ -125,3 +126,11 @@ def test_queue_wait_is_reported_when_a_call_leaves_the_queue() -> None:
     assert running is not None
     running.release()
     assert waited == [("main", "t", 3.0)]
+
+
+def test_a_queued_task_is_polled_as_its_expected_wait_says() -> None:
+    """Half the expected wait, never sooner than configured, at most 30 s (issue 21)."""
+    assert queued_poll_ms(500, None) == 500  # nothing ran yet: as configured
+    assert queued_poll_ms(500, 0.2) == 500
+    assert queued_poll_ms(500, 4.0) == 2000
+    assert queued_poll_ms(500, 600.0) == 30_000

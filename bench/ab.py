@@ -18,9 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-import aiohttp
-
-from bench import SERVER, Http, free_port
+from bench import SERVER, Http, free_port, wait_ready
 
 
 def cpu_s(pid: int) -> float:
@@ -37,15 +35,7 @@ async def one(tree: Path, calls: int, concurrency: int, payload: int
         *SERVER, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(400):
-                try:
-                    async with http.get(url.replace("/mcp", "/readyz")) as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
+        await wait_ready(url)
         client = Http(url)
         await client.start()
         echo = {"name": "echo", "arguments": {"text": "x" * payload}}

@@ -191,6 +191,19 @@ async def phases(make: Any, quick: bool) -> dict[str, dict[str, float]]:
     return out
 
 
+async def wait_ready(url: str, timeout_s: float = 20) -> None:
+    """Until the gateway serving `url` says it is ready (its /readyz answers 200)."""
+    async with aiohttp.ClientSession() as http:
+        for _ in range(int(timeout_s / 0.05)):
+            try:
+                async with http.get(url.replace("/mcp", "/readyz")) as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -215,15 +228,7 @@ async def main() -> None:
         *SERVER, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         url = f"http://127.0.0.1:{port}/mcp"
-        async with aiohttp.ClientSession() as http:
-            for _ in range(200):
-                try:
-                    async with http.get(url.replace("/mcp", "/readyz")) as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
+        await wait_ready(url)
         direct = await phases(Direct, args.quick)
         through = await phases(lambda: Http(url), args.quick)
         modern = await phases(lambda: Modern(url), args.quick)

@@ -16,48 +16,11 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.connection import Connection
-from gateway.upstream.mock import MockTransport
-
-
-class Owner:
-    def __init__(self) -> None:
-        self.key = "bench"
-        self.capabilities: dict[str, Any] = {"elicitation": {}}
-        self.level: str | None = None
-        self.modern = False
-
-    def accepts(self, method: str) -> bool:
-        return True
-
-    def deliver(self, msg: Message) -> None:
-        pass
-
-    def expect_reply(self, asked_id: str, host: Any) -> None:
-        pass
-
-    def is_subscribed(self, uri: str) -> bool:
-        return False
-
-
-class Sink:
-    takes_mrtr = False
-
-    def __init__(self) -> None:
-        self.last: Message | None = None
-
-    def on_message(self, msg: Message) -> None:
-        self.last = msg
-
-    def on_response(self, msg: Message) -> None:
-        self.last = msg
-
-    def on_refused(self, capability: str) -> None:
-        pass
+from gateway.upstream.mock import MockOwner, MockSink, MockTransport
 
 
 def server(msg: Message) -> list[Message]:
@@ -80,7 +43,7 @@ async def main(count: int) -> None:
     conn = Connection("bench", MockTransport(server), 1.0, itertools.count(1), Counter())
     conn.start()
     await conn.wait_ready()
-    owner, sink = Owner(), Sink()
+    owner, sink = MockOwner("bench", "elicitation"), MockSink()
     request = jsonrpc.request(1, mcp.TOOLS_CALL, {"name": "slow", "arguments": {},
                                                   "_meta": {"progressToken": "p"}})
     call = conn.request(request, owner, sink)
@@ -99,12 +62,12 @@ async def main(count: int) -> None:
     def ask_and_answer() -> None:
         for _ in range(count):
             conn.on_message(asked)
-            assert sink.last is not None
-            conn.reply(sink.last["id"], jsonrpc.result(sink.last["id"], {"action": "decline"}))
+            asked_id = sink.messages[-1]["id"]
+            conn.reply(asked_id, jsonrpc.result(asked_id, {"action": "decline"}))
 
     def call_and_answer() -> None:
         for i in range(count):
-            c = conn.request(jsonrpc.request(i, mcp.TOOLS_CALL, {"name": "x"}), owner, Sink())
+            c = conn.request(jsonrpc.request(i, mcp.TOOLS_CALL, {"name": "x"}), owner, MockSink())
             conn.on_message(jsonrpc.dumps(jsonrpc.result(c.upstream_id, {"content": []})))
 
     for name, run in [("progress", feed(progress)), ("log notification", feed(logged)),

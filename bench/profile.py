@@ -21,9 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
-import aiohttp
-
-from bench import ROOT, SERVER, Http, free_port, run_calls
+from bench import ROOT, SERVER, Http, free_port, run_calls, wait_ready
 
 OUT = ROOT / "bench" / "profiles"
 TOP = 40  # frames printed, by samples
@@ -42,15 +40,7 @@ async def profile(phase: str, rate: int, raw: bool) -> None:
         sys.executable, "-m", "gateway", "--port", str(port), "--log-level", "warning", "--",
         *SERVER, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}/mcp"
-    async with aiohttp.ClientSession() as http:
-        for _ in range(400):
-            try:
-                async with http.get(url.replace("/mcp", "/readyz")) as r:
-                    if r.status == 200:
-                        break
-            except aiohttp.ClientConnectionError:
-                pass
-            await asyncio.sleep(0.05)
+    await wait_ready(url)
     client = Http(url)
     await client.start()
     await run_calls(client, 200, 1, {"text": "warm"})  # imports and first calls: not shown

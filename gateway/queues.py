@@ -33,6 +33,7 @@ class Limit:
     label: str
     max_concurrency: int
     max_queue: int
+    server: bool = False  # the server's own limit, apart from a tool pattern named "*"
 
 
 Waited = Callable[[str, str, float], None]  # (upstream, label, seconds queued)
@@ -208,7 +209,7 @@ class Queues:
     def __init__(self, waited: Waited = lambda _u, _l, _s: None,
                  clock: Callable[[], float] = time.monotonic,
                  counters: Counter[str] | None = None) -> None:
-        self.lanes: dict[tuple[str, str], Lane] = {}
+        self.lanes: dict[tuple[str, str, bool], Lane] = {}
         self._waited = waited
         self._clock = clock
         self.counters: Counter[str] = counters if counters is not None else Counter()
@@ -216,12 +217,12 @@ class Queues:
     def lane(self, limit: Limit | None) -> Lane | None:
         if limit is None:
             return None
-        lane = self.lanes.get((limit.upstream, limit.label))
+        key = (limit.upstream, limit.label, limit.server)
+        lane = self.lanes.get(key)
         if lane is None:
             if len(self.lanes) >= MAX_LANES:  # tool names come from clients: idle lanes go
                 self.lanes = {k: v for k, v in self.lanes.items() if v.running or v.depth}
-            lane = self.lanes[limit.upstream, limit.label] = Lane(limit, self._waited,
-                                                                   self._clock)
+            lane = self.lanes[key] = Lane(limit, self._waited, self._clock)
         return lane
 
     def ticket(self, owner: str, *limits: Limit | None) -> Ticket | None:
@@ -238,7 +239,10 @@ class Queues:
 
     def depths(self) -> dict[tuple[str, str], int]:
         """(upstream, label) -> calls waiting: mcp_gateway_queue_depth."""
-        return {key: lane.depth for key, lane in self.lanes.items()}
+        depths: Counter[tuple[str, str]] = Counter()
+        for lane in self.lanes.values():
+            depths[lane.limit.upstream, lane.limit.label] += lane.depth
+        return dict(depths)
 
     def status(self) -> list[dict[str, object]]:
         """For the status page: each lane's limit, running and waiting calls."""

@@ -79,8 +79,7 @@ class CoreTasks:
         async def attach(task: Task) -> Handover:
             conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
             await conn.reachable()
-            ticket = self.backend.ticket(session.principal, mcp.TOOLS_CALL,
-                                         policy.limit(self.backend.name))
+            ticket = self.backend.ticket(session.principal, policy.limit(self.backend.name))
             call = conn.request(msg, session, IGNORE, headers, ticket=ticket)
             bound = SessionTask(self.engine, session, task, relay_progress)
             session.tasks[task.id] = bound

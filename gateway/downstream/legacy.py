@@ -22,6 +22,7 @@ from gateway.downstream.boundary import (
     error_response,
     json_response,
     principal_of,
+    queue_ticket,
     scopes_checked,
 )
 from gateway.downstream.core_tasks import CoreTasks
@@ -150,9 +151,7 @@ class LegacyEra:
             return json_response(exc.to_message(client_id))
         await conn.reachable()
         try:
-            tool = (msg.get("params") or {}).get("name")
-            ticket = self.backend.ticket(session.principal, msg["method"],
-                                         self.tasks.policy(tool).limit(self.backend.name))
+            ticket = queue_ticket(self.backend, session.principal, msg, self.tasks.policy)
             call = conn.request(msg, session, ex, headers, ticket=ticket)
         except (UpstreamError, errors.QueueFull) as exc:  # a JSON-RPC error: HTTP 200
             self._finished(session, client_id, conn)

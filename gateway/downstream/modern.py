@@ -24,6 +24,7 @@ from gateway.downstream.boundary import (
     ACCEPTS,
     UpstreamHeaders,
     json_response,
+    queue_ticket,
     scopes_checked,
 )
 from gateway.downstream.envelope import Caller
@@ -287,8 +288,7 @@ class ModernEra:
         if ex.policy is not None:
             ex.own_progress = watch_progress(upstream_params)
         try:
-            ticket = self.backend.ticket(caller.principal, method, self.policy(
-                params.get("name")).limit(self.backend.name))  # QueueFull: 503
+            ticket = queue_ticket(self.backend, caller.principal, msg, self.policy)  # 503
             ex.call = used.request(msg, caller, ex, headers, decision.follow, ticket)
         except errors.UpstreamError as exc:  # not sent: the upstream cannot take calls now
             self._done(caller, conn, used)

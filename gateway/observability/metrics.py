@@ -13,7 +13,7 @@ Label values stay bounded whatever clients send: methods outside the protocol's 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -48,7 +48,7 @@ class Metrics:
         self.known_tool = known_tool  # (upstream, tool): listed by that upstream
         self.named = frozenset(named)  # tool names and patterns the settings name
         # (upstream, method, era, ok) -> its counter and histogram: bounded, as the labels are
-        self._series: dict[tuple[str, str, str, bool], tuple[Any, Any]] = {}
+        self._series: dict[tuple[str, str, str, bool], tuple[Counter, Histogram]] = {}
         r = self.registry
         self.requests = Counter(
             "mcp_gateway_requests", "MCP requests served, by upstream, method, era, outcome",

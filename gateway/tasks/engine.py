@@ -100,16 +100,19 @@ class TaskEngine:
                                             self._responded, self._inputs.asked)
         loop = asyncio.get_running_loop()
         if timeout_ms is not None:  # from when the call runs: a wait in a queue is not counted
-            handover.call.when_running(lambda: run.timers.append(loop.call_later(
-                timeout_ms / 1000, lambda: self._spawn(self._stop(
-                    run, Status.FAILED, f"timed out after {timeout_ms} ms",
-                    f"Task timed out after {timeout_ms} ms")))))
+            handover.call.when_running(lambda: self._time_out(run, timeout_ms))
         if task.expires_at is not None:  # a coroutine made only when the timer fires
             run.timers.append(loop.call_later(max(0.0, task.expires_at - self._clock()),
                                               lambda: self._spawn(self._expire(run))))
         self._report.created(task)
         for msg in handover.pending:
             run.on_message(msg)
+
+    def _time_out(self, run: TaskRun, timeout_ms: int) -> None:
+        why = f"timed out after {timeout_ms} ms"
+        run.timers.append(asyncio.get_running_loop().call_later(
+            timeout_ms / 1000, lambda: self._spawn(self._stop(
+                run, Status.FAILED, why, f"Task {why}"))))
 
     # -- finding ------------------------------------------------------------------------------
     async def find(self, task_id: Any, owner: str) -> Task:

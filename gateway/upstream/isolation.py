@@ -40,7 +40,7 @@ class Backend:
         self.conf = conf
         self.queues = queues or Queues()
         self.limit = None if conf.max_concurrency is None else Limit(
-            name, "*", conf.max_concurrency, conf.max_queue)
+            name, "*", conf.max_concurrency, conf.max_queue, server=True)
         self.max_message_bytes = max_message_bytes
         self.counters: Counter[str] = counters if counters is not None else Counter()
         self.asked_ids = itertools.count(1)  # server requests, unique across its processes
@@ -53,11 +53,9 @@ class Backend:
         if self.forward and "authorization" in self.forward:
             log.warning("upstream.forwards_authorization", upstream=name)
 
-    def ticket(self, owner: str, method: str, tool_limit: Limit | None) -> Ticket | None:
-        """A tool call's place under its tool's limit and this server's (None: another
-        method, or no limit); QueueFull when it would have to wait in a full queue."""
-        if method != mcp.TOOLS_CALL:
-            return None
+    def ticket(self, owner: str, tool_limit: Limit | None) -> Ticket | None:
+        """A tool call's place under its tool's limit and this server's (None: no limit);
+        QueueFull when it would have to wait in a full queue."""
         return self.queues.ticket(owner, tool_limit, self.limit)
 
     def learn_tools(self, msg: Message) -> Message:

@@ -2,6 +2,8 @@
 
 The handler gets each message the connection writes (parsed) and returns the messages the
 server sends back, delivered on the next loop turn; `server_sends` pushes one unprompted.
+`MockOwner` and `MockSink` stand for a downstream party and a call's holder, recording what
+reaches them.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import UpstreamError
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.upstream.correlator import Call
+from gateway.upstream.correlator import Call, Host
 from gateway.upstream.transport import Link
 
 Handler = Callable[[Message], list[Message]]
@@ -64,3 +66,47 @@ class MockTransport:
 
     def status(self) -> dict[str, Any]:
         return {}
+
+
+class MockOwner:
+    """A client that declared `caps`; what reaches it outside any call is in `delivered`."""
+
+    def __init__(self, key: str, *caps: str) -> None:
+        self.key = key
+        self.capabilities: dict[str, Any] = {c: {} for c in caps}
+        self.level: str | None = None
+        self.modern = False
+        self.delivered: list[Message] = []
+
+    def accepts(self, method: str) -> bool:
+        cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
+        return cap is None or cap in self.capabilities
+
+    def deliver(self, msg: Message) -> None:
+        self.delivered.append(msg)
+
+    def expect_reply(self, asked_id: str, host: Host) -> None:
+        pass
+
+    def is_subscribed(self, uri: str) -> bool:
+        return False
+
+
+class MockSink:
+    """A call's holder: its related messages, its response, the capabilities refused."""
+
+    takes_mrtr = False
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.responses: list[Message] = []
+        self.refused: list[str] = []
+
+    def on_message(self, msg: Message) -> None:
+        self.messages.append(msg)
+
+    def on_response(self, msg: Message) -> None:
+        self.responses.append(msg)
+
+    def on_refused(self, capability: str) -> None:
+        self.refused.append(capability)

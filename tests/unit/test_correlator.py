@@ -11,47 +11,9 @@ from typing import Any
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.connection import Connection
+from gateway.upstream.mock import MockOwner as Owner
+from gateway.upstream.mock import MockSink as Sink
 from gateway.upstream.mock import MockTransport
-
-
-class Owner:
-    def __init__(self, key: str, *caps: str) -> None:
-        self.key = key
-        self.capabilities: dict[str, Any] = {c: {} for c in caps}
-        self.level: str | None = None
-        self.modern = False
-        self.delivered: list[Message] = []
-
-    def accepts(self, method: str) -> bool:
-        cap = mcp.CLIENT_CAPABILITY_FOR.get(method)
-        return cap is None or cap in self.capabilities
-
-    def deliver(self, msg: Message) -> None:
-        self.delivered.append(msg)
-
-    def expect_reply(self, asked_id: str, host: Any) -> None:
-        pass
-
-    def is_subscribed(self, uri: str) -> bool:
-        return False
-
-
-class Sink:
-    takes_mrtr = False
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self.responses: list[Message] = []
-        self.refused: list[str] = []
-
-    def on_message(self, msg: Message) -> None:
-        self.messages.append(msg)
-
-    def on_response(self, msg: Message) -> None:
-        self.responses.append(msg)
-
-    def on_refused(self, capability: str) -> None:
-        self.refused.append(capability)
 
 
 def legacy_server(msg: Message) -> list[Message]:
@@ -190,3 +152,31 @@ async def test_a_request_on_a_calls_own_stream_goes_to_that_call() -> None:
     assert mine.messages[0]["method"] == "elicitation/create" and not theirs.messages
     conn.on_message(request, via=None)  # the same without a stream: never guessed
     assert transport.written[-1]["error"]["message"].startswith("the gateway cannot tell")
+
+
+async def test_the_gateway_lists_the_tools_itself_every_page_and_again_on_change() -> None:
+    """Issue 21: after the handshake the connection asks tools/list itself, follows its
+    cursor, and asks again when the server says its list changed."""
+    pages = {None: (["a", "b"], "p2"), "p2": (["c"], None)}
+
+    def server(msg: Message) -> list[Message]:
+        if msg.get("method") == mcp.TOOLS_LIST:
+            names, cursor = pages[msg["params"].get("cursor")]
+            result: dict[str, Any] = {"tools": [{"name": n} for n in names]}
+            if cursor:
+                result["nextCursor"] = cursor
+            return [jsonrpc.result(msg["id"], result)]
+        return legacy_server(msg)
+
+    transport = MockTransport(server)
+    conn = Connection("mock", transport, 1.0, itertools.count(1), Counter())
+    told: list[list[str]] = []
+    conn.on_tools = lambda m: told.append([t["name"] for t in m["result"]["tools"]])
+    conn.start()
+    await conn.wait_ready()
+    await turn()
+    assert told == [["a", "b"], ["c"]]
+    transport.server_sends(jsonrpc.notification(mcp.TOOLS_CHANGED))
+    for _ in range(3):
+        await turn()
+    assert told == [["a", "b"], ["c"], ["a", "b"], ["c"]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import QueueFull
+from gateway.observability.metrics import Metrics
 from gateway.queues import Limit, Queues, Ticket
 from gateway.tasks.policy import queued_poll_ms
 
@@ -134,3 +135,26 @@ def test_a_queued_task_is_polled_as_its_expected_wait_says() -> None:
     assert queued_poll_ms(500, 0.2) == 500
     assert queued_poll_ms(500, 4.0) == 2000
     assert queued_poll_ms(500, 600.0) == 30_000
+
+
+def test_lanes_of_idle_tool_names_are_forgotten_and_a_server_lane_stands_apart(
+        monkeypatch) -> None:
+    """Tool names come from clients: beyond MAX_LANES, lanes with nothing running or
+    waiting are forgotten (busy ones stay); a pattern "*" is not the server's own limit."""
+    monkeypatch.setattr("gateway.queues.MAX_LANES", 3)
+    queues = Queues()
+    busy = queues.ticket("a", Limit("main", "busy", 1, 5))
+    for name in ("x", "y"):
+        done = queues.ticket("a", Limit("main", name, 1, 5))
+        assert done is not None
+        done.release()
+    queues.ticket("a", Limit("main", "new", 1, 5))
+    assert busy is not None and {k[1] for k in queues.lanes} == {"busy", "new"}
+    server, pattern = Limit("main", "*", 1, 5, server=True), Limit("main", "*", 3, 5)
+    assert queues.lane(server) is not queues.lane(pattern)
+
+
+def test_queue_metrics_name_limits_by_bounded_labels() -> None:
+    metrics = Metrics(lambda _u, tool: tool == "listed", named={"render*"})
+    assert [metrics.lane("main", label) for label in ("*", "render*", "listed", "made-up")] == [
+        "*", "render*", "listed", "other"]

@@ -304,7 +304,6 @@ class ModernEra:
             ex.start_budget()
         return await self._respond(request, ex, json_ok)
 
-
     def _done(self, caller: Caller, conn: Connection, used: Connection) -> None:
         """The call is over (answered, or its task ended): its process and its slot go."""
         self.backend.done(conn, used)
@@ -344,7 +343,6 @@ class ModernEra:
         if task is not None:
             assert ex.call is not None
             ex.answer(jsonrpc.result(ex.call.client_id, extension.created(task)))
-
 
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:

@@ -3,7 +3,8 @@
 one Redis, in the same run. For each: task creation rate (32 concurrent clients spread over
 the replicas), store round trips per task created and per tasks/get, tasks/get throughput and
 p99 per replica with wrk (16 connections on each replica at once), resident memory per
-replica. Needs redis-server (or valkey-server) and wrk on PATH (Debian: redis-server, wrk).
+replica; with three, `tasks/get` on one replica of tasks running on another (answered from
+announcements). Needs redis-server (or valkey-server) and wrk on PATH (Debian: redis-server, wrk).
 
     /tmp/gw/bin/python bench/replicas.py [--tasks 6000] [--seconds 10]
 """
@@ -77,7 +78,7 @@ async def group(n: int, tasks: int, store: dict[str, Any] | None
         members = []
         for i in range(n):
             port = free_port()
-            conf = task_gateway(port, tasks)
+            conf = task_gateway(port, tasks + 250)  # room for the running ones
             conf["tasks"]["defaults"]["mode"] = "always"
             if store is not None:
                 conf["store"], conf["replica"] = store, {"id": f"r{i}",
@@ -101,6 +102,25 @@ async def create(clients: list[TaskClient], n: int) -> list[str]:
 
     await asyncio.gather(*(worker(clients[i % len(clients)]) for i in range(32)))
     return ids
+
+
+async def start_long(client: TaskClient, n: int) -> list[str]:
+    """n tasks of a 60 s call on one replica, left running."""
+    async def one(_: int) -> str:
+        result = await client.request("tools/call", {"name": "sleep",
+                                                     "arguments": {"ms": 60_000}})
+        return str(result["taskId"])
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def poll_running(members: list[tuple[Any, TaskClient, int]], seconds: float) -> str:
+    """tasks/get on the second replica of tasks running on the first."""
+    ids = await start_long(members[0][1], 200)
+    before = await store_requests(members[1:2])
+    rps, p99 = await wrk(members[1][2], ids, seconds)
+    per_get = (await store_requests(members[1:2]) - before) / (rps * seconds)
+    return (f"; running tasks read on another replica: {rps:.0f} req/s, p99 {p99:.1f} ms, "
+            f"{per_get:.3f} round trips a get")
 
 
 async def wrk(port: int, ids: list[str], seconds: float) -> tuple[float, float]:
@@ -132,12 +152,13 @@ async def measure(label: str, n: int, tasks: int, seconds: float,
         total = sum(rps for rps, _ in polled)
         per_get = (await store_requests(members) - before) / (total * seconds)
         rss = [rss_mib(gateway.pid)[0] for gateway, _, _ in members]
+        elsewhere = await poll_running(members, seconds) if n > 1 else ""
     print(f"{label}: {len(ids)} tasks created at {len(ids) / made_s:.0f}/s, "
           f"{per_task:.1f} store round trips a task; tasks/get {total:.0f} req/s in all ("
           + ", ".join(f"{rps:.0f}" for rps, _ in polled) + " per replica), p99 "
           + ", ".join(f"{p99:.1f}" for _, p99 in polled) + " ms, "
           + f"{per_get:.2f} round trips a get; RSS " + ", ".join(f"{r:.0f}" for r in rss)
-          + " MiB")
+          + " MiB" + elsewhere)
 
 
 async def main() -> None:

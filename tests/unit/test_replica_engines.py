@@ -274,3 +274,55 @@ def test_a_seal_opens_only_its_own_timely_messages() -> None:
     now[0] += 61  # replayed past the window
     assert seal.open(sealed) is None
     assert Seal(None).open(b'{"op":"cancel"}') == b'{"op":"cancel"}'  # unsealed replicas
+
+
+async def quietly(engine: TaskEngine, task_id: str, until: Callable[[Task], bool]) -> Task:
+    """The task as `engine` reads it with no round trip to the store, once `until` holds."""
+    store = engine.replicas.store
+    for _ in range(200):
+        before = store.requests
+        task = await engine.find(task_id, "me")
+        if store.requests == before and until(task):
+            return task
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never read quietly: {task}")
+
+
+async def test_a_running_task_is_read_on_another_replica_from_its_announcements(
+        replica, listening) -> None:
+    """Issue 22: each write announces the record, so another replica answers a poll of a
+    running task with no round trip while its bus is heard; a subscription made again
+    (announcements may have been missed meanwhile) or a bus not heard lately sends reads
+    back to the store."""
+    a, b = replica("a"), replica("b")
+    listening(b)
+    await a.replicas.beat(10_000)
+    await subscribed(a.replicas.store, {"events": 1})
+    task, call, _ = await running(a)
+    seen = await quietly(b, task.id, lambda t: True)
+    assert (seen.status, seen.replica, seen.tool) == (Status.WORKING, "a", "slow")
+    call.sink.on_message(jsonrpc.request(7, "elicitation/create", {"message": "name?"}))
+    asked = await quietly(b, task.id, lambda t: t.status is Status.INPUT_REQUIRED)
+    assert list(asked.inputs) == ["elicitation-1"]
+
+    store = b.replicas.store
+    assert isinstance(store, RedisStore)
+    store.link._heard_through -= 5  # no pong for 5 s: the bus may have stalled
+    before = store.requests
+    assert (await b.find(task.id, "me")).status is Status.INPUT_REQUIRED
+    assert store.requests > before  # read from the store
+    await quietly(b, task.id, lambda t: True)  # heard again: quiet again
+
+    epoch = store.link.epoch
+    await a.replicas.store.redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+    await until(lambda: store.link.epoch > epoch)  # b saw its subscription go
+    before = store.requests
+    assert (await b.find(task.id, "me")).status is Status.INPUT_REQUIRED
+    assert store.requests > before  # what b heard before its new subscription is not used
+    await subscribed(store, {"events": 1})  # b listens again
+    call.sink.on_message(jsonrpc.request(8, "elicitation/create", {"message": "age?"}))
+    again = await quietly(b, task.id, lambda t: len(t.inputs) == 2)
+    assert sorted(again.inputs) == ["elicitation-1", "elicitation-2"]
+    call.sink.on_response(jsonrpc.result(1, {"content": [{"type": "text", "text": "hi"}]}))
+    done = await quietly(b, task.id, lambda t: t.terminal)  # the end came whole
+    assert done.status is Status.COMPLETED and b"hi" in (done.result or b"")

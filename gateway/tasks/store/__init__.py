@@ -70,7 +70,8 @@ class TaskStore(Protocol):
         (a replica gone), which a store with an outbox writes now or not at all, since the
         read may have been stale. ResultTooLarge when `task.size` bytes
         cannot be kept. A shared store announces the change to the other replicas (the
-        events channel: `{"task": id, "from": replica}`) in the same round trip."""
+        events channel: `{"task": id, "from": replica}`, with the record where it is small:
+        `live` or `end`) in the same round trip, as it announces a creation."""
 
     async def restore(self, tasks: list[Task]) -> int:
         """Write `tasks` as they are where the store lacks them (a shared store that came

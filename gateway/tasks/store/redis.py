@@ -56,8 +56,9 @@ local function prune(live, sizes, bytes, now)
 end
 """
 
-# KEYS: live, o:<owner>, t:<id>, run:<replica>, replicas, sizes, bytes
-# ARGV: id, now, score, max_tasks, max_per_owner, status, owner, replica, rec, pexpireat
+# KEYS: live, o:<owner>, t:<id>, run:<replica>, replicas, sizes, bytes, events
+# ARGV: id, now, score, max_tasks, max_per_owner, status, owner, replica, rec, pexpireat,
+#       the announcement
 _CREATE = _PRUNE + """
 prune(KEYS[1], KEYS[6], KEYS[7], ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
@@ -72,6 +73,7 @@ if ARGV[8] ~= '' then
   redis.call('SADD', KEYS[4], ARGV[1])
   redis.call('SADD', KEYS[5], ARGV[8])
 end
+redis.call('PUBLISH', KEYS[8], ARGV[11])
 return 0
 """
 
@@ -159,7 +161,8 @@ return out
 """
 
 FINISHED_CACHE_BYTES = 32 << 20
-ANNOUNCED_BYTES = 64 << 10  # ends up to this size travel whole in their announcement
+RUNNING_CACHE_BYTES = 16 << 20
+ANNOUNCED_BYTES = 64 << 10  # records up to this size travel whole in their announcement
 RESTORE_BATCH = 200
 def _encode(task: Task) -> tuple[bytes, bytes]:
     """The record without its result, and the result as the raw JSON it is (or b"")."""
@@ -170,6 +173,14 @@ def _encode(task: Task) -> tuple[bytes, bytes]:
 
 def _decode(rec: bytes | str, res: bytes | str | None) -> Task:
     return Task(**{**orjson.loads(rec), "result": res or None})
+
+
+def _interned(task: Task) -> Task:
+    """Names shared by many records kept once, as the memory store does."""
+    task.owner, task.tool = sys.intern(task.owner), sys.intern(task.tool)
+    task.upstream, task.replica = sys.intern(task.upstream), sys.intern(task.replica)
+    task.dialect = sys.intern(task.dialect)
+    return task
 
 
 def _ms(seconds: float) -> int:
@@ -211,6 +222,11 @@ class RedisStore:
         # changes; it only goes at its ttl, which reads check), bounded in bytes.
         self._finished: LRUCache[str, Task] = LRUCache(FINISHED_CACHE_BYTES,
                                                        getsizeof=lambda t: t.size + 512)
+        # Running records other replicas announced, with the subscription that heard them:
+        # current while that subscription is fresh (every later change would have been
+        # heard), so a read of them needs no round trip.
+        self._running: LRUCache[str, tuple[Task, int]] = LRUCache(
+            RUNNING_CACHE_BYTES, getsizeof=lambda held: 512 + 256 * len(held[0].inputs))
         self._bytes = 0
         self.round_trips = 0
 
@@ -228,10 +244,11 @@ class RedisStore:
             refused = await self._run(self._create, durable=True, keys=[
                 self.key("live"), self.key("o", task.owner), self.key("t", task.id),
                 self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
-                self.key("bytes")], args=[
+                self.key("bytes"), self.key(EVENTS)], args=[
                 task.id, _ms(self.clock()), "+inf" if end is None else _ms(end),
                 self.max_tasks, self.max_per_owner, str(task.status), task.owner,
-                task.replica, rec, "" if end is None else _ms(end + EXPIRED_MEMORY_S)])
+                task.replica, rec, "" if end is None else _ms(end + EXPIRED_MEMORY_S),
+                self._announcement(task, rec)])
         except NotAcked:
             with contextlib.suppress(*DOWN):  # not durable: no handle, so no record
                 await self._forget(task.id, expired=False)
@@ -243,6 +260,9 @@ class RedisStore:
 
     async def get(self, task_id: str) -> Task | None:
         task = self._finished.get(task_id)
+        if task is None and (heard := self._running.get(task_id)) is not None and \
+                self.link.fresh(heard[1]):
+            task = heard[0]
         if task is None:
             task = await self._read(task_id)
             if task is None:
@@ -287,7 +307,7 @@ class RedisStore:
                   self.key("bytes"), self.key("run", task.replica), self.key(EVENTS)],
             args=[task.id, _SOURCES[task.status], str(task.status), task.size,
                   self.max_stored_bytes, rec, res, "1" if terminal else "0",
-                  self._announcement(task, terminal)])
+                  self._announcement(task, rec)])
         if saved == -1:
             raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
                                  "bytes) is full")
@@ -295,27 +315,30 @@ class RedisStore:
             self._finished[task.id] = task.copy()
         return bool(saved)
 
-    def _announcement(self, task: Task, terminal: bool) -> bytes:
-        """What a save tells the other replicas: the task changed; an end (up to
-        ANNOUNCED_BYTES) comes whole, and every replica keeps it among its finished records,
-        so that each can write it back should the store lose it, and read it without a
-        round trip."""
-        if terminal and task.size <= ANNOUNCED_BYTES:
-            body = orjson.dumps({"task": task.id, "from": self.replica, "end": task.record()})
-        else:
-            body = orjson.dumps({"task": task.id, "from": self.replica})
-        return self.link.seal.close(body)
+    def _announcement(self, task: Task, rec: bytes) -> bytes:
+        """What a write tells the other replicas: the task changed, and how it is now when
+        its record is at most ANNOUNCED_BYTES (`live` while it runs, `end` with its result
+        once it ended). Every replica keeps these, so that it reads them without a round
+        trip, and writes ends back should the store lose them."""
+        out: dict[str, Any] = {"task": task.id, "from": self.replica}
+        if not task.terminal and len(rec) <= ANNOUNCED_BYTES:
+            out["live"] = orjson.Fragment(rec)
+        elif task.terminal and task.size + len(rec) <= ANNOUNCED_BYTES:
+            out["end"] = task.record()
+        return self.link.seal.close(orjson.dumps(out))
 
-    def heard_end(self, msg: dict[str, Any]) -> None:
-        """An announcement heard on the bus: an end that came whole is kept."""
-        end = msg.pop("end", None)
-        if isinstance(end, dict) and msg.get("from") != self.replica:
-            task = Task.from_record(end)
-            # Names shared by many records are kept once (interned), as the memory store does.
-            task.owner, task.tool = sys.intern(task.owner), sys.intern(task.tool)
-            task.upstream, task.replica = sys.intern(task.upstream), sys.intern(task.replica)
-            task.dialect = sys.intern(task.dialect)
-            self._finished[task.id] = task
+    def heard(self, msg: dict[str, Any]) -> None:
+        """An announcement heard on the bus (`msg` loses what it carried): another
+        replica's running record is kept while the bus stays fresh, an end among the
+        finished records; a change that came without its record makes the kept one stale."""
+        task_id, live, end = msg.get("task"), msg.pop("live", None), msg.pop("end", None)
+        if msg.get("from") == self.replica or not isinstance(task_id, str):
+            return
+        self._running.pop(task_id, None)
+        if isinstance(live, dict):
+            self._running[task_id] = (_interned(Task(**live)), self.link.epoch)
+        elif isinstance(end, dict):
+            self._finished[task_id] = _interned(Task.from_record(end))
 
     @guarded
     async def restore(self, tasks: list[Task]) -> int:

@@ -1,7 +1,7 @@
 """The `ReplicaBus` of replicas sharing a Redis store, over the store's own server: leases
 and channels are the link's (redis_link.py); the tasks a gone replica left running are read
-from the store's records, and the ends announced on the events channel are kept by the
-store (so every replica can read them, and write them back, without a round trip).
+from the store's records, and the records announced on the events channel are kept by the
+store (so every replica reads them, and writes ends back, without a round trip).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class RedisBus:
         await self.link.publish(channel, message)
 
     async def listen(self, channels: list[str], handler: Handler) -> None:
-        await self.link.listen(channels, handler, self.store.heard_end)
+        await self.link.listen(channels, handler, self.store.heard)
 
 
 __all__ = ["RedisBus"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import time
@@ -54,6 +55,8 @@ R = TypeVar("R")
 DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 Keep = Callable[[dict[str, Any]], None]  # sees each event before its handler
 SEAL_WINDOW_S = 60.0  # a sealed message older (or newer) than this is refused
+PING_S = 0.25  # the listening connection is pinged this often
+FRESH_S = 0.5  # what was heard counts as current while a ping this recent came back
 
 
 class Seal:
@@ -177,6 +180,27 @@ async def _hand(handler: Handler, channel: str, data: bytes, keep: Keep, seal: S
         log.error("replica.message_failed", channel=channel, error=repr(exc))
 
 
+def _stop_if_cancelled() -> None:
+    """On Python 3.11, `asyncio.wait_for` (redis-py's writes) and timed reads can swallow a
+    cancellation that lands as they finish: a loop that went on would never stop."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+async def _ping(pubsub: Any) -> None:
+    """Every PING_S, a ping on the listening connection, stamped with when it was sent: its
+    pong comes back after every message published before it (`RedisLink.fresh`). Sent
+    only on a connection that is up: reconnecting is the reader's."""
+    while True:
+        _stop_if_cancelled()
+        conn = pubsub.connection
+        if conn is not None and conn.is_connected:
+            with contextlib.suppress(*DOWN):
+                await conn.send_command("PING", repr(time.monotonic()))
+        await asyncio.sleep(PING_S)
+
+
 class RedisLink:
     def __init__(self, url: str | None, prefix: str, *, sentinels: Sequence[str] = (),
                  master: str = "mymaster", min_acked: int = 0, ack_timeout_ms: int = 1000,
@@ -188,6 +212,17 @@ class RedisLink:
         self.redis = connect(url, sentinels, master)
         self._alive: TTLCache[str, bool] = TTLCache(1024, 1.0)  # leases seen held lately
         self.round_trips = 0
+        # The listening connection: how many subscriptions it has made (a new one may have
+        # missed messages), and when the newest ping that came back on it was sent.
+        self.epoch = 0
+        self._heard_through = 0.0
+
+    def fresh(self, epoch: int) -> bool:
+        """Whether what was heard during subscription `epoch` is still current: the same
+        subscription, and every message published up to FRESH_S ago has been heard (a pong
+        comes back after every message published before its ping: one connection, in
+        order)."""
+        return epoch == self.epoch and time.monotonic() - self._heard_through <= FRESH_S
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -256,19 +291,38 @@ class RedisLink:
 
     async def listen(self, channels: list[str], handler: Handler, keep: Keep) -> None:
         """Messages sent while the connection is down are lost: readers fall back on the
-        records (a bounded poll)."""
+        records (a bounded poll), and what was heard before counts no more (`fresh`)."""
         names = {self.key(c): c for c in channels}
         while True:
             try:
-                async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                async with self.redis.pubsub() as pubsub:
                     await pubsub.subscribe(*names)
-                    while True:
-                        msg = await pubsub.get_message(timeout=1.0)
-                        if msg is not None and msg["type"] == "message":
-                            await _hand(handler, names[msg["channel"].decode()], msg["data"],
-                                        keep, self.seal)
+                    pinger = asyncio.create_task(_ping(pubsub))
+                    try:
+                        await self._hear(pubsub, names, handler, keep)
+                    finally:
+                        pinger.cancel()
+                        await asyncio.gather(pinger, return_exceptions=True)
             except DOWN:
+                self.epoch, self._heard_through = self.epoch + 1, 0.0  # lost: stale now
                 await asyncio.sleep(0.5)
+
+    async def _hear(self, pubsub: Any, names: dict[str, str], handler: Handler, keep: Keep
+                    ) -> None:
+        while True:
+            _stop_if_cancelled()
+            msg = await pubsub.get_message(timeout=None)
+            if msg is None:
+                continue
+            if msg["type"] == "message":
+                await _hand(handler, names[msg["channel"].decode()], msg["data"], keep,
+                            self.seal)
+            elif msg["type"] == "pong":
+                with contextlib.suppress(ValueError):
+                    self._heard_through = max(self._heard_through, float(msg["data"]))
+            elif msg["type"] == "subscribe":  # at first, and after redis-py reconnected by
+                # itself: what was heard before may have missed messages
+                self.epoch, self._heard_through = self.epoch + 1, 0.0
 
     async def close(self) -> None:
         await self.redis.aclose(close_connection_pool=True)

@@ -1,14 +1,19 @@
-# syntax=docker/dockerfile:1
-# The gateway in front of Python or Node stdio servers. Build and run:
-#   docker build -t mcp-task-gateway .
+# The gateway in front of Python or Node stdio servers. Build (docker or podman; it makes
+# the base images itself where no registry is reachable) and run:
+#   scripts/image.sh
 #   docker run -p 8080:8080 -v "$PWD/my.yaml:/etc/mcp-task-gateway/gateway.yaml:ro" mcp-task-gateway
 
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
-RUN python -m venv /opt/gateway \
- && /opt/gateway/bin/pip install --no-cache-dir '.[otel]'
+# A CA bundle for an intercepting proxy is a build secret (scripts/image.sh passes the
+# host's): mounted for this step only, never in a layer.
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+ && python -m venv /opt/gateway \
+ && /opt/gateway/bin/pip install --no-cache-dir --disable-pip-version-check '.[otel]' \
+ && /opt/gateway/bin/pip uninstall --yes --quiet pip setuptools
 
 FROM node:22-bookworm-slim AS node
 
@@ -26,7 +31,8 @@ ENV PATH=/opt/gateway/bin:$PATH \
 USER 10001
 WORKDIR /home/gateway
 EXPOSE 8080
+# Probes the port the configuration serves: GATEWAY_PORT, as config/docker.yaml reads it.
 HEALTHCHECK --interval=30s --timeout=3s \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz')"]
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('GATEWAY_PORT', '8080'), timeout=2)"]
 ENTRYPOINT ["mcp-task-gateway"]
 CMD ["--config", "/etc/mcp-task-gateway/gateway.yaml"]

@@ -5,8 +5,9 @@
 #     (from its lockfile);
 #   - .test-envs/mcp130: the Python SDK mcp==1.30.0, whose version clashes with ours (the
 #     last one with the 2025-11-25 tasks client);
-#   - a Redis-compatible server with Sentinel and HAProxy for the replica tests, and Chromium
-#     for the status page's (Debian's packages, when one of them is not on PATH);
+#   - a Redis-compatible server with Sentinel and HAProxy for the replica tests, Chromium for
+#     the status page's, podman (with runc) and mmdebstrap to build and run the container
+#     image (Debian's packages, when one of them is not on PATH);
 #   - ruff, mypy --strict, then pytest (extra arguments go to pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,13 @@ if ! { command -v redis-server || command -v valkey-server; } >/dev/null || \
     packages=(redis-server redis-sentinel haproxy chromium)
     $sudo apt-get install -y -qq "${packages[@]}" >/dev/null 2>&1 || {
         $sudo apt-get update -qq && $sudo apt-get install -y -qq "${packages[@]}" >/dev/null; }
+fi
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || \
+        ! command -v mmdebstrap >/dev/null; then
+    # Where these cannot be installed, the image's tests say so and are skipped.
+    sudo=$([ "$(id -u)" = 0 ] || echo sudo)
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq podman runc mmdebstrap \
+        >/dev/null 2>&1 || echo "test.sh: podman could not be installed" >&2
 fi
 
 python3 -m venv .venv

@@ -1,5 +1,5 @@
-"""The container image and the README must agree: no Docker engine runs here, so this test
-holds the Dockerfile's entry point, config path and user to what the README tells users."""
+"""The container image and the README must agree, read without a container engine (the
+image itself is built and run by tests/e2e/test_image.py): entry point, config path, user."""
 
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def test_healthcheck_probes_healthz_on_the_served_port() -> None:
     assert check, "the image should tell Docker how to check it"
     probe = " ".join(json.loads(check.group(1)))
     port = instruction(dockerfile, "EXPOSE")
-    assert f"http://127.0.0.1:{port}/healthz" in probe
+    # The port the configuration serves: GATEWAY_PORT, as config/docker.yaml reads it.
+    assert "http://127.0.0.1:%s/healthz" in probe and f"'GATEWAY_PORT', '{port}'" in probe
 
 
 def test_dockerfile_passes_hadolint() -> None:

@@ -1,7 +1,7 @@
 """Every command the README shows is run: here, from a fresh production install (`pip install
 .` into a new virtual environment, as the set-up line does), against server-everything
-through npx as a user runs it; the test command by CI itself; the Docker lines by the
-Dockerfile tests (tests/test_packaging.py), as no Docker engine runs here. A README line
+through npx as a user runs it; the test command by CI itself; the container lines by
+tests/e2e/test_image.py (with podman). A README line
 that no test knows fails `test_every_readme_command_is_known`."""
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ ELSEWHERE = {
     "mcp-task-gateway --config config/oauth.yaml":
         "tests/e2e/test_oauth.py::test_the_readme_oauth_walkthrough",
     "./scripts/test.sh": "CI: .ci/run (tests/test_packaging.py checks it calls this)",
-    "docker build -t mcp-task-gateway .": "tests/test_packaging.py",
+    "./scripts/image.sh": "tests/e2e/test_image.py (the image fixture)",
     'docker run -p 8080:8080 -v "$PWD/my.yaml:/etc/mcp-task-gateway/gateway.yaml:ro" '
-    "mcp-task-gateway": "tests/test_packaging.py",
+    "mcp-task-gateway": "tests/e2e/test_image.py (podman run, the same arguments)",
 }
 
 

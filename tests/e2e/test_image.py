@@ -10,12 +10,16 @@ writes that containers.conf (README, "In a container")."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
 import resource
+import secrets
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 import uuid
@@ -30,7 +34,7 @@ from mcp_http import McpHttp
 from test_core_tasks import as_task, request
 from test_core_tasks import wait_for as wait_for_legacy
 from test_modern import call
-from test_tasks import TASKS, wait_for
+from test_tasks import TASKS, tasks_op, wait_for
 
 ROOT = Path(__file__).parents[2]
 TAG = "mcp-task-gateway:test"
@@ -249,3 +253,59 @@ def test_the_layers_carry_no_ca_no_secret_and_no_build_tools(podman: Any, image:
     assert not {n for n in names if re.search("TOKEN|SECRET|PASSWORD|CERT|CA_", n)}, names
     history = podman("history", "--no-trunc", "--format", "{{.CreatedBy}}", image).stdout
     assert HOST_CA.name not in history and "s3cret" not in history
+
+
+@pytest.fixture
+async def replica_set(engine_env: dict[str, str], image: str) -> AsyncIterator[str]:
+    """deploy/compose.yaml under podman-compose: three replicas of the image sharing Valkey
+    (Debian's Redis standing in where no registry answers), behind HAProxy."""
+    subprocess.run([str(ROOT / "scripts" / "image.sh"), "--stand-ins"], check=True,
+                   timeout=600, env={**engine_env, "CONTAINER_ENGINE": "podman"})
+    port, project = free_port(), f"gwtest{uuid.uuid4().hex[:6]}"
+    env = {**engine_env, "GATEWAY_SECRET": secrets.token_hex(32),
+           "STORE_PASSWORD": secrets.token_hex(24), "GATEWAY_TOKEN": "s3cret-token",
+           "PORT": str(port), "GATEWAY_IMAGE": image, "HOST_CA": str(HOST_CA)}
+    compose = [str(Path(sys.executable).parent / "podman-compose"), "--project-name", project,
+               "--file", str(ROOT / "deploy" / "compose.yaml"),
+               "--file", str(Path(__file__).parent / "compose.image.yaml")]
+    try:
+        subprocess.run([*compose, "up", "--detach", "--no-build"], env=env, check=True,
+                       capture_output=True, timeout=300)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        subprocess.run([*compose, "down", "--volumes", "--timeout", "10"], env=env,
+                       capture_output=True, timeout=300)
+
+
+async def replicas_behind(base: str, http: aiohttp.ClientSession) -> set[str]:
+    """The replica ids HAProxy's round robin reaches, once all three are ready."""
+    seen: set[str] = set()
+    for _ in range(600):
+        with contextlib.suppress(aiohttp.ClientError):
+            async with http.get(base + "/readyz") as resp:
+                if resp.status == 200:
+                    seen.add((await resp.json())["store"]["replica"])
+        if len(seen) == 3:
+            return seen
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"only {seen} became ready behind HAProxy")
+
+
+async def test_the_replica_set_in_containers_shares_tasks(replica_set: str,
+                                                          bearer: aiohttp.ClientSession
+                                                          ) -> None:
+    assert await replicas_behind(replica_set, bearer) == {"gateway-1", "gateway-2",
+                                                          "gateway-3"}
+    url = replica_set + "/mcp"
+    handle = (await call(bearer, url, "trigger-long-running-operation",
+                         {"duration": 2, "steps": 2}, TASKS)).body["result"]
+    assert handle["resultType"] == "task", handle
+    # Round robin: consecutive reads land on each replica in turn, the creator among them.
+    statuses = [(await tasks_op(bearer, url, "tasks/get", handle["taskId"])).body["result"][
+        "status"] for _ in range(3)]
+    assert set(statuses) <= {"working", "completed"}, statuses
+    done = await wait_for(bearer, url, handle["taskId"], "completed")
+    for _ in range(3):  # its result, on every replica
+        again = (await tasks_op(bearer, url, "tasks/get", handle["taskId"])).body["result"]
+        assert again["result"] == done["result"]
+    assert "Long running operation completed" in done["result"]["content"][0]["text"]

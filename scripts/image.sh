@@ -39,8 +39,10 @@ rootfs() {  # rootfs TAR PACKAGES [HOOK...]: Debian bookworm with PACKAGES, as a
     local tar=$1 packages=$2 hooks=()
     shift 2
     for hook in "$@"; do hooks+=(--customize-hook="$hook"); done
-    # Documentation, manuals and translations left out, as Debian's slim images do.
+    # Documentation, manuals and translations left out, as Debian's slim images do; /usr
+    # merged by mmdebstrap's hook rather than the usrmerge package (which brings perl).
     mmdebstrap --quiet --variant=minbase --include="$packages" \
+        --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
         --dpkgopt='path-exclude=/usr/share/info/*' \

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Two builds of the gateway side by side, in alternating rounds of one run: the gateway's
-own CPU time per call (read from /proc, so less noisy than latency on a shared host) and the
-calls a second, for legacy echo calls against tests/servers/basic.py. For before/after
-figures of a change to the hot path:
+own CPU time per call (read from /proc, so less noisy than latency on a shared host), its
+minor page faults per call (memory it had to touch afresh) and the calls a second, for
+legacy echo calls against tests/servers/basic.py. For before/after figures of a change to
+the hot path:
 
     git worktree add /tmp/before HEAD~1
     .venv/bin/python bench/ab.py /tmp/before . [--rounds 4] [--calls 4000] [--concurrency 8]
@@ -21,14 +22,16 @@ from pathlib import Path
 from bench import SERVER, Http, free_port, wait_ready
 
 
-def cpu_s(pid: int) -> float:
+def usage(pid: int) -> tuple[float, int]:
+    """CPU seconds and minor page faults of process `pid` so far (proc(5): stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
 
 
 async def one(tree: Path, calls: int, concurrency: int, payload: int
-              ) -> tuple[float, float]:
-    """(CPU µs per call, calls a second) of the gateway built from `tree`."""
+              ) -> tuple[float, float, float]:
+    """(CPU µs per call, calls a second, page faults per call) of the gateway built from
+    `tree`."""
     port = free_port()
     gateway = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway", "--port", str(port), "--log-level", "warning", "--",
@@ -47,15 +50,16 @@ async def one(tree: Path, calls: int, concurrency: int, payload: int
             for _ in todo:
                 await client.request("tools/call", echo)
 
-        used, began = cpu_s(gateway.pid), asyncio.get_running_loop().time()
+        (used, faults), began = usage(gateway.pid), asyncio.get_running_loop().time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = asyncio.get_running_loop().time() - began
-        used = cpu_s(gateway.pid) - used
+        used, faults = (now - then for now, then in zip(usage(gateway.pid), (used, faults),
+                                                          strict=True))
         await client.close()
     finally:
         gateway.terminate()
         await gateway.wait()
-    return used / calls * 1e6, calls / wall
+    return used / calls * 1e6, calls / wall, faults / calls
 
 
 async def main() -> None:
@@ -68,15 +72,15 @@ async def main() -> None:
     ap.add_argument("--payload", type=int, default=5, help="bytes of text echoed")
     args = ap.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
-    seen: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in trees}
     for _ in range(args.rounds):
         for name, tree in trees.items():
             seen[name].append(await one(tree, args.calls, args.concurrency, args.payload))
     for name, rows in seen.items():
-        cpu = [round(c) for c, _ in rows]
-        rate = [round(r) for _, r in rows]
+        cpu, rate, faults = ([round(x) for x in column] for column in zip(*rows, strict=True))
         print(f"{name:7} CPU µs/call {cpu} (median {statistics.median(cpu):.0f}); "
-              f"calls/s {rate} (median {statistics.median(rate):.0f})")
+              f"calls/s {rate} (median {statistics.median(rate):.0f}); "
+              f"page faults/call median {statistics.median(faults):.0f}")
 
 
 if __name__ == "__main__":

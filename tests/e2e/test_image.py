@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tarfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -253,23 +253,29 @@ def test_the_layers_carry_no_ca_no_secret_and_no_build_tools(podman: Any, image:
 
 
 @pytest.fixture
-async def replica_set(engine_env: dict[str, str], image: str) -> AsyncIterator[str]:
-    """deploy/compose.yaml under podman-compose: three replicas of the image sharing Valkey
-    (Debian's Redis standing in where no registry answers), behind HAProxy."""
+def compose_up(engine_env: dict[str, str], image: str) -> Iterator[Any]:
+    """A compose file of deploy/ under podman-compose, with the image built here and what
+    runs beside it (Valkey, HAProxy) made from Debian's packages where no registry answers.
+    Gives HAProxy's address and the container name of each service."""
     subprocess.run([str(ROOT / "scripts" / "image.sh"), "--stand-ins"], check=True,
                    timeout=600, env={**engine_env, "CONTAINER_ENGINE": "podman"})
-    port, project = free_port(), f"gwtest{uuid.uuid4().hex[:6]}"
-    env = {**engine_env, "GATEWAY_SECRET": secrets.token_hex(32),
-           "STORE_PASSWORD": secrets.token_hex(24), "GATEWAY_TOKEN": "s3cret-token",
-           "PORT": str(port), "GATEWAY_IMAGE": image, "HOST_CA": str(HOST_CA)}
-    compose = [str(Path(sys.executable).parent / "podman-compose"), "--project-name", project,
-               "--file", str(ROOT / "deploy" / "compose.yaml"),
-               "--file", str(Path(__file__).parent / "compose.image.yaml")]
-    try:
+    downs: list[tuple[list[str], dict[str, str]]] = []
+
+    def up(name: str) -> tuple[str, Callable[[str], str]]:
+        port, project = free_port(), f"gwtest{uuid.uuid4().hex[:6]}"
+        env = {**engine_env, "GATEWAY_SECRET": secrets.token_hex(32),
+               "STORE_PASSWORD": secrets.token_hex(24), "GATEWAY_TOKEN": "s3cret-token",
+               "PORT": str(port), "GATEWAY_IMAGE": image, "HOST_CA": str(HOST_CA)}
+        compose = [str(Path(sys.executable).parent / "podman-compose"), "--project-name",
+                   project, "--file", str(ROOT / "deploy" / name),
+                   "--file", str(Path(__file__).parent / "compose.image.yaml")]
+        downs.append((compose, env))
         subprocess.run([*compose, "up", "--detach", "--no-build"], env=env, check=True,
                        capture_output=True, timeout=300)
-        yield f"http://127.0.0.1:{port}"
-    finally:
+        return f"http://127.0.0.1:{port}", lambda service: f"{project}_{service}_1"
+
+    yield up
+    for compose, env in downs:
         subprocess.run([*compose, "down", "--volumes", "--timeout", "10"], env=env,
                        capture_output=True, timeout=300)
 
@@ -288,12 +294,12 @@ async def replicas_behind(base: str, http: aiohttp.ClientSession) -> set[str]:
     raise AssertionError(f"only {seen} became ready behind HAProxy")
 
 
-async def test_the_replica_set_in_containers_shares_tasks(replica_set: str,
+async def test_the_replica_set_in_containers_shares_tasks(compose_up: Any,
                                                           bearer: aiohttp.ClientSession
                                                           ) -> None:
-    assert await replicas_behind(replica_set, bearer) == {"gateway-1", "gateway-2",
-                                                          "gateway-3"}
-    url = replica_set + "/mcp"
+    base, _ = compose_up("compose.yaml")
+    assert await replicas_behind(base, bearer) == {"gateway-1", "gateway-2", "gateway-3"}
+    url = base + "/mcp"
     handle = (await call(bearer, url, "trigger-long-running-operation",
                          {"duration": 2, "steps": 2}, TASKS)).body["result"]
     assert handle["resultType"] == "task", handle
@@ -306,3 +312,73 @@ async def test_the_replica_set_in_containers_shares_tasks(replica_set: str,
         again = (await tasks_op(bearer, url, "tasks/get", handle["taskId"])).body["result"]
         assert again["result"] == done["result"]
     assert "Long running operation completed" in done["result"]["content"][0]["text"]
+
+
+async def test_the_sentinel_replica_set_keeps_a_task_through_a_failover(
+        compose_up: Any, bearer: aiohttp.ClientSession, podman: Any) -> None:
+    """deploy/compose.sentinel.yaml: the store's primary killed, the Sentinels promote its
+    replica, and the task whose handle was returned is still there, with its result, on
+    every gateway replica; new tasks go on."""
+    base, container = compose_up("compose.sentinel.yaml")
+    await replicas_behind(base, bearer)
+    url = base + "/mcp"
+    handle = (await call(bearer, url, "trigger-long-running-operation",
+                         {"duration": 2, "steps": 2}, TASKS)).body["result"]
+    assert handle["resultType"] == "task", handle
+    done = await wait_for(bearer, url, handle["taskId"], "completed")
+    await watching(podman, container)
+    podman("kill", container("valkey-1"))
+    await promoted(podman, container("valkey-2"))
+    # The new primary holds the task's record (acknowledged by it before the handle went
+    # out: min_replicas_acked), not only the gateways' memory of it.
+    kept = podman("exec", container("valkey-2"), "redis-cli", "--scan", "--pattern",
+                  f"*t:{handle['taskId']}").stdout.split()
+    assert kept, "the promoted store lost the task"
+    for _ in range(3):  # round robin: on each replica
+        after = await until_answered(bearer, url, handle["taskId"])
+        assert after["status"] == "completed" and after["result"] == done["result"]
+    # With no store replica left to acknowledge a new task, a slow call is answered inline
+    # (compose.sentinel.yaml says so): answered, not lost.
+    inline = (await call(bearer, url, "trigger-long-running-operation",
+                         {"duration": 1.5, "steps": 1}, TASKS)).body["result"]
+    assert inline["resultType"] == "complete", inline
+    assert "Long running operation completed" in inline["content"][0]["text"]
+
+
+async def watching(podman: Any, container: Callable[[str], str]) -> None:
+    """Waits until every Sentinel knows the store's replica and the other two Sentinels
+    (learned from the primary's INFO and hello messages, within about ten seconds of a
+    start): before that, no failover can happen."""
+    def known(sentinel: str, what: str) -> int:
+        out = podman("exec", container(sentinel), "redis-cli", "-p", "26379", "sentinel",
+                     what, "main", check=False).stdout.split()
+        return out.count("name")
+    for _ in range(120):
+        if all(known(s, "replicas") >= 1 and known(s, "sentinels") >= 2
+               for s in ("sentinel-1", "sentinel-2", "sentinel-3")):
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError("the Sentinels never came to watch the store's replica")
+
+
+async def promoted(podman: Any, name: str) -> None:
+    """Waits for the Sentinels to make `name` the store's primary."""
+    for _ in range(120):
+        role = podman("exec", name, "redis-cli", "role", check=False).stdout.split()
+        if role[:1] == ["master"]:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the Sentinels never promoted {name}")
+
+
+async def until_answered(http: aiohttp.ClientSession, url: str, task_id: str
+                         ) -> dict[str, Any]:
+    """The task, once the store answers again: during the failover a read may fail."""
+    for _ in range(120):
+        with contextlib.suppress(aiohttp.ClientError):
+            reply = await tasks_op(http, url, "tasks/get", task_id)
+            if reply.status == 200 and "result" in reply.body:
+                result: dict[str, Any] = reply.body["result"]
+                return result
+        await asyncio.sleep(0.5)
+    raise AssertionError("the store never answered again after the failover")

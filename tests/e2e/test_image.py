@@ -1,11 +1,12 @@
 """The container image, built by scripts/image.sh and run with podman as the README tells:
 in front of a mounted stdio server and of server-everything via npx, tasks from both eras,
 its HEALTHCHECK, a non-root user, a SIGTERM stop, its config and `${VAR}`s from a mounted
-file and the environment, and layers that carry neither the build's CA nor a secret.
+file and the environment, layers that carry neither the build's CA nor a secret; and
+deploy/'s compose files under podman-compose: the replica set behind HAProxy, and its
+Sentinel variant through a failover of the store.
 
 Skipped only where podman cannot be installed (scripts/test.sh installs it from Debian's
-packages).
-On machines like this one podman needs runc, cgroupfs and explicit ulimits: `engine_env`
+packages). On machines like this one podman needs runc, cgroupfs and explicit ulimits: `engine_env`
 writes that containers.conf (README, "In a container")."""
 
 from __future__ import annotations

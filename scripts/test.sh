@@ -12,21 +12,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+sudo=$([ "$(id -u)" = 0 ] || echo sudo)
+apt_install() {  # Debian's packages, reading the package lists afresh if they are stale
+    local apt=($sudo env DEBIAN_FRONTEND=noninteractive apt-get -qq)
+    "${apt[@]}" install -y "$@" >/dev/null 2>&1 || {
+        "${apt[@]}" update && "${apt[@]}" install -y "$@" >/dev/null; }
+}
 if ! { command -v redis-server || command -v valkey-server; } >/dev/null || \
         ! command -v redis-sentinel >/dev/null || ! command -v haproxy >/dev/null || \
         ! command -v chromium >/dev/null; then
-    sudo=$([ "$(id -u)" = 0 ] || echo sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    packages=(redis-server redis-sentinel haproxy chromium)
-    $sudo apt-get install -y -qq "${packages[@]}" >/dev/null 2>&1 || {
-        $sudo apt-get update -qq && $sudo apt-get install -y -qq "${packages[@]}" >/dev/null; }
+    apt_install redis-server redis-sentinel haproxy chromium
 fi
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || \
         ! command -v mmdebstrap >/dev/null; then
     # Where these cannot be installed, the image's tests say so and are skipped.
-    sudo=$([ "$(id -u)" = 0 ] || echo sudo)
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq podman runc mmdebstrap \
-        >/dev/null 2>&1 || echo "test.sh: podman could not be installed" >&2
+    apt_install podman runc mmdebstrap || echo "test.sh: podman could not be installed" >&2
 fi
 
 python3 -m venv .venv

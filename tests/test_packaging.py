@@ -81,3 +81,13 @@ def test_readme_points_nowhere_outside_the_repository() -> None:
     for target in re.findall(r"\]\(([^)#]+)", readme):
         if "://" not in target:
             assert (ROOT / target).exists(), target
+
+
+def test_the_image_script_says_what_it_lacks(tmp_path: Path) -> None:
+    """With neither docker nor podman on PATH, scripts/image.sh stops at once and says so."""
+    for tool in ("dirname", "bash"):
+        (tmp_path / tool).symlink_to(shutil.which(tool) or tool)
+    done = subprocess.run([str(ROOT / "scripts" / "image.sh")], capture_output=True,
+                          text=True, env={"PATH": str(tmp_path)})
+    assert done.returncode == 2
+    assert "neither docker (with its daemon running) nor podman found" in done.stderr

@@ -13,7 +13,7 @@ import pytest
 from test_engine import attach_fake, intent, running
 
 from gateway.protocol import jsonrpc
-from gateway.tasks.engine import TaskEngine
+from gateway.tasks.engine import TaskEngine, TaskNotFound
 from gateway.tasks.model import Status, Task
 from gateway.tasks.replicas import STRANDED
 from gateway.tasks.store import StoreFull, TaskStore
@@ -301,6 +301,8 @@ async def test_a_running_task_is_read_on_another_replica_from_its_announcements(
     task, call, _ = await running(a)
     seen = await quietly(b, task.id, lambda t: True)
     assert (seen.status, seen.replica, seen.tool) == (Status.WORKING, "a", "slow")
+    with pytest.raises(TaskNotFound):  # what b heard is its owner's alone
+        await b.find(task.id, "someone else")
     call.sink.on_message(jsonrpc.request(7, "elicitation/create", {"message": "name?"}))
     asked = await quietly(b, task.id, lambda t: t.status is Status.INPUT_REQUIRED)
     assert list(asked.inputs) == ["elicitation-1"]

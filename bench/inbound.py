@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -40,7 +39,7 @@ def best_of(n: int, run: Callable[[], None], count: int) -> float:
 
 
 async def main(count: int) -> None:
-    conn = Connection("bench", MockTransport(server), 1.0, itertools.count(1), Counter())
+    conn = Connection("bench", MockTransport(server), 1.0, Counter())
     conn.start()
     await conn.wait_ready()
     owner, sink = MockOwner("bench", "elicitation"), MockSink()

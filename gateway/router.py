@@ -77,19 +77,26 @@ def scope_refusal(msg: dict[str, Any], lacking: Lacking) -> errors.InsufficientS
 
 
 # -- the legacy era (initialize, sessions) ----------------------------------------------------
-def legacy(msg: dict[str, Any], *, core_tasks: bool, modern_upstream: bool,
+def legacy(msg: dict[str, Any], *, core_tasks: bool, keeps_level: bool,
            native_task_ids: Container[str], catalogue: Catalogue,
            policy_for: PolicyFor) -> Decision:
     """A legacy session's request. `core_tasks`: the session speaks 2025-11-25, whose core
-    tasks the gateway serves; `native_task_ids`: tasks the upstream runs for the session."""
+    tasks the gateway serves; `keeps_level`: the upstream logs (or speaks the modern era,
+    which takes a level per request), so each session's level is kept here;
+    `native_task_ids`: tasks the upstream runs for the session."""
     method, params = msg["method"], msg.get("params")
     if method == mcp.PING:
         return Decision(Kind.ANSWER, result={})
-    if method == mcp.SET_LEVEL and modern_upstream:
+    if method == mcp.SET_LEVEL and keeps_level:
         return _set_level(params)
     if method in (mcp.SUBSCRIBE, mcp.UNSUBSCRIBE) and isinstance(params, dict) and \
             isinstance(params.get("uri"), str):
         return Decision(Kind.SUBSCRIPTION)
+    if method in core.METHODS and not core_tasks:
+        # The upstream's own tasks are the gateway's client's, whoever made them: a session
+        # that never negotiated tasks has none to ask about (DESIGN.md, Tenancy).
+        return refuse(errors.MethodNotFound(
+            f"Method not found: {method} (tasks need protocol version 2025-11-25)"))
     if not core_tasks:
         return PASS
     if method in core.METHODS:
@@ -102,7 +109,8 @@ def legacy(msg: dict[str, Any], *, core_tasks: bool, modern_upstream: bool,
 
 
 def _set_level(params: Any) -> Decision:
-    """A modern server takes the level with each request: the session keeps it."""
+    """Each session's level is its own: a modern server takes it with each request, a
+    legacy one is set to the most verbose level asked and the rest filtered per session."""
     level = params.get("level") if isinstance(params, dict) else None
     if level not in mcp.LOG_LEVELS:  # a JSON-RPC error, as a server would answer
         return refuse(errors.InvalidParams(
@@ -144,18 +152,20 @@ def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyF
 
 # -- the modern era (protocol 2026-07-28) --------------------------------------------------
 def modern(msg: dict[str, Any], *, capabilities: dict[str, Any], modern_upstream: bool,
-           gateway_task: bool, catalogue: Catalogue, policy_for: PolicyFor) -> Decision:
-    """A modern request whose envelope and headers were checked. `gateway_task`: tasks/*
-    names a task of the gateway's (else, on a modern upstream, one of the upstream's)."""
+           upstream_task: bool, catalogue: Catalogue, policy_for: PolicyFor) -> Decision:
+    """A modern request whose envelope and headers were checked. `upstream_task`: tasks/*
+    names a task a modern upstream runs itself, created by this caller's principal."""
     method, params = msg["method"], msg.get("params") or {}
     if method == mcp.DISCOVER:
         return Decision(Kind.ANSWER, serve="discover")
     if method in extension.METHODS:
         if not extension.declared(capabilities):
             return refuse(extension.missing())
-        if not modern_upstream or gateway_task:
-            return Decision(Kind.ANSWER, serve="tasks")
-        return PASS  # a task of a modern upstream's own (a tool in mode never): its to serve
+        if modern_upstream and upstream_task:
+            return PASS  # the caller's task of the upstream's own (a tool in mode never)
+        # The gateway's tasks, and what the caller did not create, which it answers like
+        # an unknown id (DESIGN.md, Tenancy): the upstream sees one client, the gateway.
+        return Decision(Kind.ANSWER, serve="tasks")
     if method == mcp.LISTEN:
         return Decision(Kind.ANSWER, serve="listen")
     if method in mcp.MRTR_METHODS and "requestState" in params and not modern_upstream:

@@ -158,6 +158,18 @@ async def read_message(request: web.Request, max_bytes: int
     return msg, kind
 
 
+def check_params(msg: dict[str, Any]) -> None:
+    """MCP's params are objects (JSON-RPC 2.0 allows arrays; no MCP method takes one):
+    anything else is -32602 here, once, so nothing further on meets another type. An
+    explicit null is taken as no params."""
+    params = msg.get("params", msg)
+    if params is None:
+        del msg["params"]
+    elif params is not msg and not isinstance(params, dict):
+        raise errors.InvalidParams(f"Invalid params: params must be an object, not "
+                                   f"{errors.shown(params)}")
+
+
 async def _read_body(request: web.Request, max_bytes: int) -> bytes | bytearray:
     """The body, bounded. Unlike `request.read()`, this keeps no cached copy on the request
     for its whole life, and never holds the chunks and their join at once: a proxied

@@ -16,6 +16,7 @@ from gateway import errors, router
 from gateway.downstream.boundary import (
     ACCEPTS,
     check_accept,
+    check_params,
     error_response,
     failed,
     read_message,
@@ -47,6 +48,8 @@ class Endpoint:
         msg, era = None, "legacy"
         try:
             msg, kind = await read_message(request, self.max_body_bytes)
+            if kind != "response":
+                check_params(msg)
             # spec (Sending Messages): every POST accepts JSON and SSE; checked before the
             # session or envelope, so a bad Accept is always 406, whatever else is wrong.
             request[ACCEPTS] = check_accept(request, need_json=True)

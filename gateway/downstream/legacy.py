@@ -111,6 +111,8 @@ class LegacyEra:
             return json_response(decision.error.to_message(client_id))
         if decision.serve == "set_level":
             session.level = decision.level
+            if session.conn is not None:  # decide() needs it: always set by now
+                session.conn.sync_level()
         if decision.result is not None or (decision.kind is Kind.SUBSCRIPTION
                                            and self._subscription(session, msg)):
             return json_response(jsonrpc.result(client_id, decision.result or {}))
@@ -130,8 +132,9 @@ class LegacyEra:
 
     def decide(self, session: Session, msg: Message) -> router.Decision:
         assert session.conn is not None
+        conn = session.conn
         return router.legacy(msg, core_tasks=core.offered(session.version),
-                             modern_upstream=session.conn.modern,
+                             keeps_level=conn.modern or conn.logs,
                              native_task_ids=session.native_tasks,
                              catalogue=self.backend.catalogue, policy_for=self.tasks.policy)
 
@@ -189,7 +192,7 @@ class LegacyEra:
     def _subscription(self, session: Session, msg: Message) -> bool:
         """True when the gateway answers a (un)subscribe itself: the upstream holds one
         subscription per URI for all sessions, so only the first subscribe and the last
-        unsubscribe reach it."""
+        unsubscribe of a holder reach it."""
         uri = msg["params"]["uri"]  # a string: the router said so
         assert session.conn is not None
         if msg["method"] == mcp.SUBSCRIBE:
@@ -198,7 +201,7 @@ class LegacyEra:
             session.subscriptions.add(uri)
             return not session.conn.hold(uri)
         if uri not in session.subscriptions:
-            return False
+            return True  # nothing of this session's to end; another's stays held upstream
         session.subscriptions.discard(uri)
         return not session.conn.release(uri)
 
@@ -220,10 +223,11 @@ class LegacyEra:
         session.conn.notify(msg)
 
     async def on_reply(self, session: Session, msg: Message) -> None:
+        # Only what was asked of this session is answered from it (DESIGN.md, Tenancy).
         conn = session.replies.pop(msg["id"], None)
         # An answer to a task's input request also moves the task back to working.
-        if conn is None or not (await self.tasks.engine.reply(msg)
-                                or conn.reply(msg["id"], msg)):
+        if conn is None or not (await self.tasks.engine.reply(msg, session.owner)
+                                or conn.reply(msg["id"], msg, session)):
             raise errors.InvalidRequest(f"Invalid Request: no server request with id "
                                         f"{errors.shown(msg['id'])} is waiting for an answer")
 

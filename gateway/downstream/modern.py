@@ -96,7 +96,9 @@ class ModernExchange(Exchange):
         if self.refused and not self.inputs and "error" in msg:
             self._missing_capability()  # it failed for want of what the client lacks
             return
-        if self.method == mcp.TOOLS_LIST:
+        if self.method == mcp.TOOLS_CALL:
+            self.era.backend.task_owners.note(msg, self.caller.principal)
+        elif self.method == mcp.TOOLS_LIST:
             self.era.backend.learn_tools(msg)
             if self.hidden is not None:
                 msg = shapes.hide_tools(msg, self.hidden)
@@ -122,7 +124,8 @@ class ModernExchange(Exchange):
         assert self.call is not None
         if self.method not in mcp.MRTR_METHODS:  # spec MRTR: only these may ask for input
             self.call.conn.reply(msg["id"], jsonrpc.error(
-                msg["id"], jsonrpc.METHOD_NOT_FOUND, f"{self.method} cannot ask for input"))
+                msg["id"], jsonrpc.METHOD_NOT_FOUND, f"{self.method} cannot ask for input"),
+                self.call.owner)
             return
         self.inputs.append(msg)
         # spec (tasks extension): resolve MRTR exchanges before creating a task.
@@ -256,10 +259,10 @@ class ModernEra:
     async def decide(self, msg: Message, caller: Caller, conn: Connection) -> router.Decision:
         method, params = msg["method"], msg.get("params") or {}
         # Only a modern upstream has tasks of its own that tasks/* could name instead.
-        ours = method in extension.METHODS and conn.modern and await self.engine.knows(
-            task_id_of(params))
+        theirs = method in extension.METHODS and conn.modern and \
+            self.backend.task_owners.owns(task_id_of(params), caller.principal)
         return router.modern(msg, capabilities=caller.capabilities,
-                             modern_upstream=conn.modern, gateway_task=ours,
+                             modern_upstream=conn.modern, upstream_task=theirs,
                              catalogue=self.backend.catalogue, policy_for=self.policy)
 
     # -- forwarding ------------------------------------------------------------------------

@@ -129,7 +129,8 @@ class Parked:
         Error Handling: ignore what is not recognized)."""
         for key in [k for k in self.inputs if k in responses]:
             asked_id, _ = self.inputs.pop(key)
-            self.conn.reply(asked_id, jsonrpc.result(asked_id, responses[key]))
+            self.conn.reply(asked_id, jsonrpc.result(asked_id, responses[key]),
+                            self.call.owner)
 
     # -- Sink while parked -----------------------------------------------------------------
     def on_message(self, msg: Message) -> None:

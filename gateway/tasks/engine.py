@@ -161,10 +161,10 @@ class TaskEngine:
         if run is not None and not run.ending:
             self._inputs.answer(run, responses)
 
-    async def reply(self, msg: Message) -> bool:
-        """A client's JSON-RPC answer (result or error) to an input request a task sent
-        (core dialect); False when it answers no task's request."""
-        return self._inputs.reply(msg)
+    async def reply(self, msg: Message, owner: str) -> bool:
+        """`owner`'s JSON-RPC answer (result or error) to an input request one of its
+        tasks sent (core dialect); False when it answers no such request."""
+        return self._inputs.reply(msg, owner)
 
     async def cancel(self, task: Task, why: str = "cancelled by the client") -> Task:
         """Stop the upstream call and end the task cancelled, unless it ended already; the

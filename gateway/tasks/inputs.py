@@ -26,11 +26,12 @@ class Inputs:
             self.report.answered(run.task, key)
         run.settle()
 
-    def reply(self, msg: Message) -> bool:
-        """A client's JSON-RPC answer (result or error) to an input request a task sent;
-        False when it answers no task's request."""
+    def reply(self, msg: Message, owner: str) -> bool:
+        """`owner`'s JSON-RPC answer (result or error) to an input request a task sent;
+        False when it answers no request of a task of `owner`'s (another owner's task
+        keeps waiting for its own client's answer: DESIGN.md, Tenancy)."""
         run = self.asked.get(msg["id"])
-        if run is None:
+        if run is None or run.task.owner != owner:
             return False
         key = next(k for k, v in run.asked.items() if v == msg["id"])
         run.answered(key, msg)

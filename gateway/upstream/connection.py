@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import Any
 
 from gateway.errors import UpstreamError
@@ -29,17 +29,18 @@ class Connection:
     """The calls of many callers over one transport; what downstream and the engine use."""
 
     def __init__(self, name: str, transport: Transport, startup_timeout_s: float,
-                 asked_ids: Iterator[int], counters: Counter[str]) -> None:
+                 counters: Counter[str]) -> None:
         self.name = name
         self.transport = transport
         self.startup_timeout_s = startup_timeout_s
         self.counters = counters
-        self.correlator = Correlator(self, asked_ids, counters)
+        self.correlator = Correlator(self, counters)
         self.wire: wire.Wire = wire.LegacyWire()
         self.handshake = Handshake(self, startup_timeout_s)
         # Told each page of the server's tools/list the gateway asks for itself (after the
         # handshake, and when the server says its list changed); None: never asked.
         self.on_tools: Callable[[Message], object] | None = None
+        self.level: str | None = None  # the log level the server was set to, if any
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -84,7 +85,10 @@ class Connection:
         inbound.receive(self, data, via)
 
     async def on_up(self) -> str:
-        return await self.handshake.run()
+        state = await self.handshake.run()
+        self.level = None  # a new process logs at its own default: set it again
+        self.sync_level()
+        return state
 
     def on_lost(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
         self.handshake.lost()
@@ -179,11 +183,12 @@ class Connection:
         with contextlib.suppress(UpstreamError):
             self.transport.write(jsonrpc.line(msg), None, None)
 
-    def reply(self, asked_id: Any, msg: Message) -> bool:
-        """A client's answer to a server-to-client request, back under the original id."""
-        if self.wire.reply(asked_id, msg):
+    def reply(self, asked_id: Any, msg: Message, owner: Owner | None) -> bool:
+        """`owner`'s answer to a server-to-client request, back under the original id;
+        False when nothing asked `owner` that."""
+        if self.wire.reply(asked_id, msg, owner):
             return True
-        answer = self.correlator.reply(asked_id, msg)
+        answer = self.correlator.reply(asked_id, msg, owner)
         if answer is not None:
             self.quietly(answer.msg)
         return answer is not None
@@ -196,12 +201,30 @@ class Connection:
         inbound.act(self, self.correlator.detach(owner))
         for call in self.correlator.calls_of(owner):
             self.cancel(call, "client session ended")
+        self.sync_level()
 
     def watch(self, owner: Owner) -> None:
         self.correlator.audience.watch(owner)
 
     def unwatch(self, owner: Owner) -> None:
         self.correlator.audience.unwatch(owner)
+
+    @property
+    def logs(self) -> bool:
+        """Whether the server declared the logging capability (logging/setLevel)."""
+        caps = (self.init_result or {}).get("capabilities")
+        return isinstance(caps, dict) and "logging" in caps
+
+    def sync_level(self) -> None:
+        """A legacy server logs at the most verbose level any attached owner asked for;
+        each owner hears its own level and above (correlator.py `_wanted`). A modern one
+        takes each caller's level with its request."""
+        levels = self.correlator.audience.levels()
+        level = min(levels, key=mcp.LOG_LEVELS.index) if levels else None
+        if self.modern or level is None or level == self.level:
+            return
+        self.level = level
+        self.send_own(mcp.SET_LEVEL, {"level": level})
 
     def hold(self, uri: str) -> bool:
         """One more holder of a resource subscription; True when a subscribe must reach

@@ -16,9 +16,10 @@ answer the upstream with an error.
 from __future__ import annotations
 
 import itertools
+import secrets
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,6 +49,7 @@ class Owner(Protocol):
     """A downstream party that calls belong to, or that hears broadcasts."""
 
     key: str
+    principal: str  # whose it is (DESIGN.md, Tenancy): what it hears is kept to them
     capabilities: dict[str, Any]  # what its client declared (sent on to modern servers)
     level: str | None  # the log level it asked for (sent on to modern servers)
     modern: bool  # a modern client: results keep `resultType`
@@ -71,7 +73,7 @@ class Host(Protocol):
 
     def cancel(self, call: Call, reason: str) -> None: ...
 
-    def reply(self, asked_id: Any, msg: Message) -> bool: ...
+    def reply(self, asked_id: Any, msg: Message, owner: Owner | None) -> bool: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -127,7 +129,9 @@ class Call:
         self.conn.cancel(self, why)
 
     def reply(self, asked_id: Any, msg: Message) -> None:
-        self.conn.reply(asked_id, msg)
+        """Answer a server request this call made, as its owner (a task's run answers
+        for its client)."""
+        self.conn.reply(asked_id, msg, self.owner)
 
 
 @dataclass(slots=True)
@@ -189,6 +193,17 @@ class Audience:
         """The owner a message for no call can belong to: the one attached, if only one."""
         return next(iter(self.owners.values())) if len(self.owners) == 1 else None
 
+    def one_principal(self) -> bool:
+        """Whether everyone who hears this upstream is one principal (or nobody is): then
+        what belongs to no call may go to all of them without crossing principals."""
+        principals = {o.principal for o in self.owners.values()}
+        principals.update(o.principal for o in self.watchers.values())
+        return len(principals) <= 1
+
+    def levels(self) -> list[str]:
+        """The log levels the attached owners asked for (logging/setLevel)."""
+        return [o.level for o in self.owners.values() if o.level is not None]
+
     def hold(self, uri: str) -> bool:
         """One more holder of a resource subscription; True for the first."""
         self.subscriptions[uri] += 1
@@ -211,9 +226,8 @@ class Correlator:
     """Calls in flight on one link, and the server's requests and notifications routed to
     the call or owner they belong to (never guessed), or to its audience."""
 
-    def __init__(self, host: Host, asked_ids: Iterator[int], counters: Counter[str]) -> None:
+    def __init__(self, host: Host, counters: Counter[str]) -> None:
         self.host = host
-        self.asked_ids = asked_ids  # shared by every link of one upstream (see new_asked_id)
         self.counters = counters
         self.audience = Audience()
         self._ids = itertools.count(1)
@@ -261,16 +275,20 @@ class Correlator:
         return self.in_flight.pop(call.upstream_id, None) is not None
 
     def new_asked_id(self) -> str:
-        """Ids of server requests are unique across the upstream's processes, so a session
-        that talks to several (isolation: call) never confuses two of them."""
-        return f"gw-{next(self.asked_ids)}"
+        """Ids of server requests are random (96 bits): unique across upstreams and their
+        processes, so a session that talks to several (isolation: call, or two upstreams)
+        never confuses two of them, and no caller can guess another's (DESIGN.md,
+        Tenancy: an answer is accepted only from the principal asked)."""
+        return f"gw-{secrets.token_urlsafe(12)}"
 
-    def reply(self, asked_id: str, msg: Message) -> Answer | None:
-        """A client's answer to a server-to-client request, back under the original id;
-        None when nothing asked it."""
-        entry = self._asked.pop(asked_id, None)
-        if entry is None:
+    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> Answer | None:
+        """`owner`'s answer to a server-to-client request, back under the original id;
+        None when nothing asked it, or it was asked of another owner (whose request stays
+        open for its own answer)."""
+        entry = self._asked.get(asked_id)
+        if entry is None or entry[1] is not owner:
             return None
+        del self._asked[asked_id]
         msg["id"] = entry[0]
         return Answer(msg)
 
@@ -324,9 +342,12 @@ class Correlator:
         # logging and anything else: to the one owner it can belong to
         target = self._came_with(via) or self._target()
         if target is not None:
-            return [Deliver(target, msg)]
-        if not self.clients_calls():
-            return self.audience.broadcast(msg, lambda _owner: True)
+            owner = target.owner if isinstance(target, Call) else target
+            return [Deliver(target, msg)] if owner is None or _wanted(msg, owner) else []
+        # Belonging to no call, it may concern anyone's work: only when one principal
+        # hears this upstream may it go to all (DESIGN.md, Tenancy); else it goes nowhere.
+        if not self.clients_calls() and self.audience.one_principal():
+            return self.audience.broadcast(msg, lambda owner: _wanted(msg, owner))
         self.counters["upstream.unroutable_notifications"] += 1
         return []
 
@@ -402,6 +423,18 @@ class Correlator:
                 return None
             return candidates[0]  # dicts keep insertion order: the owner's oldest call
         return self.audience.only_owner()
+
+
+def _wanted(msg: Message, owner: Owner) -> bool:
+    """A log message reaches an owner that set a level only at or above it (spec
+    2025-06-18 logging: the server sends messages at that level and above). The upstream is
+    set to the most verbose level any owner asked, so the others are filtered here."""
+    if msg["method"] != mcp.LOG_MESSAGE or owner.level is None:
+        return True
+    params = msg.get("params")
+    level = params.get("level") if isinstance(params, dict) else None
+    return level not in mcp.LOG_LEVELS or \
+        mcp.LOG_LEVELS.index(level) >= mcp.LOG_LEVELS.index(owner.level)
 
 
 def _refusal(upstream_id: Any, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> Answer:

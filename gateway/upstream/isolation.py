@@ -11,7 +11,6 @@ The per-client and per-call modes make the routing of server-to-client requests 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import weakref
 from collections import Counter
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Limit, Queues, Ticket
 from gateway.settings import Upstream as UpstreamConf
+from gateway.upstream import native_tasks
 from gateway.upstream.catalogue import Catalogue
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Owner
@@ -43,8 +43,8 @@ class Backend:
             name, "*", conf.max_concurrency, conf.max_queue, server=True)
         self.max_message_bytes = max_message_bytes
         self.counters: Counter[str] = counters if counters is not None else Counter()
-        self.asked_ids = itertools.count(1)  # server requests, unique across its processes
         self.catalogue = Catalogue()
+        self.task_owners = native_tasks.Owners()  # a modern upstream's own tasks: whose
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
         self.primary = self._new(restart=True)
         # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.
@@ -79,7 +79,7 @@ class Backend:
         else:
             transport = StdioTransport(self.name, self.conf, self.max_message_bytes, restart)
         conn = Connection(self.name, transport, self.conf.startup_timeout_ms / 1000,
-                          self.asked_ids, self.counters)
+                          self.counters)
         conn.on_tools = self.learn_tools
         self.connections.add(conn)
         return conn

@@ -71,8 +71,9 @@ class MockTransport:
 class MockOwner:
     """A client that declared `caps`; what reaches it outside any call is in `delivered`."""
 
-    def __init__(self, key: str, *caps: str) -> None:
+    def __init__(self, key: str, *caps: str, principal: str | None = None) -> None:
         self.key = key
+        self.principal = key if principal is None else principal
         self.capabilities: dict[str, Any] = {c: {} for c in caps}
         self.level: str | None = None
         self.modern = False

@@ -78,8 +78,8 @@ class Wire(Protocol):
     def answered(self, call: Call, msg: Message) -> bool:
         """Whether `msg` (a response to `call`) was taken care of here."""
 
-    def reply(self, asked_id: str, msg: Message) -> bool:
-        """Whether a client's answer to a server request was taken care of here."""
+    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> bool:
+        """Whether `owner`'s answer to a server request was taken care of here."""
 
     def forget(self, call: Call) -> None: ...
 
@@ -110,7 +110,7 @@ class LegacyWire:
     def answered(self, call: Call, msg: Message) -> bool:
         return False
 
-    def reply(self, asked_id: str, msg: Message) -> bool:
+    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> bool:
         return False
 
     def forget(self, call: Call) -> None:
@@ -291,12 +291,14 @@ class ModernWire:
             call.sink.on_message(jsonrpc.request(asked_id, request["method"], ask_params))
         return True
 
-    def reply(self, asked_id: str, msg: Message) -> bool:
+    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> bool:
         """A caller's answer to one of the round's requests; the last one sends the
-        request again with every answer and the server's requestState."""
-        entry = self.rounds.pop(asked_id, None)
-        if entry is None:
+        request again with every answer and the server's requestState. Only the call's
+        owner answers it."""
+        entry = self.rounds.get(asked_id)
+        if entry is None or entry[0].call.owner is not owner:
             return False
+        del self.rounds[asked_id]
         this, key = entry
         result = msg.get("result")
         if not isinstance(result, dict):  # the client refused: so does the call

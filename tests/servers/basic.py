@@ -2,8 +2,9 @@
 """A small legacy stdio MCP server, standard library only, for the gateway's tests.
 
 Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (elicitation),
-sample (sampling), roots (roots/list), progress, log, changed (tools list_changed, and a
-tool "added" appears),
+sample (sampling), roots (roots/list), progress, log (at `level`, info by default), late
+(answers, then logs a line and says its tools changed: messages of no call), changed (tools
+list_changed, and a tool "added" appears),
 touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel),
 params (the params it received), ask2 (two elicitations at once), subscribed (the resource
 URIs it was asked to watch), meta (the _meta it received), render (one call at a time,
@@ -12,7 +13,10 @@ texts render was called with, in order of arrival).
 Also resources, prompts and subscriptions.
 Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
 BASIC_SILENT_INIT=1 never answers initialize; BASIC_ROOTS_AT_START=1 asks for roots once
-initialized, as server-everything does (the tool "startup" tells what it was answered).
+initialized, as server-everything does (the tool "startup" tells what it was answered);
+BASIC_TASKS=1 runs task-augmented calls of "sleep" and "ask" as tasks of its own
+(2025-11-25 core tasks: tasks/get, result, list and cancel, every task for every client,
+as a server with one client, the gateway, sees it).
 """
 
 import asyncio
@@ -22,7 +26,7 @@ import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
          "changed", "touch", "whoami", "cancelled", "params", "ask2", "subscribed", "garble",
-         "deep", "startup", "meta", "render", "rendered"]
+         "deep", "startup", "meta", "render", "rendered", "late"]
 # Lines a broken server might write: JSON-RPC in name only (see the "garble" tool).
 GARBLE = [b'{"jsonrpc":"2.0","id":{"a":1},"result":{}}', b'{"jsonrpc":"2.0","method":null,"id":3}',
           b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":[1]}}',
@@ -36,6 +40,8 @@ next_id = 0
 startup: list = []  # the answer to the roots/list asked at start (BASIC_ROOTS_AT_START)
 rendering: list = []  # texts of render calls, as they arrived
 busy = False  # a render runs
+TASKS = bool(os.environ.get("BASIC_TASKS"))
+own_tasks: dict = {}  # task id -> [task record, asyncio task of its call]
 
 
 def send(msg: dict) -> None:
@@ -114,8 +120,14 @@ async def call_tool(params: dict) -> dict:
         return text(f"done {steps}")
     if name == "log":
         send({"jsonrpc": "2.0", "method": "notifications/message",
-              "params": {"level": "info", "data": args.get("text", "hello")}})
+              "params": {"level": args.get("level", "info"), "data": args.get("text", "hello")}})
         return text("logged")
+    if name == "late":  # after its answer: a log line of no call, then a list change
+        asyncio.get_running_loop().call_soon(lambda: [send(m) for m in (
+            {"jsonrpc": "2.0", "method": "notifications/message",
+             "params": {"level": "info", "data": args.get("text", "late news")}},
+            {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})])
+        return text("answered")
     if name == "changed":  # a new tool appears: "added"
         if "added" not in TOOLS:
             TOOLS.append("added")
@@ -160,6 +172,37 @@ INIT = {"capabilities": {"tools": {"listChanged": True}, "prompts": {}, "logging
         "instructions": "A server for tests."}
 
 
+def start_task(params: dict) -> dict:
+    task_id = f"native-{len(own_tasks) + 1}"
+    record = {"taskId": task_id, "status": "working", "createdAt": "2026-11-25T00:00:00Z",
+              "lastUpdatedAt": "2026-11-25T00:00:00Z", "ttl": 60000, "pollInterval": 50}
+
+    async def run() -> dict:
+        result = await call_tool(params)
+        record["status"] = "completed"
+        return result
+    own_tasks[task_id] = [record, asyncio.ensure_future(run())]
+    return {"task": dict(record)}
+
+
+async def serve_task(method: str, params: dict) -> dict:
+    if method == "tasks/list":
+        return {"tasks": [dict(r) for r, _ in own_tasks.values()]}
+    entry = own_tasks.get(params.get("taskId"))
+    if entry is None:
+        raise RuntimeError(f"no task {params.get('taskId')}")
+    record, job = entry
+    if method == "tasks/cancel":
+        job.cancel()
+        record["status"] = "cancelled"
+    elif method == "tasks/result":
+        return await job
+    return dict(record)
+
+
+TOOL_EXECUTION = {"sleep": {"taskSupport": "optional"}, "ask": {"taskSupport": "optional"}}
+
+
 async def handle(msg: dict) -> None:
     method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
     try:
@@ -167,6 +210,9 @@ async def handle(msg: dict) -> None:
             if os.environ.get("BASIC_SILENT_INIT"):
                 return
             result = {**INIT, "protocolVersion": params.get("protocolVersion")}
+            if TASKS:
+                result["capabilities"] = {**INIT["capabilities"], "tasks": {
+                    "list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}}
         elif method == "notifications/initialized":
             if os.environ.get("BASIC_ROOTS_AT_START"):
                 startup.append(await ask("roots/list", {}))
@@ -178,9 +224,15 @@ async def handle(msg: dict) -> None:
                 params.get("uri"))
             result = {}
         elif method == "tools/list":
-            result = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in TOOLS]}
+            result = {"tools": [{"name": n, "inputSchema": {"type": "object"},
+                                 **({"execution": TOOL_EXECUTION[n]}
+                                    if TASKS and n in TOOL_EXECUTION else {})} for n in TOOLS]}
+        elif method == "tools/call" and TASKS and isinstance(params.get("task"), dict):
+            result = start_task(params)
         elif method == "tools/call":
             result = await call_tool(params)
+        elif method.startswith("tasks/") and TASKS:
+            result = await serve_task(method, params)
         elif method == "resources/list":
             result = {"resources": [{"uri": "test://a", "name": "a", "mimeType": "text/plain"}]}
         elif method == "resources/read":

@@ -4,7 +4,6 @@ never-guess routing of server requests, refused capabilities, loss, and the mode
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections import Counter
 from typing import Any
 
@@ -28,7 +27,7 @@ def legacy_server(msg: Message) -> list[Message]:
 
 async def connect(handler: Any = legacy_server) -> tuple[Connection, MockTransport]:
     transport = MockTransport(handler)
-    conn = Connection("mock", transport, 1.0, itertools.count(1), Counter())
+    conn = Connection("mock", transport, 1.0, Counter())
     conn.start()
     await conn.wait_ready()
     return conn, transport
@@ -67,7 +66,9 @@ async def test_server_requests_go_to_the_one_owner_in_flight_and_back() -> None:
     asked = first.messages[0]  # the owner's oldest call
     assert asked["method"] == "elicitation/create" and asked["id"] != "srv-9"
     assert not second.messages
-    assert conn.reply(asked["id"], jsonrpc.result(asked["id"], {"action": "decline"}))
+    b = Owner("b", "elicitation")  # another owner answering what was asked of `a`
+    assert not conn.reply(asked["id"], jsonrpc.result(asked["id"], {"action": "x"}), b)
+    assert conn.reply(asked["id"], jsonrpc.result(asked["id"], {"action": "decline"}), a)
     assert transport.written[-1] == jsonrpc.result("srv-9", {"action": "decline"})
 
 
@@ -169,7 +170,7 @@ async def test_the_gateway_lists_the_tools_itself_every_page_and_again_on_change
         return legacy_server(msg)
 
     transport = MockTransport(server)
-    conn = Connection("mock", transport, 1.0, itertools.count(1), Counter())
+    conn = Connection("mock", transport, 1.0, Counter())
     told: list[list[str]] = []
     conn.on_tools = lambda m: told.append([t["name"] for t in m["result"]["tools"]])
     conn.start()
@@ -180,3 +181,51 @@ async def test_the_gateway_lists_the_tools_itself_every_page_and_again_on_change
     for _ in range(3):
         await turn()
     assert told == [["a", "b"], ["c"], ["a", "b"], ["c"]]
+
+
+async def test_a_stray_notification_reaches_one_principal_only() -> None:
+    """What belongs to no call goes to everyone attached while they are one principal, and
+    to nobody (counted) once two principals share the upstream."""
+    conn, transport = await connect()
+    alice1, alice2 = Owner("s1", principal="alice"), Owner("s2", principal="alice")
+    conn.attach(alice1)
+    conn.attach(alice2)
+    stray = jsonrpc.notification(mcp.LOG_MESSAGE, {"level": "info", "data": "alice's row"})
+    transport.server_sends(stray)
+    await turn()
+    assert [len(alice1.delivered), len(alice2.delivered)] == [1, 1]
+    bob = Owner("s3", principal="bob")
+    conn.attach(bob)
+    transport.server_sends(stray)
+    await turn()
+    assert not bob.delivered and [len(alice1.delivered), len(alice2.delivered)] == [1, 1]
+    assert conn.counters["upstream.unroutable_notifications"] == 1
+    # Change notifications carry nothing of anyone's: everyone hears them.
+    transport.server_sends(jsonrpc.notification("notifications/tools/list_changed"))
+    await turn()
+    assert bob.delivered and len(alice1.delivered) == 2
+
+
+async def test_each_owner_hears_its_own_log_level_and_the_server_the_most_verbose() -> None:
+    conn, transport = await connect(lambda msg: [
+        *legacy_server(msg),
+        *([jsonrpc.result(msg["id"], {})] if msg.get("method") == mcp.SET_LEVEL else [])])
+    quiet, chatty = Owner("q"), Owner("c")
+    quiet.level, chatty.level = "error", "debug"
+    conn.attach(quiet)
+    conn.sync_level()
+    conn.attach(chatty)
+    conn.sync_level()
+    await turn()
+    asked = [m["params"]["level"] for m in transport.written if m.get("method") == mcp.SET_LEVEL]
+    assert asked == ["error", "debug"]
+    sink = Sink()
+    conn.request(call("slow"), quiet, sink)
+    transport.server_sends(jsonrpc.notification(mcp.LOG_MESSAGE, {"level": "debug", "data": 1}))
+    transport.server_sends(jsonrpc.notification(mcp.LOG_MESSAGE, {"level": "error", "data": 2}))
+    await turn()
+    assert [m["params"]["data"] for m in sink.messages] == [2]  # debug is below its level
+    conn.detach(chatty)  # the most verbose leaves: the server goes back to the next one
+    await turn()
+    asked = [m["params"]["level"] for m in transport.written if m.get("method") == mcp.SET_LEVEL]
+    assert asked == ["error", "debug", "error"]

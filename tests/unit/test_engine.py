@@ -105,8 +105,11 @@ async def test_core_reply_with_an_error_goes_upstream(store: MemoryStore) -> Non
     engine = TaskEngine(store)
     task, call, _ = await running(engine)
     call.sink.on_message(jsonrpc.request("s-1", "sampling/createMessage", {}))
-    assert not await engine.reply(jsonrpc.error("other", -1, "x"))  # no task asked that
-    assert await engine.reply(jsonrpc.error("s-1", -1, "declined"))
+    assert not await engine.reply(jsonrpc.error("other", -1, "x"), "me")  # nobody asked that
+    # Another owner's answer to the same id resolves nothing: the task still waits.
+    assert not await engine.reply(jsonrpc.error("s-1", -1, "bob's"), "bob")
+    assert task.status is Status.INPUT_REQUIRED and not call.replies
+    assert await engine.reply(jsonrpc.error("s-1", -1, "declined"), "me")
     assert call.replies[0][1]["error"]["message"] == "declined"
     assert task.status is Status.WORKING
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 from conftest import loaded_by
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway import errors, router
 from gateway.protocol import jsonrpc, mcp
@@ -31,20 +33,20 @@ def catalogue(own: dict[str, str] | None = None) -> Catalogue:
 
 
 def legacy(method: str, params: Any = None, *, core_tasks: bool = True,
-           modern_upstream: bool = False, native: tuple[str, ...] = (),
+           keeps_level: bool = False, native: tuple[str, ...] = (),
            cat: Catalogue | None = None) -> router.Decision:
     return router.legacy(jsonrpc.request(1, method, params), core_tasks=core_tasks,
-                         modern_upstream=modern_upstream, native_task_ids=set(native),
+                         keeps_level=keeps_level, native_task_ids=set(native),
                          catalogue=cat or catalogue(),
                          policy_for=lambda tool: POLICIES.for_tool("main", tool))
 
 
 def modern(method: str, params: Any = None, *, caps: dict[str, Any] | None = None,
-           modern_upstream: bool = False, ours: bool = False,
+           modern_upstream: bool = False, theirs: bool = False,
            cat: Catalogue | None = None) -> router.Decision:
     return router.modern(jsonrpc.request(1, method, params),
                          capabilities=TASKS_EXT if caps is None else caps,
-                         modern_upstream=modern_upstream, gateway_task=ours,
+                         modern_upstream=modern_upstream, upstream_task=theirs,
                          catalogue=cat or catalogue(),
                          policy_for=lambda tool: POLICIES.for_tool("main", tool))
 
@@ -60,12 +62,19 @@ def test_legacy_answers_ping_and_passes_the_rest() -> None:
     assert legacy(mcp.TOOLS_LIST, core_tasks=False).kind is Kind.PASS  # no core tasks
 
 
-def test_legacy_keeps_log_levels_only_for_a_modern_upstream() -> None:
-    kept = legacy(mcp.SET_LEVEL, {"level": "debug"}, modern_upstream=True)
+def test_legacy_keeps_each_sessions_log_level_where_the_upstream_logs() -> None:
+    kept = legacy(mcp.SET_LEVEL, {"level": "debug"}, keeps_level=True)
     assert (kept.kind, kept.serve, kept.level) == (Kind.ANSWER, "set_level", "debug")
-    bad = legacy(mcp.SET_LEVEL, {"level": "loud"}, modern_upstream=True)
+    bad = legacy(mcp.SET_LEVEL, {"level": "loud"}, keeps_level=True)
     assert bad.kind is Kind.REFUSE and isinstance(bad.error, errors.InvalidParams)
+    # A server without logging answers for itself (it has no level anyone could change).
     assert legacy(mcp.SET_LEVEL, {"level": "debug"}).kind is Kind.PASS
+
+
+def test_legacy_tasks_requests_need_a_session_that_negotiated_tasks() -> None:
+    for method in ("tasks/get", "tasks/list", "tasks/result", "tasks/cancel"):
+        refused = legacy(method, {"taskId": "up-1"}, core_tasks=False, native=("up-1",))
+        assert refused.kind is Kind.REFUSE and isinstance(refused.error, errors.MethodNotFound)
 
 
 def test_legacy_counts_subscriptions_with_a_uri() -> None:
@@ -123,9 +132,11 @@ def test_modern_tasks_requests_need_the_extension() -> None:
     assert refused.kind is Kind.REFUSE and refused.error is not None
     assert refused.error.code == mcp.MISSING_CAPABILITY
     assert modern("tasks/get", {"taskId": "t"}).serve == "tasks"
-    # On a modern upstream, a task the gateway does not know is the upstream's own.
-    assert modern("tasks/get", {"taskId": "t"}, modern_upstream=True).kind is Kind.PASS
-    assert modern("tasks/get", {"taskId": "t"}, modern_upstream=True, ours=True).serve == "tasks"
+    # On a modern upstream, only a task of its own that the caller created goes there;
+    # any other id is answered here (the gateway's, or as unknown).
+    assert modern("tasks/get", {"taskId": "t"}, modern_upstream=True, theirs=True).kind \
+        is Kind.PASS
+    assert modern("tasks/get", {"taskId": "t"}, modern_upstream=True).serve == "tasks"
 
 
 def test_a_retry_with_request_state_resumes_its_parked_call() -> None:
@@ -171,3 +182,24 @@ def test_the_router_is_pure_and_light() -> None:
     heavy = ("gateway.tasks.engine", "aiohttp", "prometheus_client",
              "gateway.upstream.correlator", "redis")
     assert loaded_by("import gateway.router", heavy) == []
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                    | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
+FIELDS = st.sampled_from(["name", "arguments", "task", "_meta", "taskId", "uri", "level",
+                          "cursor", "requestState", "inputResponses"])
+METHODS = st.sampled_from([mcp.TOOLS_CALL, mcp.TOOLS_LIST, mcp.SET_LEVEL, mcp.SUBSCRIBE,
+                           mcp.UNSUBSCRIBE, mcp.PING, mcp.LISTEN, mcp.DISCOVER, "tasks/get",
+                           "tasks/list", "tasks/result", "tasks/cancel", "tasks/update"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(method=METHODS, params=st.dictionaries(FIELDS, JSON, max_size=4),
+       core_tasks=st.booleans(), upstream=st.booleans())
+def test_any_object_params_get_a_decision_never_an_exception(
+        method: str, params: dict[str, Any], core_tasks: bool, upstream: bool) -> None:
+    """Params are objects by now (checked at the edge), but their fields may be anything."""
+    assert legacy(method, params, core_tasks=core_tasks, keeps_level=upstream).kind in Kind
+    assert modern(method, params, modern_upstream=upstream).kind in Kind

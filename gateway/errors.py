@@ -193,8 +193,12 @@ class QueueFull(GatewayError):
 class UpstreamError(GatewayError):
     http_status = 200
 
-    def __init__(self, upstream: str, message: str, reason: str, **data: Any) -> None:
+    def __init__(self, upstream: str, message: str, reason: str, *, detail: str = "",
+                 **data: Any) -> None:
         super().__init__(message, {"upstream": upstream, "reason": reason, **data})
+        # For the operator's log only: what the server said (its stderr may hold secrets,
+        # so it never reaches a client).
+        self.detail = detail
 
     @classmethod
     def timed_out(cls, upstream: str, seconds: float) -> UpstreamError:
@@ -223,6 +227,8 @@ class AuthUnavailable(GatewayError):
     reason = "auth"
     cause = "unavailable"
 
-    def __init__(self, detail: str) -> None:
-        super().__init__(f"Cannot check the access token now ({detail}); try again shortly",
-                         {"reason": "auth_unavailable"})
+    def __init__(self) -> None:
+        # Where the authorization server is, and what failed, is the operator's (logged as
+        # auth.server_unavailable): the caller may not even be authenticated.
+        super().__init__("Cannot check the access token now (authorization server "
+                         "unavailable); try again shortly", {"reason": "auth_unavailable"})

@@ -12,13 +12,14 @@ import os
 import re
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
@@ -26,6 +27,7 @@ from pydantic import (
 
 TaskMode = Literal["never", "auto", "always", "required"]
 Isolation = Literal["shared", "client", "call"]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class ConfigError(Exception):
@@ -122,7 +124,11 @@ class Upstream(_Model):
     command: str | None = Field(None,
         description="a stdio server: the program to run (give command or url)")
     args: list[str] = Field([], description="its arguments")
-    env: dict[str, str] = Field({}, description="environment variables added for it")
+    env: dict[str, str] = Field({},
+        description=("stdio: environment variables set for it (README, Security: it starts "
+                     "with a short default environment, never the gateway's whole one)"))
+    inherit_env: list[EnvName] = Field([],
+        description="stdio: the gateway's environment variables passed on, by name")
     cwd: str | None = Field(None, description="its working directory")
     url: str | None = Field(None, description="a Streamable HTTP (or older HTTP+SSE) server's URL")
     path: str = Field("/mcp", description="where clients reach this upstream on the gateway")

@@ -67,7 +67,7 @@ def unavailable(url: str, why: str) -> AuthUnavailable:
     """The error for a server at `url` that failed us, logged (without credentials)."""
     shown = str(URL(url).with_user(None).with_password(None).with_query(None))
     log.warning("auth.server_unavailable", url=shown, reason=why)
-    return AuthUnavailable(f"{shown}: {why}")
+    return AuthUnavailable()
 
 
 __all__ = ["Fetcher", "unavailable"]

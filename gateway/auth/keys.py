@@ -54,7 +54,7 @@ class IssuerKeys:
         jwk = self._find(kid)
         if jwk is None:
             if not fetched:  # perhaps a new key: the issuer's fault, not the caller's
-                raise AuthUnavailable(f"the keys of {self.issuer} could not be fetched")
+                raise AuthUnavailable()  # the failed fetch was logged, with its URL
             raise Unauthorized("Unauthorized: the token is signed with a key its issuer does "
                                "not publish", "unknown_key")
         return self._built.get((kid, alg)) or self._build(kid, alg, jwk)

@@ -173,7 +173,7 @@ class StdioTransport:
     async def _spawn(self) -> None:
         self.state = "starting"
         loop = asyncio.get_running_loop()
-        env = {**os.environ, **self.conf.env} if self.conf.env else None
+        env = server_env(self.conf)
         assert self._link is not None
         pipes = _Pipes(self.name, self._link.on_message, self._kill, self.max_message_bytes)
         command = self.conf.command
@@ -229,9 +229,11 @@ class StdioTransport:
         with contextlib.suppress(TimeoutError):  # the pipe may close after the exit
             await asyncio.wait_for(asyncio.shield(self._pipes.err_closed), STDERR_WAIT_S)
         code, said = self._transport.get_returncode(), list(self._pipes.said)
-        last = f"; its last words on stderr: {' | '.join(said)}" if said else ""
+        # Its stderr may hold what must not leave the gateway (a password it printed): the
+        # operator reads it in the log; clients get the exit code.
         return UpstreamError(self.name, f"upstream '{self.name}' exited during initialize "
-                             f"(code {code}){last}", "initialize", exitCode=code, stderr=said)
+                             f"(code {code}); see the gateway's log", "initialize",
+                             detail=" | ".join(said), exitCode=code)
 
     async def _wait_exit(self) -> int | None:
         assert self._pipes is not None
@@ -304,6 +306,23 @@ class StdioTransport:
         _signal_group(pid, signal.SIGKILL)
         transport.close()
         self._transport = None
+
+
+# What a stdio server starts with of the gateway's environment, which holds the gateway's
+# secrets (tokens, the replica secret, the store's URL with its password): the variables the
+# MCP SDKs pass by default on POSIX (HOME, LOGNAME, PATH, SHELL, TERM, USER), and what Node
+# and Python servers need to run and to fetch packages over TLS (locale, time zone, temp
+# folder, CA bundles). Nothing else unless the configuration names it (`inherit_env`, `env`).
+DEFAULT_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL",
+               "LC_CTYPE", "TZ", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR",
+               "NODE_EXTRA_CA_CERTS")
+
+
+def server_env(conf: UpstreamConf) -> dict[str, str]:
+    """The environment of a stdio server: the short default, the variables `inherit_env`
+    names, then `env` (which wins)."""
+    names = (*DEFAULT_ENV, *conf.inherit_env)
+    return {**{n: os.environ[n] for n in names if n in os.environ}, **conf.env}
 
 
 def _signal_group(pid: int | None, sig: int) -> None:

@@ -37,6 +37,8 @@ async def start_failed(link: Link | None, exc: Exception, failures: int, cap_ms:
     error = exc if isinstance(exc, UpstreamError) else UpstreamError(
         link.name, f"upstream '{link.name}': {exc or type(exc).__name__}", "unreachable")
     delay = None if cap_ms is None else backoff_s(failures, cap_ms)
+    if error.detail:
+        fields["said"] = error.detail
     log.error("upstream.start_failed", upstream=link.name, error=error.message,
               attempt=failures, **fields,
               **({} if delay is None else {"retry_in_s": round(delay, 3)}))

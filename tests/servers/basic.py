@@ -5,7 +5,8 @@ Tools: echo, sleep, blob, crash (exits mid-call), hang (never answers), ask (eli
 sample (sampling), roots (roots/list), progress, log (at `level`, info by default), late
 (answers, then logs a line and says its tools changed: messages of no call), changed (tools
 list_changed, and a tool "added" appears),
-touch (resources/updated), whoami (pid), cancelled (request ids it was told to cancel),
+touch (resources/updated), whoami (pid), environ (its environment variables), cancelled
+(request ids it was told to cancel),
 params (the params it received), ask2 (two elicitations at once), subscribed (the resource
 URIs it was asked to watch), meta (the _meta it received), render (one call at a time,
 like a licence-bound renderer: a second call while one runs fails "busy"), rendered (the
@@ -26,7 +27,7 @@ import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
          "changed", "touch", "whoami", "cancelled", "params", "ask2", "subscribed", "garble",
-         "deep", "startup", "meta", "render", "rendered", "late"]
+         "deep", "startup", "meta", "render", "rendered", "late", "environ"]
 # Lines a broken server might write: JSON-RPC in name only (see the "garble" tool).
 GARBLE = [b'{"jsonrpc":"2.0","id":{"a":1},"result":{}}', b'{"jsonrpc":"2.0","method":null,"id":3}',
           b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":[1]}}',
@@ -141,6 +142,8 @@ async def call_tool(params: dict) -> dict:
         return text("touched")
     if name == "whoami":
         return text(str(os.getpid()))
+    if name == "environ":  # its environment, as it reads it (/proc/self/environ alike)
+        return text(json.dumps(dict(os.environ)))
     if name == "params":  # what reached the server
         return text(json.dumps(sorted(params)))
     if name == "meta":  # the request's _meta as it reached the server

@@ -180,5 +180,6 @@ class HttpTransport:
 async def _delete(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> None:
     """End an upstream session, best effort (two seconds at most)."""
     with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-        async with http.delete(url, headers=headers, timeout=aiohttp.ClientTimeout(total=2)):
+        async with http.delete(url, headers=headers, timeout=aiohttp.ClientTimeout(total=2),
+                               allow_redirects=False):
             pass

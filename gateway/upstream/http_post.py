@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
+from yarl import URL
 
 from gateway.errors import UpstreamError
 from gateway.observability import log
@@ -86,8 +87,10 @@ class Poster:
         carried = headers.get(mcp.H_SESSION)
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             try:
+                # No redirect is followed: the upstream's headers (its credentials) go to
+                # the configured origin only.
                 async with self.http.post(self.session.post_url, data=data, headers=headers,
-                                          timeout=self.timeout) as resp:
+                                          timeout=self.timeout, allow_redirects=False) as resp:
                     gone = carried if resp.status == 404 else None  # the forgotten session
                     if gone is None:
                         await self._answered(resp, data, call)
@@ -138,7 +141,9 @@ class Poster:
         sid = resp.headers.get(mcp.H_SESSION)
         if sid and self.session.session_id is None:
             self.session.session_id = sid
-        if resp.status >= 400:
+        if 300 <= resp.status < 400:
+            self.failed(data, call, redirect_refused(self.name, resp))
+        elif resp.status >= 400:
             if resp.status < 500 and self.session.state == "initializing":
                 self.session.refused = resp.status
             if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
@@ -174,6 +179,18 @@ class Poster:
         if self.link.on_failed(call, error) and self.session.state == "up":  # else start_failed
             log.warning("upstream.request_failed", upstream=self.name, reason=why,
                         method=_method(data) if data else None)
+
+
+def redirect_refused(upstream: str, resp: aiohttp.ClientResponse) -> str:
+    """Why a redirect was not followed, logged (`upstream.redirect_refused`) with where it
+    pointed (its origin only)."""
+    location = resp.headers.get("Location", "")
+    target = URL(resp.url).join(URL(location)).origin() if location else None
+    log.warning("upstream.redirect_refused", upstream=upstream, status=resp.status,
+                to=str(target) if target else None)
+    return (f"HTTP {resp.status}: the server redirects to {target or 'elsewhere'}; the "
+            "gateway follows no redirect (its headers for this upstream go to the configured "
+            "URL only): configure the URL it points to")
 
 
 def _unreachable(exc: aiohttp.ClientConnectorError) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 import aiohttp
+from yarl import URL
 
 from gateway.protocol import mcp
 
@@ -61,7 +62,7 @@ async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, st
     if reader.last_id is not None:
         wanted[mcp.H_LAST_EVENT] = reader.last_id
     try:
-        async with http.get(url, headers=wanted) as resp:
+        async with http.get(url, headers=wanted, allow_redirects=False) as resp:
             if resp.status == 200:
                 await read(reader, resp, on_message, via)
             return resp.status
@@ -72,8 +73,8 @@ async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, st
 async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
                         ) -> tuple[aiohttp.ClientResponse, AsyncIterator[tuple[str, bytes]], str]:
     """The HTTP+SSE stream, its events, and the URL its endpoint event names; ValueError
-    saying what is missing."""
-    resp = await http.get(url, headers={**headers, "Accept": mcp.CT_SSE})
+    saying what is missing or refused."""
+    resp = await http.get(url, headers={**headers, "Accept": mcp.CT_SSE}, allow_redirects=False)
     if resp.status != 200 or resp.content_type != mcp.CT_SSE:
         resp.release()
         raise ValueError(f"offers no HTTP+SSE stream (HTTP {resp.status})")
@@ -81,11 +82,21 @@ async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[
     try:
         async for event, data in events:
             if event == "endpoint":
-                return resp, events, urljoin(url, data.decode().strip())
+                return resp, events, same_origin(url, urljoin(url, data.decode().strip()))
         raise ValueError("its SSE stream named no endpoint")
     except BaseException:
         resp.release()
         raise
+
+
+def same_origin(configured: str, endpoint: str) -> str:
+    """`endpoint`, if it has the configured URL's scheme, host and port: the gateway's
+    headers for this upstream (credentials among them) go nowhere else (the MCP SDKs refuse
+    another origin too); ValueError otherwise."""
+    if URL(endpoint).origin() != URL(configured).origin():
+        raise ValueError(f"its endpoint event names another origin "
+                         f"({URL(endpoint).origin()}), where the gateway does not post")
+    return endpoint
 
 
 async def pump(resp: aiohttp.ClientResponse, events: AsyncIterator[tuple[str, bytes]],

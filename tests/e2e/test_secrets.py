@@ -1,13 +1,19 @@
 """The gateway's secrets stay in the gateway (DESIGN.md, Secrets; README, Security): what a
-stdio server it starts can read of its environment."""
+stdio server it starts can read of its environment, and where an HTTP upstream's
+configured headers may go."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 import pytest
+import structlog
+from aiohttp import web
 from mcp_http import text_of
 
+from gateway.upstream.sse_client import same_origin
 from gateway.upstream.stdio import DEFAULT_ENV
 
 
@@ -35,3 +41,82 @@ def test_inherit_env_takes_variable_names_only(name: str) -> None:
     from gateway.settings import ConfigError, from_mapping
     with pytest.raises(ConfigError):
         from_mapping({"upstreams": {"main": {"command": "x", "inherit_env": [name]}}})
+
+
+# -- upstream credentials go to the configured origin only ------------------------------------
+async def collector(aiohttp_server) -> tuple[str, list[dict[str, str]]]:
+    """Another origin, recording the headers of whatever reaches it."""
+    seen: list[dict[str, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({})
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    return str((await aiohttp_server(app)).make_url("")).rstrip("/"), seen
+
+
+async def start_refused(gateway, http, url: str) -> tuple[dict[str, Any], list[Any]]:
+    """A gateway in front of `url` (with an API key header): its initialize's answer to a
+    client, and the log events of its start."""
+    with structlog.testing.capture_logs() as events:
+        mcp_url = await gateway(url=url, wait_ready=False, upstream={
+            "headers": {"X-Api-Key": "k-123"}, "startup_timeout_ms": 2000})
+        async with http.post(mcp_url, json={
+                "jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "1"}}},
+                headers={"Accept": "application/json, text/event-stream"}) as resp:
+            body = await resp.json()
+            assert resp.status == 503, body
+    return body, events
+
+
+async def test_a_redirect_to_another_origin_is_not_followed(gateway, http, aiohttp_server
+                                                            ) -> None:
+    """Before: a 307 from a Streamable HTTP server was followed with the configured
+    headers, the upstream's API key with them."""
+    other, seen = await collector(aiohttp_server)
+    async def redirect(_: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(other + "/mcp")
+    app = web.Application()
+    app.router.add_route("*", "/mcp", redirect)
+    origin = str((await aiohttp_server(app)).make_url("")).rstrip("/")
+    body, events = await start_refused(gateway, http, origin + "/mcp")
+    assert not seen  # nothing reached the other origin, the key least of all
+    assert "follows no redirect" in body["error"]["message"]
+    refused = [e for e in events if e["event"] == "upstream.redirect_refused"]
+    assert refused and refused[0]["to"] == other and refused[0]["status"] == 307
+    assert any(e["event"] == "upstream.start_failed" for e in events)
+
+
+async def test_an_sse_endpoint_on_another_origin_is_refused(gateway, http, aiohttp_server
+                                                            ) -> None:
+    """Before: an HTTP+SSE server's endpoint event could name any URL, and the gateway
+    posted its configured headers there."""
+    other, seen = await collector(aiohttp_server)
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        if request.method == "POST":  # not Streamable HTTP: the gateway tries HTTP+SSE
+            return web.Response(status=405)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(f"event: endpoint\ndata: {other}/messages?s=1\n\n".encode())
+        await asyncio.sleep(5)
+        return resp
+    app = web.Application()
+    app.router.add_route("*", "/mcp", stream)
+    origin = str((await aiohttp_server(app)).make_url("")).rstrip("/")
+    body, events = await start_refused(gateway, http, origin + "/mcp")
+    assert not seen
+    assert "names another origin" in body["error"]["message"]
+    assert any(e["event"] == "upstream.start_failed" for e in events)
+
+
+def test_an_endpoint_of_the_same_origin_is_taken() -> None:
+    base = "http://127.0.0.1:8000/mcp"
+    assert same_origin(base, "http://127.0.0.1:8000/messages?s=1").endswith("?s=1")
+    for elsewhere in ("https://127.0.0.1:8000/m", "http://127.0.0.1:8001/m",
+                      "http://evil.example:8000/m", "http://user@127.0.0.2:8000/m"):
+        with pytest.raises(ValueError, match="another origin"):
+            same_origin(base, elsewhere)

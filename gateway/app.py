@@ -235,6 +235,8 @@ def serve(conf: Settings) -> int:
              upstreams=sorted(conf.upstreams))
     web.run_app(app, host=conf.listen.host, port=conf.listen.port,
                 access_log=None, print=None, shutdown_timeout=HANDLERS_S, loop=loop,
+                max_line_size=conf.listen.max_header_bytes,
+                max_field_size=conf.listen.max_header_bytes,
                 # A modern client cancels by closing its stream (spec 2026-07-28); legacy
                 # calls outlive their handlers anyway.
                 handler_cancellation=True)

@@ -45,6 +45,9 @@ class Listen(_Model):
         description=("address to bind; beyond loopback it needs auth.bearer_tokens or "
                      "security.allow_unauthenticated"))
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free one)")
+    max_header_bytes: int = Field(32 * 1024, ge=8190, le=1 << 20,
+        description=("the longest request line or header a client may send (400 beyond); "
+                     "room for JWTs with many claims (Entra ID tokens with groups pass 8 KiB)"))
     sse_keepalive_ms: int = Field(15000, ge=100,
         description=("a comment line on idle SSE streams this often, so proxies keep slow calls "
                      "open"))

@@ -12,6 +12,7 @@ import sys
 
 import orjson
 import structlog
+from aiohttp.http_exceptions import HttpProcessingError
 
 from gateway.settings import Logging
 
@@ -34,6 +35,18 @@ def configure_logging(conf: Logging) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    logging.getLogger("aiohttp.server").addFilter(_quiet_parser_errors)
+
+
+def _quiet_parser_errors(record: logging.LogRecord) -> bool:
+    """aiohttp logs a request it cannot parse with a traceback whose text holds the bytes
+    it choked on (a bearer token's first hundred characters, say): one event instead,
+    naming only the kind of fault."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if not isinstance(exc, HttpProcessingError):
+        return True
+    log.warning("http.bad_request", why=type(exc).__name__, status=exc.code)
+    return False
 
 
 def _orjson_str(obj: object, **_: object) -> str:

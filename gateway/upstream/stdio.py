@@ -212,7 +212,12 @@ class StdioTransport:
         up = asyncio.ensure_future(self._link.on_up())
         exited = self._pipes.exited
         both: set[asyncio.Future[Any]] = {up, exited}
-        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the gateway stops: the handshake goes too, quietly
+            up.cancel()
+            up.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
         if up.done():
             up.result()  # UpstreamError when the handshake failed
             self.state = "up"

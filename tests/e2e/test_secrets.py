@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 import structlog
 from aiohttp import web
-from mcp_http import text_of
+from conftest import free_port, listening, wait_until_ready
+from mcp_http import BASIC, text_of
 
 from gateway.upstream.sse_client import same_origin
 from gateway.upstream.stdio import DEFAULT_ENV
@@ -120,3 +123,35 @@ def test_an_endpoint_of_the_same_origin_is_taken() -> None:
                       "http://evil.example:8000/m", "http://user@127.0.0.2:8000/m"):
         with pytest.raises(ValueError, match="another origin"):
             same_origin(base, elsewhere)
+
+
+# -- what an unreadable request gets, and what the log keeps of it ---------------------------
+async def test_long_headers_pass_and_longer_ones_are_refused_unechoed(tmp_path, http) -> None:
+    """A JWT past 8 KiB (Entra ID tokens with groups) is read; a header past
+    `listen.max_header_bytes` is refused, and the log holds one line, not its bytes."""
+    port = free_port()
+    conf = tmp_path / "gw.yaml"
+    conf.write_text(json.dumps({"listen": {"port": port, "max_header_bytes": 16384},
+                                "auth": {"bearer_tokens": ["a-token-of-thirty-two-characters"]},
+                                "upstreams": {"main": {"command": BASIC[0],
+                                                       "args": BASIC[1:]}}}))
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        await listening(port)
+        await wait_until_ready(f"http://127.0.0.1:{port}")
+        url = f"http://127.0.0.1:{port}/mcp"
+        jwt_like = "eyJhbGciOiJSUzI1NiJ9." + "A" * 12_000
+        async with http.post(url, json={}, headers={"Authorization": f"Bearer {jwt_like}"}
+                             ) as resp:
+            assert resp.status == 401  # read and judged: a wrong token, not a bad request
+        secret = "eyJzZWNyZXQiOiJ0b2tlbiJ9." + "B" * 20_000
+        async with http.post(url, json={}, headers={"Authorization": f"Bearer {secret}"}
+                             ) as resp:
+            assert resp.status == 400
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    log = err.decode()
+    assert "http.bad_request" in log and "LineTooLong" in log
+    assert "eyJzZWNyZXQ" not in log and "Traceback" not in log

@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import hashlib
 import secrets
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -29,7 +30,7 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracing
 from gateway.queues import Queues
 from gateway.ratelimit import Admission, InFlight, RateLimiter
-from gateway.settings import Settings
+from gateway.settings import MIN_TOKEN_CHARS, Settings
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
 from gateway.tasks.policy import Policies
@@ -231,9 +232,13 @@ def serve(conf: Settings) -> int:
     loop = _new_loop()
     _tune_allocator()
     app = create_app(conf)
+    short = sum(len(t) < MIN_TOKEN_CHARS for t in conf.auth.bearer_tokens)
+    if short:  # refused beyond loopback (settings.py); here, a word to the operator
+        log.warning("auth.short_token", tokens=short, min_chars=MIN_TOKEN_CHARS)
     log.info("gateway.listening", host=conf.listen.host, port=conf.listen.port,
-             upstreams=sorted(conf.upstreams))
+             upstreams=sorted(conf.upstreams), tls=conf.listen.tls_cert is not None)
     web.run_app(app, host=conf.listen.host, port=conf.listen.port,
+                ssl_context=_tls(conf.listen.tls_cert, conf.listen.tls_key),
                 access_log=None, print=None, shutdown_timeout=HANDLERS_S, loop=loop,
                 max_line_size=conf.listen.max_header_bytes,
                 max_field_size=conf.listen.max_header_bytes,
@@ -241,6 +246,16 @@ def serve(conf: Settings) -> int:
                 # calls outlive their handlers anyway.
                 handler_cancellation=True)
     return 0
+
+
+def _tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """HTTPS where the gateway ends TLS itself (bearer tokens never cross a network in
+    clear: RFC 6750 section 5.3); None when TLS ends in front of it, or on loopback."""
+    if cert is None or key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
 
 
 def _tune_allocator() -> None:

@@ -45,12 +45,22 @@ class Listen(_Model):
         description=("address to bind; beyond loopback it needs auth.bearer_tokens or "
                      "security.allow_unauthenticated"))
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free one)")
+    tls_cert: str | None = Field(None,
+        description=("a PEM certificate (chain) file: serve HTTPS (give tls_key too); null: "
+                     "plain HTTP, TLS ended in front (README, Security)"))
+    tls_key: str | None = Field(None, description="the certificate's PEM private key file")
     max_header_bytes: int = Field(32 * 1024, ge=8190, le=1 << 20,
         description=("the longest request line or header a client may send (400 beyond); "
                      "room for JWTs with many claims (Entra ID tokens with groups pass 8 KiB)"))
     sse_keepalive_ms: int = Field(15000, ge=100,
         description=("a comment line on idle SSE streams this often, so proxies keep slow calls "
                      "open"))
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Listen:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("listen.tls_cert and listen.tls_key go together")
+        return self
 
 
 class TaskPolicy(_Model):
@@ -466,6 +476,18 @@ class Settings(_Model):
         return self
 
     @model_validator(mode="after")
+    def _strong_tokens_beyond_loopback(self) -> Settings:
+        """Static tokens are the only secret between a client and the gateway: beyond
+        loopback, short ones (guessable, or typed by hand) are refused."""
+        if not _loopback(self.listen.host):
+            for i, token in enumerate(self.auth.bearer_tokens):
+                if len(token) < MIN_TOKEN_CHARS:
+                    raise ValueError(
+                        f"auth.bearer_tokens.{i} is shorter than {MIN_TOKEN_CHARS} characters, "
+                        f"too weak beyond loopback (make one: openssl rand -hex 32)")
+        return self
+
+    @model_validator(mode="after")
     def _distinct_paths(self) -> Settings:
         seen: dict[str, str] = {}
         for name, up in self.upstreams.items():
@@ -473,6 +495,9 @@ class Settings(_Model):
                 raise ValueError(f"upstreams '{seen[up.path]}' and '{name}' share path {up.path}")
             seen[up.path] = name
         return self
+
+
+MIN_TOKEN_CHARS = 32  # static tokens served beyond loopback (128 bits as hex)
 
 
 def _loopback(host: str) -> bool:
@@ -508,7 +533,7 @@ def interpolate(value: Any, where: str = "", unset: list[str] | None = None) -> 
         if unset is None:
             raise ConfigError(f"{where}: environment variable {name} is not set")
         unset.append(name)
-        return f"unset-{name}".ljust(16, "-")
+        return f"unset-{name}".ljust(MIN_TOKEN_CHARS, "-")
 
     return _VAR.sub(sub, value)
 

@@ -38,6 +38,7 @@ from test_tasks import TASKS, tasks_op, wait_for
 
 ROOT = Path(__file__).parents[2]
 TAG = "mcp-task-gateway:test"
+TOKEN = "a-test-token-of-at-least-32-characters"  # beyond loopback, shorter ones are refused
 HOST_CA = Path(os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"))
 
 pytestmark = [
@@ -121,7 +122,7 @@ def run_image(podman: Any, image: str) -> Iterator[Any]:
 
 @pytest.fixture
 async def bearer() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(headers={"Authorization": "Bearer s3cret-token"}) as s:
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as s:
         yield s
 
 
@@ -143,7 +144,7 @@ async def mounted(run_image: Any, tmp_path: Path) -> Container:
     return await run_image(
         "--volume", f"{ROOT / 'tests/servers/basic.py'}:/srv/basic.py:ro",
         "--volume", f"{tmp_path / 'gateway.yaml'}:/etc/mcp-task-gateway/gateway.yaml:ro",
-        "--env", "GATEWAY_PORT=9090", "--env", "GATEWAY_TOKEN=s3cret-token",
+        "--env", "GATEWAY_PORT=9090", "--env", f"GATEWAY_TOKEN={TOKEN}",
         "--env", "SYNC_BUDGET_MS=200", inner=9090)
 
 
@@ -195,8 +196,8 @@ async def test_the_default_image_fronts_server_everything_via_npx(run_image: Any
     # CA is mounted at run time (never built in): NODE_EXTRA_CA_CERTS.
     ca = ["--volume", f"{HOST_CA}:/run/host-ca.crt:ro",
           "--env", "NODE_EXTRA_CA_CERTS=/run/host-ca.crt"] if HOST_CA.exists() else []
-    box = await run_image(*ca, ready_s=120)
-    async with aiohttp.ClientSession() as http:
+    box = await run_image(*ca, "--env", f"GATEWAY_TOKEN={TOKEN}", ready_s=120)
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
         legacy = McpHttp(http, box.url)
         await legacy.initialize({}, version="2025-11-25")
         tools = (await request(legacy, "tools/list", {}))["result"]["tools"]
@@ -207,6 +208,17 @@ async def test_the_default_image_fronts_server_everything_via_npx(run_image: Any
         assert slow.body["result"]["resultType"] == "task", slow.body
         done = await wait_for(http, box.url, slow.body["result"]["taskId"], "completed")
         assert "Long running operation completed" in done["result"]["content"][0]["text"]
+
+
+def test_the_default_image_will_not_serve_without_a_token(podman: Any, image: str) -> None:
+    """Its port is published beyond loopback as often as not: no token, no start, and the
+    message says which variable to set (before: it served anyone)."""
+    refused = podman("run", "--rm", image, check=False, timeout=60)
+    assert refused.returncode != 0
+    assert "environment variable GATEWAY_TOKEN is not set" in refused.stderr, refused.stderr
+    short = podman("run", "--rm", "--env", "GATEWAY_TOKEN=short", image, check=False,
+                   timeout=60)
+    assert short.returncode != 0 and "shorter than 32 characters" in short.stderr
 
 
 def pem_bodies(text: str) -> set[str]:
@@ -265,7 +277,7 @@ def compose_up(engine_env: dict[str, str], image: str) -> Iterator[Any]:
     def up(name: str) -> tuple[str, Callable[[str], str]]:
         port, project = free_port(), f"gwtest{uuid.uuid4().hex[:6]}"
         env = {**engine_env, "GATEWAY_SECRET": secrets.token_hex(32),
-               "STORE_PASSWORD": secrets.token_hex(24), "GATEWAY_TOKEN": "s3cret-token",
+               "STORE_PASSWORD": secrets.token_hex(24), "GATEWAY_TOKEN": TOKEN,
                "PORT": str(port), "GATEWAY_IMAGE": image, "HOST_CA": str(HOST_CA)}
         compose = [str(Path(sys.executable).parent / "podman-compose"), "--project-name",
                    project, "--file", str(ROOT / "deploy" / name),

@@ -19,24 +19,29 @@ import pytest
 from conftest import free_port, node_env, wait_until_ready
 
 ROOT = Path(__file__).parents[2]
+EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"  # as pinned in README
 README = (ROOT / "README.md").read_text()
 # Lines with placeholders (FILE, COMMAND, my_server) show a form, not a command to run.
 SYNOPSIS = re.compile(r"\b(FILE|COMMAND|URL|my_server)\b|\[--")
 RUN_HERE = {  # README command -> what this module runs for it
     "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/mcp-task-gateway "
     "--config config/gateway.yaml": "test_the_set_up_command_serves_server_everything",
-    "mcp-task-gateway -- npx -y @modelcontextprotocol/server-everything":
+    "mcp-task-gateway -- npx -y @modelcontextprotocol/server-everything@2026.8.31":
         "test_the_set_up_command_serves_server_everything",
     "mcp-task-gateway --store-url redis://127.0.0.1:6379/0 -- npx -y "
-    "@modelcontextprotocol/server-everything": "test_the_set_up_command_serves_server_everything",
+    "@modelcontextprotocol/server-everything@2026.8.31":
+        "test_the_set_up_command_serves_server_everything",
 }
 ELSEWHERE = {
     "mcp-task-gateway --config config/oauth.yaml":
         "tests/e2e/test_oauth.py::test_the_readme_oauth_walkthrough",
     "./scripts/test.sh": "CI: .ci/run (tests/test_packaging.py checks it calls this)",
     "./scripts/image.sh": "tests/e2e/test_image.py (the image fixture)",
-    'docker run -p 8080:8080 -v "$PWD/my.yaml:/etc/mcp-task-gateway/gateway.yaml:ro" '
+    'docker run -p 127.0.0.1:8080:8080 -v "$PWD/my.yaml:/etc/mcp-task-gateway/gateway.yaml:ro" '
     "mcp-task-gateway": "tests/e2e/test_image.py (podman run, the same arguments)",
+    'docker run -p 127.0.0.1:8080:8080 -e GATEWAY_TOKEN="$(openssl rand -hex 32)" '
+    "mcp-task-gateway": "tests/e2e/test_image.py::test_the_default_image_fronts_server_everything"
+                        "_via_npx (podman run, a token given)",
 }
 
 
@@ -95,9 +100,9 @@ async def tool_names(http: aiohttp.ClientSession, base: str) -> set[str]:
 @pytest.mark.timeout(600)  # the install comes first: some 30 s, more on a cold cache
 async def test_the_set_up_command_serves_server_everything(installed, redis_server) -> None:
     forms = [[str(installed), "--config", "config/gateway.yaml"],
-             [str(installed), "--", "npx", "-y", "@modelcontextprotocol/server-everything"],
+             [str(installed), "--", "npx", "-y", EVERYTHING],
              [str(installed), "--store-url", redis_server.url, "--", "npx", "-y",
-              "@modelcontextprotocol/server-everything"]]
+              EVERYTHING]]
     async with aiohttp.ClientSession() as http:
         for argv in forms:
             async with served(argv, free_port()) as base:

@@ -5,17 +5,27 @@ configured headers may go."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import json
+import ssl
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import structlog
 from aiohttp import web
 from conftest import free_port, listening, wait_until_ready
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from mcp_http import BASIC, text_of
 
+from gateway.settings import ConfigError, from_mapping
 from gateway.upstream.sse_client import same_origin
 from gateway.upstream.stdio import DEFAULT_ENV
 
@@ -41,7 +51,6 @@ async def test_a_stdio_server_starts_with_a_short_environment(gateway, client, m
 
 @pytest.mark.parametrize("name", ["1ABC", "A-B", "A B", ""])
 def test_inherit_env_takes_variable_names_only(name: str) -> None:
-    from gateway.settings import ConfigError, from_mapping
     with pytest.raises(ConfigError):
         from_mapping({"upstreams": {"main": {"command": "x", "inherit_env": [name]}}})
 
@@ -155,3 +164,64 @@ async def test_long_headers_pass_and_longer_ones_are_refused_unechoed(tmp_path, 
     log = err.decode()
     assert "http.bad_request" in log and "LineTooLong" in log
     assert "eyJzZWNyZXQ" not in log and "Traceback" not in log
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+async def test_the_gateway_serves_https_with_its_own_certificate(tmp_path, http) -> None:
+    """listen.tls_cert / tls_key: bearer tokens never cross a network in clear (RFC 6750
+    section 5.3) where the gateway ends TLS itself."""
+    cert, key = self_signed(tmp_path)
+    port = free_port()
+    conf = tmp_path / "gw.yaml"
+    conf.write_text(json.dumps({"listen": {"port": port, "tls_cert": str(cert),
+                                           "tls_key": str(key)},
+                                "upstreams": {"main": {"command": BASIC[0],
+                                                       "args": BASIC[1:]}}}))
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await listening(port)
+        trusted = ssl.create_default_context(cafile=str(cert))
+        async with http.get(f"https://127.0.0.1:{port}/healthz", ssl=trusted) as resp:
+            assert resp.status == 200
+        with pytest.raises(aiohttp.ClientError):  # no plain HTTP beside it
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                await resp.read()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_tls_needs_both_files() -> None:
+    with pytest.raises(ConfigError, match="go together"):
+        from_mapping({"listen": {"tls_cert": "c.pem"},
+                      "upstreams": {"main": {"command": "x"}}})
+
+
+def test_short_static_tokens_are_refused_beyond_loopback() -> None:
+    beyond = {"listen": {"host": "0.0.0.0"}, "upstreams": {"main": {"command": "x"}}}
+    with pytest.raises(ConfigError, match="shorter than 32 characters") as refused:
+        from_mapping({**beyond, "auth": {"bearer_tokens": ["s3cret-token"]}})
+    assert "s3cret" not in str(refused.value)  # the token itself is never shown
+    from_mapping({**beyond, "auth": {"bearer_tokens": ["x" * 32]}})
+    from_mapping({"upstreams": {"main": {"command": "x"}},
+                  "auth": {"bearer_tokens": ["short-on-loopback"]}})  # a warning at start

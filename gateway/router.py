@@ -53,6 +53,7 @@ class Decision:
 
 
 PASS = Decision(Kind.PASS)
+TASKS_PREFIX = "tasks/"
 
 
 def refuse(error: errors.GatewayError) -> Decision:
@@ -92,15 +93,10 @@ def legacy(msg: dict[str, Any], *, core_tasks: bool, keeps_level: bool,
     if method in (mcp.SUBSCRIBE, mcp.UNSUBSCRIBE) and isinstance(params, dict) and \
             isinstance(params.get("uri"), str):
         return Decision(Kind.SUBSCRIPTION)
-    if method in core.METHODS and not core_tasks:
-        # The upstream's own tasks are the gateway's client's, whoever made them: a session
-        # that never negotiated tasks has none to ask about (DESIGN.md, Tenancy).
-        return refuse(errors.MethodNotFound(
-            f"Method not found: {method} (tasks need protocol version 2025-11-25)"))
+    if method.startswith(TASKS_PREFIX):
+        return _legacy_tasks_request(method, params, core_tasks, native_task_ids)
     if not core_tasks:
         return PASS
-    if method in core.METHODS:
-        return _core_tasks_request(params, native_task_ids)
     if method == mcp.TOOLS_LIST:
         return Decision(Kind.AUGMENT, edit="mark_tools")
     if method == mcp.TOOLS_CALL and isinstance(params, dict):
@@ -116,6 +112,21 @@ def _set_level(params: Any) -> Decision:
         return refuse(errors.InvalidParams(
             f"Invalid params: unknown log level {errors.shown(level)}"))
     return Decision(Kind.ANSWER, serve="set_level", result={}, level=level)
+
+
+def _legacy_tasks_request(method: str, params: Any, core_tasks: bool,
+                          native_task_ids: Container[str]) -> Decision:
+    """tasks/* of a legacy session. The upstream's own tasks are the gateway's client's,
+    whoever made them (it sees one client): only ids this session created go there, and
+    only from a session that negotiated tasks (DESIGN.md, Tenancy)."""
+    if core_tasks and method in core.METHODS:
+        return _core_tasks_request(params, native_task_ids)
+    task_id = params.get("taskId") if isinstance(params, dict) else None
+    if core_tasks and isinstance(task_id, str) and task_id in native_task_ids:
+        return PASS  # a method of the upstream's own for the session's own task
+    why = "tasks need protocol version 2025-11-25" if not core_tasks else \
+        "not a method of core tasks"
+    return refuse(errors.MethodNotFound(f"Method not found: {method} ({why})"))
 
 
 def _core_tasks_request(params: Any, native_task_ids: Container[str]) -> Decision:
@@ -158,6 +169,11 @@ def modern(msg: dict[str, Any], *, capabilities: dict[str, Any], modern_upstream
     method, params = msg["method"], msg.get("params") or {}
     if method == mcp.DISCOVER:
         return Decision(Kind.ANSWER, serve="discover")
+    if method.startswith(TASKS_PREFIX) and method not in extension.METHODS:
+        # Not the extension's: the upstream's own method, for the caller's own task only.
+        if modern_upstream and upstream_task:
+            return PASS
+        return refuse(errors.MethodNotFound(f"Method not found: {method}"))
     if method in extension.METHODS:
         if not extension.declared(capabilities):
             return refuse(extension.missing())

@@ -22,7 +22,7 @@ def instruction(dockerfile: str, name: str) -> str:
     return found[-1].strip()
 
 
-def test_dockerfile_matches_readme_and_package() -> None:
+def test_dockerfile_matches_readme_and_package(monkeypatch) -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     readme = (ROOT / "README.md").read_text()
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
@@ -34,9 +34,11 @@ def test_dockerfile_matches_readme_and_package() -> None:
     assert f":{config_path}" in readme
     baked = re.search(rf"^COPY (\S+) {re.escape(config_path)}$", dockerfile, re.M)
     assert baked, "the image should carry a default config at its config path"
+    monkeypatch.setenv("GATEWAY_TOKEN", "t" * 32)  # the built-in config requires one
     conf = load(ROOT / baked.group(1))
     assert conf.listen.host == "0.0.0.0"  # reachable through the published port
-    assert f"-p {conf.listen.port}:{conf.listen.port}" in readme
+    assert conf.auth.bearer_tokens == ["t" * 32]  # so a token is required
+    assert f"-p 127.0.0.1:{conf.listen.port}:{conf.listen.port}" in readme
     assert instruction(dockerfile, "EXPOSE") == str(conf.listen.port)
 
 

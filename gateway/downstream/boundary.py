@@ -161,7 +161,12 @@ async def read_message(request: web.Request, max_bytes: int
 def check_params(msg: dict[str, Any]) -> None:
     """MCP's params are objects (JSON-RPC 2.0 allows arrays; no MCP method takes one):
     anything else is -32602 here, once, so nothing further on meets another type. An
-    explicit null is taken as no params."""
+    explicit null is taken as no params. A notification's method sent as a request (with
+    an id) is refused: passed on, a server dispatching on the name would act on it (a
+    `notifications/cancelled` naming another caller's request id, say)."""
+    if "id" in msg and msg["method"].startswith("notifications/"):
+        raise errors.InvalidRequest(f"Invalid Request: {msg['method']} is a notification; "
+                                    "send it without an id")
     params = msg.get("params", msg)
     if params is None:
         del msg["params"]

@@ -126,6 +126,8 @@ class LegacyEra:
             return await self.tasks.call(session, msg, decision, headers)
         ex = SessionExchange(session, sse_ok)
         ex.edit = self.tasks.edit(decision.edit, session)
+        if decision.kind is Kind.SUBSCRIPTION and msg["method"] == mcp.SUBSCRIBE:
+            ex.edit = _subscribed(session, msg["params"]["uri"])
         if lacking is not None and msg["method"] == mcp.TOOLS_LIST:
             ex.edit = _then_hide(ex.edit, lacking)
         return await self.forward(request, session, msg, ex, json_ok, headers)
@@ -289,6 +291,20 @@ class LegacyEra:
                 f"Bad Request: unsupported MCP-Protocol-Version {version}",
                 {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
         return session
+
+
+def _subscribed(session: Session, uri: str) -> Callable[[Message], Message]:
+    """On the answer to a subscribe that went upstream: held if the server took it, else
+    let go (the session holds nothing the server does not)."""
+    def settle(msg: Message) -> Message:
+        conn = session.conn
+        if conn is not None and "error" in msg:
+            session.subscriptions.discard(uri)
+            conn.release(uri)
+        elif conn is not None:
+            conn.confirm(uri)
+        return msg
+    return settle
 
 
 def _then_hide(edit: Callable[[Message], Message] | None, lacking: Lacking

@@ -134,7 +134,7 @@ class Listeners:
         if not isinstance(ids, list):
             raise errors.InvalidParams("Invalid params: taskIds must be a list")
         owned = {t.id for t in await engine.owned(caller.principal, extension.NAME)}
-        return [i for i in ids if i in owned]
+        return [i for i in ids if isinstance(i, str) and i in owned]
 
     def _start(self, listener: Listener, conn: Connection) -> None:
         self.per_owner[listener.principal] += 1

@@ -96,9 +96,7 @@ class ModernExchange(Exchange):
         if self.refused and not self.inputs and "error" in msg:
             self._missing_capability()  # it failed for want of what the client lacks
             return
-        if self.method == mcp.TOOLS_CALL:
-            self.era.backend.task_owners.note(msg, self.caller.principal)
-        elif self.method == mcp.TOOLS_LIST:
+        if self.method == mcp.TOOLS_LIST:
             self.era.backend.learn_tools(msg)
             if self.hidden is not None:
                 msg = shapes.hide_tools(msg, self.hidden)
@@ -259,8 +257,8 @@ class ModernEra:
     async def decide(self, msg: Message, caller: Caller, conn: Connection) -> router.Decision:
         method, params = msg["method"], msg.get("params") or {}
         # Only a modern upstream has tasks of its own that tasks/* could name instead.
-        theirs = method in extension.METHODS and conn.modern and \
-            self.backend.task_owners.owns(task_id_of(params), caller.principal)
+        theirs = method.startswith(router.TASKS_PREFIX) and conn.modern and \
+            conn.correlator.tasks.owns(task_id_of(params), caller.principal)
         return router.modern(msg, capabilities=caller.capabilities,
                              modern_upstream=conn.modern, upstream_task=theirs,
                              catalogue=self.backend.catalogue, policy_for=self.policy)

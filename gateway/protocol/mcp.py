@@ -18,6 +18,8 @@ META_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
 META_CLIENT_INFO: Final = "io.modelcontextprotocol/clientInfo"
 META_LOG_LEVEL: Final = "io.modelcontextprotocol/logLevel"
 META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
+# spec tasks-2025-11-25: what a request or notification about a task carries in its _meta.
+RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
 META_SUBSCRIPTION: Final = "io.modelcontextprotocol/subscriptionId"
 MODERN_META_KEYS: Final = (META_VERSION, META_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL)
 

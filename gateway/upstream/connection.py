@@ -40,7 +40,6 @@ class Connection:
         # Told each page of the server's tools/list the gateway asks for itself (after the
         # handshake, and when the server says its list changed); None: never asked.
         self.on_tools: Callable[[Message], object] | None = None
-        self.level: str | None = None  # the log level the server was set to, if any
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -86,7 +85,7 @@ class Connection:
 
     async def on_up(self) -> str:
         state = await self.handshake.run()
-        self.level = None  # a new process logs at its own default: set it again
+        self.correlator.audience.level = None  # a new process logs at its own default
         self.sync_level()
         return state
 
@@ -154,7 +153,7 @@ class Connection:
     def resend(self, call: Call, method: str, params: dict[str, Any]) -> None:
         """Continue `call` with a new request under a new id: a modern upstream's next MRTR
         round, or the tasks/result of the upstream's own task."""
-        msg = jsonrpc.request(self.correlator.renumber(call, params), method, params)
+        msg = jsonrpc.request(self.correlator.renumber(call, method, params), method, params)
         try:
             self._send(call, jsonrpc.line(msg), self.wire.stamp(msg, call, None))
         except UpstreamError as exc:
@@ -216,20 +215,29 @@ class Connection:
         return isinstance(caps, dict) and "logging" in caps
 
     def sync_level(self) -> None:
-        """A legacy server logs at the most verbose level any attached owner asked for;
-        each owner hears its own level and above (correlator.py `_wanted`). A modern one
-        takes each caller's level with its request."""
-        levels = self.correlator.audience.levels()
-        level = min(levels, key=mcp.LOG_LEVELS.index) if levels else None
-        if self.modern or level is None or level == self.level:
+        """Once an owner asked for a level, a legacy server logs at the most verbose level
+        any attached owner hears (those that asked none: correlator.DEFAULT_LEVEL); each
+        owner is given its own level and above (correlator.py `_wanted`). Until then the
+        server is left at its own default. A modern server takes each caller's level with
+        its request."""
+        audience = self.correlator.audience
+        asked = any(o.level is not None for o in audience.owners.values())
+        levels = audience.levels()
+        if self.modern or not levels or not (asked or audience.level is not None):
             return
-        self.level = level
-        self.send_own(mcp.SET_LEVEL, {"level": level})
+        level = min(levels, key=mcp.LOG_LEVELS.index)
+        if level != audience.level:
+            audience.level = level
+            self.send_own(mcp.SET_LEVEL, {"level": level})
 
     def hold(self, uri: str) -> bool:
         """One more holder of a resource subscription; True when a subscribe must reach
         the upstream (the first holder, unless the wire tells the server itself)."""
         return self.correlator.audience.hold(uri) and not self.wire.subscriptions_changed()
+
+    def confirm(self, uri: str) -> None:
+        """The server took a subscribe of `uri`: later holders need not send one."""
+        self.correlator.audience.confirm(uri)
 
     def release(self, uri: str) -> bool:
         """One holder fewer; True when an unsubscribe must reach the upstream."""

@@ -27,6 +27,15 @@ from gateway.observability import log, tracing
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Ticket
+from gateway.upstream.task_owners import TaskOwners
+
+# A principal whose call was answered this recently may still be the one a message of no
+# call is about (a late log line): while another is, such a message goes to nobody. Longer
+# catches later lines, and drops more of the lines of calls that follow another principal's.
+RECENT_S = 2.0
+DEFAULT_LEVEL = "info"  # what an owner that set no level hears once the server was set
+TASK_ENDS = frozenset({"tasks/result", "tasks/cancel"})  # answers after which a task is over
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 class Sink(Protocol):
@@ -95,6 +104,8 @@ class Call:
     # Sent as a task of the upstream's own (native_tasks.py): its id once created.
     follow_task: bool = False
     upstream_task: str | None = None
+    # tasks/* naming a task of the upstream's own: its id, and whether the answer ends it.
+    task_of: tuple[str, bool] | None = None
     span: Any = None  # its trace span, when the request that made it is traced
     # Its place under a concurrency limit (queues.py): sent once it may run, and its slot
     # given back when it ends.
@@ -172,13 +183,17 @@ Event = Deliver | Ask | Answer | Refused
 class Audience:
     """Who hears what the server says to no call in particular: the owners attached (legacy
     sessions: server requests and broadcasts reach them), the watchers (listen streams:
-    broadcasts only), and the resource subscriptions held for them all (the upstream keeps
-    one subscription per URI, whoever holds it)."""
+    broadcasts only), the principals whose calls just ended (a late line may be theirs),
+    the resource subscriptions held for them all (the upstream keeps one subscription per
+    URI, whoever holds it) and the log level they asked of the server."""
 
     def __init__(self) -> None:
         self.owners: dict[str, Owner] = {}
         self.watchers: dict[str, Owner] = {}
         self.subscriptions: Counter[str] = Counter()  # resource URI -> holders
+        self.confirmed: set[str] = set()  # URIs the server took a subscribe of
+        self.level: str | None = None  # the log level the server was set to, if ever
+        self.recently: dict[str, float] = {}  # principal -> when a call of its was answered
 
     def attach(self, owner: Owner) -> None:
         self.owners[owner.key] = owner
@@ -193,21 +208,39 @@ class Audience:
         """The owner a message for no call can belong to: the one attached, if only one."""
         return next(iter(self.owners.values())) if len(self.owners) == 1 else None
 
-    def one_principal(self) -> bool:
-        """Whether everyone who hears this upstream is one principal (or nobody is): then
-        what belongs to no call may go to all of them without crossing principals."""
-        principals = {o.principal for o in self.owners.values()}
-        principals.update(o.principal for o in self.watchers.values())
-        return len(principals) <= 1
+    def answered(self, principal: str) -> None:
+        """A call of `principal`'s was answered now (a late line of it may follow)."""
+        self.recently[principal] = time.monotonic()
+
+    def recent(self) -> set[str]:
+        """The principals whose calls were answered in the last RECENT_S seconds."""
+        cutoff = time.monotonic() - RECENT_S
+        for principal in [p for p, at in self.recently.items() if at < cutoff]:
+            del self.recently[principal]
+        return set(self.recently)
+
+    def present(self) -> set[str]:
+        """The principals a message of no call may concern: whose sessions and listen
+        streams hear this upstream, and whose calls were answered moments ago."""
+        return {*self.recent(), *(o.principal for o in self.owners.values()),
+                *(o.principal for o in self.watchers.values())}
 
     def levels(self) -> list[str]:
-        """The log levels the attached owners asked for (logging/setLevel)."""
-        return [o.level for o in self.owners.values() if o.level is not None]
+        """The log levels the attached owners asked for (logging/setLevel); an owner that
+        asked none counts as DEFAULT_LEVEL once the server was set for anyone."""
+        return [o.level or DEFAULT_LEVEL for o in self.owners.values()]
 
     def hold(self, uri: str) -> bool:
-        """One more holder of a resource subscription; True for the first."""
+        """One more holder of a resource subscription; True while the upstream has not
+        confirmed one (the first holder's subscribe may yet fail: then the next holder's
+        must reach the server too, or it would hold what the server never took)."""
         self.subscriptions[uri] += 1
-        return self.subscriptions[uri] == 1
+        return uri not in self.confirmed
+
+    def confirm(self, uri: str) -> None:
+        """The server took a subscribe of `uri`."""
+        if self.subscriptions[uri] > 0:
+            self.confirmed.add(uri)
 
     def release(self, uri: str) -> bool:
         """One holder fewer; True when it was the last."""
@@ -215,6 +248,7 @@ class Audience:
             self.subscriptions[uri] -= 1
             return False
         self.subscriptions.pop(uri, None)
+        self.confirmed.discard(uri)
         return True
 
     def broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> list[Event]:
@@ -233,6 +267,7 @@ class Correlator:
         self._ids = itertools.count(1)
         self.in_flight: dict[int, Call] = {}
         self._asked: dict[str, tuple[Any, Owner]] = {}  # our id -> (upstream's id, owner)
+        self.tasks: TaskOwners[Owner] = TaskOwners()  # the upstream's own tasks: whose
 
     # -- downstream -> upstream ------------------------------------------------------------
     def open(self, msg: Message, owner: Owner | None, sink: Sink) -> Call:
@@ -247,15 +282,17 @@ class Correlator:
                 call.progress_token = meta["progressToken"]
                 params["_meta"] = {**meta, "progressToken": uid}
         msg["id"] = uid
+        call.task_of = _task_of(msg["method"], params)
         if owner is not None and (traced := tracing.active()) is not None:
             call.span = traced.upstream_call(self.host.name, msg)  # a client's call, traced
         return call
 
-    def renumber(self, call: Call, params: dict[str, Any]) -> int:
+    def renumber(self, call: Call, method: str, params: dict[str, Any]) -> int:
         """A new upstream id for a call that goes on with another request."""
         self.in_flight.pop(call.upstream_id, None)
         call.upstream_id = uid = next(self._ids)
         call.waiting = False
+        call.task_of = _task_of(method, params)
         meta = params.get("_meta")
         if call.progress_token is not None and isinstance(meta, dict):
             params["_meta"] = {**meta, "progressToken": uid}
@@ -316,8 +353,20 @@ class Correlator:
     # -- upstream -> downstream ------------------------------------------------------------
     def response(self, msg: Message) -> Call | None:
         """The call a response answers (no longer in flight), or None when it was cancelled
-        or failed already: its caller has been answered."""
-        return self.in_flight.pop(msg["id"], None)
+        or failed already: its caller has been answered. A task of the upstream's own that
+        it creates is noted as its caller's; one that it ends, as over."""
+        call = self.in_flight.pop(msg["id"], None)
+        if call is None or call.owner is None:
+            return call
+        principal = call.owner.principal
+        self.audience.answered(principal)
+        result = msg.get("result")
+        self.tasks.note(result, principal, call.owner)
+        if call.task_of is not None:
+            task_id, ends = call.task_of
+            if ends or (isinstance(result, dict) and result.get("status") in TERMINAL):
+                self.tasks.ended(task_id)
+        return call
 
     def progress(self, params: dict[str, Any]) -> Call | None:
         """The call a progress notification is for (its token put back), if any."""
@@ -340,14 +389,14 @@ class Correlator:
         if method == mcp.CANCELLED and isinstance(params, dict):
             return self._forward_cancel(msg, params)
         # logging and anything else: to the one owner it can belong to
-        target = self._came_with(via) or self._target()
+        target = self._came_with(via) or self._labelled(msg) or self._unlabelled()
         if target is not None:
             owner = target.owner if isinstance(target, Call) else target
-            return [Deliver(target, msg)] if owner is None or _wanted(msg, owner) else []
+            return [Deliver(target, msg)] if owner is None or self._wanted(msg, owner) else []
         # Belonging to no call, it may concern anyone's work: only when one principal
         # hears this upstream may it go to all (DESIGN.md, Tenancy); else it goes nowhere.
-        if not self.clients_calls() and self.audience.one_principal():
-            return self.audience.broadcast(msg, lambda owner: _wanted(msg, owner))
+        if not self.clients_calls() and len(self.audience.present()) <= 1:
+            return self.audience.broadcast(msg, lambda owner: self._wanted(msg, owner))
         self.counters["upstream.unroutable_notifications"] += 1
         return []
 
@@ -357,7 +406,11 @@ class Correlator:
         method = msg["method"]
         if method == mcp.PING:
             return [Answer(jsonrpc.result(msg["id"], {}))]
-        target = self._came_with(via) or self._target()
+        target = self._came_with(via) or self._labelled(msg)
+        if target is None and _related_task(msg) is None:
+            target = self._target()
+            if target is not None and self.tasks.others_live(_principal(target)):
+                target = None  # it may be another principal's task asking: never guess
         if target is None:
             return [self._unroutable(msg)]
         owner = target.owner if isinstance(target, Call) else target
@@ -401,6 +454,35 @@ class Correlator:
                 return [Deliver(owner, msg)]
         return []
 
+    def _labelled(self, msg: Message) -> Call | Owner | None:
+        """Where a message that names its task (the related-task `_meta`, spec tasks
+        2025-11-25) goes: that task's owner, on its oldest call in flight here, else its
+        session if still attached; None for a task the gateway did not see created."""
+        task_id = _related_task(msg)
+        record = self.tasks.live(task_id) if task_id is not None else None
+        if record is None:
+            return None
+        owner = record.owner
+        calls = self.calls_of(owner)
+        if calls:
+            return next((c for c in calls if not c.waiting), calls[0])
+        return owner if self.audience.owners.get(owner.key) is owner else None
+
+    def _unlabelled(self) -> Call | Owner | None:
+        """The one owner a message that names nothing can be for: `_target`'s, unless
+        another principal's work may have said it (a task of its still live, or a call of
+        its answered moments ago: a late line)."""
+        target = self._target()
+        if target is None:
+            return None
+        principal = _principal(target)
+        if self.tasks.others_live(principal) or self.audience.recent() - {principal}:
+            return None
+        return target
+
+    def _wanted(self, msg: Message, owner: Owner) -> bool:
+        return _wanted(msg, owner, self.audience.level is not None)
+
     def _came_with(self, via: Call | None) -> Call | None:
         """The call a message's stream belongs to, while it is a client's and in flight."""
         if via is None or via.owner is None or self.in_flight.get(via.upstream_id) is not via:
@@ -425,16 +507,39 @@ class Correlator:
         return self.audience.only_owner()
 
 
-def _wanted(msg: Message, owner: Owner) -> bool:
-    """A log message reaches an owner that set a level only at or above it (spec
-    2025-06-18 logging: the server sends messages at that level and above). The upstream is
-    set to the most verbose level any owner asked, so the others are filtered here."""
-    if msg["method"] != mcp.LOG_MESSAGE or owner.level is None:
+def _wanted(msg: Message, owner: Owner, levels_set: bool) -> bool:
+    """A log message reaches an owner at or above the level it asked (spec 2025-06-18
+    logging: the server sends messages at that level and above). The server is set to the
+    most verbose level any owner asked, so the others are filtered here; an owner that asked
+    none hears DEFAULT_LEVEL and above once the server was set for anyone (what it heard
+    before, the server's own default, is gone then), and everything before."""
+    if msg["method"] != mcp.LOG_MESSAGE or (owner.level is None and not levels_set):
         return True
     params = msg.get("params")
     level = params.get("level") if isinstance(params, dict) else None
     return level not in mcp.LOG_LEVELS or \
-        mcp.LOG_LEVELS.index(level) >= mcp.LOG_LEVELS.index(owner.level)
+        mcp.LOG_LEVELS.index(level) >= mcp.LOG_LEVELS.index(owner.level or DEFAULT_LEVEL)
+
+
+def _principal(target: Call | Owner) -> str:
+    owner = target.owner if isinstance(target, Call) else target
+    return owner.principal if owner is not None else ""
+
+
+def _related_task(msg: Message) -> str | None:
+    params = msg.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    related = meta.get(mcp.RELATED_TASK) if isinstance(meta, dict) else None
+    task_id = related.get("taskId") if isinstance(related, dict) else None
+    return task_id if isinstance(task_id, str) else None
+
+
+def _task_of(method: str, params: Any) -> tuple[str, bool] | None:
+    """The upstream task a tasks/* request names, and whether its answer ends the task."""
+    if not method.startswith("tasks/") or not isinstance(params, dict):
+        return None
+    task_id = params.get("taskId")
+    return (task_id, method in TASK_ENDS) if isinstance(task_id, str) else None
 
 
 def _refusal(upstream_id: Any, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> Answer:

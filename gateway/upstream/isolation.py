@@ -22,7 +22,6 @@ from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Limit, Queues, Ticket
 from gateway.settings import Upstream as UpstreamConf
-from gateway.upstream import native_tasks
 from gateway.upstream.catalogue import Catalogue
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Owner
@@ -44,7 +43,6 @@ class Backend:
         self.max_message_bytes = max_message_bytes
         self.counters: Counter[str] = counters if counters is not None else Counter()
         self.catalogue = Catalogue()
-        self.task_owners = native_tasks.Owners()  # a modern upstream's own tasks: whose
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
         self.primary = self._new(restart=True)
         # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cachetools import LRUCache
-
 from gateway.protocol.jsonrpc import Message
 
 if TYPE_CHECKING:  # the router reads this module's names: it stays free of the correlator
@@ -77,28 +75,6 @@ def follow(conn: Sender, call: Call, msg: Message) -> bool:
     call.upstream_task = task_id
     conn.resend(call, *result_request(task_id))
     return True
-
-
-class Owners:
-    """Who created each task a modern upstream runs itself. The upstream sees one client,
-    the gateway, so it would serve any caller's tasks/* for any id: the gateway passes a
-    caller's tasks/* on only for ids that caller's principal created (DESIGN.md, Tenancy).
-    Bounded: the oldest ids are forgotten first (their owners then get "not found")."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self._by_id: LRUCache[str, str] = LRUCache(size)
-
-    def note(self, msg: Message, principal: str) -> None:
-        """Remember `principal` as the creator if `msg` answers a call with the upstream's
-        own task (2026-07-28 tasks extension: `resultType: "task"`)."""
-        result = msg.get("result")
-        if isinstance(result, dict) and result.get("resultType") == "task":
-            task_id = result.get("taskId")
-            if isinstance(task_id, str):
-                self._by_id[task_id] = principal
-
-    def owns(self, task_id: Any, principal: str) -> bool:
-        return isinstance(task_id, str) and self._by_id.get(task_id) == principal
 
 
 def cancel(conn: Sender, call: Call) -> None:

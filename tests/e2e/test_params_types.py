@@ -89,3 +89,14 @@ async def test_every_method_with_every_json_type_of_params(gateway, http, era: s
                 assert status == 400 and body["error"]["code"] == -32602, (method, params)
                 assert "params must be an object" in body["error"]["message"]
     assert not refused, refused[:5]
+
+
+@pytest.mark.parametrize("task_ids", [[{}], [[1]], [None, 1, "t"], "t", {"a": 1}])
+async def test_listen_task_ids_of_any_json_type(gateway, http, task_ids: Any) -> None:
+    """Before: a taskIds list holding an object or a list was an HTTP 500 (unhashable)."""
+    url = await gateway()
+    params = {"notifications": {"taskIds": task_ids}, "_meta": modern_meta()}
+    status, _ = await post(http, url, {"jsonrpc": "2.0", "id": 1, "method":
+                                       "subscriptions/listen", "params": params},
+                           {"MCP-Protocol-Version": MODERN, "Mcp-Method": "subscriptions/listen"})
+    assert status in (200, 400)

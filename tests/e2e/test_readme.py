@@ -116,6 +116,11 @@ PROBES: dict[str, Probe] = {
         "tools/list", {}, **{"Mcp-Method": "x/y"}),
     "modern request for a version": lambda s: _modern_version(s, "2099-01-01"),
     "modern request for a legacy-only": lambda s: s.modern("ping", {}, **{"Mcp-Method": "ping"}),
+    "`params` that is not an object": lambda s: s.in_session(call("tools/call", "echo")),
+    "a notification's method sent with an id": lambda s: s.in_session(
+        call("notifications/cancelled", {"requestId": 1})),
+    "`tasks/*` in a session that did not negotiate": lambda s: s.in_session(
+        call("tasks/get", {"taskId": "someone-elses"})),
     "bad `requestState`": lambda s: s.modern("tools/call", {
         "name": "echo", "arguments": {}, "requestState": "forged"}),
 }
@@ -129,6 +134,8 @@ ELSEWHERE = {
         "test_replicas", "test_a_store_that_hangs_gets_an_error_not_a_hang"),
     "too many `tasks/*` requests": (
         "test_tasks", "test_rate_limits_per_owner_on_task_requests_and_creation"),
+    "a request line or header longer than": (
+        "test_secrets", "test_long_headers_pass_and_longer_ones_are_refused_unechoed"),
 }
 
 

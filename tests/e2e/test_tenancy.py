@@ -20,6 +20,7 @@ from mcp_http import BASIC, McpHttp, Reply, next_event
 
 from gateway.app import create_app
 from gateway.settings import from_mapping
+from gateway.upstream import correlator
 
 SERVERS = Path(__file__).parents[1] / "servers"
 MODERN_SERVER = [sys.executable, str(SERVERS / "modern_server.py")]
@@ -54,7 +55,8 @@ def upstream(path: str, **env: str) -> dict[str, Any]:
 
 
 UPSTREAMS = {"a": upstream("/a"), "c": upstream("/c"),
-             "native": upstream("/native", BASIC_TASKS="1")}
+             "native": upstream("/native", BASIC_TASKS="1"),
+             "bare": upstream("/bare", BASIC_TASKS="1", BASIC_TASK_META="0")}
 
 
 @pytest.fixture(params=["static", "oauth"])
@@ -230,6 +232,14 @@ async def test_an_unsubscribe_ends_only_the_callers_own_subscription(base, http)
         assert (await next_event(stream))["params"]["uri"] == "test://a"
 
 
+@pytest.fixture
+def no_late_lines(monkeypatch) -> None:
+    """Calls of two principals in a row: the lines of the second are not taken for late
+    lines of the first (what the tests below look at is the level)."""
+    monkeypatch.setattr(correlator, "RECENT_S", 0.0)
+
+
+@pytest.mark.usefixtures("no_late_lines")
 async def test_a_log_level_is_each_sessions_own(base, http) -> None:
     """Before: logging/setLevel went to the shared server, so Bob's debug was Alice's."""
     alice = await session(http, base + "/c", "alice", {})
@@ -261,3 +271,135 @@ async def test_each_principal_reaches_every_upstream(base, http, who: str) -> No
         reply = await c.call("echo", {"text": path})
         assert reply.status == 200 and "error" not in reply.message
     await asyncio.sleep(0)
+
+
+# -- what a review with one valid token found (issue 29, after its first fixes) -------------
+async def _in_flight(c: As, ms: int) -> tuple[asyncio.Task[Reply], None]:
+    """A plain call of `c`'s that runs `ms`, sent in the background; once it is upstream."""
+    job = asyncio.create_task(c.call("sleep", {"ms": ms}))
+    await asyncio.sleep(0.2)
+    return job, None
+
+
+async def test_a_servers_own_task_asks_its_creator_even_while_another_calls(base, http
+                                                                           ) -> None:
+    """Before: the server's question for Alice's task went to Bob's call in flight, and
+    Bob's answer completed her task. A server that names the task (spec: related-task
+    _meta) has it reach Alice; one that does not has it refused (never guessed)."""
+    url = base + "/native"
+    bob = await session(http, url, "bob")
+    alice = await session(http, url, "alice")
+    bobs, _ = await _in_flight(bob, 1500)
+    async with alice.stream() as stream:
+        created = await alice.request("tools/call", {"name": "ask", "arguments": {},
+                                                     "task": {}})
+        native = created.message["result"]["task"]["taskId"]
+        asked = await _asked(stream)
+        assert asked["params"]["_meta"][RELATED] == {"taskId": native}
+        await alice.send({"jsonrpc": "2.0", "id": asked["id"],
+                          "result": {"action": "accept", "content": {"name": "Alice"}}})
+    result = await alice.request("tasks/result", {"taskId": native})
+    assert '"Alice"' in result.message["result"]["content"][0]["text"]
+    assert not [e for e in (await bobs).events if e.get("method") == "elicitation/create"]
+
+
+async def test_an_unlabelled_request_while_anothers_task_runs_is_refused(base, http) -> None:
+    url = base + "/bare"  # its own tasks do not say which task a request is for
+    bob = await session(http, url, "bob")
+    alice = await session(http, url, "alice")
+    bobs, _ = await _in_flight(bob, 1500)
+    created = await alice.request("tools/call", {"name": "ask", "arguments": {}, "task": {}})
+    native = created.message["result"]["task"]["taskId"]
+    result = await alice.request("tasks/result", {"taskId": native})
+    refusal = result.message["result"]["content"][0]["text"]
+    assert "cannot tell which client" in refusal  # the server was told; Bob never asked
+    assert not [e for e in (await bobs).events if e.get("method") == "elicitation/create"]
+
+
+async def test_a_late_line_reaches_no_other_principals_call(base, http) -> None:
+    """Before: Alice's late log line went to Bob's call in flight. A line that names no
+    call goes to the one principal with calls in flight only when no other principal's
+    call was answered in the last `RECENT_S` (2 s), nor has a task of the server's own at
+    work."""
+    alice = await session(http, base + "/a", "alice", {})
+    bob = await session(http, base + "/a", "bob", {})
+    bobs, _ = await _in_flight(bob, 800)
+    await alice.call("late", {"text": "alice's secret row"})
+    assert "alice's secret row" not in json.dumps((await bobs).events)
+
+
+async def test_a_modern_callers_late_line_reaches_no_session(base, http) -> None:
+    """Before: modern callers were no part of the upstream's audience, so a late line of
+    Alice's (modern) went to Bob's session, the only one attached."""
+    bob = await session(http, base + "/a", "bob", {})
+    async with bob.stream() as stream:
+        done = await _modern(http, base + "/a", "alice", "tools/call",
+                             {"name": "late", "arguments": {"text": "alice's secret row"}})
+        assert done.body["result"]["content"][0]["text"] == "answered"
+        event = await next_event(stream)
+        assert event["method"] == "notifications/tools/list_changed", event
+
+
+@pytest.mark.usefixtures("no_late_lines")
+async def test_a_session_that_set_no_level_keeps_hearing_what_it_heard(base, http) -> None:
+    """Before: Bob's setLevel emergency silenced Alice (who set none) on the server."""
+    alice = await session(http, base + "/c", "alice", {})
+    bob = await session(http, base + "/c", "bob", {})
+    await bob.request("logging/setLevel", {"level": "emergency"})
+    warned = await alice.call("log", {"level": "warning", "text": "disk almost full"})
+    assert _logs(warned) == ["disk almost full"]
+    await bob.request("logging/setLevel", {"level": "debug"})  # nor pushes debug onto her
+    chatter = await alice.call("log", {"level": "debug", "text": "chatter"})
+    assert _logs(chatter) == []
+
+
+async def test_an_upstream_task_id_handed_out_twice_stays_its_first_creators(gateway, http
+                                                                             ) -> None:
+    """Before: Bob's call that got the same id from the server took Alice's task."""
+    url = await gateway(MODERN_SERVER, tasks={"tools": {"queued": {"mode": "never"}}},
+                        auth={"bearer_tokens": ["alice-token", "bob-token"]})
+    first = await _modern(http, url, "alice", "tools/call", {"name": "queued", "arguments": {}})
+    again = await _modern(http, url, "bob", "tools/call", {"name": "queued", "arguments": {}})
+    task_id = first.body["result"]["taskId"]
+    assert again.body["result"]["taskId"] == task_id  # this server hands out one id
+    got = await _modern(http, url, "alice", "tasks/get", {"taskId": task_id})
+    assert got.body["result"]["status"] == "completed"
+    mine = await _modern(http, url, "bob", "tasks/get", {"taskId": task_id})
+    unknown = await _modern(http, url, "bob", "tasks/get", {"taskId": "server-task-9"})
+    assert same_but_id(mine, unknown, task_id, "server-task-9")
+
+
+async def test_other_tasks_methods_are_no_way_around(base, http) -> None:
+    """Before: tasks/update and tasks/delete passed to the server for any id."""
+    url = base + "/native"
+    alice = await session(http, url, "alice")
+    native = (await alice.request("tools/call", {"name": "sleep", "arguments": {"ms": 300},
+                                                 "task": {}})).message["result"]["task"]["taskId"]
+    for version in ("2025-11-25", "2025-06-18"):
+        bob = await session(http, url, "bob", {}, version=version)
+        for method in ("tasks/update", "tasks/delete"):
+            mine = await bob.request(method, {"taskId": native})
+            unknown = await bob.request(method, {"taskId": "native-999"})
+            assert same_but_id(mine, unknown, native, "native-999"), (method, mine.raw)
+            assert mine.message["error"]["code"] == -32601
+
+
+async def test_a_subscribe_the_server_refused_holds_nothing(base, http) -> None:
+    """Before: Bob's subscribe that the server refused counted as held, so Alice's was
+    answered by the gateway and the server never watched the resource for her."""
+    alice = await session(http, base + "/c", "alice", {})
+    bob = await session(http, base + "/c", "bob", {})
+    refused = await bob.request("resources/subscribe", {"uri": "test://b", "_meta": 5})
+    assert "error" in refused.message
+    assert (await alice.request("resources/subscribe", {"uri": "test://b"})).status == 200
+    held = await alice.call("subscribed")
+    assert "test://b" in held.message["result"]["content"][0]["text"]
+
+
+async def test_a_notification_sent_as_a_request_is_refused(base, http) -> None:
+    """Before: it went upstream as a request, where a server dispatching on the name would
+    cancel whatever request id Bob guessed."""
+    bob = await session(http, base + "/a", "bob", {})
+    reply = await bob.send({"jsonrpc": "2.0", "id": 9, "method": "notifications/cancelled",
+                            "params": {"requestId": 1}})
+    assert reply.status == 400 and reply.message["error"]["code"] == -32600

@@ -17,10 +17,12 @@ BASIC_SILENT_INIT=1 never answers initialize; BASIC_ROOTS_AT_START=1 asks for ro
 initialized, as server-everything does (the tool "startup" tells what it was answered);
 BASIC_TASKS=1 runs task-augmented calls of "sleep" and "ask" as tasks of its own
 (2025-11-25 core tasks: tasks/get, result, list and cancel, every task for every client,
-as a server with one client, the gateway, sees it).
+as a server with one client, the gateway, sees it), whose requests carry the related-task
+_meta, unless BASIC_TASK_META=0 (a server that forgets it).
 """
 
 import asyncio
+import contextvars
 import json
 import os
 import sys
@@ -42,6 +44,8 @@ startup: list = []  # the answer to the roots/list asked at start (BASIC_ROOTS_A
 rendering: list = []  # texts of render calls, as they arrived
 busy = False  # a render runs
 TASKS = bool(os.environ.get("BASIC_TASKS"))
+LABELS = os.environ.get("BASIC_TASK_META") != "0"
+running_task: contextvars.ContextVar = contextvars.ContextVar("task", default=None)
 own_tasks: dict = {}  # task id -> [task record, asyncio task of its call]
 
 
@@ -60,6 +64,10 @@ async def ask(method: str, params: dict) -> dict:
     rid = f"s{next_id}"
     fut = asyncio.get_running_loop().create_future()
     pending[rid] = fut
+    task_id = running_task.get()
+    if task_id is not None and LABELS:  # spec: requests about a task say so
+        params = {**params, "_meta": {"io.modelcontextprotocol/related-task": {
+            "taskId": task_id}}}
     send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
     return await fut
 
@@ -181,6 +189,7 @@ def start_task(params: dict) -> dict:
               "lastUpdatedAt": "2026-11-25T00:00:00Z", "ttl": 60000, "pollInterval": 50}
 
     async def run() -> dict:
+        running_task.set(task_id)
         result = await call_tool(params)
         record["status"] = "completed"
         return result
@@ -223,6 +232,8 @@ async def handle(msg: dict) -> None:
         elif method == "ping" or method == "logging/setLevel":
             result = {}
         elif method in ("resources/subscribe", "resources/unsubscribe"):
+            if not isinstance(params.get("_meta", {}), dict):  # as an SDK's validation would
+                raise ValueError("invalid params: _meta must be an object")
             (subscribed.add if method.endswith("/subscribe") else subscribed.discard)(
                 params.get("uri"))
             result = {}

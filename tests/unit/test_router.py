@@ -72,9 +72,22 @@ def test_legacy_keeps_each_sessions_log_level_where_the_upstream_logs() -> None:
 
 
 def test_legacy_tasks_requests_need_a_session_that_negotiated_tasks() -> None:
-    for method in ("tasks/get", "tasks/list", "tasks/result", "tasks/cancel"):
+    for method in ("tasks/get", "tasks/list", "tasks/result", "tasks/cancel", "tasks/update",
+                   "tasks/delete"):
         refused = legacy(method, {"taskId": "up-1"}, core_tasks=False, native=("up-1",))
         assert refused.kind is Kind.REFUSE and isinstance(refused.error, errors.MethodNotFound)
+
+
+def test_other_tasks_methods_reach_the_upstream_for_the_callers_own_task_only() -> None:
+    """The upstream serves any client's tasks (it sees one, the gateway)."""
+    assert legacy("tasks/delete", {"taskId": "up-1"}, native=("up-1",)).kind is Kind.PASS
+    for params in ({"taskId": "up-2"}, {}, None):
+        refused = legacy("tasks/update", params, native=("up-1",))
+        assert refused.kind is Kind.REFUSE and isinstance(refused.error, errors.MethodNotFound)
+    assert modern("tasks/delete", {"taskId": "t"}, modern_upstream=True, theirs=True).kind \
+        is Kind.PASS
+    assert modern("tasks/delete", {"taskId": "t"}, modern_upstream=True).kind is Kind.REFUSE
+    assert modern("tasks/delete", {"taskId": "t"}, theirs=True).kind is Kind.REFUSE
 
 
 def test_legacy_counts_subscriptions_with_a_uri() -> None:

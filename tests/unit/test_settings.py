@@ -21,7 +21,7 @@ def build(*argv: str):
 
 
 def test_every_example_config_is_valid(monkeypatch) -> None:
-    monkeypatch.setenv("GATEWAY_TOKEN", "t")
+    monkeypatch.setenv("GATEWAY_TOKEN", "t" * 32)
     monkeypatch.setenv("API_KEY", "k")
     monkeypatch.setenv("REMOTE_TOKEN", "r")
     monkeypatch.setenv("OAUTH_ISSUER", "https://idp.example.com")
@@ -175,7 +175,7 @@ def test_start_without_upstream_is_a_clear_error() -> None:
 @pytest.mark.parametrize(("host", "auth", "allowed", "ok"), [
     ("0.0.0.0", [], False, False),
     ("10.1.2.3", [""], False, False),  # an empty token is no token
-    ("0.0.0.0", ["s3cret"], False, True),
+    ("0.0.0.0", ["s" * 32], False, True),
     ("0.0.0.0", [], True, True),
     ("127.0.0.1", [], False, True),
     ("localhost", [], False, True),
@@ -213,7 +213,7 @@ def test_every_shipped_config_passes_check_config_as_shipped(path, monkeypatch, 
 def test_deploy_takes_ports_ids_secret_and_token_from_the_environment(monkeypatch) -> None:
     """Issue 21: no port is hard-wired in deploy/ (replica.url follows GATEWAY_PORT), and
     the command line has flags for the replica id, its address and the token."""
-    monkeypatch.setenv("GATEWAY_TOKEN", "t0k")
+    monkeypatch.setenv("GATEWAY_TOKEN", "t0k" * 11)
     monkeypatch.setenv("GATEWAY_SECRET", "s" * 32)
     monkeypatch.setenv("HOSTNAME", "gateway-2")
     monkeypatch.setenv("GATEWAY_PORT", "9090")
@@ -221,16 +221,17 @@ def test_deploy_takes_ports_ids_secret_and_token_from_the_environment(monkeypatc
         s = load(ROOT / "deploy" / name)
         assert (s.listen.port, s.replica.id, s.replica_url) == (
             9090, "gateway-2", "http://gateway-2:9090")
-        assert s.auth.bearer_tokens == ["t0k"]
+        assert s.auth.bearer_tokens == ["t0k" * 11]
     for name in ("compose.yaml", "compose.sentinel.yaml"):
         text = (ROOT / "deploy" / name).read_text()
         assert ":8080" not in text.replace("${PORT:-8080}", "").replace(
             "${GATEWAY_PORT:-8080}", ""), name
     flags = build("--store-url", "redis://s:6379/0", "--replica-id", "r7", "--replica-url",
-                  "http://r7:9000", "--token", "a", "--token", "b", "--host", "0.0.0.0",
+                  "http://r7:9000", "--token", "a" * 32, "--token", "b" * 32, "--host", "0.0.0.0",
                   "--", "x")
     assert (flags.replica.id, flags.replica_url) == ("r7", "http://r7:9000")
-    assert flags.auth.bearer_tokens == ["a", "b"] and flags.store.url == "redis://s:6379/0"
+    assert flags.auth.bearer_tokens == ["a" * 32, "b" * 32]
+    assert flags.store.url == "redis://s:6379/0"
 
 
 def test_the_compose_files_are_consistent() -> None:

@@ -24,7 +24,7 @@ NAME = "core"
 VERSION = "2025-11-25"  # the only revision with core tasks (the extension replaces them)
 RESULT = "tasks/result"
 METHODS = frozenset({"tasks/get", "tasks/list", "tasks/cancel", RESULT})
-RELATED_TASK = "io.modelcontextprotocol/related-task"
+RELATED_TASK = mcp.RELATED_TASK
 IMMEDIATE_RESPONSE = "io.modelcontextprotocol/model-immediate-response"
 STATUS_NOTIFICATION = "notifications/tasks/status"
 # spec (Capabilities, Server Capabilities): what the gateway serves for every upstream.

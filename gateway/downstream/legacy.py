@@ -52,7 +52,7 @@ class LegacyEra:
         self.inflight = inflight
         self.sessions = sessions
         self.flow = sse.Flow.of(conf)
-        self.tasks = CoreTasks(backend, engine, policies, self.flow)
+        self.tasks = CoreTasks(backend, engine, policies, self.flow, inflight)
         self.replay = (conf.limits.replay_events, conf.limits.replay_bytes)
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None

@@ -77,7 +77,8 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters, queues)
-        sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
+        sessions = SessionStore(limits.max_sessions, limits.session_idle_ms / 1000,
+                                limits.max_sessions_per_principal)
         exchanger = auth.exchanger(up.token_exchange)
         era = LegacyEra(backend, sessions, conf, engine, policies, inflight, exchanger)
         modern = ModernEra(backend, conf, sealer, engine, policies, inflight, exchanger)

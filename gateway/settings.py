@@ -185,7 +185,9 @@ class Limits(_Model):
 
     max_tasks: int = Field(10_000, ge=1,
         description="tasks kept at once, running and finished, all owners")
-    max_tasks_per_owner: int = Field(100, ge=1, description="tasks kept at once for one owner")
+    max_tasks_per_owner: int = Field(100, ge=1,
+        description=("tasks kept at once for one principal (all its legacy sessions "
+                     "together)"))
     max_result_bytes: int = Field(10 * 1024 * 1024, ge=1,
         description="a bigger result fails its task")
     max_stored_bytes: int = Field(256 * 1024 * 1024, ge=1,
@@ -195,7 +197,11 @@ class Limits(_Model):
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024,
         description="one upstream line; a bigger one restarts that server")
     max_sessions: int = Field(1000, ge=1,
-        description="legacy sessions at once; the least recently used idle one makes room")
+        description=("legacy sessions at once per upstream; the newcomer's principal's least "
+                     "recently used idle one makes room, else it is refused"))
+    max_sessions_per_principal: int = Field(100, ge=1,
+        description=("legacy sessions at once per upstream for one principal; its least "
+                     "recently used idle one makes room, else it is refused"))
     session_idle_ms: int = Field(3_600_000, ge=1000,
         description="a legacy session idle this long ends")
     replay_events: int = Field(256, ge=0, description="SSE events kept per stream for resume")

@@ -81,9 +81,11 @@ class LegacyEra:
                           principal=principal_of(request).owner)
         try:
             evicted = self.sessions.add(session)
-        except OverflowError:
-            return json_response(jsonrpc.error(msg["id"], jsonrpc.INTERNAL_ERROR,
-                                               "too many sessions; try again later"), 503)
+        except errors.TooManySessions as exc:
+            self.backend.counters["rejections.sessions"] += 1
+            log.warning("session.refused", principal=session.principal[:12],
+                        reason=exc.message, upstream=self.backend.name)
+            return json_response(exc.to_message(msg["id"]), exc.http_status)
         if evicted is not None:
             await self.end(evicted, "evicted")
         try:

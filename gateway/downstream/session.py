@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +20,7 @@ from cachetools import LRUCache
 from gateway.auth.principal import digest
 from gateway.downstream.exchange import Exchange
 from gateway.downstream.sse import REPLAY_BYTES, Stream
+from gateway.errors import TooManySessions
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import core
@@ -164,12 +165,21 @@ class SessionTask:
 
 
 class SessionStore:
-    """Live sessions, bounded by count and idle time."""
+    """Live sessions, bounded by count (in all, and per principal) and by idle time.
 
-    def __init__(self, max_sessions: int, idle_s: float) -> None:
+    At a bound the newcomer's own principal makes room: its least recently used idle session
+    (no call in flight, no running task) ends; when it has none, the newcomer is refused.
+    Another principal's session is never ended for it, nor a session whose work runs
+    (issue 29: quotas and bounds belong to the principal).
+    """
+
+    def __init__(self, max_sessions: int, idle_s: float, per_principal: int | None = None
+                 ) -> None:
         self.max_sessions = max_sessions
+        self.per_principal = per_principal or max_sessions
         self.idle_s = idle_s
         self._by_id: OrderedDict[str, Session] = OrderedDict()
+        self._held: Counter[str] = Counter()  # sessions per principal
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -182,27 +192,51 @@ class SessionStore:
         return session
 
     def add(self, session: Session) -> Session | None:
-        """Store `session`; returns a session evicted to make room (the least recently used
-        one with nothing in flight), or raises OverflowError when every session is busy."""
+        """Store `session`; returns a session of its principal evicted to make room, or
+        raises TooManySessions."""
+        principal = session.principal
+        over = self._held[principal] >= self.per_principal
         evicted = None
-        if len(self._by_id) >= self.max_sessions:
-            evicted = next((s for s in self._by_id.values() if not s.calls), None)
+        if over or len(self._by_id) >= self.max_sessions:
+            evicted = next((s for s in self._by_id.values()
+                            if s.principal == principal and _idle(s)), None)
             if evicted is None:
-                raise OverflowError("too many sessions")
-            self._by_id.pop(evicted.id)
+                raise _refusal(over, self.per_principal, self.max_sessions)
+            self.pop(evicted.id)
         self._by_id[session.id] = session
+        self._held[principal] += 1
         return evicted
 
     def pop(self, sid: str) -> Session | None:
-        return self._by_id.pop(sid, None)
+        session = self._by_id.pop(sid, None)
+        if session is not None:
+            self._held[session.principal] -= 1
+            if self._held[session.principal] <= 0:
+                del self._held[session.principal]
+        return session
 
     def expired(self) -> list[Session]:
-        """Remove and return the sessions idle for longer than the limit."""
+        """Remove and return the sessions idle for longer than the limit (a session whose
+        call or task still runs is not idle)."""
         cutoff = time.monotonic() - self.idle_s
-        old = [s for s in self._by_id.values() if s.last_seen < cutoff and not s.calls]
+        old = [s for s in self._by_id.values() if s.last_seen < cutoff and _idle(s)]
         for s in old:
-            self._by_id.pop(s.id)
+            self.pop(s.id)
         return old
 
     def all(self) -> list[Session]:
         return list(self._by_id.values())
+
+
+def _idle(session: Session) -> bool:
+    """Nothing of its client's runs: ending it cancels no work."""
+    return not session.calls and not session.tasks
+
+
+def _refusal(over: bool, per_principal: int, max_sessions: int) -> TooManySessions:
+    if over:
+        return TooManySessions(
+            f"Too many sessions for this client: at most {per_principal} at once, none idle; "
+            "end one (DELETE) or try again later", {"maxSessions": per_principal})
+    return TooManySessions("Too many sessions: the gateway holds its maximum and none of this "
+                           "client's is idle; try again later", {"maxSessions": max_sessions})

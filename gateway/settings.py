@@ -207,9 +207,16 @@ class Limits(_Model):
     replay_events: int = Field(256, ge=0, description="SSE events kept per stream for resume")
     replay_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="and bytes kept per stream")
     slow_reader_ms: int = Field(30_000, ge=100, description="a write waits this long at most")
-    max_parked: int = Field(1000, ge=1, description="calls waiting for a modern client's input")
+    max_parked: int = Field(1000, ge=1,
+        description="calls waiting for a modern client's input, per upstream")
+    max_parked_per_principal: int = Field(100, ge=1,
+        description=("of them for one principal; beyond it that principal's oldest is "
+                     "cancelled"))
     park_timeout_ms: int = Field(300_000, ge=100, description="then the parked call is cancelled")
-    max_listeners_per_owner: int = Field(16, ge=1, description="subscriptions/listen streams")
+    max_listeners_per_owner: int = Field(16, ge=1,
+        description="subscriptions/listen streams per principal")
+    max_listeners: int = Field(1000, ge=1,
+        description="subscriptions/listen streams per upstream, all principals")
     # Per owner (auth context or session), token buckets; a rate of 0 means no limit.
     task_requests_per_s: float = Field(200, ge=0,
         description="tasks/* requests a second, per owner (0: no limit)")

@@ -206,6 +206,11 @@ class Limits(_Model):
         description="a legacy session idle this long ends")
     replay_events: int = Field(256, ge=0, description="SSE events kept per stream for resume")
     replay_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="and bytes kept per stream")
+    replay_budget_bytes: int = Field(256 * 1024 * 1024, ge=1024,
+        description=("bytes kept for resume by every legacy session's streams together; "
+                     "over it, the oldest replay of the same principal goes first"))
+    replay_linger_ms: int = Field(60_000, ge=0,
+        description="an answered stream's events are kept this long for a resume, then dropped")
     slow_reader_ms: int = Field(30_000, ge=100, description="a write waits this long at most")
     max_parked: int = Field(1000, ge=1,
         description="calls waiting for a modern client's input, per upstream")

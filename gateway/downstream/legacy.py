@@ -78,7 +78,7 @@ class LegacyEra:
                                                "Invalid params: initialize needs params"))
         version = router.negotiate(params.get("protocolVersion"))
         session = Session(version, params.get("capabilities") or {}, *self.replay,
-                          principal=principal_of(request).owner)
+                          principal=principal_of(request).owner, budget=self.sessions.replay)
         try:
             evicted = self.sessions.add(session)
         except errors.TooManySessions as exc:

@@ -19,6 +19,7 @@ from cachetools import LRUCache
 
 from gateway.auth.principal import digest
 from gateway.downstream.exchange import Exchange
+from gateway.downstream.replay import ReplayBudget
 from gateway.downstream.sse import REPLAY_BYTES, Stream
 from gateway.errors import TooManySessions
 from gateway.protocol import jsonrpc, mcp
@@ -38,7 +39,8 @@ class Session:
     modern = False  # a modern-only upstream's input_required becomes server requests here
 
     def __init__(self, version: str, capabilities: dict[str, Any], replay: int,
-                 replay_bytes: int = REPLAY_BYTES, principal: str = "anonymous") -> None:
+                 replay_bytes: int = REPLAY_BYTES, principal: str = "anonymous",
+                 budget: ReplayBudget | None = None) -> None:
         # spec (Session Management): "globally unique and cryptographically secure", visible
         # ASCII only. 256 random bits, URL-safe base64.
         self.id = secrets.token_urlsafe(32)
@@ -58,8 +60,9 @@ class Session:
         self.native_tasks: LRUCache[str, bool] = LRUCache(MAX_NATIVE_TASKS)
         self.level: str | None = None  # logging/setLevel, kept for a modern-only upstream
         self.replay = (replay, replay_bytes)  # what each of its streams keeps
-        self.get_stream = Stream("0", *self.replay)
-        self.streams: LRUCache[str, Stream] = LRUCache(MAX_STREAMS)
+        self.budget = budget  # what all sessions' streams keep together
+        self.get_stream = self._counted(Stream("0", *self.replay))
+        self.streams: OrderedDict[str, Stream] = OrderedDict()  # least recently used first
         self._stream_no = 0
         self.last_seen = time.monotonic()
         self.closed = False
@@ -83,17 +86,33 @@ class Session:
     # -- streams ---------------------------------------------------------------------------
     def new_stream(self) -> Stream:
         self._stream_no += 1
-        stream = Stream(str(self._stream_no), *self.replay)
+        stream = self._counted(Stream(str(self._stream_no), *self.replay))
         self.streams[stream.key] = stream
+        while len(self.streams) > MAX_STREAMS:  # the least recently used can resume no more
+            _, old = self.streams.popitem(last=False)
+            if self.budget is not None:
+                self.budget.forget(old)
+        return stream
+
+    def _counted(self, stream: Stream) -> Stream:
+        if self.budget is not None:
+            self.budget.enter(stream, self.principal)
         return stream
 
     def find_stream(self, key: str) -> Stream | None:
-        return self.get_stream if key == self.get_stream.key else self.streams.get(key)
+        if key == self.get_stream.key:
+            return self.get_stream
+        stream = self.streams.get(key)
+        if stream is not None:
+            self.streams.move_to_end(key)
+        return stream
 
     def close_streams(self) -> None:
-        self.get_stream.close()
-        for stream in self.streams.values():
+        """The session ended: its streams end, and their bytes leave the replay budget."""
+        for stream in (self.get_stream, *self.streams.values()):
             stream.close()
+            if self.budget is not None:
+                self.budget.forget(stream)
 
 
 class SessionExchange(Exchange):
@@ -173,8 +192,9 @@ class SessionStore:
     (issue 29: quotas and bounds belong to the principal).
     """
 
-    def __init__(self, max_sessions: int, idle_s: float, per_principal: int | None = None
-                 ) -> None:
+    def __init__(self, max_sessions: int, idle_s: float, per_principal: int | None = None,
+                 replay: ReplayBudget | None = None) -> None:
+        self.replay = replay  # the bytes its sessions' streams keep, shared with others
         self.max_sessions = max_sessions
         self.per_principal = per_principal or max_sessions
         self.idle_s = idle_s

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from mcp_http import McpHttp
+from mcp_http import McpHttp, read
 from test_core_tasks import as_task, request, wait_for
 from test_modern import ask_round, modern, retry
 
@@ -173,3 +173,52 @@ async def test_listen_streams_are_bounded_in_all(gateway, https) -> None:
     finally:
         for r in responses:
             r.close()
+
+
+SSE_ONLY = "text/event-stream"
+
+
+async def streamed(c: McpHttp, name: str, arguments: dict[str, Any]) -> str:
+    """A call answered on an SSE stream; the stream's key (its events resume as key-N)."""
+    reply = await c.send({"jsonrpc": "2.0", "id": next(c.ids), "method": "tools/call",
+                          "params": {"name": name, "arguments": arguments}}, Accept=SSE_ONLY)
+    assert reply.status == 200 and "result" in reply.message, reply.raw[:200]
+    return reply.event_ids[-1].rpartition("-")[0]
+
+
+async def resumed(c: McpHttp, key: str) -> list[dict[str, Any]]:
+    """What a client that lost stream `key` from its start gets back."""
+    headers = {**c.headers(Accept=SSE_ONLY), "Last-Event-ID": f"{key}-0"}
+    headers.pop("Content-Type")
+    async with c.http.get(c.url, headers=headers) as resp:
+        assert resp.status == 200
+        reply = await read(resp)
+    return reply.events
+
+
+async def test_bobs_flood_sheds_his_own_replay_before_alices(gateway, open_session) -> None:
+    url = await start(gateway, replay_budget_bytes=3_500_000)
+    alice = await open_session(url, "alice")
+    mine = await streamed(alice, "blob", {"bytes": 1_000_000})
+    bob = await open_session(url, "bob")
+    his = [await streamed(bob, "blob", {"bytes": 1_000_000}) for _ in range(5)]
+    replay = await resumed(alice, mine)  # Alice can still resume her answer
+    assert len(replay[0]["result"]["content"][0]["text"]) == 1_000_000
+    assert await resumed(bob, his[0]) == []  # Bob's oldest went to stay under the budget
+    assert len((await resumed(bob, his[-1]))[0]["result"]["content"][0]["text"]) == 1_000_000
+
+
+async def test_answered_replay_goes_after_its_linger_an_unread_answer_stays(
+        gateway, open_session) -> None:
+    url = await start(gateway, replay_linger_ms=200)
+    alice = await open_session(url, "alice")
+    answered = await streamed(alice, "blob", {"bytes": 100_000})
+    assert len(await resumed(alice, answered)) == 1  # within its linger: kept
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"ms": 300}}}
+    async with alice.http.post(url, json=body, headers=alice.headers(Accept=SSE_ONLY)):
+        pass  # the client drops off before the answer: it was never delivered
+    await asyncio.sleep(1.0)
+    assert await resumed(alice, answered) == []  # delivered long ago: the memory is back
+    unread = await resumed(alice, str(int(answered) + 1))  # the next stream: the dropped call
+    assert unread[-1]["result"]["content"][0]["text"] == "slept 300"

@@ -222,14 +222,16 @@ class Limits(_Model):
         description="subscriptions/listen streams per principal")
     max_listeners: int = Field(1000, ge=1,
         description="subscriptions/listen streams per upstream, all principals")
-    # Per owner (auth context or session), token buckets; a rate of 0 means no limit.
+    # Per principal (auth context: a legacy session's are its principal's, issue 29), token
+    # buckets; a rate of 0 means no limit. The `_per_owner` names stay for compatibility.
     task_requests_per_s: float = Field(200, ge=0,
-        description="tasks/* requests a second, per owner (0: no limit)")
+        description="tasks/* requests a second, per principal (0: no limit)")
     task_requests_burst: int = Field(400, ge=1, description="and in a burst")
     task_creations_per_s: float = Field(100, ge=0,
-        description="new tasks a second, per owner (0: no limit)")
+        description="new tasks a second, per principal (0: no limit)")
     task_creations_burst: int = Field(200, ge=1, description="and in a burst")
-    max_calls_per_owner: int = Field(256, ge=1, description="calls in flight per auth context")
+    max_calls_per_owner: int = Field(256, ge=1,
+        description="calls in flight per principal, a running task's call included")
 
 
 # Asymmetric signatures only: `none` is no signature, and an HS* key would be the issuer's

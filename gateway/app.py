@@ -76,7 +76,7 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
                         conf.replica_url or "")
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
-    replay = ReplayBudget(limits.replay_budget_bytes, limits.replay_linger_ms / 1000)
+    replay = _replay(limits)
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters, queues)
         sessions = _sessions(limits, replay)
@@ -100,6 +100,12 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
     return app
+
+
+def _replay(limits: Limits) -> ReplayBudget:
+    """What every upstream's legacy sessions keep for resumption, together."""
+    return ReplayBudget(limits.replay_budget_bytes, limits.replay_linger_ms / 1000,
+                        limits.replay_bytes_per_principal)
 
 
 def _sessions(limits: Limits, replay: ReplayBudget) -> SessionStore:

@@ -209,6 +209,8 @@ class Limits(_Model):
     replay_budget_bytes: int = Field(256 * 1024 * 1024, ge=1024,
         description=("bytes kept for resume by every legacy session's streams together; "
                      "over it, the oldest replay of the same principal goes first"))
+    replay_bytes_per_principal: int = Field(64 * 1024 * 1024, ge=1024,
+        description="of them for one principal's streams; over it, its own oldest replay goes")
     replay_linger_ms: int = Field(60_000, ge=0,
         description="an answered stream's events are kept this long for a resume, then dropped")
     slow_reader_ms: int = Field(30_000, ge=100, description="a write waits this long at most")

@@ -31,6 +31,20 @@ def test_over_the_budget_the_same_principals_oldest_replay_goes_first() -> None:
     assert budget.bytes == sum(s.bytes for s in (alice, *bobs))
 
 
+def test_a_principal_over_its_share_sheds_its_own_under_the_budget() -> None:
+    budget = ReplayBudget(limit=1 << 20, linger_s=60, per_principal=2000)
+    alice = stream(budget, "alice")
+    alice.push(KIB)
+    bobs = [stream(budget, "bob", str(n)) for n in range(3)]
+    for b in bobs:
+        b.push(KIB)
+    assert [len(b.buffer) for b in bobs] == [0, 1, 1] and len(alice.buffer) == 1
+    assert budget.bytes_of == {"alice": 1000, "bob": 2000} and budget.bytes == 3000
+    bobs[2].push(b"y" * 2500)  # more than his share alone: his newest stays, Alice's too
+    assert [len(b.buffer) for b in bobs] == [0, 0, 1] and len(alice.buffer) == 1
+    assert budget.bytes_of == {"alice": 1000, "bob": 2500}
+
+
 def test_the_pushing_streams_own_older_events_go_before_anothers() -> None:
     budget = ReplayBudget(limit=3000, linger_s=60)
     alice = stream(budget, "alice")

@@ -51,8 +51,13 @@ def error_of(msg: dict[str, Any]) -> str:
     return str(msg["error"]["message"])
 
 
-async def test_many_sessions_of_one_token_share_one_task_quota(gateway, open_session) -> None:
-    url = await start(gateway, max_tasks=6, max_tasks_per_owner=3)
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_many_sessions_of_one_token_share_one_task_quota(gateway, open_session, backend,
+                                                                request) -> None:
+    store = {"backend": "redis", "url": request.getfixturevalue("redis_server").url,
+             "key_prefix": request.getfixturevalue("key_prefix")} if backend == "redis" else {}
+    url = await gateway(tasks=POLICY, limits={"max_tasks": 6, "max_tasks_per_owner": 3},
+                        store=store, **TOKENS)
     alice = await open_session(url, "alice")
     running = (await as_task(alice, "sleep", {"ms": 3000}))["result"]["task"]
     outcomes = []

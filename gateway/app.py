@@ -23,6 +23,7 @@ from gateway.downstream.endpoint import Endpoint
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
+from gateway.downstream.replay import ReplayBudget
 from gateway.downstream.session import SessionStore
 from gateway.errors import StoreUnavailable
 from gateway.observability import configure_logging, log
@@ -30,7 +31,7 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracing
 from gateway.queues import Queues
 from gateway.ratelimit import Admission, InFlight, RateLimiter
-from gateway.settings import MIN_TOKEN_CHARS, Settings
+from gateway.settings import MIN_TOKEN_CHARS, Limits, Settings
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
 from gateway.tasks.policy import Policies
@@ -76,9 +77,10 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
                         conf.replica_url or "")
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
+    replay = _replay(limits)
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters, queues)
-        sessions = SessionStore(conf.limits.max_sessions, conf.limits.session_idle_ms / 1000)
+        sessions = _sessions(limits, replay)
         exchanger = auth.exchanger(up.token_exchange)
         era = LegacyEra(backend, sessions, conf, engine, policies, inflight, exchanger)
         modern = ModernEra(backend, conf, sealer, engine, policies, inflight, exchanger)
@@ -99,6 +101,19 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
     return app
+
+
+def _replay(limits: Limits) -> ReplayBudget:
+    """What every upstream's legacy sessions keep for resumption, together."""
+    return ReplayBudget(limits.replay_budget_bytes, limits.replay_linger_ms / 1000,
+                        limits.replay_bytes_per_principal)
+
+
+def _sessions(limits: Limits, replay: ReplayBudget) -> SessionStore:
+    """One upstream's legacy sessions, bounded per principal and in all; the replay budget
+    is shared by every upstream's."""
+    return SessionStore(limits.max_sessions, limits.session_idle_ms / 1000,
+                        limits.max_sessions_per_principal, replay)
 
 
 def _guarded_app(conf: Settings, counters: Counter[str]

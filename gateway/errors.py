@@ -22,6 +22,7 @@ the HTTP status that carries it.
     │   ├── UnsupportedModernVersion  -32022  400   protocol version we do not speak
     │   ├── TooManyListeners          -32600  429   listen streams over the per-owner bound
     │   └── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
+    ├── TooManySessions               -32603  503   no room for another legacy session
     ├── QueueFull                     -32000  503   a concurrency limit's queue is full
     │                                               (legacy sessions: 200; retryAfterMs)
     ├── UpstreamError                 -32603  200   the upstream failed this call (sent as a
@@ -179,6 +180,15 @@ class TooManyRequests(ProtocolError):
     def after(cls, what: str, per_s: float, wait_s: float) -> TooManyRequests:
         return cls(f"Too many {what}: at most {per_s:g} a second; slow down and retry",
                    {"retryAfterMs": max(1, round(wait_s * 1000))})
+
+
+class TooManySessions(GatewayError):
+    """No room for another legacy session: the caller's principal holds its share
+    (`max_sessions_per_principal`), or every session is taken (`max_sessions`), and none of
+    the principal's own is idle enough to make room (issue 29: never another's)."""
+
+    http_status = 503
+    reason = "sessions"
 
 
 class QueueFull(GatewayError):

@@ -204,7 +204,9 @@ class Limits(_Model):
 
     max_tasks: int = Field(10_000, ge=1,
         description="tasks kept at once, running and finished, all owners")
-    max_tasks_per_owner: int = Field(100, ge=1, description="tasks kept at once for one owner")
+    max_tasks_per_owner: int = Field(100, ge=1,
+        description=("tasks kept at once for one principal (all its legacy sessions "
+                     "together)"))
     max_result_bytes: int = Field(10 * 1024 * 1024, ge=1,
         description="a bigger result fails its task")
     max_stored_bytes: int = Field(256 * 1024 * 1024, ge=1,
@@ -214,23 +216,43 @@ class Limits(_Model):
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024,
         description="one upstream line; a bigger one restarts that server")
     max_sessions: int = Field(1000, ge=1,
-        description="legacy sessions at once; the least recently used idle one makes room")
+        description=("legacy sessions at once per upstream; the newcomer's principal's least "
+                     "recently used idle one makes room, else it is refused"))
+    max_sessions_per_principal: int = Field(100, ge=1,
+        description=("legacy sessions at once per upstream for one principal; its least "
+                     "recently used idle one makes room, else it is refused"))
     session_idle_ms: int = Field(3_600_000, ge=1000,
         description="a legacy session idle this long ends")
     replay_events: int = Field(256, ge=0, description="SSE events kept per stream for resume")
     replay_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="and bytes kept per stream")
+    replay_budget_bytes: int = Field(256 * 1024 * 1024, ge=1024,
+        description=("bytes kept for resume by every legacy session's streams together; "
+                     "over it, the oldest replay of the same principal goes first"))
+    replay_bytes_per_principal: int = Field(64 * 1024 * 1024, ge=1024,
+        description="of them for one principal's streams; over it, its own oldest replay goes")
+    replay_linger_ms: int = Field(60_000, ge=0,
+        description="an answered stream's events are kept this long for a resume, then dropped")
     slow_reader_ms: int = Field(30_000, ge=100, description="a write waits this long at most")
-    max_parked: int = Field(1000, ge=1, description="calls waiting for a modern client's input")
+    max_parked: int = Field(1000, ge=1,
+        description="calls waiting for a modern client's input, per upstream")
+    max_parked_per_principal: int = Field(100, ge=1,
+        description=("of them for one principal; beyond it that principal's oldest is "
+                     "cancelled"))
     park_timeout_ms: int = Field(300_000, ge=100, description="then the parked call is cancelled")
-    max_listeners_per_owner: int = Field(16, ge=1, description="subscriptions/listen streams")
-    # Per owner (auth context or session), token buckets; a rate of 0 means no limit.
+    max_listeners_per_owner: int = Field(16, ge=1,
+        description="subscriptions/listen streams per principal")
+    max_listeners: int = Field(1000, ge=1,
+        description="subscriptions/listen streams per upstream, all principals")
+    # Per principal (auth context: a legacy session's are its principal's, issue 29), token
+    # buckets; a rate of 0 means no limit. The `_per_owner` names stay for compatibility.
     task_requests_per_s: float = Field(200, ge=0,
-        description="tasks/* requests a second, per owner (0: no limit)")
+        description="tasks/* requests a second, per principal (0: no limit)")
     task_requests_burst: int = Field(400, ge=1, description="and in a burst")
     task_creations_per_s: float = Field(100, ge=0,
-        description="new tasks a second, per owner (0: no limit)")
+        description="new tasks a second, per principal (0: no limit)")
     task_creations_burst: int = Field(200, ge=1, description="and in a burst")
-    max_calls_per_owner: int = Field(256, ge=1, description="calls in flight per auth context")
+    max_calls_per_owner: int = Field(256, ge=1,
+        description="calls in flight per principal, a running task's call included")
 
 
 # Asymmetric signatures only: `none` is no signature, and an HS* key would be the issuer's

@@ -1,7 +1,10 @@
 """The 2025-11-25 core task dialect on legacy sessions: task-augmented `tools/call`, the
 `tasks/*` requests the gateway serves itself, and a task's traffic to its session.
 
-A running task is linked to the session that created it (its owner): the server's input
+A running task is linked to the session that created it (its owner, who alone sees it) and
+counted against that session's principal (issue 29: every bound is the principal's, so one
+token's many sessions share one `max_tasks_per_owner`, creation rate, tasks/* rate and
+`max_calls_per_owner`: a task's call is in flight until it ends). The server's input
 requests reach the client with related-task `_meta` on an open tasks/result stream, else on
 the GET stream (held until one opens); progress keeps the client's token until the task ends;
 each status change is pushed as notifications/tasks/status on the GET stream.
@@ -10,7 +13,7 @@ spec: tasks-2025-11-25.md. Wire shapes live in tasks/dialects/core.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -22,6 +25,7 @@ from gateway.downstream.session import Session, SessionExchange, SessionTask
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.ratelimit import InFlight
 from gateway.router import Decision
 from gateway.tasks.dialects import Lacking, core, handlers, task_id_of, unscoped
 from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_progress
@@ -36,11 +40,12 @@ class CoreTasks:
     """Serves core tasks for one upstream's legacy sessions."""
 
     def __init__(self, backend: Backend, engine: TaskEngine, policies: Policies,
-                 flow: sse.Flow) -> None:
+                 flow: sse.Flow, inflight: InFlight) -> None:
         self.backend = backend
         self.engine = engine
         self.policies = policies
         self.flow = flow
+        self.inflight = inflight
 
     def policy(self, tool: Any) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
@@ -72,7 +77,38 @@ class CoreTasks:
         assert policy is not None
         tool = str(params.get("name") or "")
         core.strip_task(params)  # the upstream serves a plain call (it may know no tasks)
-        relay_progress = not watch_progress(params)
+        intent = Intent(session.owner, tool, core.NAME, self.backend.name, policy, decision.ttl,
+                        quota=session.principal)
+        try:
+            self.inflight.take(session.principal)  # a task's call is a call in flight
+        except errors.TooManyRequests as exc:  # a JSON-RPC error: HTTP 200, as a server's
+            return json_response(exc.to_message(client_id))
+        handed: list[Handover] = []  # the slot goes with the task once its call is handed
+        try:
+            task = await self.engine.adopt(intent, self._attacher(session, msg, headers,
+                                                                  policy, handed))
+        except StoreFull as exc:
+            self.backend.counters["rejections.store_full"] += 1
+            log.warning("task.store_full", tool=tool, reason=str(exc),
+                        upstream=self.backend.name)
+            return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
+                                               f"Cannot create task: {exc}"))
+        except (errors.TooManyRequests, errors.StoreUnavailable,  # HTTP 200: a JSON-RPC
+                errors.UpstreamError, errors.QueueFull) as exc:  # error, as a server's
+            return json_response(exc.to_message(client_id))
+        finally:
+            if not handed:
+                self.inflight.release(session.principal)
+        assert task is not None  # attach always hands a call over
+        return json_response(jsonrpc.result(client_id,
+                                            core.created(task, policy.immediate_response)))
+
+    def _attacher(self, session: Session, msg: Message, headers: dict[str, str] | None,
+                  policy: Policy, handed: list[Handover]
+                  ) -> Callable[[Task], Awaitable[Handover]]:
+        """How the new task takes its call over: opened upstream, tied to the session, and
+        holding its principal's call slot until the task ends."""
+        relay_progress = not watch_progress(msg["params"])
         assert session.conn is not None
         home = session.conn
 
@@ -83,24 +119,14 @@ class CoreTasks:
             call = conn.request(msg, session, IGNORE, headers, ticket=ticket)
             bound = SessionTask(self.engine, session, task, relay_progress)
             session.tasks[task.id] = bound
+
+            def done() -> None:
+                self.backend.done(home, conn)
+                self.inflight.release(session.principal)
             self.engine.watch(task.id, bound.changed)
-            return Handover(call, done=lambda: self.backend.done(home, conn), relay=bound.relay,
-                            fail_on_is_error=True)
-        intent = Intent(session.owner, tool, core.NAME, self.backend.name, policy, decision.ttl)
-        try:
-            task = await self.engine.adopt(intent, attach)
-        except StoreFull as exc:
-            self.backend.counters["rejections.store_full"] += 1
-            log.warning("task.store_full", tool=tool, reason=str(exc),
-                        upstream=self.backend.name)
-            return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
-                                               f"Cannot create task: {exc}"))
-        except (errors.TooManyRequests, errors.StoreUnavailable,  # HTTP 200: a JSON-RPC
-                errors.UpstreamError, errors.QueueFull) as exc:  # error, as a server's
-            return json_response(exc.to_message(client_id))
-        assert task is not None  # attach always hands a call over
-        return json_response(jsonrpc.result(client_id,
-                                            core.created(task, policy.immediate_response)))
+            handed.append(Handover(call, done=done, relay=bound.relay, fail_on_is_error=True))
+            return handed[-1]
+        return attach
 
     # -- tasks/* -----------------------------------------------------------------------------
     async def serve(self, request: web.Request, session: Session, msg: Message
@@ -110,7 +136,7 @@ class CoreTasks:
         method, params = msg["method"], msg.get("params") or {}
         lacking = scopes_checked(request, msg, self.policy) or unscoped
         try:
-            self.engine.admit(session.owner)
+            self.engine.admit(session.principal)  # the principal's rate, over its sessions
             if method == core.RESULT:
                 return await self.result(request, session, msg, params, lacking)
             return json_response(jsonrpc.result(msg["id"], await handlers.CORE[method](

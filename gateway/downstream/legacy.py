@@ -52,7 +52,7 @@ class LegacyEra:
         self.inflight = inflight
         self.sessions = sessions
         self.flow = sse.Flow.of(conf)
-        self.tasks = CoreTasks(backend, engine, policies, self.flow)
+        self.tasks = CoreTasks(backend, engine, policies, self.flow, inflight)
         self.replay = (conf.limits.replay_events, conf.limits.replay_bytes)
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
@@ -78,12 +78,14 @@ class LegacyEra:
                                                "Invalid params: initialize needs params"))
         version = router.negotiate(params.get("protocolVersion"))
         session = Session(version, params.get("capabilities") or {}, *self.replay,
-                          principal=principal_of(request).owner)
+                          principal=principal_of(request).owner, budget=self.sessions.replay)
         try:
             evicted = self.sessions.add(session)
-        except OverflowError:
-            return json_response(jsonrpc.error(msg["id"], jsonrpc.INTERNAL_ERROR,
-                                               "too many sessions; try again later"), 503)
+        except errors.TooManySessions as exc:
+            self.backend.counters["rejections.sessions"] += 1
+            log.warning("session.refused", principal=session.principal[:12],
+                        reason=exc.message, upstream=self.backend.name)
+            return json_response(exc.to_message(msg["id"]), exc.http_status)
         if evicted is not None:
             await self.end(evicted, "evicted")
         try:

@@ -3,7 +3,8 @@ the change notifications a modern client asked for, each tagged with its subscri
 
 A listener watches one upstream connection for broadcasts (list changes, resource updates)
 and keeps the resource subscriptions it asked for held upstream, counted with everyone
-else's. Listeners are bounded per auth context.
+else's. Listeners are bounded per principal (auth context) and in all; at either bound the
+newcomer is refused (429), and no listener of another principal is ended for it.
 """
 
 from __future__ import annotations
@@ -84,8 +85,10 @@ class Listener:
 
 
 class Listeners:
-    def __init__(self, max_per_owner: int, flow: sse.Flow) -> None:
+    def __init__(self, max_per_owner: int, flow: sse.Flow, max_listeners: int | None = None
+                 ) -> None:
         self.max_per_owner = max_per_owner
+        self.max_listeners = max_listeners or max_per_owner
         self.flow = flow
         self.per_owner: Counter[str] = Counter()
         self.live: set[Listener] = set()
@@ -99,6 +102,10 @@ class Listeners:
         if self.per_owner[principal] >= self.max_per_owner:
             raise errors.TooManyListeners(
                 f"Too many listen streams: at most {self.max_per_owner} per client")
+        if len(self.live) >= self.max_listeners:
+            raise errors.TooManyListeners(
+                f"Too many listen streams: the gateway holds its maximum of "
+                f"{self.max_listeners}; retry later")
         honoured = _honoured(wanted, (conn.init_result or {}).get("capabilities", {}))
         task_ids = await self._task_ids(wanted, caller, engine)
         if task_ids is not None:

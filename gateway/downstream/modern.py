@@ -151,7 +151,7 @@ class ModernExchange(Exchange):
         self.inputs.clear()
         parked.done, self.done = self.done, None  # the call is not over: keep its process
         parked.policy, parked.own_progress = self.policy, self.own_progress
-        self.answer(self.era.input_required(parked, self.call.client_id))
+        self.era.input_required(self, parked, self.call.client_id)
 
     async def handover(self, task: Task) -> Handover | None:
         """This call, for its new task; None if it answered while the store wrote."""
@@ -210,8 +210,10 @@ class ModernEra:
         self.replica_url = conf.replica_url or ""  # sealed into requestState: see handoff.py
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
-        self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000)
-        self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.flow)
+        self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000,
+                                  conf.limits.max_parked_per_principal)
+        self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.flow,
+                                   conf.limits.max_listeners)
         self._jobs: set[asyncio.Task[None]] = set()  # tasks being made after a budget ran out
 
     @property
@@ -368,18 +370,30 @@ class ModernEra:
             ex.call = None
 
     # -- MRTR --------------------------------------------------------------------------------
-    def input_required(self, parked: Parked, client_id: Any) -> Message:
-        """Park `parked` for one more round; the InputRequiredResult that says so."""
+    def input_required(self, ex: ModernExchange, parked: Parked, client_id: Any) -> None:
+        """Park `parked` for one more round and answer `ex` with the InputRequiredResult
+        that says so; or, its principal having no parked call to give way (the gateway's
+        bound is others'), cancel the call and answer 429."""
         parked.round += 1
-        self.parked.park(parked)
+        try:
+            self.parked.park(parked)
+        except errors.TooManyRequests as exc:
+            self.backend.counters["rejections.parked"] += 1
+            log.warning("mrtr.refused", upstream=self.backend.name, reason=exc.message)
+            parked.conn.cancel(parked.call, "too many calls waiting for input")
+            done, parked.done = parked.done, None
+            if done is not None:
+                done()
+            ex.answer(exc.to_message(client_id), exc.http_status)
+            return
         # The replica's address travels sealed with the state: a retry reaching another
         # replica is handed here without asking the store (which may be away meanwhile).
         state = self.sealer.seal(p=parked.id, r=parked.round, o=parked.owner,
                                  m=parked.method, d=parked.digest, x=self.engine.replica,
                                  u=self.replica_url)
-        return jsonrpc.result(client_id, {"resultType": "input_required",
-                                          "inputRequests": parked.requests(),
-                                          "requestState": state})
+        ex.answer(jsonrpc.result(client_id, {"resultType": "input_required",
+                                             "inputRequests": parked.requests(),
+                                             "requestState": state}))
 
     async def resume(self, request: web.Request, msg: Message, caller: Caller
                      ) -> web.StreamResponse:
@@ -417,7 +431,7 @@ class ModernEra:
             ex.on_response({**parked.response, "id": msg["id"]})
         elif parked.inputs:  # answers missing: ask again for what is left (spec MRTR)
             ex.done = None
-            ex.answer(self.input_required(parked, msg["id"]))
+            self.input_required(ex, parked, msg["id"])
         else:
             call.sink = ex
             ex.start_budget()  # MRTR first, then the call may still become a task

@@ -24,7 +24,7 @@ import hmac
 import itertools
 import secrets
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -145,20 +145,36 @@ class Parked:
 
 
 class ParkedCalls:
-    """Parked calls by id: bounded in number and time; a dropped one is cancelled upstream."""
+    """Parked calls by id: bounded in number (in all, and per principal) and in time; a
+    dropped one is cancelled upstream.
 
-    def __init__(self, max_parked: int, timeout_s: float) -> None:
+    At a bound only the newcomer's own principal gives way (issue 29): its oldest parked
+    call is dropped, or, holding none while others fill the gateway's bound, it is refused.
+    """
+
+    def __init__(self, max_parked: int, timeout_s: float, per_principal: int | None = None
+                 ) -> None:
         self.max_parked = max_parked
+        self.per_principal = per_principal or max_parked
         self.timeout_s = timeout_s
         self._by_id: OrderedDict[str, Parked] = OrderedDict()
+        self._held: Counter[str] = Counter()  # parked calls per principal
 
     def __len__(self) -> int:
         return len(self._by_id)
 
     def park(self, parked: Parked) -> None:
-        while len(self._by_id) >= self.max_parked:
-            self.drop(next(iter(self._by_id)), "too many calls waiting for input")
+        """Park `parked`; TooManyRequests when its principal has nothing to give way."""
+        owner = parked.owner
+        while self._held[owner] >= self.per_principal or len(self._by_id) >= self.max_parked:
+            oldest = next((p for p in self._by_id.values() if p.owner == owner), None)
+            if oldest is None:
+                raise errors.TooManyRequests(
+                    "Too many calls waiting for input: the gateway holds its maximum; answer "
+                    "or abandon one, or retry later", {"maxParked": self.max_parked})
+            self.drop(oldest.id, "too many calls of this client waiting for input")
         self._by_id[parked.id] = parked
+        self._held[owner] += 1
         parked.call.sink = parked
         parked.call.waiting = True
         parked.timer = asyncio.get_running_loop().call_later(
@@ -171,6 +187,9 @@ class ParkedCalls:
         """Remove and return a parked call for resuming."""
         parked = self._by_id.pop(parked_id, None)
         if parked is not None:
+            self._held[parked.owner] -= 1
+            if self._held[parked.owner] <= 0:
+                del self._held[parked.owner]
             parked.call.waiting = False
             if parked.timer is not None:
                 parked.timer.cancel()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +19,9 @@ from cachetools import LRUCache
 
 from gateway.auth.principal import digest
 from gateway.downstream.exchange import Exchange
+from gateway.downstream.replay import ReplayBudget
 from gateway.downstream.sse import REPLAY_BYTES, Stream
+from gateway.errors import TooManySessions
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import core
@@ -37,7 +39,8 @@ class Session:
     modern = False  # a modern-only upstream's input_required becomes server requests here
 
     def __init__(self, version: str, capabilities: dict[str, Any], replay: int,
-                 replay_bytes: int = REPLAY_BYTES, principal: str = "anonymous") -> None:
+                 replay_bytes: int = REPLAY_BYTES, principal: str = "anonymous",
+                 budget: ReplayBudget | None = None) -> None:
         # spec (Session Management): "globally unique and cryptographically secure", visible
         # ASCII only. 256 random bits, URL-safe base64.
         self.id = secrets.token_urlsafe(32)
@@ -57,8 +60,9 @@ class Session:
         self.native_tasks: LRUCache[str, bool] = LRUCache(MAX_NATIVE_TASKS)
         self.level: str | None = None  # logging/setLevel, kept for a modern-only upstream
         self.replay = (replay, replay_bytes)  # what each of its streams keeps
-        self.get_stream = Stream("0", *self.replay)
-        self.streams: LRUCache[str, Stream] = LRUCache(MAX_STREAMS)
+        self.budget = budget  # what all sessions' streams keep together
+        self.get_stream = self._counted(Stream("0", *self.replay))
+        self.streams: OrderedDict[str, Stream] = OrderedDict()  # least recently used first
         self._stream_no = 0
         self.last_seen = time.monotonic()
         self.closed = False
@@ -82,17 +86,33 @@ class Session:
     # -- streams ---------------------------------------------------------------------------
     def new_stream(self) -> Stream:
         self._stream_no += 1
-        stream = Stream(str(self._stream_no), *self.replay)
+        stream = self._counted(Stream(str(self._stream_no), *self.replay))
         self.streams[stream.key] = stream
+        while len(self.streams) > MAX_STREAMS:  # the least recently used can resume no more
+            _, old = self.streams.popitem(last=False)
+            if self.budget is not None:
+                self.budget.forget(old)
+        return stream
+
+    def _counted(self, stream: Stream) -> Stream:
+        if self.budget is not None:
+            self.budget.enter(stream, self.principal)
         return stream
 
     def find_stream(self, key: str) -> Stream | None:
-        return self.get_stream if key == self.get_stream.key else self.streams.get(key)
+        if key == self.get_stream.key:
+            return self.get_stream
+        stream = self.streams.get(key)
+        if stream is not None:
+            self.streams.move_to_end(key)
+        return stream
 
     def close_streams(self) -> None:
-        self.get_stream.close()
-        for stream in self.streams.values():
+        """The session ended: its streams end, and their bytes leave the replay budget."""
+        for stream in (self.get_stream, *self.streams.values()):
             stream.close()
+            if self.budget is not None:
+                self.budget.forget(stream)
 
 
 class SessionExchange(Exchange):
@@ -164,12 +184,22 @@ class SessionTask:
 
 
 class SessionStore:
-    """Live sessions, bounded by count and idle time."""
+    """Live sessions, bounded by count (in all, and per principal) and by idle time.
 
-    def __init__(self, max_sessions: int, idle_s: float) -> None:
+    At a bound the newcomer's own principal makes room: its least recently used idle session
+    (no call in flight, no running task) ends; when it has none, the newcomer is refused.
+    Another principal's session is never ended for it, nor a session whose work runs
+    (issue 29: quotas and bounds belong to the principal).
+    """
+
+    def __init__(self, max_sessions: int, idle_s: float, per_principal: int | None = None,
+                 replay: ReplayBudget | None = None) -> None:
+        self.replay = replay  # the bytes its sessions' streams keep, shared with others
         self.max_sessions = max_sessions
+        self.per_principal = per_principal or max_sessions
         self.idle_s = idle_s
         self._by_id: OrderedDict[str, Session] = OrderedDict()
+        self._held: Counter[str] = Counter()  # sessions per principal
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -182,27 +212,51 @@ class SessionStore:
         return session
 
     def add(self, session: Session) -> Session | None:
-        """Store `session`; returns a session evicted to make room (the least recently used
-        one with nothing in flight), or raises OverflowError when every session is busy."""
+        """Store `session`; returns a session of its principal evicted to make room, or
+        raises TooManySessions."""
+        principal = session.principal
+        over = self._held[principal] >= self.per_principal
         evicted = None
-        if len(self._by_id) >= self.max_sessions:
-            evicted = next((s for s in self._by_id.values() if not s.calls), None)
+        if over or len(self._by_id) >= self.max_sessions:
+            evicted = next((s for s in self._by_id.values()
+                            if s.principal == principal and _idle(s)), None)
             if evicted is None:
-                raise OverflowError("too many sessions")
-            self._by_id.pop(evicted.id)
+                raise _refusal(over, self.per_principal, self.max_sessions)
+            self.pop(evicted.id)
         self._by_id[session.id] = session
+        self._held[principal] += 1
         return evicted
 
     def pop(self, sid: str) -> Session | None:
-        return self._by_id.pop(sid, None)
+        session = self._by_id.pop(sid, None)
+        if session is not None:
+            self._held[session.principal] -= 1
+            if self._held[session.principal] <= 0:
+                del self._held[session.principal]
+        return session
 
     def expired(self) -> list[Session]:
-        """Remove and return the sessions idle for longer than the limit."""
+        """Remove and return the sessions idle for longer than the limit (a session whose
+        call or task still runs is not idle)."""
         cutoff = time.monotonic() - self.idle_s
-        old = [s for s in self._by_id.values() if s.last_seen < cutoff and not s.calls]
+        old = [s for s in self._by_id.values() if s.last_seen < cutoff and _idle(s)]
         for s in old:
-            self._by_id.pop(s.id)
+            self.pop(s.id)
         return old
 
     def all(self) -> list[Session]:
         return list(self._by_id.values())
+
+
+def _idle(session: Session) -> bool:
+    """Nothing of its client's runs: ending it cancels no work."""
+    return not session.calls and not session.tasks
+
+
+def _refusal(over: bool, per_principal: int, max_sessions: int) -> TooManySessions:
+    if over:
+        return TooManySessions(
+            f"Too many sessions for this client: at most {per_principal} at once, none idle; "
+            "end one (DELETE) or try again later", {"maxSessions": per_principal})
+    return TooManySessions("Too many sessions: the gateway holds its maximum and none of this "
+                           "client's is idle; try again later", {"maxSessions": max_sessions})

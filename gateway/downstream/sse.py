@@ -7,6 +7,10 @@ here is `<stream key>-<sequence>`, so it names its stream. Each stream keeps its
 always kept); a stream whose writer is gone keeps filling the buffer, so a call whose client
 dropped off can still deliver its response on resume.
 
+The streams of legacy sessions share one byte budget in all (`limits.replay_budget_bytes`,
+replay.py): each push reports its growth to it, a stream whose last event was written is
+reported as delivered, and the budget makes a stream shed what no reader waits for.
+
 Slow readers: a write that the client has not taken within `limits.slow_reader_ms` cuts that
 client off (its connection is aborted, so the bytes queued for it are freed at once): one
 reader that never reads cannot hold the gateway's memory. A big plain-JSON answer is
@@ -19,6 +23,7 @@ import asyncio
 import contextlib
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 
@@ -31,6 +36,16 @@ KEEPALIVE = b": keep-alive\n\n"
 # writes loses some (a stream with no replay still queues this many).
 MIN_QUEUE = 64
 REPLAY_BYTES = 16 << 20  # per stream, when no setting says otherwise
+
+
+class Budget(Protocol):
+    """What bounds the bytes of many streams together (replay.py's ReplayBudget)."""
+
+    def grew(self, stream: Stream, delta: int) -> None:
+        """`stream` holds `delta` more bytes (fewer, when negative) after a push."""
+
+    def delivered(self, stream: Stream) -> None:
+        """Every event of `stream`, the last one included, was written to a reader."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +64,8 @@ class Flow:
 class Stream:
     """The events of one SSE stream, whether or not a client is reading it right now."""
 
-    __slots__ = ("_waiter", "buffer", "bytes", "closed", "key", "max_bytes", "max_events",
-                 "sent", "seq", "writer")
+    __slots__ = ("_waiter", "budget", "buffer", "bytes", "closed", "key", "max_bytes",
+                 "max_events", "sent", "seq", "writer")
 
     def __init__(self, key: str, replay: int, max_bytes: int = REPLAY_BYTES) -> None:
         self.key = key
@@ -63,17 +78,40 @@ class Stream:
         self.bytes = 0
         self._waiter: asyncio.Future[None] | None = None
         self.writer: object | None = None  # the one connection reading this stream now
+        self.budget: Budget | None = None  # what bounds it with others (legacy sessions')
 
     def push(self, data: bytes, *, last: bool = False) -> None:
         self.seq += 1
         self.buffer.append((self.seq, data))
+        before = self.bytes
         self.bytes += len(data)
         while len(self.buffer) > 1 and (len(self.buffer) > self.max_events
                                         or self.bytes > self.max_bytes):
             self.bytes -= len(self.buffer.popleft()[1])  # the oldest go; the newest stays
         if last:
             self.closed = True
+        if self.budget is not None:
+            self.budget.grew(self, self.bytes - before)
         self._wake()
+
+    def shed(self) -> int:
+        """Drop what no reader waits for: the events already written, and every event when
+        no connection reads it (its client may resume, but the budget needs the room); the
+        bytes freed."""
+        freed = 0
+        buffer = self.buffer
+        while buffer and (self.writer is None or buffer[0][0] <= self.sent):
+            freed += len(buffer.popleft()[1])
+        self.bytes -= freed
+        return freed
+
+    def trim(self, excess: int) -> int:
+        """Drop its oldest events, the newest kept, until `excess` bytes went; those freed."""
+        freed = 0
+        while len(self.buffer) > 1 and freed < excess:
+            freed += len(self.buffer.popleft()[1])
+        self.bytes -= freed
+        return freed
 
     def close(self) -> None:
         self.closed = True
@@ -141,6 +179,8 @@ async def pump(request: web.Request, resp: web.StreamResponse, stream: Stream, a
                 after = stream.sent = batch[-1][0]
                 continue  # more may have come while the write waited: look before waiting
             if stream.closed:
+                if stream.budget is not None:
+                    stream.budget.delivered(stream)
                 return
             if not await stream.wait(flow.keepalive_s) and stream.writer is resp and \
                     not await _write(request, resp, KEEPALIVE, flow.slow_s):

@@ -74,15 +74,17 @@ class TaskEngine:
         """The one way a call becomes a task. The task is created, in the store before
         anyone hears of it (spec: a task MUST be retrievable once CreateTaskResult is sent;
         StoreFull when a bound is hit, TooManyRequests when the owner creates tasks too
-        fast); `attach(task)` hands its call over (None: the call answered meanwhile; an
-        error: it could not be opened; either way the task is forgotten); from then on the
-        task runs in the background."""
-        self._admission.creation(intent.owner)
+        fast; both counted per principal: `intent.quota`); `attach(task)` hands its call
+        over (None: the call answered meanwhile; an error: it could not be opened; either
+        way the task is forgotten); from then on the task runs in the background."""
+        # Rate and bounds are the principal's (quota), whichever of its sessions asks.
+        self._admission.creation(intent.quota or intent.owner)
         policy = intent.policy
         task = Task(new_id(), intent.owner, intent.tool, intent.dialect,
                     policy.ttl(intent.ttl), self.poll.suggest(intent.tool,
                                                               policy.poll_interval_ms),
-                    upstream=intent.upstream, replica=self.replica, created_at=self._clock())
+                    upstream=intent.upstream, replica=self.replica, created_at=self._clock(),
+                    quota=intent.quota)
         await self._store.create(task)
         try:
             handover = await attach(task)

@@ -73,7 +73,7 @@ def new_id() -> str:
 @dataclass(slots=True, eq=False)
 class Task:
     id: str
-    owner: str  # the auth context (or legacy session) it belongs to
+    owner: str  # the auth context (or legacy session) it belongs to: who sees it
     tool: str
     dialect: str  # the wire it was created through; it renders only there
     ttl_ms: int | None
@@ -91,6 +91,10 @@ class Task:
     error: dict[str, Any] | None = None  # the JSON-RPC error that failed it
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> request
     size: int = 0  # bytes of result or error kept
+    # What its bounds count it against (max_tasks_per_owner): the principal (auth context)
+    # of the legacy session that owns it; empty: its owner. Ownership stays the session's
+    # (visibility), so one token cannot take every task slot by opening many sessions.
+    quota: str = ""
 
     def __post_init__(self) -> None:
         self.updated_at = self.updated_at or self.created_at
@@ -115,6 +119,11 @@ class Task:
         # An exact-size copy: orjson's own buffer keeps 4 KiB even for a small result.
         raw = None if result is None else bytes(memoryview(orjson.dumps(result)))
         return cls(**{**data, "result": raw})
+
+    @property
+    def counted_as(self) -> str:
+        """Whose share of `max_tasks_per_owner` it takes."""
+        return self.quota or self.owner
 
     @property
     def terminal(self) -> bool:

@@ -40,6 +40,8 @@ class Intent:
     upstream: str
     policy: Policy
     ttl: int | None = None  # the ttl the client asked for (core dialect)
+    # Whose bounds it takes (Task.quota): a legacy session's principal; empty: the owner.
+    quota: str = ""
 
 
 @dataclass(slots=True)

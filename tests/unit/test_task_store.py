@@ -113,6 +113,48 @@ async def test_store_bounds_refuse_and_never_evict_live_tasks(make_store) -> Non
         await TaskEngine(store, clock=clock).find(a1.id, "a")
 
 
+async def quota_task(store: TaskStore, owner: str, quota: str) -> Task:
+    """A running task as a legacy session creates it: owned by the session, counted
+    against its principal."""
+    t = Task(new_id(), owner, "tool", "core", 10_000, 500, quota=quota,
+             created_at=store.clock())  # type: ignore[attr-defined]
+    await store.create(t)
+    return t
+
+
+async def test_tasks_count_against_their_principal_whichever_session_owns_them(
+        make_store) -> None:
+    """Issue 29: one token's many sessions share one share of the store; another principal
+    still creates tasks, and each session still sees only its own."""
+    clock = Clock()
+    store = make_store(clock, max_tasks=4, max_per_owner=2)
+    first = await quota_task(store, "bob-session-1", "bob")
+    await quota_task(store, "bob-session-2", "bob")
+    with pytest.raises(StoreFull, match="this client"):
+        await quota_task(store, "bob-session-3", "bob")  # a new session is no new share
+    await quota_task(store, "alice-session", "alice")  # Alice is untouched by Bob's
+    assert [t.id for t in await store.owned_by("bob-session-1")] == [first.id]
+    assert await store.owned_by("bob-session-3") == []
+    held = await store.get(first.id)
+    assert held is not None and held.quota == "bob"  # the record carries it
+    await store.delete(first.id)  # a forgotten task gives its principal's slot back
+    await quota_task(store, "bob-session-3", "bob")
+    with pytest.raises(StoreFull, match="this client"):
+        await quota_task(store, "bob-session-4", "bob")
+
+
+async def test_a_restored_task_counts_against_its_principal(make_store) -> None:
+    clock = Clock()
+    store = make_store(clock, max_tasks=10, max_per_owner=1)
+    lost = Task(new_id(), "bob-session-1", "tool", "core", 10_000, 500, quota="bob",
+                created_at=clock())
+    assert await store.restore([lost]) == 1
+    with pytest.raises(StoreFull, match="this client"):
+        await quota_task(store, "bob-session-2", "bob")
+    await store.delete(lost.id)
+    await quota_task(store, "bob-session-2", "bob")
+
+
 async def test_a_running_task_is_never_dropped_by_the_store(make_store) -> None:
     clock = Clock()
     store = make_store(clock)

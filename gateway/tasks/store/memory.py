@@ -1,6 +1,7 @@
 """The bounded in-memory task store: the embedded default, for one process.
 
-Bounds (limits.*): live tasks in all (`max_tasks`), per owner (`max_tasks_per_owner`), bytes
+Bounds (limits.*): live tasks in all (`max_tasks`), per principal (`max_tasks_per_owner`,
+counted against `Task.counted_as`: a legacy session's tasks count against its principal), bytes
 of one result (`max_result_bytes`) and of all results (`max_stored_bytes`). A full store
 refuses new tasks and never evicts a task that has not expired. Finished tasks past their
 ttl are swept (on every create, and by the app's reaper); for a while after that their id
@@ -34,7 +35,8 @@ _NO_INPUTS: dict[str, Any] = {}  # shared by kept records; never handed out (get
 def _kept(task: Task) -> Task:
     """The copy the store keeps: shares nothing mutable with `task`, and as little memory
     with other records as it can."""
-    return replace(task, owner=sys.intern(task.owner), tool=sys.intern(task.tool),
+    return replace(task, owner=sys.intern(task.owner), quota=sys.intern(task.quota),
+                   tool=sys.intern(task.tool),
                    upstream=sys.intern(task.upstream), replica=sys.intern(task.replica),
                    inputs=dict(task.inputs) if task.inputs else _NO_INPUTS)
 
@@ -65,14 +67,14 @@ class MemoryStore:
         await self.sweep()
         if len(self._tasks) >= self.max_tasks:
             raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
-        if self._per_owner[task.owner] >= self.max_per_owner:
+        if self._per_owner[task.counted_as] >= self.max_per_owner:
             raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks")
         self._put(task)
 
     def _put(self, task: Task) -> None:
         """A record it lacks, kept and counted."""
         self._tasks[task.id] = _kept(task)
-        self._per_owner[task.owner] += 1
+        self._per_owner[task.counted_as] += 1
         self._bytes += task.size
         if task.expires_at is not None:
             self._due_at(task.expires_at, task.id)
@@ -126,9 +128,9 @@ class MemoryStore:
         if task is None:
             return
         self._bytes -= task.size
-        self._per_owner[task.owner] -= 1
-        if self._per_owner[task.owner] <= 0:
-            del self._per_owner[task.owner]
+        self._per_owner[task.counted_as] -= 1
+        if self._per_owner[task.counted_as] <= 0:
+            del self._per_owner[task.counted_as]
         if expired:
             self._expired[task_id] = task.owner
 

@@ -7,7 +7,10 @@ Keys, under `store.key_prefix` (P):
                        the task's ttl, so that its id answers "expired" meanwhile
     P live             sorted set of every task held, scored by the end of its ttl (ms):
                        what `limits.max_tasks` counts
-    P o:<owner>        the same, per owner: `max_tasks_per_owner`, core tasks/list
+    P o:<owner>        the same, per owner: core tasks/list; and `max_tasks_per_owner` for
+                       a task counted against its owner
+    P q:<principal>    the same, per principal, for tasks counted against another than
+                       their owner (a legacy session's, against its principal: Task.quota)
     P sizes, P bytes   bytes of each result or error held, and their sum: `max_stored_bytes`
     P run:<replica>    the tasks a replica runs; P replicas: every replica with such a set
     P lease:<replica>  (redis_link.py)
@@ -56,19 +59,21 @@ local function prune(live, sizes, bytes, now)
 end
 """
 
-# KEYS: live, o:<owner>, t:<id>, run:<replica>, replicas, sizes, bytes, events
+# KEYS: live, what it is counted in (q:<quota>, else o:<owner>), t:<id>, run:<replica>,
+#       replicas, sizes, bytes, events, o:<owner>
 # ARGV: id, now, score, max_tasks, max_per_owner, status, owner, replica, rec, pexpireat,
-#       the announcement
+#       the announcement, quota
 _CREATE = _PRUNE + """
 prune(KEYS[1], KEYS[6], KEYS[7], ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 1 end
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 2 end
 redis.call('HSET', KEYS[3], 'status', ARGV[6], 'owner', ARGV[7], 'replica', ARGV[8],
-           'rec', ARGV[9])
+           'rec', ARGV[9], 'quota', ARGV[12])
 if ARGV[10] ~= '' then redis.call('PEXPIREAT', KEYS[3], ARGV[10]) end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[9], ARGV[3], ARGV[1])
 if ARGV[8] ~= '' then
   redis.call('SADD', KEYS[4], ARGV[1])
   redis.call('SADD', KEYS[5], ARGV[8])
@@ -104,16 +109,19 @@ return {1, total}
 
 # A record written again as it is, where the store has lost it (restarted empty, or failed
 # over to a replica that lagged): no bound is checked, the task was accepted already.
-# KEYS: t:<id>, live, o:<owner>, run:<replica>, replicas, sizes, bytes
-# ARGV: id, status, owner, replica, rec, res, score, pexpireat, size, running ("1"/"0")
+# KEYS: t:<id>, live, o:<owner>, run:<replica>, replicas, sizes, bytes, what it is counted
+#       in (q:<quota>, else o:<owner>)
+# ARGV: id, status, owner, replica, rec, res, score, pexpireat, size, running ("1"/"0"),
+#       quota
 _RESTORE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'owner', ARGV[3], 'replica', ARGV[4],
-           'rec', ARGV[5])
+           'rec', ARGV[5], 'quota', ARGV[11])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[6]) end
 if ARGV[8] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[8]) end
 redis.call('ZADD', KEYS[2], ARGV[7], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
+redis.call('ZADD', KEYS[8], ARGV[7], ARGV[1])
 if tonumber(ARGV[9]) > 0 then
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[9])
   redis.call('INCRBY', KEYS[7], ARGV[9])
@@ -127,7 +135,7 @@ return 1
 
 # KEYS: t:<id>, live, sizes, bytes, gone:<id>; ARGV: id, expired, remember ms, prefix
 _DELETE = """
-local held = redis.call('HMGET', KEYS[1], 'owner', 'replica')
+local held = redis.call('HMGET', KEYS[1], 'owner', 'replica', 'quota')
 if not held[1] then return tonumber(redis.call('GET', KEYS[4]) or '0') end
 local size = redis.call('HGET', KEYS[3], ARGV[1])
 if size then
@@ -137,6 +145,7 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', ARGV[4] .. 'o:' .. held[1], ARGV[1])
+if held[3] and held[3] ~= '' then redis.call('ZREM', ARGV[4] .. 'q:' .. held[3], ARGV[1]) end
 redis.call('SREM', ARGV[4] .. 'run:' .. held[2], ARGV[1])
 if ARGV[2] == '1' then redis.call('SET', KEYS[5], held[1], 'PX', ARGV[3]) end
 return tonumber(redis.call('GET', KEYS[4]) or '0')
@@ -178,6 +187,7 @@ def _decode(rec: bytes | str, res: bytes | str | None) -> Task:
 def _interned(task: Task) -> Task:
     """Names shared by many records kept once, as the memory store does."""
     task.owner, task.tool = sys.intern(task.owner), sys.intern(task.tool)
+    task.quota = sys.intern(task.quota)
     task.upstream, task.replica = sys.intern(task.upstream), sys.intern(task.replica)
     task.dialect = sys.intern(task.dialect)
     return task
@@ -242,13 +252,13 @@ class RedisStore:
         end = task.expires_at
         try:
             refused = await self._run(self._create, durable=True, keys=[
-                self.key("live"), self.key("o", task.owner), self.key("t", task.id),
+                self.key("live"), self._counted_in(task), self.key("t", task.id),
                 self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
-                self.key("bytes"), self.key(EVENTS)], args=[
+                self.key("bytes"), self.key(EVENTS), self.key("o", task.owner)], args=[
                 task.id, _ms(self.clock()), "+inf" if end is None else _ms(end),
                 self.max_tasks, self.max_per_owner, str(task.status), task.owner,
                 task.replica, rec, "" if end is None else _ms(end + EXPIRED_MEMORY_S),
-                self._announcement(task, rec)])
+                self._announcement(task, rec), task.quota])
         except NotAcked:
             with contextlib.suppress(*DOWN):  # not durable: no handle, so no record
                 await self._forget(task.id, expired=False)
@@ -257,6 +267,10 @@ class RedisStore:
             raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
         if refused == 2:
             raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks")
+
+    def _counted_in(self, task: Task) -> str:
+        """The key whose size `max_tasks_per_owner` bounds for this task."""
+        return self.key("q", task.quota) if task.quota else self.key("o", task.owner)
 
     async def get(self, task_id: str) -> Task | None:
         task = self._finished.get(task_id)
@@ -362,11 +376,11 @@ class RedisStore:
         end = task.expires_at
         keys = [self.key("t", task.id), self.key("live"), self.key("o", task.owner),
                 self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
-                self.key("bytes")]
+                self.key("bytes"), self._counted_in(task)]
         pipe.evalsha(self._restore.sha, len(keys), *keys, task.id, str(task.status),
                      task.owner, task.replica, rec, res, "+inf" if end is None else _ms(end),
                      "" if end is None else _ms(end + EXPIRED_MEMORY_S), task.size,
-                     "0" if task.terminal else "1")
+                     "0" if task.terminal else "1", task.quota)
 
     def kept(self) -> list[Task]:
         """Copies of the finished records read, written or heard announced here lately,

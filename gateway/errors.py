@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from gateway.observability import redact
 from gateway.protocol import jsonrpc, mcp
 
 SERVER_ERROR = -32000  # JSON-RPC's range for implementation-defined server errors
@@ -194,7 +195,9 @@ class UpstreamError(GatewayError):
     http_status = 200
 
     def __init__(self, upstream: str, message: str, reason: str, **data: Any) -> None:
-        super().__init__(message, {"upstream": upstream, "reason": reason, **data})
+        # Messages often carry an exception's text, which may quote the upstream's URL: it
+        # is shown without credentials (to clients, on /status, in logs).
+        super().__init__(redact.text(message), {"upstream": upstream, "reason": reason, **data})
 
     @classmethod
     def timed_out(cls, upstream: str, seconds: float) -> UpstreamError:
@@ -210,7 +213,8 @@ class StoreUnavailable(GatewayError):
     http_status = 503
 
     def __init__(self, detail: str) -> None:
-        super().__init__(f"The task store is unavailable ({detail}); try again shortly",
+        super().__init__(f"The task store is unavailable ({redact.text(detail)}); try again "
+                         "shortly",
                          {"reason": "store_unavailable"})
 
 

@@ -38,6 +38,7 @@ from test_tasks import TASKS, tasks_op, wait_for
 
 ROOT = Path(__file__).parents[2]
 TAG = "mcp-task-gateway:test"
+OPERATOR = {"Authorization": "Bearer operator-token"}  # GATEWAY_ADMIN_TOKEN of the replicas
 HOST_CA = Path(os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"))
 
 pytestmark = [
@@ -266,6 +267,7 @@ def compose_up(engine_env: dict[str, str], image: str) -> Iterator[Any]:
         port, project = free_port(), f"gwtest{uuid.uuid4().hex[:6]}"
         env = {**engine_env, "GATEWAY_SECRET": secrets.token_hex(32),
                "STORE_PASSWORD": secrets.token_hex(24), "GATEWAY_TOKEN": "s3cret-token",
+               "GATEWAY_ADMIN_TOKEN": "operator-token",
                "PORT": str(port), "GATEWAY_IMAGE": image, "HOST_CA": str(HOST_CA)}
         compose = [str(Path(sys.executable).parent / "podman-compose"), "--project-name",
                    project, "--file", str(ROOT / "deploy" / name),
@@ -286,7 +288,7 @@ async def replicas_behind(base: str, http: aiohttp.ClientSession) -> set[str]:
     seen: set[str] = set()
     for _ in range(600):
         with contextlib.suppress(aiohttp.ClientError):
-            async with http.get(base + "/readyz") as resp:
+            async with http.get(base + "/readyz?detail", headers=OPERATOR) as resp:
                 if resp.status == 200:
                     seen.add((await resp.json())["store"]["replica"])
         if len(seen) == 3:

@@ -218,7 +218,7 @@ class Guard:
     the protected resource metadata (public, whatever Host a prober sends); operators alone
     on theirs; every authentication failure's challenge and audit event."""
 
-    OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+    OPEN_PATHS = frozenset({"/healthz"})  # and /readyz but for its detail: `is_open`
 
     def __init__(self, conf: Settings, counters: Counter[str], auth: Authenticator) -> None:
         self.counters = counters
@@ -254,12 +254,8 @@ class Guard:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self.is_open(request):
             return await handler(request)
-        if not self.hosts.allows(host := request.headers.get("Host")):
-            named = f" {errors.shown(host)}" if host and host.isprintable() and host.isascii() \
-                else ""
-            return self._refuse(errors.MisdirectedRequest(
-                f"Misdirected Request: this gateway does not serve the host{named} "
-                "(security.allowed_hosts)"))
+        if (misdirected := self._misdirected(request)) is not None:
+            return misdirected
         if (bad := _undecodable(request.headers)) is not None:
             # Checked once, here: every later use (a token compare, an error that names a
             # header, a header forwarded upstream) may assume text. The value is never
@@ -291,6 +287,18 @@ class Guard:
         except (errors.Unauthorized, errors.InsufficientScope, errors.AuthUnavailable) as exc:
             return self._refuse(exc)
         return await handler(request)
+
+    def _misdirected(self, request: web.Request) -> web.Response | None:
+        """421 when the Host header names a host this gateway does not serve (DNS
+        rebinding: peers.py); the name is echoed only when it is plain text."""
+        host = request.headers.get("Host")
+        if self.hosts.allows(host):
+            return None
+        named = f" {errors.shown(host)}" if host and host.isascii() and host.isprintable() \
+            else ""
+        return self._refuse(errors.MisdirectedRequest(
+            f"Misdirected Request: this gateway does not serve the host{named} "
+            "(security.allowed_hosts)"))
 
     async def _operator(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """An operator's route: operators only (auth/operators.py); a refusal is audited."""

@@ -219,8 +219,22 @@ async def test_a_foreign_host_is_refused_on_every_route(gateway, http) -> None:
         assert status == 200, host
     status, _ = await get(http, url, "/healthz", evil)  # probes send the Host they like
     assert status == 200
+    status, body = await raw_get(url, "/status", b"\xff\xfe.example")  # not even text
+    assert status == 421 and "does not serve the host (" in json.loads(body)["error"]["message"]
     samples = await scrape(http, url)
-    assert value(samples, "mcp_gateway_rejections_total", reason="host", cause="") == 6
+    assert value(samples, "mcp_gateway_rejections_total", reason="host", cause="") == 7
+
+
+async def raw_get(url: str, path: str, host: bytes) -> tuple[int, bytes]:
+    """GET with a Host header of any bytes (no HTTP client sends bytes that are not text)."""
+    target = URL(url)
+    reader, writer = await asyncio.open_connection(target.host, target.port)
+    writer.write(f"GET {path} HTTP/1.1\r\n".encode() + b"Host: " + host +
+                 b"\r\nConnection: close\r\n\r\n")
+    raw = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), rest
 
 
 async def test_allowed_hosts_names_the_hosts_served(gateway, http) -> None:

@@ -308,7 +308,8 @@ class Auth(_Model):
 
 
 class Security(_Model):
-    """Browser origins, requestState sealing, and serving without authentication."""
+    """Browser origins, Host names, requestState sealing, and serving without
+    authentication."""
 
     allowed_origins: list[str] = Field(["http://localhost", "http://127.0.0.1", "http://[::1]"],
         description="browser Origins served (others get 403); * for any")

@@ -558,7 +558,7 @@ async def settled(gateways: list[Gateway], store: Store, timeout_s: float = 40,
             states = ["state=online" in await _cli(primary.port, "info", "replication")]
             for g in gateways:
                 with contextlib.suppress(aiohttp.ClientError, ValueError):
-                    async with http.get(f"http://127.0.0.1:{g.port}/readyz") as resp:
+                    async with http.get(f"http://127.0.0.1:{g.port}/readyz?detail") as resp:
                         seen = (await resp.json())["store"]
                         states.append(seen["up"] and not seen["outbox"]["changes"])
             if len(states) == len(gateways) + 1 and all(states):

@@ -66,7 +66,7 @@ async def store_requests(members: list[tuple[Any, TaskClient, int]]) -> int:
     """Requests the replicas have made to the store (their /readyz says)."""
     total = 0
     for _, client, port in members:
-        async with client.http.get(f"http://127.0.0.1:{port}/readyz") as resp:
+        async with client.http.get(f"http://127.0.0.1:{port}/readyz?detail") as resp:
             total += (await resp.json())["store"]["requests"]
     return total
 

@@ -24,7 +24,7 @@ async def never_read(port: int, size: int) -> asyncio.StreamWriter:
         "name": "blob", "arguments": {"bytes": size}, "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {}}}}).encode()
-    writer.write(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    writer.write(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Accept: application/json, text/event-stream\r\n"
                  b"MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n"
                  b"Mcp-Name: blob\r\n" + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)

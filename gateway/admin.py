@@ -1,8 +1,10 @@
 """The operator's routes: `/healthz`, `/readyz`, `/metrics` and `/status`.
 
 `Admin` reads the live parts of the app (upstreams, eras, the task engine, the lease) and
-answers for them; it changes nothing. Health probes are open; `/metrics` and `/status` pass
-the same guard as the MCP endpoints (a bearer token opens them when `auth` is configured).
+answers for them; it changes nothing. Health probes are open and say nothing but whether
+the gateway is up and ready; `/metrics`, `/status` and `/readyz?detail` show every owner's
+live work, so the guard (downstream/boundary.py) lets operators alone reach them
+(auth/operators.py; README, Security).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.downstream.boundary import json_response
+from gateway.downstream.boundary import OPERATOR, json_response
 from gateway.downstream.legacy import LegacyEra
 from gateway.observability import status_page
 from gateway.observability.metrics import CONTENT_TYPE, Metrics
@@ -51,17 +53,19 @@ class Admin:
     async def healthz(self, _: web.Request) -> web.Response:
         return json_response({"status": "ok"})
 
-    async def readyz(self, _: web.Request) -> web.Response:
-        """200 when every upstream is initialized. A shared store's state is in the body
-        only: it is shared, so its outage would take every replica out of a balancer, and
-        pass-through with them (INTERFACE.md)."""
+    async def readyz(self, request: web.Request) -> web.Response:
+        """200 when every upstream is initialized; the body says so and nothing else, but to
+        an operator asking for the detail (`?detail`, which the guard admitted). A shared
+        store's state is in the detail only: it is shared, so its outage would take every
+        replica out of a balancer, and pass-through with them (INTERFACE.md)."""
         ready = all(b.ready for b in self.backends.values())
-        body: dict[str, Any] = {"ready": ready,
-                                "upstreams": {n: b.status() for n, b in self.backends.items()},
-                                "tasks": {"running": len(self.engine.live()),
-                                          "stored_bytes": self.engine.stored_bytes()},
-                                "store": self.lease.status(),
-                                "counters": dict(self.counters)}
+        body: dict[str, Any] = {"ready": ready}
+        if request.get(OPERATOR, False):
+            body |= {"upstreams": {n: b.status() for n, b in self.backends.items()},
+                     "tasks": {"running": len(self.engine.live()),
+                               "stored_bytes": self.engine.stored_bytes()},
+                     "store": self.lease.status(),
+                     "counters": dict(self.counters)}
         return json_response(body, 200 if ready else 503)
 
     async def exposition(self, _: web.Request) -> web.Response:

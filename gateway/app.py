@@ -247,7 +247,8 @@ def serve(conf: Settings) -> int:
     loop = _new_loop()
     _tune_allocator()
     app = create_app(conf)
-    short = sum(len(t) < MIN_TOKEN_CHARS for t in conf.auth.bearer_tokens)
+    short = sum(0 < len(t) < MIN_TOKEN_CHARS
+                for t in [*conf.auth.bearer_tokens, *conf.auth.admin_tokens])
     if short:  # refused beyond loopback (settings.py); here, a word to the operator
         log.warning("auth.short_token", tokens=short, min_chars=MIN_TOKEN_CHARS)
     log.info("gateway.listening", host=conf.listen.host, port=conf.listen.port,

@@ -13,8 +13,10 @@ the HTTP status that carries it.
     │   ├── MethodNotAllowed          -32600  405   GET/DELETE without a legacy session
     │   ├── PayloadTooLarge           -32600  413   body over limits.max_body_bytes
     │   ├── ForbiddenOrigin           -32600  403   Origin not in security.allowed_origins
+    │   ├── MisdirectedRequest        -32600  421   Host not in security.allowed_hosts
     │   ├── Unauthorized              -32600  401   no valid bearer or access token
     │   ├── InsufficientScope         -32600  403   the token lacks a scope this needs
+    │   ├── OperatorOnly              -32600  403   an operator's route, and not an operator
     │   ├── InvalidParams             -32602  400   a modern envelope field is missing or bad
     │   ├── MethodNotFound            -32601  404   not a method of the modern era
     │   ├── HeaderMismatch            -32020  400   Mcp-* headers disagree with the body
@@ -40,6 +42,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from gateway.observability import redact
 from gateway.protocol import jsonrpc, mcp
 
 SERVER_ERROR = -32000  # JSON-RPC's range for implementation-defined server errors
@@ -118,6 +121,16 @@ class ForbiddenOrigin(ProtocolError):
     reason = "origin"
 
 
+class MisdirectedRequest(ProtocolError):
+    """The Host header names a host this gateway does not serve (security.allowed_hosts): a
+    page on another name, resolved to this address (DNS rebinding), gets nothing. RFC 9110,
+    section 15.5.20: 421 is for a request the server is unwilling to answer for that target
+    (the MCP Python SDK's Host check answers 421 too)."""
+
+    http_status = 421
+    reason = "host"
+
+
 class Unauthorized(ProtocolError):
     """No valid credentials. `cause` is one of a fixed few words (a metric label, an audit
     field): why, never what was sent."""
@@ -142,6 +155,15 @@ class InsufficientScope(ProtocolError):
         self.scopes = sorted(scopes)
         super().__init__(f"Forbidden: {what} needs the scope(s) {' '.join(self.scopes)}",
                          {"requiredScopes": self.scopes})
+
+
+class OperatorOnly(ProtocolError):
+    """A caller who is not an operator asks for an operator's route (/status, /metrics,
+    /readyz?detail): an MCP client's valid credentials do not open them (README, Security)."""
+
+    http_status = 403
+    reason = "auth"
+    cause = "operator"
 
 
 class InvalidParams(ProtocolError):
@@ -205,7 +227,9 @@ class UpstreamError(GatewayError):
 
     def __init__(self, upstream: str, message: str, reason: str, *, detail: str = "",
                  **data: Any) -> None:
-        super().__init__(message, {"upstream": upstream, "reason": reason, **data})
+        # Messages often carry an exception's text, which may quote the upstream's URL: it
+        # is shown without credentials (to clients, on /status, in logs).
+        super().__init__(redact.text(message), {"upstream": upstream, "reason": reason, **data})
         # For the operator's log only: what the server said (its stderr may hold secrets,
         # so it never reaches a client).
         self.detail = detail
@@ -224,7 +248,8 @@ class StoreUnavailable(GatewayError):
     http_status = 503
 
     def __init__(self, detail: str) -> None:
-        super().__init__(f"The task store is unavailable ({detail}); try again shortly",
+        super().__init__(f"The task store is unavailable ({redact.text(detail)}); try again "
+                         "shortly",
                          {"reason": "store_unavailable"})
 
 

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 TaskMode = Literal["never", "auto", "always", "required"]
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 Isolation = Literal["shared", "client", "call"]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
@@ -293,6 +294,9 @@ class OAuth(_Model):
         description="discovery, keys and introspection requests give up after this long")
     cache_tokens: int = Field(10_000, ge=0,
         description="validated tokens remembered (never past their expiry)")
+    admin_scope: str | None = Field(None, min_length=1,
+        description=("a token carrying this scope is an operator: it opens /status, /metrics "
+                     "and /readyz?detail (README, Security)"))
 
     @field_validator("algorithms")
     @classmethod
@@ -321,17 +325,41 @@ class Auth(_Model):
                      "authentication, every caller one anonymous owner"))
     oauth: OAuth | None = Field(None,
         description="an OAuth 2.1 resource server: README, OAuth")
+    admin_tokens: list[str] = Field([],
+        description=("operators' tokens (Authorization: Bearer ...): they open /status, /metrics "
+                     "and /readyz?detail, which clients' tokens never do; none here and no "
+                     "oauth.admin_scope: those routes answer loopback peers only"))
 
     @property
     def enabled(self) -> bool:
         return self.oauth is not None or any(self.bearer_tokens)
 
+    @property
+    def operators(self) -> bool:
+        """Whether operators are named by credentials (else: loopback peers only)."""
+        return any(self.admin_tokens) or (self.oauth is not None
+                                          and self.oauth.admin_scope is not None)
+
+    @model_validator(mode="after")
+    def _admins_are_not_clients(self) -> Auth:
+        if set(filter(None, self.admin_tokens)) & set(self.bearer_tokens):
+            raise ValueError("a token is in both auth.admin_tokens and auth.bearer_tokens: "
+                             "an operator's token must not be a client's")
+        return self
+
 
 class Security(_Model):
-    """Browser origins, requestState sealing, and serving without authentication."""
+    """Browser origins, Host names, requestState sealing, and serving without
+    authentication."""
 
     allowed_origins: list[str] = Field(["http://localhost", "http://127.0.0.1", "http://[::1]"],
         description="browser Origins served (others get 403); * for any")
+    # DNS rebinding: a page on the attacker's name, resolved to 127.0.0.1, is same-origin
+    # to the browser (no Origin on its GETs), but its Host header still names the attacker.
+    allowed_hosts: list[str] | None = Field(None,
+        description=("Host header values served (others get 421): a name (any port) or "
+                     "name:port, [::1] for IPv6, * for any; null: localhost, 127.0.0.1 and "
+                     "[::1] when listen.host is loopback, no check beyond it"))
     # Key that seals MRTR requestState (HMAC-SHA256). Unset: a random key per start, so
     # states do not survive a restart (their parked calls do not either).
     request_state_key: str | None = Field(None, min_length=16,
@@ -341,6 +369,15 @@ class Security(_Model):
     allow_unauthenticated: bool = Field(False,
         description=("serve beyond loopback without a bearer token, on purpose (an "
                      "authenticating proxy in front)"))
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str] | None) -> list[str] | None:
+        for host in value or ():
+            if not host or "/" in host or "@" in host:
+                raise ValueError(f"{host!r} is not a host name or host:port (no scheme, no "
+                                 "path)")
+        return value
 
 
 class Store(_Model):
@@ -465,6 +502,15 @@ class Settings(_Model):
     tracing: Tracing = Tracing()
 
     @property
+    def allowed_hosts(self) -> list[str] | None:
+        """The Host names served (`security.allowed_hosts`, else the loopback names when
+        bound to loopback); None: any."""
+        hosts = self.security.allowed_hosts
+        if hosts is None:
+            return list(LOOPBACK_HOSTS) if _loopback(self.listen.host) else None
+        return None if "*" in hosts else hosts
+
+    @property
     def replica_url(self) -> str | None:
         """Where the other replicas reach this one: `replica.url`, else the bind address
         when it names one host and port (a wildcard such as 0.0.0.0, or port 0, names
@@ -499,14 +545,17 @@ class Settings(_Model):
 
     @model_validator(mode="after")
     def _strong_tokens_beyond_loopback(self) -> Settings:
-        """Static tokens are the only secret between a client and the gateway: beyond
-        loopback, short ones (guessable, or typed by hand) are refused."""
-        if not _loopback(self.listen.host):
-            for i, token in enumerate(self.auth.bearer_tokens):
-                if len(token) < MIN_TOKEN_CHARS:
+        """Static tokens are the only secret between a caller and the gateway: beyond
+        loopback, short ones (guessable, or typed by hand) are refused (an empty one is
+        none: `${VAR:-}` left unset)."""
+        if _loopback(self.listen.host):
+            return self
+        for key in ("bearer_tokens", "admin_tokens"):
+            for i, token in enumerate(getattr(self.auth, key)):
+                if 0 < len(token) < MIN_TOKEN_CHARS:
                     raise ValueError(
-                        f"auth.bearer_tokens.{i} is shorter than {MIN_TOKEN_CHARS} characters, "
-                        f"too weak beyond loopback (make one: openssl rand -hex 32)")
+                        f"auth.{key}.{i} is shorter than {MIN_TOKEN_CHARS} characters, too "
+                        "weak beyond loopback (make one: openssl rand -hex 32)")
         return self
 
     @model_validator(mode="after")

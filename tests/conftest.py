@@ -163,6 +163,7 @@ class RedisServer:
     def __init__(self, keep_in: str | None = None) -> None:
         self.port = free_port()
         self.keep_in = keep_in  # a folder: what it holds survives a restart (append-only file)
+        self.scratch: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -173,8 +174,12 @@ class RedisServer:
         binary = shutil.which("valkey-server") or shutil.which("redis-server")
         if binary is None:
             pytest.fail("no redis-server or valkey-server: run scripts/test.sh")
-        keep = ["--appendonly", "no", "--dir", tempfile.gettempdir()] \
-            if self.keep_in is None else [
+        if self.keep_in is None:
+            # A folder of its own at each start, never the shared temp dir: a replica's sync
+            # writes dump.rdb there, and a server loads any dump.rdb it finds at start (so
+            # it started with another run's records, and did not restart empty).
+            self.scratch = tempfile.mkdtemp(prefix="redis-test-")
+        keep = ["--appendonly", "no", "--dir", self.scratch] if self.keep_in is None else [
             "--appendonly", "yes", "--appendfsync", "always", "--dir", self.keep_in]
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *keep,
@@ -196,6 +201,9 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait(10)
             self.proc = None
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
 
 @pytest.fixture(scope="session")

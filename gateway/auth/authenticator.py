@@ -42,13 +42,7 @@ class Authenticator:
         guard's to check, once it has recorded who called."""
         if not self.enabled:
             return ANONYMOUS
-        if not header:
-            raise Unauthorized("Unauthorized: a valid bearer token is required", "missing")
-        scheme, _, token = header.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            raise Unauthorized("Unauthorized: send the token as 'Authorization: Bearer ...'",
-                               "malformed")
+        token = bearer_token(header)
         given = token.encode()
         if any(hmac.compare_digest(given, t) for t in self.static):
             # The digest of the header as earlier releases took it: tasks stored by them
@@ -66,4 +60,16 @@ class Authenticator:
         await self.fetcher.close()
 
 
-__all__ = ["Authenticator"]
+def bearer_token(header: str | None) -> str:
+    """The token of an `Authorization: Bearer ...` header; Unauthorized when there is none."""
+    if not header:
+        raise Unauthorized("Unauthorized: a valid bearer token is required", "missing")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("Unauthorized: send the token as 'Authorization: Bearer ...'",
+                           "malformed")
+    return token
+
+
+__all__ = ["Authenticator", "bearer_token"]

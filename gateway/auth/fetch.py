@@ -12,10 +12,9 @@ from typing import Any
 
 import aiohttp
 import orjson
-from yarl import URL
 
 from gateway.errors import AuthUnavailable
-from gateway.observability import log
+from gateway.observability import log, redact
 
 MAX_DOCUMENT_BYTES = 1 << 20  # metadata, key sets and introspection answers are small
 
@@ -65,7 +64,7 @@ class Fetcher:
 
 def unavailable(url: str, why: str) -> AuthUnavailable:
     """The error for a server at `url` that failed us, logged (without credentials)."""
-    shown = str(URL(url).with_user(None).with_password(None).with_query(None))
+    shown = redact.url(url)
     log.warning("auth.server_unavailable", url=shown, reason=why)
     return AuthUnavailable()
 

@@ -1,6 +1,6 @@
-"""Checks and helpers at the HTTP boundary, shared by both eras: Origin and CORS,
-authentication (gateway/auth/) and its challenges, Accept and Content-Type, body size, JSON
-parsing, and error responses.
+"""Checks and helpers at the HTTP boundary, shared by both eras: Host (peers.py), Origin and
+CORS, authentication (gateway/auth/) and its challenges, the operators' routes, Accept and
+Content-Type, body size, JSON parsing, and error responses.
 
 Every refusal is a `GatewayError` raised here, rendered once by `error_response`.
 """
@@ -17,7 +17,9 @@ from yarl import URL
 from gateway import errors, router
 from gateway.auth import ANONYMOUS, Authenticator, Principal
 from gateway.auth.exchange import TokenExchanger
+from gateway.auth.operators import Operators
 from gateway.auth.resource import WELL_KNOWN
+from gateway.downstream.peers import Hosts, local_peer
 from gateway.errors import GatewayError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
@@ -41,6 +43,10 @@ FAILED = web.ResponseKey("failed", bool)
 # Set on a 401/403 of authentication or scopes: the guard adds its challenge and audit event.
 AUTH_FAULT = web.ResponseKey("auth_fault", GatewayError)
 AUTH_FAULTS = (errors.Unauthorized, errors.InsufficientScope)
+# Set once the guard admitted an operator (auth/operators.py): what only operators may read.
+OPERATOR = web.RequestKey("operator", bool)
+# The operators' routes; /readyz is one only when its detail is asked for (`?detail`).
+OPERATOR_PATHS = frozenset({"/status", "/metrics"})
 
 
 def principal_of(request: web.Request) -> Principal:
@@ -225,16 +231,19 @@ class UpstreamHeaders:
 
 
 class Guard:
-    """Origin, CORS and authentication in front of every route but health probes and the
-    protected resource metadata; every authentication failure's challenge and audit event."""
+    """Host, Origin, CORS and authentication in front of every route but health probes and
+    the protected resource metadata (public, whatever Host a prober sends); operators alone
+    on theirs; every authentication failure's challenge and audit event."""
 
-    OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+    OPEN_PATHS = frozenset({"/healthz"})  # and /readyz but for its detail: `is_open`
 
     def __init__(self, conf: Settings, counters: Counter[str], auth: Authenticator) -> None:
         self.counters = counters
         self.any_origin = "*" in conf.security.allowed_origins
         self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
+        self.hosts = Hosts(conf.allowed_hosts)
         self.auth = auth
+        self.operators = Operators(conf.auth, auth)
 
     def origin_allowed(self, origin: str) -> bool:
         if self.any_origin:
@@ -249,13 +258,21 @@ class Guard:
                 return True
         return False
 
-    def is_open(self, path: str) -> bool:
-        return path in self.OPEN_PATHS or path.startswith(WELL_KNOWN)
+    def is_open(self, request: web.Request) -> bool:
+        if request.path == "/readyz":
+            return "detail" not in request.query
+        return request.path in self.OPEN_PATHS or request.path.startswith(WELL_KNOWN)
+
+    @staticmethod
+    def for_operators(request: web.Request) -> bool:
+        return request.path in OPERATOR_PATHS or request.path == "/readyz"
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.is_open(request.path):
+        if self.is_open(request):
             return await handler(request)
+        if (misdirected := self._misdirected(request)) is not None:
+            return misdirected
         if (bad := _undecodable(request.headers)) is not None:
             # Checked once, here: every later use (a token compare, an error that names a
             # header, a header forwarded upstream) may assume text. The value is never
@@ -277,6 +294,8 @@ class Guard:
                 "Access-Control-Allow-Headers": request.headers.get(
                     "Access-Control-Request-Headers", CORS_ALLOW_HEADERS),
                 "Access-Control-Max-Age": "86400"})
+        if self.for_operators(request):
+            return await self._operator(request, handler)
         try:
             principal = await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
             request[PRINCIPAL] = principal
@@ -284,6 +303,30 @@ class Guard:
                 raise errors.InsufficientScope("this resource", lacking)
         except (errors.Unauthorized, errors.InsufficientScope, errors.AuthUnavailable) as exc:
             return self._refuse(exc)
+        return await handler(request)
+
+    def _misdirected(self, request: web.Request) -> web.Response | None:
+        """421 when the Host header names a host this gateway does not serve (DNS
+        rebinding: peers.py); the name is echoed only when it is plain text."""
+        host = request.headers.get("Host")
+        if self.hosts.allows(host):
+            return None
+        named = f" {errors.shown(host)}" if host and host.isascii() and host.isprintable() \
+            else ""
+        return self._refuse(errors.MisdirectedRequest(
+            f"Misdirected Request: this gateway does not serve the host{named} "
+            "(security.allowed_hosts)"))
+
+    async def _operator(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """An operator's route: operators only (auth/operators.py); a refusal is audited."""
+        try:
+            await self.operators.admit(request.headers.get(mcp.H_AUTH), local_peer(request))
+        except errors.OperatorOnly as exc:
+            self._audit(request, exc)
+            return self._refuse(exc)
+        except (errors.Unauthorized, errors.AuthUnavailable) as exc:
+            return self._refuse(exc)
+        request[OPERATOR] = True
         return await handler(request)
 
     def _refuse(self, exc: GatewayError) -> web.Response:

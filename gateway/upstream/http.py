@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from gateway.errors import UpstreamError
-from gateway.observability import log
+from gateway.observability import log, redact
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
@@ -64,7 +64,7 @@ class HttpTransport:
         self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.name}")
 
     def status(self) -> dict[str, Any]:
-        return {"url": self.url, "transport": self.kind}
+        return {"url": redact.url(self.url), "transport": self.kind}
 
     async def close(self) -> None:
         if self._task is not None:

@@ -22,7 +22,7 @@ import aiohttp
 from yarl import URL
 
 from gateway.errors import UpstreamError
-from gateway.observability import log
+from gateway.observability import log, redact
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream import sse_client
@@ -177,7 +177,7 @@ class Poster:
             return
         error = UpstreamError(self.name, f"upstream '{self.name}': {why}", "connection")
         if self.link.on_failed(call, error) and self.session.state == "up":  # else start_failed
-            log.warning("upstream.request_failed", upstream=self.name, reason=why,
+            log.warning("upstream.request_failed", upstream=self.name, reason=redact.text(why),
                         method=_method(data) if data else None)
 
 

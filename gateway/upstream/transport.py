@@ -12,10 +12,8 @@ import asyncio
 from collections.abc import Collection
 from typing import Any, Protocol
 
-from yarl import URL
-
 from gateway.errors import UpstreamError
-from gateway.observability import log
+from gateway.observability import log, redact
 from gateway.upstream.correlator import Call
 
 FIRST_RETRY_S = 0.1
@@ -33,7 +31,7 @@ async def start_failed(link: Link | None, exc: Exception, failures: int, cap_ms:
     when the next attempt is), and those waiting for the link, at once; then wait before
     the next attempt. False when there is none (`cap_ms` None: no restarts)."""
     assert link is not None  # a transport starts once it has its link
-    fields = {} if url is None else {"url": str(URL(url).with_user(None))}
+    fields = {} if url is None else {"url": redact.url(url)}
     error = exc if isinstance(exc, UpstreamError) else UpstreamError(
         link.name, f"upstream '{link.name}': {exc or type(exc).__name__}", "unreachable")
     delay = None if cap_ms is None else backoff_s(failures, cap_ms)

@@ -187,7 +187,7 @@ async def test_a_task_outliving_its_ttl_ends_and_lets_go(url, client, http) -> N
     gone = await request(c, "tasks/get", {"taskId": task_id})
     assert gone["error"]["message"] == "Failed to retrieve task: Task has expired"
     await asyncio.sleep(1.5)  # past the moment the sleep would have answered
-    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
         tasks = (await resp.json())["tasks"]
     assert tasks == {"running": 0, "stored_bytes": 0}
 

@@ -42,7 +42,7 @@ async def test_two_upstreams_behind_one_gateway(gateway, direct_url, client, htt
         "remote": {"url": direct_url, "path": "/remote/mcp"}}, "logging": {"level": "warning"}}
     local = await gateway(raw=raw)
     base = local.removesuffix("/mcp")
-    async with http.get(base + "/readyz") as resp:
+    async with http.get(base + "/readyz?detail") as resp:
         upstreams = (await resp.json())["upstreams"]
     assert set(upstreams) == {"local", "remote"} and upstreams["remote"]["url"] == direct_url
     one, two = client(local), client(base + "/remote/mcp")
@@ -141,7 +141,7 @@ async def test_a_request_on_a_posts_stream_goes_to_that_posts_caller(gateway, cl
 async def test_an_unreachable_http_upstream_is_reported_not_hung(gateway, client, http) -> None:
     url = await gateway(url=f"http://127.0.0.1:{free_port()}/mcp", wait_ready=False)
     await asyncio.sleep(0.5)
-    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
         assert resp.status == 503
         assert (await resp.json())["upstreams"]["main"]["ready"] is False
     reply = await asyncio.wait_for(client(url).send({
@@ -181,7 +181,7 @@ async def test_elicitation_on_the_upstream_get_stream(gateway, client, http) -> 
 async def test_http_sse_transport_of_2024_11_05(gateway, client, http) -> None:
     async with basic_http("sse") as base:
         url = await gateway(url=base + "/mcp")
-        async with http.get(url.replace("/mcp", "/readyz")) as resp:
+        async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
             assert (await resp.json())["upstreams"]["main"]["transport"] == "http+sse"
         mcp = client(url)
         await mcp.initialize()

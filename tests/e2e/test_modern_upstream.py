@@ -33,7 +33,7 @@ async def url(request, gateway) -> AsyncIterator[str]:
 
 
 async def test_it_is_driven_as_a_modern_server(url, http) -> None:
-    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
         assert (await resp.json())["upstreams"]["main"]["era"] == "modern"
     async with Client(url, elicitation_callback=on_elicit) as client:
         assert client.protocol_version == "2026-07-28"

@@ -14,7 +14,8 @@ from test_tasks import POLICY, TASKS, call, tasks_op, wait_for
 
 from gateway.observability import owner_hash
 
-TOKEN = "operator-secret-token"
+TOKEN = "client-secret-token"
+ADMIN = "operator-secret-token"
 
 
 async def scrape(http, url: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -121,8 +122,9 @@ async def test_metric_labels_stay_bounded_whatever_clients_send(url, http) -> No
                  era="modern", outcome="error") == 5
 
 
-async def test_metrics_and_status_are_guarded_like_the_endpoint(gateway, http) -> None:
-    url = await gateway(auth={"bearer_tokens": [TOKEN]})
+async def test_metrics_and_status_are_for_operators_only(gateway, http) -> None:
+    """Issue 29: they show every owner's work, so a client's token does not open them."""
+    url = await gateway(auth={"bearer_tokens": [TOKEN], "admin_tokens": [ADMIN]})
     base = url.removesuffix("/mcp")
     for path in ("/metrics", "/status"):
         async with http.get(base + path) as resp:
@@ -130,12 +132,14 @@ async def test_metrics_and_status_are_guarded_like_the_endpoint(gateway, http) -
         async with http.get(base + path, headers={"Authorization": "Bearer nope"}) as resp:
             assert resp.status == 401
         async with http.get(base + path, headers={"Authorization": f"Bearer {TOKEN}"}) as resp:
+            assert resp.status == 403
+        async with http.get(base + path, headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
             assert resp.status == 200
     async with http.get(base + "/healthz") as resp:
         assert resp.status == 200  # probes stay open
-    samples = await scrape(http, url, {"Authorization": f"Bearer {TOKEN}"})
-    # Auth refusals are counted by cause too: none sent, and a wrong one, on each path.
-    for cause in ("missing", "wrong"):
+    samples = await scrape(http, url, {"Authorization": f"Bearer {ADMIN}"})
+    # Auth refusals are counted by cause too: none sent, a wrong one, a client's, on each path.
+    for cause in ("missing", "wrong", "operator"):
         assert value(samples, "mcp_gateway_rejections_total", reason="auth", cause=cause) == 2
 
 

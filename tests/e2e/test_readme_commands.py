@@ -107,7 +107,7 @@ async def test_the_set_up_command_serves_server_everything(installed, redis_serv
         for argv in forms:
             async with served(argv, free_port()) as base:
                 assert "trigger-long-running-operation" in await tool_names(http, base)
-                async with http.get(base + "/readyz") as resp:
+                async with http.get(base + "/readyz?detail") as resp:
                     store = (await resp.json())["store"]
                 assert store["backend"] == ("redis" if "--store-url" in argv else "memory")
                 assert store["up"] is True

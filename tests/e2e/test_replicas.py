@@ -210,7 +210,7 @@ async def ready_is(http: aiohttp.ClientSession, replica: Replica, *, up: bool) -
     """/readyz tells the store's state in its body and stays 200 through its outage: a
     balancer must not take every replica out for a shared dependency."""
     for _ in range(100):
-        async with http.get(replica.url.replace("/mcp", "/readyz")) as resp:
+        async with http.get(replica.url.replace("/mcp", "/readyz?detail")) as resp:
             assert resp.status == 200
             if (await resp.json())["store"]["up"] is up:
                 return

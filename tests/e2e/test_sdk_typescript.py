@@ -67,7 +67,7 @@ async def test_server_everything_over_http_through_the_gateway(gateway, http, mo
     async with served([str(NODE_BIN / "node"), str(everything / "dist" / "index.js"),
                        mode], port, env) as base:
         url = await gateway(url=base + path)
-        async with http.get(url.replace("/mcp", "/readyz")) as resp:
+        async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
             transport = (await resp.json())["upstreams"]["main"]["transport"]
         assert transport == ("http+sse" if mode == "sse" else "streamable-http")
         seen = await ts_client(url, "everything")

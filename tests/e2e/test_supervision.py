@@ -19,7 +19,7 @@ from test_modern import call, modern
 
 
 async def readyz(http: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
-    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
         return resp.status, await resp.json()
 
 

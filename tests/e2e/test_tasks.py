@@ -160,7 +160,7 @@ async def test_a_full_store_answers_inline(gateway, http) -> None:
     assert first["resultType"] == "task"
     second = (await call(http, url, "whoami")).body["result"]  # always, but no room
     assert second["resultType"] == "complete"
-    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
         assert (await resp.json())["counters"]["tasks.inline_store_full"] >= 1
 
 

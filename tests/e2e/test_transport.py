@@ -257,6 +257,8 @@ async def test_bearer_tokens_guard_the_endpoint(gateway, client, http) -> None:
 async def test_readyz_and_healthz(gateway, http) -> None:
     url = await gateway()
     async with http.get(url.replace("/mcp", "/readyz")) as resp:
+        assert resp.status == 200 and await resp.json() == {"ready": True}
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:  # an operator's
         body = await resp.json()
     assert resp.status == 200 and body["upstreams"]["main"]["state"] == "ready"
     async with http.get(url.replace("/mcp", "/healthz")) as resp:
@@ -332,7 +334,8 @@ async def test_a_reader_that_never_reads_is_cut_off(gateway, client, accept) -> 
     reader, writer = await asyncio.open_connection(target.host, target.port)
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "blob", "arguments": {"bytes": 30_000_000}}}).encode()
-    writer.write(f"POST {target.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    writer.write(f"POST {target.path} HTTP/1.1\r\nHost: {target.host}\r\n"
+                 "Content-Type: application/json\r\n"
                  f"Accept: {accept}\r\nMcp-Session-Id: {mcp.session_id}\r\n"
                  f"MCP-Protocol-Version: 2025-06-18\r\nContent-Length: {len(body)}\r\n\r\n"
                  .encode() + body)

@@ -1,0 +1,68 @@
+"""Where a request comes from and what it was addressed to, as the HTTP boundary checks them:
+the Host header against the names the gateway serves (`security.allowed_hosts`), and
+whether the peer is this machine, unproxied (who may read the operator's routes when no
+operator is named by credentials).
+
+DNS rebinding (spec: Streamable HTTP, Security Warning): a page on an attacker's name that
+resolves to 127.0.0.1 is same-origin to the browser, which sends no Origin on its GETs, but
+its Host header still names the attacker's host; checking Host closes what the Origin check
+leaves open.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from aiohttp import web
+
+# Headers a reverse proxy adds: a loopback peer that carries one is a proxy on this machine
+# speaking for someone else (RFC 7239, and the de facto X-Forwarded-For and X-Real-IP).
+FORWARDING = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
+
+
+class Hosts:
+    """The Host names served: each a name (any port) or name:port; None: any."""
+
+    def __init__(self, allowed: list[str] | None) -> None:
+        self.any = allowed is None
+        self.allowed = {split(h.lower()) for h in allowed or ()}
+
+    def allows(self, header: str | None) -> bool:
+        """Whether a request with this Host header is served. None (no Host: HTTP/1.0, or
+        a tool rather than a browser, which always sends one) is."""
+        if self.any or header is None:
+            return True
+        name, port = split(header.lower())
+        return (name, None) in self.allowed or (port is not None and (name, port) in
+                                                self.allowed)
+
+
+def split(host: str) -> tuple[str, str | None]:
+    """(name, port or None) of a Host value; `[::1]:8080` keeps its brackets (RFC 9110,
+    section 7.2: uri-host as in a URI). A trailing dot names the same host."""
+    if host.startswith("["):
+        name, _, rest = host.partition("]")
+        port = rest[1:] if rest.startswith(":") and rest[1:].isdigit() else None
+        return name + "]", port
+    name, colon, port = host.rpartition(":")
+    if colon and port.isdigit() and ":" not in name:
+        return name.rstrip("."), port
+    return host.rstrip("."), None
+
+
+def local_peer(request: web.Request) -> bool:
+    """Whether the socket's peer is a loopback address and the request names no proxy. The
+    socket, never a header, says where it comes from (a header can only take that away)."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if not isinstance(peer, tuple | list) or not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback and not any(h in request.headers for h in FORWARDING)
+
+
+__all__ = ["FORWARDING", "Hosts", "local_peer", "split"]

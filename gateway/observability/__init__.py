@@ -12,7 +12,6 @@ import sys
 
 import orjson
 import structlog
-from aiohttp.http_exceptions import HttpProcessingError
 
 from gateway.settings import Logging
 
@@ -42,6 +41,9 @@ def _quiet_parser_errors(record: logging.LogRecord) -> bool:
     """aiohttp logs a request it cannot parse with a traceback whose text holds the bytes
     it choked on (a bearer token's first hundred characters, say): one event instead,
     naming only the kind of fault."""
+    # Imported here: the router and the engine import this module and must not load aiohttp.
+    from aiohttp.http_exceptions import HttpProcessingError
+
     exc = record.exc_info[1] if record.exc_info else None
     if not isinstance(exc, HttpProcessingError):
         return True

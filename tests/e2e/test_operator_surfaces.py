@@ -25,9 +25,12 @@ from yarl import URL
 from gateway.app import create_app
 from gateway.settings import from_mapping
 
-ALICE, BOB = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer bob-token"}
-ADMIN = {"Authorization": "Bearer operator-token"}
-CLIENTS = {"bearer_tokens": ["alice-token", "bob-token"]}
+# 32 characters at least: one test serves beyond loopback, where shorter ones are refused.
+ALICE_TOKEN, BOB_TOKEN = "alice-token-" + "a" * 24, "bob-token-" + "b" * 24
+OPERATOR_TOKEN = "operator-token-" + "o" * 24
+ALICE, BOB = {"Authorization": f"Bearer {ALICE_TOKEN}"}, {"Authorization": f"Bearer {BOB_TOKEN}"}
+ADMIN = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+CLIENTS = {"bearer_tokens": [ALICE_TOKEN, BOB_TOKEN]}
 OPERATOR_ROUTES = ("/status", "/metrics", "/readyz?detail")
 SECRETS = ("pa55word", "s3cretkey")
 
@@ -45,7 +48,7 @@ async def slow_task_of_alice(http: aiohttp.ClientSession, url: str) -> str:
 
 
 async def test_a_client_token_opens_no_operator_route(gateway, http) -> None:
-    url = await gateway(tasks=POLICY, auth={**CLIENTS, "admin_tokens": ["operator-token"]})
+    url = await gateway(tasks=POLICY, auth={**CLIENTS, "admin_tokens": [OPERATOR_TOKEN]})
     task_id = await slow_task_of_alice(http, url)
     for path in OPERATOR_ROUTES:
         for who in (BOB, ALICE):  # a valid client, even the task's owner, is no operator
@@ -71,7 +74,7 @@ async def test_a_client_token_opens_no_operator_route(gateway, http) -> None:
 
 
 async def test_readyz_says_ready_and_nothing_else_without_the_guard(gateway, http) -> None:
-    url = await gateway(tasks=POLICY, auth={**CLIENTS, "admin_tokens": ["operator-token"]})
+    url = await gateway(tasks=POLICY, auth={**CLIENTS, "admin_tokens": [OPERATOR_TOKEN]})
     await slow_task_of_alice(http, url)
     for who in (None, BOB):
         status, body = await get(http, url, "/readyz", who)
@@ -116,7 +119,7 @@ async def test_a_peer_beyond_loopback_is_no_operator_unless_named(aiohttp_server
     not loopback) reads no operator route, whatever client token it holds, until an admin
     token says who it is."""
     host = address_beyond_loopback()
-    for admins, expected in (([], 403), (["operator-token"], 200)):
+    for admins, expected in (([], 403), ([OPERATOR_TOKEN], 200)):
         raw = settings_for(tasks=POLICY, listen={"host": host},
                            auth={**CLIENTS, "admin_tokens": admins})
         server = await aiohttp_server(create_app(from_mapping(raw)), host=host)

@@ -40,7 +40,7 @@ def test_allowed_hosts_default_to_loopback_names_when_bound_to_loopback() -> Non
     for host in ("localhost", "::1", "127.0.0.5"):
         assert from_mapping({**UPSTREAM, "listen": {"host": host}}).allowed_hosts == [
             "localhost", "127.0.0.1", "[::1]"]
-    beyond = {**UPSTREAM, "listen": {"host": "0.0.0.0"}, "auth": {"bearer_tokens": ["t"]}}
+    beyond = {**UPSTREAM, "listen": {"host": "0.0.0.0"}, "auth": {"bearer_tokens": ["t" * 32]}}
     assert from_mapping(beyond).allowed_hosts is None  # no check unless configured
     named = {**beyond, "security": {"allowed_hosts": ["mcp.example.com"]}}
     assert from_mapping(named).allowed_hosts == ["mcp.example.com"]

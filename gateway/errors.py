@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from gateway.observability import redact
+from gateway import redact
 from gateway.protocol import jsonrpc, mcp
 
 SERVER_ERROR = -32000  # JSON-RPC's range for implementation-defined server errors

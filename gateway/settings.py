@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from gateway import redact
+
 TaskMode = Literal["never", "auto", "always", "required"]
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 Isolation = Literal["shared", "client", "call"]
@@ -654,6 +656,9 @@ def _first_problem(exc: ValidationError) -> str:
         if close:
             msg += f"; did you mean `{close[0]}`?"
     more = len(errors) - 1
+    # A value quoted back (an URL with its password, say) is shown without credentials:
+    # the line goes to a terminal, a CI log, a support ticket.
+    msg = redact.text(msg)
     return f"{key}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
 
 

@@ -13,8 +13,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway import redact
 from gateway.errors import AuthUnavailable
-from gateway.observability import log, redact
+from gateway.observability import log
 
 MAX_DOCUMENT_BYTES = 1 << 20  # metadata, key sets and introspection answers are small
 

@@ -19,8 +19,9 @@ from typing import Any
 
 import aiohttp
 
+from gateway import redact
 from gateway.errors import UpstreamError
-from gateway.observability import log, redact
+from gateway.observability import log
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call

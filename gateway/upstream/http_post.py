@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 import aiohttp
 from yarl import URL
 
+from gateway import redact
 from gateway.errors import UpstreamError
-from gateway.observability import log, redact
+from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream import sse_client

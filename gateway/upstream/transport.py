@@ -12,8 +12,9 @@ import asyncio
 from collections.abc import Collection
 from typing import Any, Protocol
 
+from gateway import redact
 from gateway.errors import UpstreamError
-from gateway.observability import log, redact
+from gateway.observability import log
 from gateway.upstream.correlator import Call
 
 FIRST_RETRY_S = 0.1

@@ -225,3 +225,14 @@ def test_short_static_tokens_are_refused_beyond_loopback() -> None:
     from_mapping({**beyond, "auth": {"bearer_tokens": ["x" * 32]}})
     from_mapping({"upstreams": {"main": {"command": "x"}},
                   "auth": {"bearer_tokens": ["short-on-loopback"]}})  # a warning at start
+
+
+def test_check_config_shows_urls_without_credentials(tmp_path, capsys) -> None:
+    """A configuration error quoting a URL back shows it without userinfo or query."""
+    from gateway.cli import main
+
+    conf = tmp_path / "bad.yaml"
+    conf.write_text('upstreams:\n  main: {url: "ftp://user:hunter2@example.com/mcp?api_key=z"}\n')
+    assert main(["--check-config", str(conf)]) != 0
+    err = capsys.readouterr().err
+    assert "ftp://example.com/mcp" in err and "hunter2" not in err and "api_key" not in err

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from gateway import redact
 from gateway.errors import StoreUnavailable, UpstreamError
-from gateway.observability import redact
 
 
 @pytest.mark.parametrize(("given", "shown"), [

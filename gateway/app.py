@@ -186,7 +186,7 @@ def _store(conf: Settings, replica: str) -> tuple[TaskStore, ReplicaBus | None]:
                             ack_timeout_ms=store.ack_timeout_ms)
         return (Outbox(shared, store.outbox_max_entries, store.outbox_max_bytes),
                 RedisBus(shared))
-    return MemoryStore(*bounds), None
+    return MemoryStore(*bounds, max_bytes_per_owner=limits.max_stored_bytes_per_principal), None
 
 
 def _flush(tracing: Tracing) -> Callable[[web.Application], Awaitable[None]]:

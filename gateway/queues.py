@@ -6,7 +6,10 @@ A call beyond a limit waits in that limit's `Lane`, fair across owners: the lane
 owners in turn, one call each, so one owner's burst never starves another's single call.
 Each waiting call's `Ticket` knows how many will be served before it, and is told whenever
 that changes; a full lane (`max_queue` waiting) refuses at once with `QueueFull`, naming the
-limit. A call under both limits waits for its tool's lane, then for its server's.
+limit, and so does a lane where the owner already holds its share: all but a quarter of
+`max_queue`, kept for the others (one owner's burst never fills the queue against them;
+DESIGN.md, Tenancy). A call under both limits waits for its tool's lane, then for its
+server's.
 
 Per replica: replicas count their own calls (DESIGN.md, Queues). Pure: no I/O; the clock is
 injectable.
@@ -56,6 +59,12 @@ class Lane:
     @property
     def full(self) -> bool:
         return self.depth >= self.limit.max_queue and self.running >= self.limit.max_concurrency
+
+    def over_share(self, owner: str) -> bool:
+        """Whether `owner` holds all it may of this lane's waiting places: a quarter of them
+        stays for other owners."""
+        share = self.limit.max_queue - self.limit.max_queue // 4
+        return len(self.waiting.get(owner, ())) >= share
 
     def expected_wait_s(self, ahead: int) -> float | None:
         """How long a call with `ahead` before it may wait (None: nothing has run yet)."""
@@ -232,7 +241,7 @@ class Queues:
         if not lanes:
             return None
         for lane in lanes:
-            if lane.full:
+            if lane.full or lane.over_share(owner):
                 self.counters["rejections.queue_full"] += 1
                 raise _full(lane.limit, lane.expected_wait_s(lane.depth))
         return Ticket(lanes, owner, self._clock)

@@ -44,7 +44,7 @@ class Decision:
     serve: str | None = None  # ANSWER: which of the gateway's own handlers answers
     result: dict[str, Any] | None = None  # ANSWER: the result itself, when it is fixed
     error: errors.GatewayError | None = None  # REFUSE
-    edit: str | None = None  # AUGMENT: "mark_tools" or "note_native"
+    edit: str | None = None  # AUGMENT: "mark_tools"
     policy: Policy | None = None  # TASK
     at_once: bool = False  # TASK: a task now (always/required, or the client asked)
     ttl: int | None = None  # TASK: the ttl the client asked for (core)
@@ -150,7 +150,7 @@ def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyF
                 f"Tool {errors.shown(name)} must be called as a task (taskSupport: required)"))
         return PASS
     if catalogue.own_task_support(name):
-        return Decision(Kind.AUGMENT, edit="note_native")  # the upstream's own task
+        return PASS  # the upstream's own task: the connection notes whose it is
     try:
         ttl = core.requested_ttl(params)
     except errors.InvalidParams as exc:

@@ -212,6 +212,9 @@ class Limits(_Model):
                      "together)"))
     max_result_bytes: int = Field(10 * 1024 * 1024, ge=1,
         description="a bigger result fails its task")
+    max_stored_bytes_per_principal: int = Field(64 * 1024 * 1024, ge=1,
+        description=("bytes of results kept at once for one principal (the memory store; "
+                     "with Redis only max_stored_bytes holds)"))
     max_stored_bytes: int = Field(256 * 1024 * 1024, ge=1,
         description="bytes of results kept at once, all tasks")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024,

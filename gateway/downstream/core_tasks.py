@@ -31,7 +31,6 @@ from gateway.tasks.dialects import Lacking, core, handlers, task_id_of, unscoped
 from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_progress
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
-from gateway.upstream import native_tasks
 from gateway.upstream.handshake import IGNORE
 from gateway.upstream.isolation import Backend
 
@@ -63,8 +62,6 @@ class CoreTasks:
         there."""
         if name == "mark_tools":
             return lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
-        if name == "note_native":
-            return lambda m: _note_native(session, m)
         return None
 
     # -- tools/call --------------------------------------------------------------------------
@@ -176,10 +173,3 @@ class CoreTasks:
         """Nobody else can reach a session's tasks: cancel those still running."""
         for bound in list(session.tasks.values()):
             await self.engine.cancel(bound.task, "client session ended")
-
-
-def _note_native(session: Session, msg: Message) -> Message:
-    """Remember the id of a task the upstream created, so tasks/* on it go there."""
-    if (task_id := native_tasks.created_task_id(msg)) is not None:
-        session.native_tasks[task_id] = True
-    return msg

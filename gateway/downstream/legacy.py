@@ -139,7 +139,7 @@ class LegacyEra:
         conn = session.conn
         return router.legacy(msg, core_tasks=core.offered(session.version),
                              keeps_level=conn.modern or conn.logs,
-                             native_task_ids=session.native_tasks,
+                             native_task_ids=conn.correlator.tasks.held_by(session),
                              catalogue=self.backend.catalogue, policy_for=self.tasks.policy)
 
     async def forward(self, request: web.Request, session: Session, msg: Message,
@@ -163,6 +163,9 @@ class LegacyEra:
         except (UpstreamError, errors.QueueFull) as exc:  # a JSON-RPC error: HTTP 200
             self._finished(session, client_id, conn)
             return json_response(exc.to_message(client_id))
+        except BaseException:  # a fault of the gateway's: its slot and process go back
+            self._finished(session, client_id, conn)
+            raise
         session.calls[client_id] = call
         ex.done = lambda: self._finished(session, client_id, conn)
         if self.request_timeout_s is not None:  # from when it runs: a queue is not counted

@@ -296,7 +296,7 @@ class ModernEra:
         except errors.UpstreamError as exc:  # not sent: the upstream cannot take calls now
             self._done(caller, conn, used)
             return json_response(exc.to_message(msg["id"]), 503)
-        except errors.QueueFull:
+        except BaseException:  # QueueFull (503), or a fault of the gateway's: the slot goes
             self._done(caller, conn, used)
             raise
         ex.done = lambda: self._done(caller, conn, used)

@@ -15,8 +15,6 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from cachetools import LRUCache
-
 from gateway.auth.principal import digest
 from gateway.downstream.exchange import Exchange
 from gateway.downstream.replay import ReplayBudget
@@ -32,7 +30,6 @@ from gateway.upstream.correlator import Call, Host
 
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
 MAX_STREAMS = 64  # POST streams kept for resumption per session
-MAX_NATIVE_TASKS = 1024  # upstream-run task ids remembered per session
 
 
 class Session:
@@ -56,8 +53,6 @@ class Session:
         self.replies: OrderedDict[str, Host] = OrderedDict()  # asked id -> who asked
         self.subscriptions: set[str] = set()
         self.tasks: dict[str, SessionTask] = {}  # its running core tasks, by id
-        # Ids of tasks the upstream itself runs for it (its tasks/* go there), the latest.
-        self.native_tasks: LRUCache[str, bool] = LRUCache(MAX_NATIVE_TASKS)
         self.level: str | None = None  # logging/setLevel, kept for a modern-only upstream
         self.replay = (replay, replay_bytes)  # what each of its streams keeps
         self.budget = budget  # what all sessions' streams keep together

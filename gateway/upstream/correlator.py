@@ -348,6 +348,7 @@ class Correlator:
         calls = self.in_flight
         self.in_flight = {uid: c for uid, c in calls.items() if c in keep}
         self._asked.clear()
+        self.tasks.clear()  # the server's own tasks went with it; a new one reuses their ids
         return [call for call in calls.values() if call not in keep]
 
     # -- upstream -> downstream ------------------------------------------------------------
@@ -459,7 +460,7 @@ class Correlator:
         2025-11-25) goes: that task's owner, on its oldest call in flight here, else its
         session if still attached; None for a task the gateway did not see created."""
         task_id = _related_task(msg)
-        record = self.tasks.live(task_id) if task_id is not None else None
+        record = self.tasks.record(task_id) if task_id is not None else None
         if record is None:
             return None
         owner = record.owner

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -71,9 +71,24 @@ class TaskOwners(Generic[OwnerT]):
             biggest = max(self._of, key=lambda p: len(self._of[p]))
             self._forget(biggest, next(iter(self._of[biggest])))
 
+    def clear(self) -> None:
+        """The server process (or HTTP session) is gone, and its tasks with it: a new one
+        may hand out the same ids to others."""
+        self._by_id.clear()
+        self._live.clear()
+        self._of.clear()
+
+    def held_by(self, owner: OwnerT) -> Container[str]:
+        """The ids of the tasks `owner` itself (that session) created."""
+        return _Held(self._by_id, owner)
+
     def owns(self, task_id: Any, principal: str) -> bool:
         record = self._by_id.get(task_id) if isinstance(task_id, str) else None
         return record is not None and record.principal == principal
+
+    def record(self, task_id: str) -> Record[OwnerT] | None:
+        """Who created `task_id`, live or not (a request that names it goes there)."""
+        return self._by_id.get(task_id)
 
     def live(self, task_id: str) -> Record[OwnerT] | None:
         """The record of a task whose work may still be going on."""
@@ -103,6 +118,19 @@ class TaskOwners(Generic[OwnerT]):
             ids.pop(task_id, None)
             if not ids:
                 del self._of[principal]
+
+
+class _Held(Generic[OwnerT]):
+    """`task_id in held`: whether that owner created it (a view: no copy)."""
+
+    __slots__ = ("_by_id", "_owner")
+
+    def __init__(self, by_id: dict[str, Record[OwnerT]], owner: OwnerT) -> None:
+        self._by_id, self._owner = by_id, owner
+
+    def __contains__(self, task_id: object) -> bool:
+        record = self._by_id.get(task_id) if isinstance(task_id, str) else None
+        return record is not None and record.owner is self._owner
 
 
 def _created(result: Any) -> tuple[str, float] | None:

@@ -174,7 +174,7 @@ class ModernWire:
         """The envelope of the request of `call`; the client's headers and those that
         mirror it. An MRTR request is kept to be sent again."""
         if msg["method"] in mcp.MRTR_METHODS:
-            call.resend = (msg["method"], msg["params"])
+            call.resend = (msg["method"], msg.setdefault("params", {}))
         return {**(headers or {}), **self.envelope(msg, call.owner)}
 
     # -- change notifications ---------------------------------------------------------------

@@ -403,3 +403,46 @@ async def test_a_notification_sent_as_a_request_is_refused(base, http) -> None:
     reply = await bob.send({"jsonrpc": "2.0", "id": 9, "method": "notifications/cancelled",
                             "params": {"requestId": 1}})
     assert reply.status == 400 and reply.message["error"]["code"] == -32600
+
+
+async def test_a_restarted_server_reusing_task_ids_gives_nobody_the_old_owners(base, http
+                                                                               ) -> None:
+    """Before (found by a second review): records of the server's own tasks outlived its
+    process; the new process handed Bob the id of Alice's old task, the server's question
+    for Bob's task went to Alice, and her answer to Bob."""
+    url = base + "/native"
+    alice = await session(http, url, "alice")
+    bob = await session(http, url, "bob")
+    old = (await alice.request("tools/call", {"name": "sleep", "arguments": {"ms": 30_000},
+                                              "task": {}})).message["result"]["task"]["taskId"]
+    async with alice.stream() as a_stream, bob.stream() as b_stream:
+        await bob.call("crash")  # the server exits; the gateway starts it again
+        for _ in range(100):
+            created = await bob.request("tools/call", {"name": "ask", "arguments": {
+                "message": "Alice, your password please"}, "task": {}})
+            if "result" in created.message:
+                break
+            await asyncio.sleep(0.05)
+        assert created.message["result"]["task"]["taskId"] == old  # the same id again
+        asked = await _asked(b_stream)  # Bob's own question reaches Bob
+        assert asked["params"]["_meta"][RELATED] == {"taskId": old}
+        with pytest.raises(TimeoutError):  # and nothing reaches Alice
+            await asyncio.wait_for(_asked(a_stream), 0.5)
+    mine = await alice.request("tasks/get", {"taskId": old})
+    unknown = await alice.request("tasks/get", {"taskId": "native-999"})
+    assert same_but_id(mine, unknown, old, "native-999")
+
+
+async def test_a_call_without_params_on_a_modern_upstream_frees_its_slot(gateway, http
+                                                                         ) -> None:
+    """Before: a legacy tools/call with no params to a modern-only server was an HTTP 500
+    that kept its call slot for good (three of them and the principal could call no more)."""
+    url = await gateway(MODERN_SERVER, auth={"bearer_tokens": ["alice-token", "bob-token"]},
+                        limits={"max_calls_per_owner": 2})
+    bob = As(http, url, "bob")
+    await bob.initialize({}, version="2025-11-25")
+    for i in range(4):
+        reply = await bob.send({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call"})
+        assert reply.status == 200 and "error" in reply.message, reply.raw
+    echoed = await bob.call("echo", {"text": "still here"})
+    assert "error" not in echoed.message, echoed.raw

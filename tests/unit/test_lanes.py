@@ -158,3 +158,19 @@ def test_queue_metrics_name_limits_by_bounded_labels() -> None:
     metrics = Metrics(lambda _u, tool: tool == "listed", named={"render*"})
     assert [metrics.lane("main", label) for label in ("*", "render*", "listed", "made-up")] == [
         "*", "render*", "listed", "other"]
+
+
+def test_one_owner_leaves_a_quarter_of_the_queue_to_the_others() -> None:
+    """Before: one principal's burst filled the queue, and another's single call was
+    refused (a review with one valid token)."""
+    queues = Queues()
+    limit = Limit("main", "sleep", 1, 8)
+    running = queues.ticket("bob", limit)
+    bobs = [queues.ticket("bob", limit) for _ in range(6)]  # 8 - 8 // 4 = 6 may wait
+    assert running is not None and all(t is not None and t.queued for t in bobs)
+    with pytest.raises(QueueFull):
+        queues.ticket("bob", limit)
+    alices = [queues.ticket("alice", limit) for _ in range(2)]  # the quarter kept for others
+    assert all(t is not None and t.queued for t in alices)
+    with pytest.raises(QueueFull):
+        queues.ticket("carol", limit)  # the queue itself is full now

@@ -353,3 +353,21 @@ def test_only_a_shared_store_loads_redis() -> None:
     assert loaded_by(code % "", ("redis",)) == []
     shared = ", 'store': {'backend': 'redis', 'url': 'redis://127.0.0.1:9/0'}"
     assert loaded_by(code % shared, ("redis",)) == ["redis"]
+
+
+async def test_one_principals_results_fill_its_own_share_only() -> None:
+    """The memory store: Bob's big results fill his share of the result bytes, and
+    Alice's result still fits (before, Bob filled the whole store and her task failed)."""
+    store = MemoryStore(100, 100, 100, 300, clock=Clock(), max_bytes_per_owner=150)
+    bobs = [await add(store, "bob", status=Status.WORKING) for _ in range(3)]
+    for t in bobs[:2]:
+        t.size = 75
+        assert await store.save(t)
+    bobs[2].size = 10
+    with pytest.raises(ResultTooLarge, match="this client's share"):
+        await store.save(bobs[2])
+    alice = await add(store, "alice", status=Status.WORKING)
+    alice.size = 100
+    assert await store.save(alice)
+    await store.delete(bobs[0].id)  # his bytes come back to him
+    assert await store.save(bobs[2])

@@ -43,15 +43,20 @@ def _kept(task: Task) -> Task:
 
 class MemoryStore:
     def __init__(self, max_tasks: int, max_per_owner: int, max_result_bytes: int,
-                 max_stored_bytes: int, clock: Callable[[], float] = time.time) -> None:
+                 max_stored_bytes: int, clock: Callable[[], float] = time.time,
+                 max_bytes_per_owner: int | None = None) -> None:
         self.max_tasks = max_tasks
         self.max_per_owner = max_per_owner
         self.max_result_bytes = max_result_bytes
         self.max_stored_bytes = max_stored_bytes
+        # A principal's share of the result bytes: one client's big results fill its own
+        # share, never the whole store (README, Isolation between principals).
+        self.max_bytes_per_owner = max_bytes_per_owner or max_stored_bytes
         self.clock = clock
         self._tasks: dict[str, Task] = {}
         self._per_owner: Counter[str] = Counter()
         self._bytes = 0
+        self._bytes_of: Counter[str] = Counter()  # result bytes held, by whom they count
         self._expired: TTLCache[str, str] = TTLCache(max_tasks, EXPIRED_MEMORY_S, timer=clock)
         self._due_in: defaultdict[int, list[str]] = defaultdict(list)  # second -> task ids
         self._seconds: list[int] = []  # heap of the keys of _due_in
@@ -76,6 +81,7 @@ class MemoryStore:
         self._tasks[task.id] = _kept(task)
         self._per_owner[task.counted_as] += 1
         self._bytes += task.size
+        self._bytes_of[task.counted_as] += task.size
         if task.expires_at is not None:
             self._due_at(task.expires_at, task.id)
 
@@ -100,7 +106,7 @@ class MemoryStore:
         if held is None or (held.status is not task.status
                             and task.status not in TRANSITIONS[held.status]):
             return False  # compare-and-set: a terminal record stays terminal
-        self._account(held.size, task.size)
+        self._account(task.counted_as, held.size, task.size)
         self._tasks[task.id] = _kept(task)
         return True
 
@@ -114,23 +120,30 @@ class MemoryStore:
     def kept(self) -> list[Task]:
         return []  # this is the store: nothing beside it
 
-    def _account(self, old: int, new: int) -> None:
+    def _account(self, whose: str, old: int, new: int) -> None:
         if new > self.max_result_bytes:
             raise ResultTooLarge(f"the result is {new} bytes; the gateway keeps at most "
                                  f"{self.max_result_bytes} bytes per task")
+        if self._bytes_of[whose] - old + new > self.max_bytes_per_owner:
+            raise ResultTooLarge(f"this client's share of the result storage "
+                                 f"({self.max_bytes_per_owner} bytes) is full")
         if self._bytes - old + new > self.max_stored_bytes:
             raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
                                  "bytes) is full")
         self._bytes += new - old
+        self._bytes_of[whose] += new - old
 
     async def delete(self, task_id: str, *, expired: bool = False) -> None:
         task = self._tasks.pop(task_id, None)
         if task is None:
             return
         self._bytes -= task.size
-        self._per_owner[task.counted_as] -= 1
-        if self._per_owner[task.counted_as] <= 0:
-            del self._per_owner[task.counted_as]
+        whose = task.counted_as
+        self._per_owner[whose] -= 1
+        self._bytes_of[whose] -= task.size
+        if self._per_owner[whose] <= 0:
+            del self._per_owner[whose]
+            self._bytes_of.pop(whose, None)
         if expired:
             self._expired[task_id] = task.owner
 

@@ -85,6 +85,11 @@ def test_an_address_is_refused_once_it_spent_its_failures() -> None:
         failures.admit("10.0.0.1")
     assert refused.value.retry_after_s == pytest.approx(20)  # 3 a minute: one per 20 s
     failures.admit("10.0.0.2")  # another address has its own budget
+    for i in range(3):  # an IPv6 host counts by its /64 (it holds all of it)
+        failures.failed(f"2001:db8:1:2::{i + 1}")
+    with pytest.raises(TooManyFailures):
+        failures.admit("2001:db8:1:2:ffff::9")
+    failures.admit("2001:db8:1:3::1")
     failures.admit(None)  # no peer address known (a unix socket): nothing to count
     clock.now += 20
     failures.admit("10.0.0.1")

@@ -289,7 +289,8 @@ class OAuth(_Model):
                      "discovery"))
     scopes: list[str] = Field([], description="scopes every request needs")
     introspection: Introspection | None = Field(None,
-        description="{url, client_id, client_secret}: opaque tokens are checked there")
+        description=("{url, client_id, client_secret, issuer, require_audience}: opaque "
+                     "tokens are checked there"))
     algorithms: list[str] = Field(list(SIGNING_ALGORITHMS),
         description="accepted JWT signature algorithms (asymmetric ones only)")
     leeway_s: int = Field(30, ge=0, le=300,

@@ -23,7 +23,9 @@ the HTTP status that carries it.
     │   ├── MissingCapability         -32021  400   the request lacks a needed capability
     │   ├── UnsupportedModernVersion  -32022  400   protocol version we do not speak
     │   ├── TooManyListeners          -32600  429   listen streams over the per-owner bound
-    │   └── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
+    │   ├── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
+    │   └── TooManyFailures           -32000  429   too many failed authentications from
+    │                                               the client's address (retryAfterMs)
     ├── TooManySessions               -32603  503   no room for another legacy session
     ├── QueueFull                     -32000  503   a concurrency limit's queue is full
     │                                               (legacy sessions: 200; retryAfterMs)
@@ -202,6 +204,22 @@ class TooManyRequests(ProtocolError):
     def after(cls, what: str, per_s: float, wait_s: float) -> TooManyRequests:
         return cls(f"Too many {what}: at most {per_s:g} a second; slow down and retry",
                    {"retryAfterMs": max(1, round(wait_s * 1000))})
+
+
+class TooManyFailures(ProtocolError):
+    """The client's address failed to authenticate too often (`auth.failures_per_minute`):
+    its requests are refused unchecked until its budget refills (data: retryAfterMs; the
+    guard adds Retry-After)."""
+
+    code = SERVER_ERROR
+    http_status = 429
+    reason = "auth"
+    cause = "rate"
+
+    def __init__(self, wait_s: float) -> None:
+        self.retry_after_s = wait_s
+        super().__init__("Too many failed authentications from this address; retry later",
+                         {"retryAfterMs": max(1, round(wait_s * 1000))})
 
 
 class TooManySessions(GatewayError):

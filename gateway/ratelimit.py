@@ -27,13 +27,23 @@ class RateLimiter:
         if self.per_s <= 0:
             return 0.0
         now = self.clock()
-        tokens, then = self._buckets.get(owner, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - then) * self.per_s)
+        tokens = self._tokens(owner, now)
         if tokens >= 1:
             self._buckets[owner] = (tokens - 1, now)
             return 0.0
         self._buckets[owner] = (tokens, now)
         return (1 - tokens) / self.per_s
+
+    def peek_s(self, owner: str) -> float:
+        """What `wait_s` would say, taking nothing (and keeping no bucket for a stranger)."""
+        if self.per_s <= 0 or owner not in self._buckets:
+            return 0.0
+        tokens = self._tokens(owner, self.clock())
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.per_s
+
+    def _tokens(self, owner: str, now: float) -> float:
+        tokens, then = self._buckets.get(owner, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - then) * self.per_s)
 
 
 class Admission:

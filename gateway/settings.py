@@ -13,6 +13,7 @@ import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -273,6 +274,12 @@ class Introspection(_Model):
     url: str = Field(pattern=r"^https?://", description="the introspection endpoint")
     client_id: str = Field(min_length=1, description="the gateway's client at the server")
     client_secret: SecretStr = Field(description="its secret (HTTP Basic)")
+    issuer: str | None = Field(None,
+        description=("the one issuer (of `issuers`) this endpoint vouches for; an answer naming "
+                     "another is refused; default: the first of `issuers`"))
+    require_audience: bool = Field(True,
+        description=("an answer must carry `aud` naming `resource` (RFC 8707); false only for "
+                     "a server that never sends `aud` and issues tokens for this gateway alone"))
 
 
 class OAuth(_Model):
@@ -287,12 +294,13 @@ class OAuth(_Model):
                      "discovery"))
     scopes: list[str] = Field([], description="scopes every request needs")
     introspection: Introspection | None = Field(None,
-        description="{url, client_id, client_secret}: opaque tokens are checked there")
+        description=("{url, client_id, client_secret, issuer, require_audience}: opaque "
+                     "tokens are checked there"))
     algorithms: list[str] = Field(list(SIGNING_ALGORITHMS),
         description="accepted JWT signature algorithms (asymmetric ones only)")
     leeway_s: int = Field(30, ge=0, le=300,
         description="clock skew allowed on exp and nbf")
-    key_refresh_s: float = Field(30, ge=0,
+    key_refresh_s: float = Field(30, ge=1,
         description=("an unknown key id fetches the issuer's keys again at most this often; "
                      "known keys are fetched again every hour"))
     fetch_timeout_ms: int = Field(5000, ge=100,
@@ -302,6 +310,12 @@ class OAuth(_Model):
     admin_scope: str | None = Field(None, min_length=1,
         description=("a token carrying this scope is an operator: it opens /status, /metrics "
                      "and /readyz?detail (README, Security)"))
+    allow_http: bool = Field(False,
+        description=("accept http:// issuers, jwks_uri and introspection beyond loopback "
+                     "(keys and tokens then cross the network unprotected)"))
+    require_at_jwt: bool = Field(False,
+        description=("JWTs must carry the header `typ: at+jwt` (RFC 9068 section 4): an ID "
+                     "token or another JWT of the issuer is not taken for an access token"))
 
     @field_validator("algorithms")
     @classmethod
@@ -320,6 +334,28 @@ class OAuth(_Model):
                 raise ValueError(f"{issuer!r} is not an http(s) URL")
         return value
 
+    @model_validator(mode="after")
+    def _https_beyond_loopback(self) -> OAuth:
+        """Keys and tokens cross to these servers: https, or plain http to this machine
+        only, unless `allow_http` says otherwise (RFC 8414 section 2: issuers are https)."""
+        where = [(f"issuers.{i}", url) for i, url in enumerate(self.issuers)]
+        if self.introspection is not None:
+            where.append(("introspection.url", self.introspection.url))
+        for key, url in where:
+            if not transport_allowed(url, self.allow_http):
+                raise ValueError(f"{key} is plain http beyond loopback: use https, or set "
+                                 "auth.oauth.allow_http: true")
+        return self
+
+    @model_validator(mode="after")
+    def _introspection_issuer(self) -> OAuth:
+        """The introspection endpoint vouches for one issuer (an answer naming another is
+        refused): one of `issuers`, the first by default."""
+        named = self.introspection.issuer if self.introspection else None
+        if named is not None and named not in self.issuers:
+            raise ValueError(f"introspection.issuer {named!r} is not one of issuers")
+        return self
+
 
 class Auth(_Model):
     """Who may call: static bearer tokens (each its own owner of tasks and calls), OAuth
@@ -334,6 +370,9 @@ class Auth(_Model):
         description=("operators' tokens (Authorization: Bearer ...): they open /status, /metrics "
                      "and /readyz?detail, which clients' tokens never do; none here and no "
                      "oauth.admin_scope: those routes answer loopback peers only"))
+    failures_per_minute: int = Field(60, ge=0,
+        description=("failed authentications a client address may have a minute (as a burst, "
+                     "refilled evenly); beyond it its requests get 429 unchecked (0: no limit)"))
 
     @property
     def enabled(self) -> bool:
@@ -574,6 +613,16 @@ class Settings(_Model):
 
 
 MIN_TOKEN_CHARS = 32  # static tokens served beyond loopback (128 bits as hex)
+
+
+def transport_allowed(url: str, allow_http: bool) -> bool:
+    """Whether credentials may go to `url`: https, plain http to a loopback host
+    (127.0.0.0/8, ::1, localhost), or any http when the operator opted in."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() == "https" or allow_http:
+        return True
+    host = urlsplit(f"http://{rest}").hostname or ""
+    return scheme.lower() == "http" and _loopback(host)
 
 
 def _loopback(host: str) -> bool:

@@ -1,9 +1,11 @@
 """Opaque access tokens, checked by the authorization server (RFC 7662 introspection).
 
-The answer is held to the same rules as a JWT's claims: active, an accepted issuer (the
-configured introspection server speaks for the first issuer when it names none), this
-gateway in `aud` when the answer has one (RFC 8707: the confused-deputy rule), and not
-expired. The caller (`AccessTokens`) remembers the result no longer than the token lives.
+The answer is held to the same rules as a JWT's claims: active; the one issuer this
+endpoint vouches for (`introspection.issuer`, else the first of `issuers`; an answer naming
+another is refused: one endpoint must not speak for every issuer's users); this gateway in
+`aud` (RFC 8707: the confused-deputy rule; a JWT must carry it, and so must an answer unless
+`require_audience` is turned off); and not expired. The caller (`AccessTokens`) remembers
+the result no longer than the token lives.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ class Introspector:
     def __init__(self, conf: Introspection, oauth: OAuth, fetcher: Fetcher) -> None:
         self.url = conf.url
         self.auth = client_auth(conf.client_id, conf.client_secret.get_secret_value())
-        self.issuers = oauth.issuers
+        self.issuer = conf.issuer or oauth.issuers[0]
+        self.require_audience = conf.require_audience
         self.audience = {oauth.resource, oauth.resource.rstrip("/")}
         self.leeway_s = oauth.leeway_s
         self.fetcher = fetcher
@@ -35,10 +38,11 @@ class Introspector:
             self.url, {"token": token, "token_type_hint": "access_token"}, self.auth)
         if answer.get("active") is not True:
             raise Unauthorized("Unauthorized: the token is not active", "inactive")
-        issuer = answer.get("iss", self.issuers[0])
-        if issuer not in self.issuers:
+        issuer = answer.get("iss", self.issuer)
+        if issuer != self.issuer:
             raise Unauthorized("Unauthorized: the token's issuer is not accepted", "issuer")
-        if "aud" in answer and not self.audience & _listed(answer["aud"]):
+        if ("aud" in answer or self.require_audience) and \
+                not self.audience & _listed(answer.get("aud")):
             raise Unauthorized("Unauthorized: the token was not issued for this resource",
                                "audience")
         exp = answer.get("exp")

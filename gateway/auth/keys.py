@@ -1,7 +1,9 @@
 """One issuer's signing keys: found through its metadata (RFC 8414, else OIDC discovery),
 fetched from its `jwks_uri`, kept, and fetched again when they age or a token names a key
-id not among them (at most every `key_refresh_s`: a stream of made-up key ids cannot make
-the gateway hammer the issuer). The key set is bounded; one fetch runs at a time.
+id not among them (at most every `key_refresh_s`, a second at least: a stream of made-up key
+ids cannot make the gateway hammer the issuer). The key set is bounded; one fetch runs at a
+time. A discovered `jwks_uri` is held to the issuers' rule: https, or http to loopback
+only, unless `allow_http` (keys fetched in clear can be swapped on the way).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from yarl import URL
 
 from gateway.auth.fetch import Fetcher, unavailable
 from gateway.errors import AuthUnavailable, Unauthorized
+from gateway.settings import transport_allowed
 
 MAX_AGE_S = 3600.0  # known keys are fetched again this often (rotation without a restart)
 RETRY_AFTER_FAILURE_S = 1.0  # a failed fetch answers at once for this long, then retries
@@ -32,10 +35,12 @@ def metadata_urls(issuer: str) -> list[str]:
 
 
 class IssuerKeys:
-    def __init__(self, issuer: str, fetcher: Fetcher, refresh_s: float) -> None:
+    def __init__(self, issuer: str, fetcher: Fetcher, refresh_s: float,
+                 allow_http: bool = False) -> None:
         self.issuer = issuer
         self.fetcher = fetcher
         self.refresh_s = refresh_s
+        self.allow_http = allow_http
         self.jwks_uri: str | None = None
         self.keys: dict[str | None, dict[str, Any]] = {}  # kid -> JWK
         self.fetched_at = -float("inf")
@@ -118,6 +123,10 @@ class IssuerKeys:
             if meta.get("issuer") != self.issuer or not isinstance(jwks_uri, str) or \
                     not jwks_uri.startswith(("https://", "http://")):
                 last = unavailable(url, f"not metadata of {self.issuer} with a jwks_uri")
+                continue
+            if not transport_allowed(jwks_uri, self.allow_http):
+                last = unavailable(url, "its jwks_uri is plain http beyond loopback "
+                                        "(auth.oauth.allow_http)")
                 continue
             return jwks_uri
         assert last is not None

@@ -42,12 +42,21 @@ class Principal:
     def of_claims(cls, issuer: str, claims: dict[str, Any], expires_at: float | None
                   ) -> Principal:
         """The principal a checked token's claims (a JWT's, or an introspection answer)
-        name: its subject, or for a client-credentials token without one, its client."""
-        subject = claims.get("sub") or claims.get("client_id")
-        if not isinstance(subject, str) or not subject:
+        name: its subject, or for a client-credentials token without one, its client.
+
+        Subjects and client ids are different namespaces (RFC 7662 section 2.2: `sub` is
+        the resource owner, `client_id` the client): a client named like a user must not
+        own that user's tasks, so a client stands in a namespace of its own. A subject's
+        digest is the one earlier releases stored: users' tasks survive an upgrade."""
+        subject, client = claims.get("sub"), claims.get("client_id")
+        if isinstance(subject, str) and subject:
+            owner, shown = digest("oauth", issuer, subject), digest("subject", issuer, subject)
+        elif isinstance(client, str) and client:
+            owner, shown = digest("oauth-client", issuer, client), digest("client", issuer,
+                                                                          client)
+        else:
             raise Unauthorized("Unauthorized: the token names no subject", "claims")
-        return cls(digest("oauth", issuer, subject), scopes_of(claims), issuer,
-                   digest("subject", issuer, subject)[:12], expires_at)
+        return cls(owner, scopes_of(claims), issuer, shown[:12], expires_at)
 
 
 def scopes_of(claims: dict[str, Any]) -> frozenset[str]:

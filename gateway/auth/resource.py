@@ -26,7 +26,8 @@ class ProtectedResource:
             "resource": conf.resource,
             "authorization_servers": list(conf.issuers),
             "bearer_methods_supported": ["header"],
-            "resource_signing_alg_values_supported": list(conf.algorithms),
+            # No `resource_signing_alg_values_supported`: RFC 9728 section 2 has it for what
+            # the resource signs (its responses), and this gateway signs nothing.
             "resource_name": "MCP task gateway",
         }
         # Left out when empty: clients (the Python SDK) would ask for an empty scope then,

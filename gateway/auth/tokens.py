@@ -1,7 +1,10 @@
 """OAuth access tokens to `Principal`s: JWTs checked against their issuer's keys (PyJWT does
 the cryptography and the claim rules), opaque tokens by RFC 7662 introspection. A checked
 token is remembered (bounded) until it expires, at most `MAX_CACHE_S`, so a client's
-requests after the first cost a hash and a lookup.
+requests after the first cost a hash and a lookup. A refused one is remembered too, for
+`REFUSED_CACHE_S` (bounded): the same bogus token sent again is refused the same way without
+asking the authorization server again (an introspection call per request otherwise). An
+authorization server that could not be asked (AuthUnavailable) is never remembered.
 
 The rules (MCP authorization spec, Access Token Privilege Restriction and Token Audience
 Binding; RFC 8725 JWT best practices):
@@ -9,7 +12,9 @@ Binding; RFC 8725 JWT best practices):
 - `iss` one of `auth.oauth.issuers`, the key from that issuer's published set;
 - `aud` names this gateway (`auth.oauth.resource`, RFC 8707): a token minted for another
   resource is refused, so the gateway is never a confused deputy;
-- `exp` required, `exp` and `nbf` with `leeway_s`.
+- `exp` required, `exp` and `nbf` with `leeway_s`;
+- with `require_at_jwt`, the header's `typ` is `at+jwt` (RFC 9068 section 4: an ID token
+  or another JWT the issuer signs is not an access token).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import time
 from dataclasses import replace
 
 import jwt
-from cachetools import TLRUCache
+from cachetools import TLRUCache, TTLCache
 
 from gateway.auth.fetch import Fetcher
 from gateway.auth.introspection import Introspector
@@ -29,6 +34,13 @@ from gateway.errors import Unauthorized, shown
 from gateway.settings import OAuth
 
 MAX_CACHE_S = 300.0
+REFUSED_CACHE_S = 10.0  # a refused token is refused again without a check this long
+REFUSED_CACHED = 10_000
+# Refusals that time or a key rotation may mend soon: never remembered (an unknown key is
+# bounded by `key_refresh_s` already).
+UNREMEMBERED = frozenset({"unknown_key", "not_yet_valid"})
+# RFC 9068 section 4: "at+jwt", or the full media type (compared without case, RFC 7515 4.1.9).
+AT_JWT = frozenset({"at+jwt", "application/at+jwt"})
 
 # PyJWT's refusals, by what they mean to the caller (the audit `cause`).
 _CAUSES: tuple[tuple[type[Exception], str, str], ...] = (
@@ -46,13 +58,17 @@ _CAUSES: tuple[tuple[type[Exception], str, str], ...] = (
 class AccessTokens:
     def __init__(self, conf: OAuth, fetcher: Fetcher) -> None:
         self.conf = conf
-        self.issuers = {i: IssuerKeys(i, fetcher, conf.key_refresh_s) for i in conf.issuers}
+        self.issuers = {i: IssuerKeys(i, fetcher, conf.key_refresh_s, conf.allow_http)
+                        for i in conf.issuers}
         self.algorithms = frozenset(conf.algorithms)
         self.audience = sorted({conf.resource, conf.resource.rstrip("/")})
         self.introspector = (Introspector(conf.introspection, conf, fetcher)
                              if conf.introspection is not None else None)
         self._cache: TLRUCache[bytes, Principal] | None = (
             TLRUCache(conf.cache_tokens, _lifetime, time.time) if conf.cache_tokens else None)
+        # token digest -> (message, cause) of its refusal
+        self._refused: TTLCache[bytes, tuple[str, str]] = TTLCache(REFUSED_CACHED,
+                                                                   REFUSED_CACHE_S)
 
     async def principal(self, token: str) -> Principal:
         """The principal `token` stands for; Unauthorized (401) when it is not valid here,
@@ -60,16 +76,25 @@ class AccessTokens:
         key = hashlib.sha256(token.encode()).digest()
         if self._cache is not None and (known := self._cache.get(key)) is not None:
             return known
-        if token.count(".") == 2:
-            found = await self._jwt(token)
-        elif self.introspector is not None:
-            found = await self.introspector.principal(token)
-        else:
-            raise Unauthorized("Unauthorized: the access token is not a JWT", "malformed")
+        if (refused := self._refused.get(key)) is not None:
+            raise Unauthorized(*refused)
+        try:
+            found = await self._check(token)
+        except Unauthorized as exc:
+            if exc.cause not in UNREMEMBERED:
+                self._refused[key] = (exc.message, exc.cause)
+            raise
         found = replace(found, token=token)
         if self._cache is not None:
             self._cache[key] = found
         return found
+
+    async def _check(self, token: str) -> Principal:
+        if token.count(".") == 2:
+            return await self._jwt(token)
+        if self.introspector is not None:
+            return await self.introspector.principal(token)
+        raise Unauthorized("Unauthorized: the access token is not a JWT", "malformed")
 
     async def _jwt(self, token: str) -> Principal:
         try:  # parsed once unchecked, for what picks the key; then checked with it
@@ -83,6 +108,10 @@ class AccessTokens:
         if alg not in self.algorithms:
             raise Unauthorized(f"Unauthorized: the token's algorithm {shown(alg)} is "
                                "not accepted", "algorithm")
+        typ = header.get("typ")
+        if self.conf.require_at_jwt and not (isinstance(typ, str) and typ.lower() in AT_JWT):
+            raise Unauthorized("Unauthorized: the token is not an access token (its typ "
+                               "must be at+jwt)", "typ")
         if not isinstance(issuer, str) or (keys := self.issuers.get(issuer)) is None:
             raise Unauthorized("Unauthorized: the token's issuer is not accepted", "issuer")
         key = await keys.key(kid if isinstance(kid, str) else None, alg)

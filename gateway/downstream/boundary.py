@@ -7,6 +7,7 @@ Every refusal is a `GatewayError` raised here, rendered once by `error_response`
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -19,6 +20,7 @@ from gateway.auth import ANONYMOUS, Authenticator, Principal
 from gateway.auth.exchange import TokenExchanger
 from gateway.auth.operators import Operators
 from gateway.auth.resource import WELL_KNOWN
+from gateway.auth.throttle import FailedAuths
 from gateway.downstream.peers import Hosts, local_peer
 from gateway.errors import GatewayError
 from gateway.observability import log
@@ -244,6 +246,7 @@ class Guard:
         self.hosts = Hosts(conf.allowed_hosts)
         self.auth = auth
         self.operators = Operators(conf.auth, auth)
+        self.failures = FailedAuths(conf.auth.failures_per_minute)
 
     def origin_allowed(self, origin: str) -> bool:
         if self.any_origin:
@@ -297,11 +300,16 @@ class Guard:
         if self.for_operators(request):
             return await self._operator(request, handler)
         try:
+            self.failures.admit(request.remote)
             principal = await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
             request[PRINCIPAL] = principal
             if lacking := principal.lacks(self.auth.required):
                 raise errors.InsufficientScope("this resource", lacking)
-        except (errors.Unauthorized, errors.InsufficientScope, errors.AuthUnavailable) as exc:
+        except errors.TooManyFailures as exc:
+            return self._throttled(request, exc)
+        except errors.Unauthorized as exc:
+            return self._failed(request, exc)
+        except (errors.InsufficientScope, errors.AuthUnavailable) as exc:
             return self._refuse(exc)
         return await handler(request)
 
@@ -320,11 +328,16 @@ class Guard:
     async def _operator(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """An operator's route: operators only (auth/operators.py); a refusal is audited."""
         try:
+            self.failures.admit(request.remote)
             await self.operators.admit(request.headers.get(mcp.H_AUTH), local_peer(request))
         except errors.OperatorOnly as exc:
             self._audit(request, exc)
             return self._refuse(exc)
-        except (errors.Unauthorized, errors.AuthUnavailable) as exc:
+        except errors.TooManyFailures as exc:
+            return self._throttled(request, exc)
+        except errors.Unauthorized as exc:
+            return self._failed(request, exc)
+        except errors.AuthUnavailable as exc:
             return self._refuse(exc)
         request[OPERATOR] = True
         return await handler(request)
@@ -332,6 +345,21 @@ class Guard:
     def _refuse(self, exc: GatewayError) -> web.Response:
         rejected(exc, self.counters)
         return error_response(exc)
+
+    def _failed(self, request: web.Request, exc: errors.Unauthorized) -> web.Response:
+        """A failed authentication, counted against the peer's address (auth/throttle.py).
+        A request that sent no credential guessed nothing: clients start that way (it is
+        how they find the metadata), so it takes nothing."""
+        if exc.cause != "missing":
+            self.failures.failed(request.remote)
+        return self._refuse(exc)
+
+    def _throttled(self, request: web.Request, exc: errors.TooManyFailures) -> web.Response:
+        """429 with Retry-After (RFC 6585 section 4), audited and counted."""
+        self._audit(request, exc)
+        resp = self._refuse(exc)
+        resp.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+        return resp
 
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         """CORS headers on every response to an allowed origin, streams included; the

@@ -57,7 +57,7 @@ async def oauth(aiohttp_server: Any, idp: Idp, gw_port: int) -> Any:
     """Start a gateway on the resource's port with `auth.oauth` for `idp` (and overrides)."""
 
     async def start(oauth: dict[str, Any] | None = None, **overrides: Any) -> str:
-        conf = {"resource": idp.resource, "issuers": [idp.issuer], "key_refresh_s": 0,
+        conf = {"resource": idp.resource, "issuers": [idp.issuer], "key_refresh_s": 1,
                 **(oauth or {})}
         raw = settings_for(tasks=SCOPED, auth={"oauth": conf}, **overrides)
         server = await aiohttp_server(create_app(from_mapping(raw)), port=gw_port)
@@ -93,7 +93,8 @@ async def test_metadata_names_the_resource_and_its_authorization_server(oauth, i
         assert doc["resource"] == idp.resource
         assert doc["authorization_servers"] == [idp.issuer]
         assert doc["scopes_supported"] == ["deploy", "tools"]
-        assert "none" not in doc["resource_signing_alg_values_supported"]
+        # RFC 9728 section 2: that is for what the resource signs; this one signs nothing.
+        assert "resource_signing_alg_values_supported" not in doc
 
 
 async def test_no_token_gets_401_pointing_to_the_metadata_in_both_eras(oauth, http) -> None:
@@ -278,6 +279,24 @@ async def test_every_bad_token_is_a_clear_401_and_counted(oauth, idp, http) -> N
                      cause=cause) == expected, cause
 
 
+async def test_access_tokens_may_be_required_to_say_so(oauth, idp, http) -> None:
+    """`require_at_jwt` (RFC 9068 section 4): a JWT of the issuer whose `typ` is not at+jwt
+    (an ID token, say) is not taken for an access token; oidc-provider's are at+jwt."""
+    url = await oauth({"require_at_jwt": True})
+    assert jwt.get_unverified_header(await idp.token(http))["typ"] == "at+jwt"
+    ok = await call(http, url, "echo", {"text": "x"}, headers=bearer(await idp.token(http)))
+    assert ok.status == 200, ok.body
+    media_type = idp.key.sign(idp.claims(), typ="application/at+jwt")
+    assert (await call(http, url, "echo", {"text": "x"}, headers=bearer(media_type))
+            ).status == 200
+    for typ in ("JWT", None):
+        token = idp.key.sign(idp.claims(), typ=typ)
+        with structlog.testing.capture_logs() as events:
+            reply = await call(http, url, "echo", {"text": "x"}, headers=bearer(token))
+        assert reply.status == 401 and "typ must be at+jwt" in reply.body["error"]["message"]
+        assert [e["reason"] for e in events if e["event"] == "auth.failed"] == ["typ"]
+
+
 async def test_key_rotation_needs_no_gateway_restart(oauth, idp, http) -> None:
     url = await oauth()
     old = await idp.token(http)
@@ -286,6 +305,7 @@ async def test_key_rotation_needs_no_gateway_restart(oauth, idp, http) -> None:
     try:
         new = await idp.token(http)
         assert jwt.get_unverified_header(new)["kid"] == "k2"
+        await asyncio.sleep(1.1)  # key_refresh_s: an unknown key id fetches keys at most so often
         reply = await call(http, url, "echo", {"text": "rotated"}, headers=bearer(new))
         assert reply.status == 200 and reply.body["result"]["content"][0]["text"] == "rotated"
     finally:

@@ -1,13 +1,18 @@
 """gateway/auth/ pieces that need no server: where metadata lives, what challenges say,
-what a principal lacks, and that a gateway without OAuth does not carry PyJWT."""
+what a principal lacks and whose it is, failed authentications per address, and that a
+gateway without OAuth does not carry PyJWT."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import loaded_by
+from test_ratelimit import Clock
 
 from gateway.auth.keys import metadata_urls
-from gateway.auth.principal import Principal, scopes_of
+from gateway.auth.principal import Principal, digest, scopes_of
 from gateway.auth.resource import ProtectedResource
+from gateway.auth.throttle import FailedAuths
+from gateway.errors import TooManyFailures
 from gateway.settings import OAuth
 
 
@@ -57,3 +62,38 @@ def test_a_gateway_without_oauth_does_not_load_pyjwt() -> None:
             "create_app(from_mapping({'upstreams': {'m': {'command': 'x'}}, "
             "'auth': {'bearer_tokens': ['t']}}))")
     assert loaded_by(code, ("jwt",)) == []
+
+
+def test_clients_and_users_are_owners_in_namespaces_apart() -> None:
+    issuer = "https://idp.example.com"
+    user = Principal.of_claims(issuer, {"sub": "alice"}, None)
+    client = Principal.of_claims(issuer, {"client_id": "alice"}, None)
+    both = Principal.of_claims(issuer, {"sub": "alice", "client_id": "app"}, None)
+    assert user.owner != client.owner and user.subject != client.subject
+    assert both.owner == user.owner
+    # What earlier releases stored for a subject: users' tasks survive an upgrade.
+    assert user.owner == digest("oauth", issuer, "alice")
+
+
+def test_an_address_is_refused_once_it_spent_its_failures() -> None:
+    clock = Clock()
+    failures = FailedAuths(per_minute=3, clock=clock)
+    for _ in range(3):
+        failures.admit("10.0.0.1")
+        failures.failed("10.0.0.1")
+    with pytest.raises(TooManyFailures) as refused:
+        failures.admit("10.0.0.1")
+    assert refused.value.retry_after_s == pytest.approx(20)  # 3 a minute: one per 20 s
+    failures.admit("10.0.0.2")  # another address has its own budget
+    for i in range(3):  # an IPv6 host counts by its /64 (it holds all of it)
+        failures.failed(f"2001:db8:1:2::{i + 1}")
+    with pytest.raises(TooManyFailures):
+        failures.admit("2001:db8:1:2:ffff::9")
+    failures.admit("2001:db8:1:3::1")
+    failures.admit(None)  # no peer address known (a unix socket): nothing to count
+    clock.now += 20
+    failures.admit("10.0.0.1")
+    unlimited = FailedAuths(per_minute=0, clock=clock)
+    for _ in range(1000):
+        unlimited.failed("10.0.0.1")
+    unlimited.admit("10.0.0.1")

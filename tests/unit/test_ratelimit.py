@@ -28,6 +28,9 @@ def test_a_burst_then_the_rate_then_a_full_bucket_again() -> None:
     assert limiter.wait_s("a") == 0
     clock.now += 3600
     assert [limiter.wait_s("a") for _ in range(4)] == [0, 0, 0, pytest.approx(0.5)]
+    assert limiter.peek_s("a") == pytest.approx(0.5)  # peeking takes nothing
+    assert limiter.peek_s("a") == pytest.approx(0.5)
+    assert limiter.peek_s("stranger") == 0
 
 
 def test_no_rate_means_no_limit_and_owners_are_bounded() -> None:

@@ -79,12 +79,39 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
     ({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
         "resource": "http://gw/mcp", "issuers": []}}},
      "auth.oauth.issuers"),
+    ({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
+        "resource": "http://gw/mcp", "issuers": ["https://idp", "http://idp.example"]}}},
+     "auth.oauth: issuers.1 is plain http beyond loopback: use https, or set "
+     "auth.oauth.allow_http: true"),
+    ({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
+        "resource": "http://gw/mcp", "issuers": ["https://idp"], "introspection": {
+            "url": "http://10.0.0.1/introspect", "client_id": "g", "client_secret": "s"}}}},
+     "introspection.url is plain http beyond loopback"),
+    ({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
+        "resource": "http://gw/mcp", "issuers": ["https://idp"], "introspection": {
+            "url": "https://idp/introspect", "client_id": "g", "client_secret": "s",
+            "issuer": "https://elsewhere"}}}},
+     "introspection.issuer 'https://elsewhere' is not one of issuers"),
+    ({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
+        "resource": "http://gw/mcp", "issuers": ["https://idp"], "key_refresh_s": 0}}},
+     "auth.oauth.key_refresh_s"),
 ])
 def test_bad_config_names_the_key(raw, message) -> None:
     with pytest.raises(ConfigError) as err:
         from_mapping(raw)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("issuer", "allow_http"), [
+    ("https://idp.example", False), ("http://127.0.0.1:9000", False),
+    ("http://127.1.2.3", False), ("http://[::1]:9000/realm", False),
+    ("http://localhost:9000", False), ("http://idp.internal", True)])
+def test_plain_http_issuers_are_for_loopback_or_an_explicit_opt_in(issuer, allow_http
+                                                                   ) -> None:
+    conf = from_mapping({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
+        "resource": "http://gw/mcp", "issuers": [issuer], "allow_http": allow_http}}})
+    assert conf.auth.oauth is not None and conf.auth.oauth.issuers == [issuer]
 
 
 def test_env_default_syntax(monkeypatch) -> None:

@@ -2,8 +2,9 @@
 
 Keys, under `store.key_prefix` (P):
 
-    P t:<id>           hash: status, owner, replica, rec (the record as JSON, without its
-                       result), res (the result's raw JSON); it lingers EXPIRED_MEMORY_S past
+    P t:<id>           hash: status, owner, replica, quota, rec (the record as JSON,
+                       without its result), res (the result's raw JSON), seal: rec and res
+                       encrypted, all sealed (vault.py); it lingers EXPIRED_MEMORY_S past
                        the task's ttl, so that its id answers "expired" meanwhile
     P live             sorted set of every task held, scored by the end of its ttl (ms):
                        what `limits.max_tasks` counts

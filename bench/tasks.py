@@ -83,13 +83,15 @@ def task_gateway(port: int, tasks: int, **limits: int) -> dict:
 
 
 @contextlib.asynccontextmanager
-async def running(conf: dict) -> AsyncIterator[tuple[asyncio.subprocess.Process, TaskClient]]:
-    """The gateway as a process of its own with `conf`, and a task-capable client of it."""
+async def running(conf: dict, tree: Path = ROOT
+                  ) -> AsyncIterator[tuple[asyncio.subprocess.Process, TaskClient]]:
+    """The gateway (of `tree`) as a process of its own with `conf`, and a task-capable
+    client of it."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         json.dump(conf, f)  # JSON is YAML
     gateway = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "--config", f.name, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        sys.executable, "-m", "gateway", "--config", f.name, cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)})
     try:
         await asyncio.sleep(2)
         client = TaskClient(f"http://127.0.0.1:{conf['listen']['port']}/mcp")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import hashlib
 import secrets
 import ssl
 from collections import Counter
@@ -26,6 +25,7 @@ from gateway.downstream.mrtr import Sealer
 from gateway.downstream.replay import ReplayBudget
 from gateway.downstream.session import SessionStore
 from gateway.errors import StoreUnavailable
+from gateway.keyring import derive
 from gateway.observability import configure_logging, log
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracing
@@ -55,7 +55,7 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     """The gateway as an aiohttp app; `tracing` (else built from `conf.tracing`) is for tests
     that read spans in memory."""
     counters: Counter[str] = Counter()
-    app, auth = _guarded_app(conf, counters)
+    app, auth = _guarded_app(conf, counters, _owner_key(conf))
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
@@ -116,11 +116,11 @@ def _sessions(limits: Limits, replay: ReplayBudget) -> SessionStore:
                         limits.max_sessions_per_principal, replay)
 
 
-def _guarded_app(conf: Settings, counters: Counter[str]
+def _guarded_app(conf: Settings, counters: Counter[str], owner_key: bytes | None
                  ) -> tuple[web.Application, Authenticator]:
     """The app behind its guard (origins, authentication), with the protected resource
     metadata when OAuth is on."""
-    auth = Authenticator(conf.auth, _tool_scopes(conf))
+    auth = Authenticator(conf.auth, _tool_scopes(conf), owner_key)
     guard = Guard(conf, counters, auth)
     # aiohttp refuses bodies over client_max_size with 413 before we parse them.
     app = web.Application(middlewares=[guard.middleware],
@@ -147,25 +147,26 @@ def _serve_metadata(app: web.Application, resource: ProtectedResource, paths: li
         app.router.add_get(WELL_KNOWN + suffix, handler)
 
 
-def _shared_secret(conf: Settings) -> str | None:
-    """What every replica shares: replica.secret, else security.request_state_key."""
-    return conf.replica.secret or conf.security.request_state_key
+def _shared_secret(conf: Settings) -> bytes | None:
+    """What every replica shares (settings insist on it with a shared store)."""
+    secret = conf.shared_secret
+    return None if secret is None else secret.encode()
 
 
 def _sealer(conf: Settings) -> Sealer:
-    key = _shared_secret(conf)
-    if conf.store.backend != "memory" and not key:
-        log.warning("replica.no_secret", why="each replica seals requestState with a key of "
-                    "its own, and the replicas' channel messages go unsealed: set "
-                    "replica.secret, the same on every replica")
-    return Sealer(key.encode() if key else None, conf.limits.park_timeout_ms / 1000)
+    """requestState's key: derived from the shared secret, else random per start."""
+    secret = _shared_secret(conf)
+    return Sealer(None if secret is None else derive(secret, "request-state"),
+                  conf.limits.park_timeout_ms / 1000)
 
 
-def _channel_key(conf: Settings) -> bytes | None:
-    """The key that seals the replicas' channel messages: derived from the shared secret,
-    so that it is never the key that seals requestState."""
-    key = _shared_secret(conf)
-    return None if not key else hashlib.sha256(b"mcpgw channels\0" + key.encode()).digest()
+def _owner_key(conf: Settings) -> bytes | None:
+    """With a shared store, owners are keyed digests there (authenticator.py); one
+    process keeps the plain ones (they never leave it)."""
+    secret = _shared_secret(conf)
+    if conf.store.backend == "memory" or secret is None:
+        return None
+    return derive(secret, "owner-digest")
 
 
 def _store(conf: Settings, replica: str) -> tuple[TaskStore, ReplicaBus | None]:
@@ -182,7 +183,7 @@ def _store(conf: Settings, replica: str) -> tuple[TaskStore, ReplicaBus | None]:
 
         shared = RedisStore(store.url, store.key_prefix, *bounds, replica=replica,
                             sentinels=store.sentinels, master=store.sentinel_master,
-                            min_acked=store.min_replicas_acked, secret=_channel_key(conf),
+                            min_acked=store.min_replicas_acked, secret=_shared_secret(conf),
                             ack_timeout_ms=store.ack_timeout_ms)
         return (Outbox(shared, store.outbox_max_entries, store.outbox_max_bytes),
                 RedisBus(shared))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -29,7 +30,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task-tool", action="append", default=[], metavar="NAME=MODE",
                    help="task mode for one tool (repeatable; NAME may be a glob)")
     p.add_argument("--store-url", metavar="URL",
-                   help="share tasks through Redis/Valkey (redis://host:port/db)")
+                   help="share tasks through Redis/Valkey (redis://host:port/db); the "
+                        "replicas' secret comes from GATEWAY_SECRET in the environment")
     p.add_argument("--replica-id", metavar="ID",
                    help="this replica's id among those sharing the store (default: random)")
     p.add_argument("--replica-url", metavar="URL",
@@ -73,6 +75,9 @@ def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> 
     if args.store_url:
         _set(raw, ("store", "backend"), "redis")
         _set(raw, ("store", "url"), args.store_url)
+        # The replicas' secret: from the environment, never a flag (the process list).
+        if not (raw.get("replica") or {}).get("secret") and os.environ.get("GATEWAY_SECRET"):
+            _set(raw, ("replica", "secret"), os.environ["GATEWAY_SECRET"])
     _set(raw, ("replica", "id"), args.replica_id)
     _set(raw, ("replica", "url"), args.replica_url)
     if args.token:

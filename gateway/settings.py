@@ -404,10 +404,12 @@ class Security(_Model):
         description=("Host header values served (others get 421): a name (any port) or "
                      "name:port, [::1] for IPv6, * for any; null: localhost, 127.0.0.1 and "
                      "[::1] when listen.host is loopback, no check beyond it"))
-    # Key that seals MRTR requestState (HMAC-SHA256). Unset: a random key per start, so
-    # states do not survive a restart (their parked calls do not either).
+    # Whence the key that seals MRTR requestState (AES-256-GCM), unless replica.secret is
+    # set (which it then stands in for). Unset: a random key per start, so states do not
+    # survive a restart (their parked calls do not either).
     request_state_key: str | None = Field(None, min_length=16,
-        description="seals MRTR requestState (HMAC-SHA256); null: a random key per start")
+        description=("seals MRTR requestState (AES-256-GCM) where replica.secret is unset; "
+                     "null: a random key per start"))
     # Serve beyond loopback with no bearer token, on purpose (behind a proxy that
     # authenticates, say); without it such a configuration is refused.
     allow_unauthenticated: bool = Field(False,
@@ -480,11 +482,14 @@ class Replica(_Model):
 
     id: str | None = Field(None, min_length=1, max_length=128,
                            description="default: a random id per process")
-    # Seals MRTR requestState (HMAC-SHA256); the same on every replica, so any of them
-    # opens what another sealed. Unset: security.request_state_key, else random per start.
+    # The replicas' shared secret, the same on every replica: the keys that seal their
+    # channel messages, the task records in the store (sealed, encrypted) and MRTR
+    # requestState, and the keyed digest of owners there, are derived from it (keyring.py).
+    # Unset: security.request_state_key; a shared store insists on one of them.
     secret: str | None = Field(None, min_length=16,
-        description=("seals MRTR requestState, the same on every replica (null: "
-                     "security.request_state_key)"))
+        description=("the replicas' shared secret, the same on every replica: seals their "
+                     "channel messages, task records in the store and MRTR requestState "
+                     "(null: security.request_state_key; required with store.backend redis)"))
     # Where the other replicas reach this one (http://host:port), to hand it an MRTR retry
     # whose call is parked here. Unset: the bind address when it names one (listen.host
     # and port), else such a retry elsewhere is refused (sent afresh).
@@ -555,6 +560,11 @@ class Settings(_Model):
         return None if "*" in hosts else hosts
 
     @property
+    def shared_secret(self) -> str | None:
+        """What every replica shares: replica.secret, else security.request_state_key."""
+        return self.replica.secret or self.security.request_state_key
+
+    @property
     def replica_url(self) -> str | None:
         """Where the other replicas reach this one: `replica.url`, else the bind address
         when it names one host and port (a wildcard such as 0.0.0.0, or port 0, names
@@ -600,6 +610,18 @@ class Settings(_Model):
                     raise ValueError(
                         f"auth.{key}.{i} is shorter than {MIN_TOKEN_CHARS} characters, too "
                         "weak beyond loopback (make one: openssl rand -hex 32)")
+        return self
+
+    @model_validator(mode="after")
+    def _secret_for_a_shared_store(self) -> Settings:
+        """Issue 30: replicas on a shared store without a secret would take any message
+        published there, and keep records anyone with the store's password could rewrite."""
+        if self.store.backend != "memory" and not self.shared_secret:
+            raise ValueError(
+                f"store.backend {self.store.backend} needs replica.secret, the same on every "
+                "replica: it seals the replicas' messages and the task records in the store "
+                "(make one: openssl rand -hex 32; on the command line, GATEWAY_SECRET in "
+                "the environment)")
         return self
 
     @model_validator(mode="after")

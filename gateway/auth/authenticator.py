@@ -2,11 +2,16 @@
 constant time; the token's digest is its owner), else an OAuth access token (its issuer and
 subject are the owner, see tokens.py). With neither configured every caller is one
 anonymous owner (README: bind to loopback then).
+
+With a shared store, owners are written where the store's operator reads them: there an
+owner is a keyed digest (HMAC with the owner-digest key of replica.secret, keyring.py), so
+that no one can try candidate tokens or subjects against it offline.
 """
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gateway.auth.exchange import TokenExchanger
@@ -14,6 +19,7 @@ from gateway.auth.fetch import Fetcher
 from gateway.auth.principal import ANONYMOUS, Principal
 from gateway.auth.resource import ProtectedResource
 from gateway.errors import Unauthorized
+from gateway.keyring import keyed_digest
 from gateway.observability import owner_hash
 from gateway.settings import Auth, TokenExchange
 
@@ -22,8 +28,10 @@ if TYPE_CHECKING:
 
 
 class Authenticator:
-    def __init__(self, conf: Auth, tool_scopes: frozenset[str] = frozenset()) -> None:
+    def __init__(self, conf: Auth, tool_scopes: frozenset[str] = frozenset(),
+                 owner_key: bytes | None = None) -> None:
         self.enabled = conf.enabled
+        self.owner_key = owner_key  # None: owners as plain digests (nothing shares them)
         self.static = [t.encode() for t in conf.bearer_tokens if t]
         oauth = conf.oauth
         self.fetcher = Fetcher(oauth.fetch_timeout_ms / 1000 if oauth else 5.0)
@@ -45,12 +53,17 @@ class Authenticator:
         token = bearer_token(header)
         given = token.encode()
         if any(hmac.compare_digest(given, t) for t in self.static):
+            if self.owner_key is not None:
+                return Principal(keyed_digest(self.owner_key, f"Bearer {token}"))
             # The digest of the header as earlier releases took it: tasks stored by them
             # keep their owner across an upgrade.
             return Principal(owner_hash(f"Bearer {token}"))
         if self.tokens is None:
             raise Unauthorized("Unauthorized: a valid bearer token is required", "wrong")
-        return await self.tokens.principal(token)
+        principal = await self.tokens.principal(token)
+        if self.owner_key is None:
+            return principal
+        return replace(principal, owner=keyed_digest(self.owner_key, principal.owner))
 
     def exchanger(self, conf: TokenExchange | None) -> TokenExchanger | None:
         """An upstream's token exchange, sharing this authenticator's HTTP client."""

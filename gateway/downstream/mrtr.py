@@ -6,12 +6,14 @@ upstream call, answers the client with `resultType: "input_required"`, the serve
 in `inputRequests`, and a sealed `requestState`; the client's retry carries the answers,
 which go upstream under the original ids, and the parked call resumes.
 
-`requestState` is `<payload>.<HMAC-SHA256>` (base64url). The payload binds the parked call,
-its round, the caller's auth context, the method and a digest of the params, and an expiry
-(spec MRTR, Server Requirements: "MUST protect its integrity", "SHOULD include the
-authenticated principal, a short expiry, an identifier for the originating request").
-Single use is enforced here, server-side: each round of a parked call accepts exactly one
-state, so a replayed one is refused.
+`requestState` is the payload encrypted with AES-256-GCM (a random nonce, then the
+ciphertext and its tag, base64url): the client learns nothing from it (not the replica
+holding the call, nor where that replica is reached), and no one without the key makes one
+that opens. The payload binds the parked call, its round, the caller's auth context, the
+method and a digest of the params, and an expiry (spec MRTR, Server Requirements: "MUST
+protect its integrity", "SHOULD include the authenticated principal, a short expiry, an
+identifier for the originating request"). Single use is enforced here, server-side: each
+round of a parked call accepts exactly one state, so a replayed one is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import asyncio
 import base64
 import binascii
 import hashlib
-import hmac
 import itertools
 import secrets
 import time
@@ -32,11 +33,14 @@ from typing import Any, ClassVar
 import orjson
 
 from gateway import errors
+from gateway.keyring import Cipher
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.correlator import Call, Host
 
 STATE_FIELDS = ("inputResponses", "requestState")
+AAD = b"mcp-task-gateway requestState"
+MIN_STATE_BYTES = 12 + 16 + 2  # a nonce, a tag, and the smallest JSON object
 
 
 def _b64(data: bytes) -> str:
@@ -48,34 +52,33 @@ def _unb64(text: str) -> bytes:
 
 
 class Sealer:
-    """Seals and opens `requestState` with one HMAC key (from config, or random per start)."""
+    """Seals and opens `requestState` with one AES-256-GCM key (derived from the replicas'
+    secret, or random per start)."""
 
     def __init__(self, key: bytes | None, ttl_s: float) -> None:
-        self.key = key or secrets.token_bytes(32)
+        self.cipher = Cipher(key or secrets.token_bytes(32))
         self.ttl_s = ttl_s
 
     def seal(self, **payload: Any) -> str:
-        body = _b64(orjson.dumps({**payload, "exp": int(time.time() + self.ttl_s)}))
-        return f"{body}.{self._mac(body)}"
+        body = orjson.dumps({**payload, "exp": int(time.time() + self.ttl_s)})
+        return _b64(self.cipher.encrypt(body, AAD))
 
     def open(self, token: Any) -> dict[str, Any]:
         """The payload of a genuine, unexpired state; InvalidParams for anything else."""
-        if not isinstance(token, str) or token.count(".") != 1:
-            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
-        body, mac = token.split(".")
-        if not hmac.compare_digest(mac, self._mac(body)):
-            raise errors.InvalidParams("Invalid requestState: integrity check failed")
         try:
-            payload: dict[str, Any] = orjson.loads(_unb64(body))
+            sealed = _unb64(token) if isinstance(token, str) else None
         except (binascii.Error, ValueError):
-            raise errors.InvalidParams("Invalid requestState: unreadable") from None
+            sealed = None
+        if sealed is None or len(sealed) < MIN_STATE_BYTES:
+            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
+        body = self.cipher.decrypt(sealed, AAD)
+        if body is None:
+            raise errors.InvalidParams("Invalid requestState: integrity check failed")
+        payload: dict[str, Any] = orjson.loads(body)  # we wrote it: it parses
         if payload.get("exp", 0) < time.time():
             raise errors.InvalidParams("Invalid requestState: it has expired; send the "
                                        "request again without it")
         return payload
-
-    def _mac(self, body: str) -> str:
-        return _b64(hmac.new(self.key, body.encode(), hashlib.sha256).digest()[:20])
 
 
 def digest(method: str, params: dict[str, Any]) -> str:

@@ -109,16 +109,27 @@ class Replicas:
 
     async def recover(self) -> int:
         """At start: tasks a previous life of this replica left running are failed."""
-        return await self._fail(await self.bus.stranded(self.replica))
+        return await self._fail(await self.bus.stranded(self.replica), self.replica)
 
-    async def _fail(self, ids: list[str]) -> int:
+    async def _fail(self, ids: list[str], mine: str | None = None) -> int:
+        """Each of `ids` whose record (sealed: vault.py) says it runs on a gone replica, or
+        on `mine`, a previous life of this one. The run sets that listed them are the
+        store's, which anyone with its password may write: a running task put in a gone
+        replica's set is not failed for it."""
         failed = 0
         for task_id in ids:
             task = await self.store.get(task_id)
-            if task is not None and not task.terminal and task_id not in self.runs:
-                failed += (await self.strand(task)).status \
-                    is Status.FAILED
+            if task is None or task.terminal or task_id in self.runs or \
+                    not await self._left(task, mine):
+                continue
+            failed += (await self.strand(task)).status is Status.FAILED
         return failed
+
+    async def _left(self, task: Task, mine: str | None) -> bool:
+        """Whether `task`'s record names `mine`, or (without it) a replica that is gone."""
+        if mine is not None:
+            return task.replica == mine
+        return task.replica not in ("", self.replica) and not await self.bus.alive(task.replica)
 
     async def fail_stranded(self) -> int:
         """Tasks of replicas whose lease has gone are failed."""

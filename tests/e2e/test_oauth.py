@@ -453,7 +453,8 @@ async def test_the_shared_store_holds_owners_as_digests_only(oauth, idp, http, r
     """A session id is a bearer secret and a subject is personal: neither, nor a token,
     is written to Redis; what is written (a digest) still finds the owner's tasks."""
     url = await oauth(store={"backend": "redis", "url": redis_server.url,
-                             "key_prefix": key_prefix})
+                             "key_prefix": key_prefix},
+                      replica={"secret": "a secret every replica shares"})
     token = await idp.token(http)
     modern_task = (await call(http, url, "sleep", {"ms": 100}, headers=bearer(token))
                    ).body["result"]

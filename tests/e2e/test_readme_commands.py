@@ -73,9 +73,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @contextlib.asynccontextmanager
 async def served(argv: list[str], port: int) -> AsyncIterator[str]:
-    # PATH finds the Node tools scripts/test.sh installed, as a user's PATH finds theirs.
+    # PATH finds the Node tools scripts/test.sh installed, as a user's PATH finds theirs;
+    # replicas sharing a store take their secret from GATEWAY_SECRET, as README says.
+    env = {**node_env(), "GATEWAY_SECRET": "s" * 64}
     proc = await asyncio.create_subprocess_exec(
-        argv[0], "--port", str(port), *argv[1:], cwd=ROOT, env=node_env(),
+        argv[0], "--port", str(port), *argv[1:], cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
         await wait_until_ready(f"http://127.0.0.1:{port}", timeout_s=120)

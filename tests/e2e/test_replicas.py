@@ -12,9 +12,13 @@ import signal
 from typing import Any
 
 import aiohttp
+import orjson
+import redis.asyncio
 from conftest import RedisServer, Replica
 from test_modern import ask_round, headers_for, retry
 from test_tasks import TASKS, call, tasks_op, wait_for
+
+from gateway.observability import owner_hash
 
 ALICE, BOB = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer bob-token"}
 
@@ -216,3 +220,60 @@ async def ready_is(http: aiohttp.ClientSession, replica: Replica, *, up: bool) -
                 return
         await asyncio.sleep(0.1)
     raise AssertionError(f"/readyz never said store.up {up}")
+
+
+async def dump(url: str, prefix: str) -> dict[bytes, Any]:
+    """Everything the gateway keeps in the store, as its operator reads it."""
+    store = redis.asyncio.Redis.from_url(url)
+    out: dict[bytes, Any] = {}
+    try:
+        async for key in store.scan_iter(match=f"{prefix}*"):
+            kind = await store.type(key)
+            if kind == b"string":
+                out[key] = await store.get(key)
+            elif kind == b"hash":
+                out[key] = await store.hgetall(key)
+            elif kind == b"zset":
+                out[key] = await store.zrange(key, 0, -1)
+            elif kind == b"set":
+                out[key] = await store.smembers(key)
+    finally:
+        await store.aclose()
+    return out
+
+
+async def test_the_stores_operator_can_neither_read_nor_rewrite_a_task(
+        group, http, redis_server, key_prefix) -> None:
+    """Issue 30: with the store's password alone, rewriting a record's owner gave Bob
+    Alice's task and a forged result. Now the store holds no result in clear and no plain
+    owner digest (a keyed one), and a record rewritten by hand is no one's: not found for
+    Alice and Bob alike (its seal fails), never the forged result."""
+    a, b = await group(2)
+    alice = (await call(http, a.url, "sleep", {"ms": 400}, headers=ALICE)).body["result"]
+    bob = (await call(http, a.url, "sleep", {"ms": 400}, headers=BOB)).body["result"]
+    for task, who in ((alice, ALICE), (bob, BOB)):
+        await wait_for(http, b.url, task["taskId"], "completed", who)
+    held = await dump(redis_server.url, key_prefix)
+    everything = repr(held).encode()
+    assert alice["taskId"].encode() in everything
+    for plain in (b"slept 400", owner_hash("Bearer alice-token").encode(),
+                  owner_hash("Bearer bob-token").encode(), b"alice-token"):
+        assert plain not in everything, plain
+    key = f"{key_prefix}t:{alice['taskId']}".encode()
+    bobs = held[f"{key_prefix}t:{bob['taskId']}".encode()][b"owner"]
+    forged = orjson.dumps({"content": [{"type": "text", "text": "forged"}]})
+    store = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        await store.hset(key, mapping={b"owner": bobs, b"res": forged})
+        await store.zadd(f"{key_prefix}o:{bobs.decode()}", {alice["taskId"]: 1})
+    finally:
+        await store.aclose()
+    b.stop()
+    await b.start()  # a replica that never read the record asks the store for it
+    for replica in (a, b):
+        for who in (ALICE, BOB):
+            reply = await tasks_op(http, replica.url, "tasks/get", alice["taskId"], who)
+            assert b"forged" not in orjson.dumps(reply.body)
+    for who in (ALICE, BOB):
+        reply = await tasks_op(http, b.url, "tasks/get", alice["taskId"], who)
+        assert "not found" in reply.body["error"]["message"].lower(), reply.body

@@ -56,8 +56,9 @@ async def test_many_sessions_of_one_token_share_one_task_quota(gateway, open_ses
                                                                 request) -> None:
     store = {"backend": "redis", "url": request.getfixturevalue("redis_server").url,
              "key_prefix": request.getfixturevalue("key_prefix")} if backend == "redis" else {}
+    shared = {"replica": {"secret": "a secret every replica shares"}} if store else {}
     url = await gateway(tasks=POLICY, limits={"max_tasks": 6, "max_tasks_per_owner": 3},
-                        store=store, **TOKENS)
+                        store=store, **shared, **TOKENS)
     alice = await open_session(url, "alice")
     running = (await as_task(alice, "sleep", {"ms": 3000}))["result"]["task"]
     outcomes = []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+
+import orjson
 import pytest
 
 from gateway.downstream.mrtr import Sealer, digest
@@ -15,8 +18,9 @@ def test_a_sealed_state_opens_to_its_payload() -> None:
 
 
 @pytest.mark.parametrize(("token", "why"), [
-    (None, "not a state"), ("no-dot", "not a state"), ("a.b.c", "not a state"),
-    ("e30.AAAA", "integrity"),
+    (None, "not a state"), ("", "not a state"), (42, "not a state"), ("é", "not a state"),
+    ("a.b.c", "not a state"), ("e30.AAAA", "not a state"), ("no-dot", "not a state"),
+    ("A" * 40, "integrity"),
 ])
 def test_foreign_shapes_are_refused(token, why) -> None:
     with pytest.raises(InvalidParams, match=why):
@@ -27,9 +31,22 @@ def test_another_key_or_a_flipped_bit_fails_integrity() -> None:
     token = Sealer(b"k" * 32, 60).seal(p="x")
     with pytest.raises(InvalidParams, match="integrity"):
         Sealer(b"j" * 32, 60).open(token)
-    body, mac = token.split(".")
+    flipped = token[:20] + ("A" if token[20] != "A" else "B") + token[21:]
     with pytest.raises(InvalidParams, match="integrity"):
-        Sealer(b"k" * 32, 60).open(body[:-1] + ("A" if body[-1] != "A" else "B") + "." + mac)
+        Sealer(b"k" * 32, 60).open(flipped)
+
+
+def test_a_state_tells_the_client_nothing() -> None:
+    """Issue 30: requestState is encrypted, not only signed: a client decodes neither the
+    replica's address nor the parked call's id from it."""
+    sealer = Sealer(b"k" * 32, 60)
+    token = sealer.seal(p="parked-call-id", u="http://10.0.0.5:8080", o="owner-digest")
+    raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    for secret in (b"parked-call-id", b"10.0.0.5", b"owner-digest", b"exp"):
+        assert secret not in raw
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(raw)
+    assert sealer.seal(p="x") != sealer.seal(p="x")  # a fresh nonce each time
 
 
 def test_expired_states_are_refused() -> None:

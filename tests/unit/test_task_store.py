@@ -22,6 +22,8 @@ from gateway.tasks.store.memory import MemoryStore
 from gateway.tasks.store.redis import RedisStore
 from gateway.tasks.store.redis_bus import RedisBus
 
+SECRET = b"the replicas' shared secret, 32+"
+
 
 class Clock:
     def __init__(self) -> None:
@@ -72,7 +74,7 @@ async def make_store(request, key_prefix) -> AsyncIterator[Maker]:
             store: TaskStore = MemoryStore(**bounds, clock=clock)
         else:
             url = request.getfixturevalue("redis_server").url
-            store = RedisStore(url, key_prefix, **bounds, clock=clock)
+            store = RedisStore(url, key_prefix, **bounds, clock=clock, secret=SECRET)
         made.append(store)
         return store
 
@@ -350,8 +352,9 @@ def test_only_a_shared_store_loads_redis() -> None:
     cost ~20 MiB resident: a one-process gateway never imports them (issue 22)."""
     code = ("from gateway.app import create_app; from gateway.settings import from_mapping; "
             "create_app(from_mapping({'upstreams': {'m': {'command': 'x'}}%s}))")
-    assert loaded_by(code % "", ("redis",)) == []
-    shared = ", 'store': {'backend': 'redis', 'url': 'redis://127.0.0.1:9/0'}"
+    assert loaded_by(code % "", ("redis", "cryptography")) == []
+    shared = (", 'store': {'backend': 'redis', 'url': 'redis://127.0.0.1:9/0'}, "
+              "'replica': {'secret': 's' * 32}")
     assert loaded_by(code % shared, ("redis",)) == ["redis"]
 
 
@@ -371,3 +374,80 @@ async def test_one_principals_results_fill_its_own_share_only() -> None:
     assert await store.save(alice)
     await store.delete(bobs[0].id)  # his bytes come back to him
     assert await store.save(bobs[2])
+
+
+@pytest.fixture
+async def guarded_store(key_prefix) -> AsyncIterator[RedisStore]:
+    """A sealed store on a Redis server with a password (an ACL user of its own, as
+    deploy/ runs it): what follows is what anyone with that password can do."""
+    from conftest import RedisServer
+
+    server = RedisServer()
+    server.start(["--user", "default", "off", "--user", "gateway", "on", ">store password",
+                  f"~{key_prefix}*", f"&{key_prefix}*", "+@all", "-@dangerous"])
+    url = f"redis://gateway:store%20password@127.0.0.1:{server.port}/0"
+    store = RedisStore(url, key_prefix, 10, 10, 1000, 10_000, secret=SECRET)
+    try:
+        yield store
+    finally:
+        await store.close()
+        server.stop()
+
+
+async def ended(store: RedisStore, owner: str, text: str) -> Task:
+    done = Task(new_id(), owner, "secret-tool", "extension", 60_000, 500)
+    await store.create(done)
+    done.result = orjson.dumps({"content": [{"type": "text", "text": text}]})
+    done.size = len(done.result)
+    done.move(Status.COMPLETED, "finished well")
+    assert await store.save(done)
+    return done
+
+
+async def test_a_record_rewritten_by_hand_in_the_store_is_refused(guarded_store) -> None:
+    """Issue 30: with the store's password alone, rewriting a record's owner gave Bob
+    Alice's task with a forged result. Now the record fails its seal: not found for
+    either of them, and an audit event says so (the id and why, never the data)."""
+    from structlog.testing import capture_logs
+
+    store = guarded_store
+    alice = await ended(store, "alice-digest", "alice's secret result")
+    bob = await ended(store, "bob-digest", "bob's")
+    raw = store.redis
+    key = store.key("t", alice.id)
+    forged = orjson.dumps({"content": [{"type": "text", "text": "forged"}]})
+    await raw.hset(key, mapping={"owner": "bob-digest", "res": forged})
+    await raw.zadd(store.key("o", "bob-digest"), {alice.id: 1})
+    store._finished.clear()  # as a replica that never read it: the store is asked
+    with capture_logs() as logs:
+        assert await store.get(alice.id) is None
+        assert [t.id for t in await store.owned_by("bob-digest")] == [bob.id]
+        assert await store.owned_by("alice-digest") == []
+    refused = [e for e in logs if e["event"] == "task.record_refused"]
+    assert refused and all(e["task"] == alice.id and e["why"] == "seal" and e["audit"]
+                           for e in refused)
+    assert "forged" not in repr(logs) and "bob-digest" not in repr(logs)
+    # Its own owner back, the result alone replaced: still refused.
+    await raw.hset(key, mapping={"owner": "alice-digest"})
+    assert await store.get(alice.id) is None
+    # A genuine record moved under another id: refused too.
+    held = await raw.hgetall(store.key("t", bob.id))
+    await raw.hset(key, mapping=held)
+    assert await store.get(alice.id) is None
+    assert (await store.get(bob.id)) is not None
+
+
+async def test_results_and_records_are_encrypted_at_rest(guarded_store) -> None:
+    """What the store's operator reads of a task: its status, owner digest and replica,
+    never its result, tool, message or error."""
+    store = guarded_store
+    done = await ended(store, "alice-digest", "alice's secret result")
+    held = await store.redis.hgetall(store.key("t", done.id))
+    assert held[b"status"] == b"completed" and held[b"owner"] == b"alice-digest"
+    assert held[b"res"] != done.result and b"secret result" not in held[b"res"]
+    for plain in (b"secret-tool", b"finished well", b"alice's"):
+        assert plain not in held[b"rec"] and plain not in held[b"res"], plain
+    store._finished.clear()
+    got = await store.get(done.id)  # read back whole
+    assert got is not None and got.result == done.result
+    assert got.status_message == "finished well"

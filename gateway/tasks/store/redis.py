@@ -2,8 +2,9 @@
 
 Keys, under `store.key_prefix` (P):
 
-    P t:<id>           hash: status, owner, replica, rec (the record as JSON, without its
-                       result), res (the result's raw JSON); it lingers EXPIRED_MEMORY_S past
+    P t:<id>           hash: status, owner, replica, quota, rec (the record as JSON,
+                       without its result), res (the result's raw JSON), seal: rec and res
+                       encrypted, all sealed (vault.py); it lingers EXPIRED_MEMORY_S past
                        the task's ttl, so that its id answers "expired" meanwhile
     P live             sorted set of every task held, scored by the end of its ttl (ms):
                        what `limits.max_tasks` counts
@@ -39,9 +40,11 @@ from typing import Any
 import orjson
 from cachetools import LRUCache
 
+from gateway.keyring import derive
 from gateway.tasks.model import EXPIRED_MEMORY_S, TERMINAL, TRANSITIONS, Status, Task
 from gateway.tasks.store import EVENTS, ResultTooLarge, StoreFull
 from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded, text
+from gateway.tasks.store.vault import Stored, Vault
 
 # Tasks whose ttl passed leave the bounds (their hashes linger as "expired" a while).
 _PRUNE = """
@@ -62,14 +65,14 @@ end
 # KEYS: live, what it is counted in (q:<quota>, else o:<owner>), t:<id>, run:<replica>,
 #       replicas, sizes, bytes, events, o:<owner>
 # ARGV: id, now, score, max_tasks, max_per_owner, status, owner, replica, rec, pexpireat,
-#       the announcement, quota
+#       the announcement, quota, seal
 _CREATE = _PRUNE + """
 prune(KEYS[1], KEYS[6], KEYS[7], ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 1 end
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 2 end
 redis.call('HSET', KEYS[3], 'status', ARGV[6], 'owner', ARGV[7], 'replica', ARGV[8],
-           'rec', ARGV[9], 'quota', ARGV[12])
+           'rec', ARGV[9], 'quota', ARGV[12], 'seal', ARGV[13])
 if ARGV[10] ~= '' then redis.call('PEXPIREAT', KEYS[3], ARGV[10]) end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
@@ -84,7 +87,8 @@ return 0
 
 # KEYS: t:<id>, live, sizes, bytes, run:<replica>, events
 # ARGV: id, ",<statuses that may move to status>,", status, size, max_stored, rec, res,
-#       terminal ("1" or "0"), the announcement
+#       terminal ("1" or "0"), the announcement, seal (over rec and res as they are
+#       stored: a save without a result drops any held, so the seal holds for what is kept)
 _SAVE = """
 local total = tonumber(redis.call('GET', KEYS[4]) or '0')
 local cur = redis.call('HGET', KEYS[1], 'status')
@@ -100,8 +104,9 @@ if new ~= old then
   if new > 0 then redis.call('HSET', KEYS[3], ARGV[1], new)
   else redis.call('HDEL', KEYS[3], ARGV[1]) end
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'rec', ARGV[6])
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[7]) end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'rec', ARGV[6], 'seal', ARGV[10])
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[7])
+else redis.call('HDEL', KEYS[1], 'res') end
 if ARGV[8] == '1' then redis.call('SREM', KEYS[5], ARGV[1]) end
 redis.call('PUBLISH', KEYS[6], ARGV[9])
 return {1, total}
@@ -112,11 +117,11 @@ return {1, total}
 # KEYS: t:<id>, live, o:<owner>, run:<replica>, replicas, sizes, bytes, what it is counted
 #       in (q:<quota>, else o:<owner>)
 # ARGV: id, status, owner, replica, rec, res, score, pexpireat, size, running ("1"/"0"),
-#       quota
+#       quota, seal
 _RESTORE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'owner', ARGV[3], 'replica', ARGV[4],
-           'rec', ARGV[5], 'quota', ARGV[11])
+           'rec', ARGV[5], 'quota', ARGV[11], 'seal', ARGV[12])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[6]) end
 if ARGV[8] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[8]) end
 redis.call('ZADD', KEYS[2], ARGV[7], ARGV[1])
@@ -173,15 +178,14 @@ FINISHED_CACHE_BYTES = 32 << 20
 RUNNING_CACHE_BYTES = 16 << 20
 ANNOUNCED_BYTES = 64 << 10  # records up to this size travel whole in their announcement
 RESTORE_BATCH = 200
+HELD = ("rec", "res", "owner", "seal")  # the fields a read takes of a task's hash
+
+
 def _encode(task: Task) -> tuple[bytes, bytes]:
     """The record without its result, and the result as the raw JSON it is (or b"")."""
     rec = task.record()
     rec.pop("result", None)
     return orjson.dumps(rec), task.result or b""
-
-
-def _decode(rec: bytes | str, res: bytes | str | None) -> Task:
-    return Task(**{**orjson.loads(rec), "result": res or None})
 
 
 def _interned(task: Task) -> Task:
@@ -208,6 +212,8 @@ class RedisStore:
                  clock: Callable[[], float] = time.time, *, sentinels: Sequence[str] = (),
                  master: str = "mymaster", min_acked: int = 0, ack_timeout_ms: int = 1000,
                  secret: bytes | None = None) -> None:
+        """`secret`: replica.secret, whence the keys that seal channel messages and
+        records (vault.py); without it neither is sealed (settings insist on one)."""
         self.url = url
         self.replica = replica  # the writer named in announcements
         self.prefix = prefix
@@ -218,7 +224,8 @@ class RedisStore:
         self.clock = clock
         self.link = RedisLink(url, prefix, sentinels=sentinels, master=master,
                               min_acked=min_acked, ack_timeout_ms=ack_timeout_ms,
-                              secret=secret)
+                              secret=None if secret is None else derive(secret, "channel"))
+        self.stored = Stored(None if secret is None else Vault(secret))
         self.redis = self.link.redis
         self._run = self.link.run
         self.key = self.link.key
@@ -249,6 +256,7 @@ class RedisStore:
     @guarded
     async def create(self, task: Task) -> None:
         rec, _ = _encode(task)
+        kept, _, seal = self.stored.close(task, rec, b"")
         end = task.expires_at
         try:
             refused = await self._run(self._create, durable=True, keys=[
@@ -257,8 +265,8 @@ class RedisStore:
                 self.key("bytes"), self.key(EVENTS), self.key("o", task.owner)], args=[
                 task.id, _ms(self.clock()), "+inf" if end is None else _ms(end),
                 self.max_tasks, self.max_per_owner, str(task.status), task.owner,
-                task.replica, rec, "" if end is None else _ms(end + EXPIRED_MEMORY_S),
-                self._announcement(task, rec), task.quota])
+                task.replica, kept, "" if end is None else _ms(end + EXPIRED_MEMORY_S),
+                self._announcement(task, rec), task.quota, seal])
         except NotAcked:
             with contextlib.suppress(*DOWN):  # not durable: no handle, so no record
                 await self._forget(task.id, expired=False)
@@ -289,8 +297,7 @@ class RedisStore:
 
     @guarded
     async def _read(self, task_id: str) -> Task | None:
-        rec, res = await self.redis.hmget(self.key("t", task_id), "rec", "res")
-        return None if rec is None else _decode(rec, res)
+        return self.stored.open(task_id, await self.redis.hmget(self.key("t", task_id), *HELD))
 
     @guarded
     async def expired_owner(self, task_id: str) -> str | None:
@@ -302,10 +309,12 @@ class RedisStore:
         ids = await self.redis.zrange(self.key("o", owner), 0, -1)
         async with self.redis.pipeline(transaction=False) as pipe:
             for task_id in ids:
-                pipe.hmget(self.key("t", text(task_id)), "rec", "res")
+                pipe.hmget(self.key("t", text(task_id)), *HELD)
             held = await pipe.execute()
-        tasks = [_decode(rec, res) for rec, res in held if rec is not None]
-        return sorted(tasks, key=lambda t: t.created_at)
+        tasks = [self.stored.open(text(i), h) for i, h in zip(ids, held, strict=True)]
+        # An id put in another owner's index names a record that is not this owner's.
+        return sorted([t for t in tasks if t is not None and t.owner == owner],
+                      key=lambda t: t.created_at)
 
     @guarded
     async def save(self, task: Task, *, keep: bool = True) -> bool:
@@ -313,6 +322,7 @@ class RedisStore:
             raise ResultTooLarge(f"the result is {task.size} bytes; the gateway keeps at most "
                                  f"{self.max_result_bytes} bytes per task")
         rec, res = _encode(task)
+        kept, res, seal = self.stored.close(task, rec, res)
         terminal = task.status in TERMINAL
         # What a client must act on waits for the store replicas; progress does not (the
         # next change or the end writes it again).
@@ -320,8 +330,8 @@ class RedisStore:
             keys=[self.key("t", task.id), self.key("live"), self.key("sizes"),
                   self.key("bytes"), self.key("run", task.replica), self.key(EVENTS)],
             args=[task.id, _SOURCES[task.status], str(task.status), task.size,
-                  self.max_stored_bytes, rec, res, "1" if terminal else "0",
-                  self._announcement(task, rec)])
+                  self.max_stored_bytes, kept, res, "1" if terminal else "0",
+                  self._announcement(task, rec), seal])
         if saved == -1:
             raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
                                  "bytes) is full")
@@ -372,7 +382,7 @@ class RedisStore:
         return restored
 
     def _restore_one(self, pipe: Any, task: Task) -> None:
-        rec, res = _encode(task)
+        rec, res, seal = self.stored.close(task, *_encode(task))
         end = task.expires_at
         keys = [self.key("t", task.id), self.key("live"), self.key("o", task.owner),
                 self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
@@ -380,7 +390,7 @@ class RedisStore:
         pipe.evalsha(self._restore.sha, len(keys), *keys, task.id, str(task.status),
                      task.owner, task.replica, rec, res, "+inf" if end is None else _ms(end),
                      "" if end is None else _ms(end + EXPIRED_MEMORY_S), task.size,
-                     "0" if task.terminal else "1", task.quota)
+                     "0" if task.terminal else "1", task.quota, seal)
 
     def kept(self) -> list[Task]:
         """Copies of the finished records read, written or heard announced here lately,

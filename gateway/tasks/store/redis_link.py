@@ -18,18 +18,17 @@ with sentinels a NotAcked write drops every connection, so that the next ones as
 sentinels where the primary is now.
 
 The channels are a trust boundary (issue 19): with `replica.secret`, every message is sealed
-(HMAC-SHA256 over its time and body) and a message that fails the seal, or is older than
-SEAL_WINDOW_S, is dropped and logged (`replica.message_refused`): a process that can publish
-on the store cannot cancel, answer or finish another owner's task through a replica.
+(AES-256-GCM over its body, its time as associated data: whoever subscribes on the store
+reads nothing of the records announced, and no one without the key makes a message that
+opens) and a message that fails the seal, or is older than SEAL_WINDOW_S, is dropped and
+logged (`replica.message_refused`): a process that can publish on the store cannot cancel,
+answer or finish another owner's task through a replica.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import hashlib
-import hmac
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
@@ -47,6 +46,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from gateway.errors import StoreUnavailable
+from gateway.keyring import Cipher
 from gateway.observability import log
 from gateway.tasks.store import EVENTS, Handler
 
@@ -60,34 +60,28 @@ FRESH_S = 0.5  # what was heard counts as current while a ping this recent came 
 
 
 class Seal:
-    """Seals channel messages with the replicas' shared secret: `<ms>.<mac>.<json>`; with
-    no secret, messages go as they are (one process, or replicas left unsealed: logged at
-    start as `replica.no_secret`)."""
+    """Seals channel messages with the channel key (derived from replica.secret):
+    `<ms>.<nonce, AES-GCM ciphertext and tag of the JSON>`; with no key, messages go as
+    they are (a store built without a secret: unit tests; settings insist on one)."""
 
-    def __init__(self, secret: bytes | None, clock: Callable[[], float] = time.time) -> None:
-        self.secret = secret
+    def __init__(self, key: bytes | None, clock: Callable[[], float] = time.time) -> None:
+        self.cipher = None if key is None else Cipher(key)
         self.clock = clock
 
     def close(self, body: bytes) -> bytes:
-        if self.secret is None:
+        if self.cipher is None:
             return body
         stamp = str(int(self.clock() * 1000)).encode()
-        return stamp + b"." + self._mac(stamp, body) + b"." + body
+        return stamp + b"." + self.cipher.encrypt(body, stamp)
 
     def open(self, data: bytes) -> bytes | None:
         """The body of a genuine, timely message; None for anything else."""
-        if self.secret is None:
+        if self.cipher is None:
             return data
-        stamp, _, rest = data.partition(b".")
-        mac, _, body = rest.partition(b".")
-        if not stamp.isdigit() or not hmac.compare_digest(mac, self._mac(stamp, body)):
+        stamp, _, sealed = data.partition(b".")
+        if not stamp.isdigit() or abs(self.clock() - int(stamp) / 1000) > SEAL_WINDOW_S:
             return None
-        return body if abs(self.clock() - int(stamp) / 1000) <= SEAL_WINDOW_S else None
-
-    def _mac(self, stamp: bytes, body: bytes) -> bytes:
-        assert self.secret is not None
-        digest = hmac.new(self.secret, stamp + b"." + body, hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest).rstrip(b"=")
+        return self.cipher.decrypt(sealed, stamp)
 
 
 class NotAcked(RedisConnectionError):

@@ -14,6 +14,7 @@ OAuth says what to set then.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import time
 from collections.abc import Callable
@@ -41,7 +42,13 @@ class FailedAuths:
 
 
 def _block(peer: str) -> str:
-    """What a peer address counts as: itself, or an IPv6 address's /64."""
+    """What a peer address counts as: itself, or an IPv6 address's /64. Every request asks:
+    an IPv4 address, as the socket gives it, is itself without parsing."""
+    return peer if ":" not in peer else _v6_block(peer)
+
+
+@functools.lru_cache(maxsize=1024)
+def _v6_block(peer: str) -> str:
     try:
         address = ipaddress.ip_address(peer.split("%", 1)[0])
     except ValueError:

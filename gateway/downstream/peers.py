@@ -26,15 +26,18 @@ class Hosts:
     def __init__(self, allowed: list[str] | None) -> None:
         self.any = allowed is None
         self.allowed = {split(h.lower()) for h in allowed or ()}
-
+        self._last: str | None = None  # the last Host allowed, as it came
     def allows(self, header: str | None) -> bool:
         """Whether a request with this Host header is served. None (no Host: HTTP/1.0, or
         a tool rather than a browser, which always sends one) is."""
-        if self.any or header is None:
+        if self.any or header is None or header == self._last:
             return True
         name, port = split(header.lower())
-        return (name, None) in self.allowed or (port is not None and (name, port) in
-                                                self.allowed)
+        if (name, None) in self.allowed or (port is not None and (name, port) in
+                                            self.allowed):
+            self._last = header  # a client sends the same Host on every request
+            return True
+        return False
 
 
 def split(host: str) -> tuple[str, str | None]:

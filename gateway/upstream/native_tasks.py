@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.protocol.jsonrpc import Message
+from gateway.upstream.task_owners import created_task
 
 if TYPE_CHECKING:  # the router reads this module's names: it stays free of the correlator
     from gateway.upstream.correlator import Call
@@ -41,14 +42,6 @@ def ask_for_task(params: dict[str, Any]) -> None:
     params["task"] = {}
 
 
-def created_task_id(msg: Message) -> str | None:
-    """The task id of a CreateTaskResult, if `msg` answers with one."""
-    result = msg.get("result")
-    task = result.get("task") if isinstance(result, dict) else None
-    task_id = task.get("taskId") if isinstance(task, dict) else None
-    return task_id if isinstance(task_id, str) else None
-
-
 def result_request(task_id: str) -> tuple[str, dict[str, Any]]:
     """tasks/result for a task: blocks until it ends, then returns what the call returned."""
     return RESULT, {"taskId": task_id}
@@ -69,9 +62,10 @@ def follow(conn: Sender, call: Call, msg: Message) -> bool:
     task: the caller sees one slow call, which goes on as that task's tasks/result."""
     if not call.follow_task or call.upstream_task is not None:
         return False
-    task_id = created_task_id(msg)
-    if task_id is None:
+    created = created_task(msg.get("result"))
+    if created is None:
         return False
+    task_id = created[0]
     call.upstream_task = task_id
     conn.resend(call, *result_request(task_id))
     return True

@@ -52,7 +52,7 @@ class TaskOwners(Generic[OwnerT]):
         """Remember `principal` (and `owner`) as the creator if `result` creates a task of
         the upstream's own: a CreateTaskResult (2025-11-25: `{"task": Task}`) or the tasks
         extension's (2026-07-28: `resultType: "task"`)."""
-        created = _created(result)
+        created = created_task(result)
         if created is None:
             return
         task_id, ttl_s = created
@@ -133,8 +133,9 @@ class _Held(Generic[OwnerT]):
         return record is not None and record.owner is self._owner
 
 
-def _created(result: Any) -> tuple[str, float] | None:
-    """The task id and ttl (seconds) `result` creates, if it creates one."""
+def created_task(result: Any) -> tuple[str, float] | None:
+    """The task id and ttl (seconds) a call's `result` creates, if it creates a task of the
+    upstream's own: a CreateTaskResult (2025-11-25) or the tasks extension's."""
     if not isinstance(result, dict):
         return None
     task, ttl_key = result.get("task"), "ttl"

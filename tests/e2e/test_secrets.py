@@ -135,17 +135,24 @@ def test_an_endpoint_of_the_same_origin_is_taken() -> None:
 
 
 # -- what an unreadable request gets, and what the log keeps of it ---------------------------
+def command_line_gateway(tmp_path: Path, listen: dict[str, Any], **conf: Any
+                         ) -> tuple[int, subprocess.Popen[bytes]]:
+    """A gateway started as its users start it (`python -m gateway --config`), in front of
+    tests/servers/basic.py; its port and process (stderr piped: its log)."""
+    port = free_port()
+    path = tmp_path / "gw.yaml"
+    path.write_text(json.dumps({"listen": {"port": port, **listen}, **conf, "upstreams": {
+        "main": {"command": BASIC[0], "args": BASIC[1:]}}}))
+    return port, subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(path)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
 async def test_long_headers_pass_and_longer_ones_are_refused_unechoed(tmp_path, http) -> None:
     """A JWT past 8 KiB (Entra ID tokens with groups) is read; a header past
     `listen.max_header_bytes` is refused, and the log holds one line, not its bytes."""
-    port = free_port()
-    conf = tmp_path / "gw.yaml"
-    conf.write_text(json.dumps({"listen": {"port": port, "max_header_bytes": 16384},
-                                "auth": {"bearer_tokens": ["a-token-of-thirty-two-characters"]},
-                                "upstreams": {"main": {"command": BASIC[0],
-                                                       "args": BASIC[1:]}}}))
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(conf)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    port, proc = command_line_gateway(
+        tmp_path, {"max_header_bytes": 16384},
+        auth={"bearer_tokens": ["a-token-of-thirty-two-characters"]})
     try:
         await listening(port)
         await wait_until_ready(f"http://127.0.0.1:{port}")
@@ -190,14 +197,7 @@ async def test_the_gateway_serves_https_with_its_own_certificate(tmp_path, http)
     """listen.tls_cert / tls_key: bearer tokens never cross a network in clear (RFC 6750
     section 5.3) where the gateway ends TLS itself."""
     cert, key = self_signed(tmp_path)
-    port = free_port()
-    conf = tmp_path / "gw.yaml"
-    conf.write_text(json.dumps({"listen": {"port": port, "tls_cert": str(cert),
-                                           "tls_key": str(key)},
-                                "upstreams": {"main": {"command": BASIC[0],
-                                                       "args": BASIC[1:]}}}))
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(conf)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port, proc = command_line_gateway(tmp_path, {"tls_cert": str(cert), "tls_key": str(key)})
     try:
         await listening(port)
         trusted = ssl.create_default_context(cafile=str(cert))
@@ -208,7 +208,7 @@ async def test_the_gateway_serves_https_with_its_own_certificate(tmp_path, http)
                 await resp.read()
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.communicate(timeout=10)
 
 
 def test_tls_needs_both_files() -> None:

@@ -10,7 +10,8 @@ Sentinels fail over; the old one comes back as a replica), restarts the store em
 kills another replica: one incident at a time (each waits for the last to heal).
 
 At the end every acknowledged task is checked: a terminal state with its right result, or
-an honest failure naming why (its replica died, its legacy session died with its replica);
+an honest failure naming why (its replica died); legacy sessions outlive their replica
+(issue 35), so a core task read in a session that answers 404 is lost like any other;
 it counts lost (a returned handle "not found" at the end, before its ttl), stuck (not
 terminal long after its call's end) and wrong results, and pass-through errors, each
 against the incidents around it. Exit 1 unless lost, stuck and wrong are all 0.
@@ -386,7 +387,8 @@ async def core_tasks(http: aiohttp.ClientSession, url: str, ledger: Ledger,
             await asyncio.sleep(0.1)
             continue
         ledger.calls["core task calls"] += 1
-        if reply.status == 404:  # the session's replica died: a new session
+        if reply.status == 404:  # sessions outlive their replica: this is an error now
+            ledger.error("core task call", reply)
             session = None
             continue
         task = (reply.body.get("result") or {}).get("task")
@@ -604,9 +606,7 @@ async def check(http: aiohttp.ClientSession, url: str, task: Acked, ledger: Ledg
     while True:
         got = await (read_modern(http, url, task) if task.era == "modern"
                      else read_core(http, url, task))
-        if got is None:  # not found, or the legacy session is gone
-            if task.era == "core" and ledger.killed_after(None, task.created):
-                return "honest: its session died with its replica", ""
+        if got is None:  # not found, or its legacy session is gone (it outlives its replica)
             return "lost", "not found"
         status, text, message = got
         if status == "completed":

@@ -377,7 +377,11 @@ class LegacyEra:
                 if held is not None:
                     return held
                 record = await self.resume.find(sid, principal)
-                return None if record is None else await self._adopted(sid, record)
+                # Adopted meanwhile by a request that came as this lock was let go.
+                held = self.sessions.get(sid)
+                if record is None or held is not None:
+                    return held
+                return await self._adopted(sid, record)
         finally:
             if not lock.locked():
                 self._adopting.pop(sid, None)

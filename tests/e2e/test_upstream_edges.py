@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port, listening, served
-from mcp_http import next_event, text_of
+from mcp_http import next_event, parse_sse, text_of
 from test_http_upstream import basic_http
 from test_modern import call, envelope, headers_for, modern
 
@@ -234,3 +234,44 @@ async def test_a_listen_answer_of_chunked_json_lines_is_heard_line_by_line(gatew
                     changed = await next_event(stream, 0.5)
                     break
         assert changed is not None and changed["method"] == "notifications/tools/list_changed"
+
+
+async def test_a_sessions_sse_streams_are_primed_with_an_id_and_retry(gateway, client, http
+                                                                      ) -> None:
+    """spec 2025-11-25 (SSE polling, SEP-1699 SHOULDs): a legacy session's SSE stream opens
+    with an event of an id and empty data, and a `retry`; resuming after that id replays
+    the stream from its start. A modern stream (not resumable) has none."""
+    url = await gateway(listen={"sse_keepalive_ms": 100})
+    legacy = client(url)
+    await legacy.initialize()
+    body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"ms": 400}}}
+    async with http.post(url, json=body, headers=legacy.headers()) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        raw = await resp.read()
+    first = raw.split(b"\n\n")[0].decode().split("\n")
+    assert first[0].startswith("id: ") and "retry: 1000" in first and "data: " in first
+    assert parse_sse(raw)[0][-1]["result"]["content"][0]["text"] == "slept 400"
+    async with http.get(url, headers={**legacy.headers(), "Last-Event-ID": first[0][4:],
+                                      "Accept": "text/event-stream"}) as again:
+        replayed = parse_sse(await again.read())[0]
+    assert replayed[-1]["id"] == 9  # the answer again, from the primed id on
+    reply = await call(http, url, "sleep", {"ms": 400}, headers={
+        "Accept": "text/event-stream, application/json"})
+    assert b"retry:" not in reply.raw and reply.message["result"]["content"][0]["text"]
+
+
+MODERN_SERVER = [sys.executable, str(Path(__file__).parents[1] / "servers" / "modern_server.py")]
+TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
+async def test_an_unknown_task_over_a_modern_upstream_is_400_invalid_params(gateway, http,
+                                                                           method) -> None:
+    """The tasks extension: an id the server does not know is -32602 (sep-2663), which the
+    table makes 400; never 404 -32601 (a method the gateway serves)."""
+    url = await gateway(MODERN_SERVER)
+    params = {"taskId": "no-such-task", **({"inputResponses": {}}
+                                           if method == "tasks/update" else {})}
+    reply = await modern(http, url, method, params, TASKS)
+    assert (reply.status, reply.message["error"]["code"]) == (400, -32602)

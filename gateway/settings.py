@@ -161,7 +161,9 @@ class Upstream(_Model):
                      "wait in a queue, fair across callers (null: no limit)"))
     max_queue: int = Field(1000, ge=0,
         description="with max_concurrency: calls that may wait; beyond, a call is refused")
-    request_timeout_ms: int | None = Field(None, ge=1,
+    # A default bound, so no call waits for ever on a server that lost it (issue 31): as
+    # long as a task is kept by default (tasks.defaults.ttl_ms).
+    request_timeout_ms: int | None = Field(600_000, ge=1,
         description=("a call not answered by then is cancelled upstream and answered with an "
                      "error (null: no gateway limit)"))
     # Streamable HTTP upstreams only:

@@ -55,7 +55,7 @@ class ModernExchange(Exchange):
     into an `input_required` round, results made modern."""
 
     __slots__ = ("batch", "budget", "call", "caller", "digest", "era", "hidden", "inputs",
-                 "method", "own_progress", "parked", "policy", "refused", "tool")
+                 "method", "own_progress", "parked", "policy", "refused", "tool", "uri")
     takes_mrtr = True  # a modern-only upstream's input_required goes to the client as is
 
     def __init__(self, era: ModernEra, caller: Caller, method: str, digest_: str,
@@ -73,6 +73,7 @@ class ModernExchange(Exchange):
         self.policy: Policy | None = None  # set when this call may become a task
         self.budget: asyncio.TimerHandle | None = None  # auto mode: then it becomes a task
         self.tool: Any = None
+        self.uri: Any = None  # resources/read: named in a not-found error (sep-2164)
         self.own_progress = False  # the gateway asked for progress, not the client
         self.hidden: Lacking | None = None  # tools/list: the tools the caller may not call
 
@@ -101,7 +102,7 @@ class ModernExchange(Exchange):
             if self.hidden is not None:
                 msg = shapes.hide_tools(msg, self.hidden)
         msg, status = shapes.modern_response(self.method, msg, self.era.server_info,
-                                             self.era.ttl_ms, self.era.scope)
+                                             self.era.ttl_ms, self.era.scope, self.uri)
         self.answer(msg, status)
 
     def on_refused(self, capability: str) -> None:
@@ -273,7 +274,7 @@ class ModernEra:
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
         ex.hidden = lacking
-        ex.policy, ex.tool = decision.policy, params.get("name")
+        ex.policy, ex.tool, ex.uri = decision.policy, params.get("name"), params.get("uri")
         headers = await self.headers.of(request)  # AuthUnavailable: 503
         self.inflight.take(caller.principal)  # TooManyRequests: 429
         try:
@@ -426,7 +427,8 @@ class ModernEra:
         call.client_id = msg["id"]
         ex = ModernExchange(self, caller, method, parked.digest, sse_ok)
         ex.call, ex.parked, ex.done, ex.policy = call, parked, parked.done, parked.policy
-        ex.tool, ex.own_progress = params.get("name"), parked.own_progress
+        ex.tool, ex.uri, ex.own_progress = params.get("name"), params.get("uri"), \
+            parked.own_progress
         if parked.response is not None:
             ex.on_response({**parked.response, "id": msg["id"]})
         elif parked.inputs:  # answers missing: ask again for what is left (spec MRTR)

@@ -99,6 +99,7 @@ class Session:
         return stream
 
     def _counted(self, stream: Stream) -> Stream:
+        stream.resumable = True  # a session's streams resume with Last-Event-ID
         if self.budget is not None:
             self.budget.enter(stream, self.principal)
         return stream

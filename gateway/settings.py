@@ -680,9 +680,20 @@ def interpolate(value: Any, where: str = "", unset: list[str] | None = None) -> 
         if unset is None:
             raise ConfigError(f"{where}: environment variable {name} is not set")
         unset.append(name)
-        return f"unset-{name}".ljust(MIN_TOKEN_CHARS, "-")
+        return _placeholder(name, where, whole=m.group(0) == value)
 
     return _VAR.sub(sub, value)
+
+
+def _placeholder(name: str, where: str, whole: bool) -> str:
+    """What an unset variable reads as while a file is checked: long enough for a token,
+    and, standing for a whole URL (`store.url: "${REDIS_URL}"`), a URL of the right kind,
+    so that the check names the variable instead of failing on the placeholder."""
+    if whole and where == "store.url":
+        return f"redis://unset-{name}"
+    if whole and where.endswith(".url"):
+        return f"https://unset-{name}.invalid/"
+    return f"unset-{name}".ljust(MIN_TOKEN_CHARS, "-")
 
 
 def from_mapping(raw: Any, unset: list[str] | None = None) -> Settings:

@@ -30,7 +30,7 @@ async def everything(gateway) -> str:
 
 async def run(*argv: str, url: str) -> str:
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=ROOT, env={**node_env(), "GATEWAY": url},
+        *argv, cwd=ROOT, env={**node_env(), "GATEWAY_URL": url},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 90)
     assert proc.returncode == 0, err.decode()
@@ -87,7 +87,8 @@ async def test_the_readme_curl_walkthrough_runs_as_written(everything) -> None:
     section = readme.split("### A first look with curl", 1)[1]
     script = section.split("```sh\n", 1)[1].split("```", 1)[0]
     proc = await asyncio.create_subprocess_exec(
-        "bash", "-euo", "pipefail", "-c", script, cwd=ROOT, env={**node_env(), "GW": everything},
+        "bash", "-euo", "pipefail", "-c", script, cwd=ROOT,
+        env={**node_env(), "GATEWAY_URL": everything},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()

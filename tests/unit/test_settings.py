@@ -219,7 +219,8 @@ def test_serving_beyond_loopback_needs_auth_or_says_so(host, auth, allowed, ok) 
     assert f"listen.host {host} is reachable from other machines" in str(caught.value)
 
 
-SHIPPED = sorted([*ROOT.glob("config/*.yaml"), *ROOT.glob("deploy/gateway*.yaml")])
+SHIPPED = sorted([*ROOT.glob("config/*.yaml"), *ROOT.glob("deploy/gateway*.yaml"),
+                 *ROOT.glob("deploy/kubernetes/*/gateway.yaml")])
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.errors import StoreUnavailable
-from gateway.tasks.model import Status, Task
+from gateway.tasks.model import CANCELLED_BY_CLIENT, Status, Task
 from gateway.tasks.run import TaskRun
 from gateway.tasks.store import EVENTS, ReplicaBus, TaskStore
 from gateway.tasks.watchers import Watchers
@@ -173,7 +173,7 @@ class Replicas:
         if run is None or run.ending:
             return
         if msg.get("op") == "cancel":
-            await self.cancel(run.task, str(msg.get("why") or "cancelled by the client"))
+            await self.cancel(run.task, str(msg.get("why") or CANCELLED_BY_CLIENT))
         elif msg.get("op") == "answer" and isinstance(msg.get("responses"), dict):
             await self.answer(run.task, msg["responses"])
 

@@ -31,6 +31,7 @@ from gateway import redact
 TaskMode = Literal["never", "auto", "always", "required"]
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 Isolation = Literal["shared", "client", "call"]
+Era = Literal["auto", "legacy", "modern"]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
@@ -153,6 +154,10 @@ class Upstream(_Model):
         description=("shared: one process for all; client: one per session or auth context; "
                      "call: one per tools/call, from a warm pool"))
     pool_size: int = Field(2, ge=1, le=64, description="warm processes kept for isolation: call")
+    era: Era = Field("auto",
+        description=("which protocol era the gateway speaks to it: auto finds out (a server "
+                     "of both eras serves modern clients on its modern wire); legacy: "
+                     "initialize only; modern: server/discover only"))
     startup_timeout_ms: int = Field(30000, ge=100,
         description=("how long a start (spawn, initialize) may take before waiting callers get "
                      "an error"))

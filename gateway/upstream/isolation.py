@@ -153,6 +153,9 @@ class Backend:
             await link.close()
             log.info("upstream.eras", upstream=self.name, modern=False, said=exc.message)
             return None
+        except BaseException:  # the gateway stops meanwhile: no process left behind
+            await link.close()
+            raise
         if not link.modern:  # it answered initialize only: a legacy server
             await link.close()
             log.info("upstream.eras", upstream=self.name, modern=False)

@@ -31,6 +31,7 @@ from gateway import redact
 TaskMode = Literal["never", "auto", "always", "required"]
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 Isolation = Literal["shared", "client", "call"]
+Era = Literal["auto", "legacy", "modern"]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
@@ -153,6 +154,10 @@ class Upstream(_Model):
         description=("shared: one process for all; client: one per session or auth context; "
                      "call: one per tools/call, from a warm pool"))
     pool_size: int = Field(2, ge=1, le=64, description="warm processes kept for isolation: call")
+    era: Era = Field("auto",
+        description=("which protocol era the gateway speaks to it: auto finds out (a server "
+                     "of both eras serves modern clients on its modern wire); legacy: "
+                     "initialize only; modern: server/discover only"))
     # 120 s: the shipped configs start server-everything with npx, which downloads it at a
     # container's every start (docker.yaml, deploy/) and at a host's first.
     startup_timeout_ms: int = Field(120_000, ge=100,

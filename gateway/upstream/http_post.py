@@ -163,6 +163,8 @@ class Poster:
             if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
                 self.link.on_message(await resp.read(), call)
             self.failed(data, call, f"HTTP {resp.status}")
+        elif resp.status == 202:  # spec (Sending Messages): accepted, no body (mcp 2.x
+            pass  # servers still label it application/json, with a length of 0)
         elif resp.content_type == mcp.CT_SSE:  # a POST's stream: what comes on it is its call's
             reader = EventReader()
             await sse_client.read(reader, resp, self.link.on_message, call)
@@ -171,8 +173,7 @@ class Poster:
                 resp, lambda msg: self.link.on_message(msg, call)):
             self.failed(data, call, "its answer is not a JSON-RPC message (an "
                         "application/json body holds one)")
-        # else 202 (a notification or response was accepted), or the HTTP+SSE transport,
-        # whose answers come on its stream
+        # else the HTTP+SSE transport, whose answers come on its stream
 
     async def _resume(self, reader: EventReader, call: Call | None) -> None:
         """spec (Resumability): a stream that ended before the answer is picked up again with

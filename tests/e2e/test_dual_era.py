@@ -10,6 +10,7 @@ import sys
 from collections.abc import AsyncIterator
 
 import pytest
+import structlog
 from conftest import FIXTURE, free_port, served
 from mcp_http import next_event
 from test_modern import call
@@ -123,3 +124,17 @@ async def test_a_legacy_only_server_keeps_modern_clients_bridged(gateway, http) 
         main = (await resp.json())["upstreams"]["main"]
     assert main["era"] == "legacy" and "modern_link" not in main
 
+
+
+async def test_an_accepted_notification_is_no_broken_message(gateway, client) -> None:
+    """mcp 2.x answers a notification with 202 labelled application/json and no body: that
+    is an acceptance (spec 2025-11-25, Sending Messages), not a message the server broke."""
+    port = free_port()
+    async with served([*DUAL, "http", str(port)], port) as base:
+        with structlog.testing.capture_logs() as events:
+            url = await gateway(url=base + "/mcp")
+            legacy = client(url)
+            await legacy.initialize({}, version="2025-11-25")
+            assert text(await legacy.call("protocol_of")).startswith("2025-")
+    assert [e for e in events if e["event"] == "upstream.bad_message"] == []
+    assert [e for e in events if e["event"] == "upstream.ready"] != []

@@ -350,6 +350,29 @@ def protocol_of(ctx: Context) -> str:
     return str(ctx.protocol_version)
 
 
+# json-schema-2020-12 (SEP-1613, SEP-2106): an input schema of the 2020-12 vocabulary,
+# listed as written; the gateway must pass it on untouched.
+SCHEMA_2020_12 = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+    "$defs": {"address": {"$anchor": "addressDef", "type": "object", "properties": {
+        "street": {"type": "string"}, "city": {"type": "string"}}}},
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"},
+                   "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                   "phone": {"type": "string"}, "email": {"type": "string"}},
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]}, "else": {"required": ["email"]},
+    "additionalProperties": False}
+
+
+@server.tool(description="A tool whose input schema uses JSON Schema 2020-12")
+def json_schema_2020_12_tool(name: str = "") -> str:
+    return f"ok {name}"
+
+
+server._tool_manager.get_tool("json_schema_2020_12_tool").parameters = SCHEMA_2020_12
+
+
 # -- Tools of the tasks scenarios: plain synchronous code; the gateway alone makes tasks.
 @server.tool(description="Sync-only greeting")
 def greet(name: str = "world") -> list[Any]:

@@ -1,0 +1,109 @@
+"""The store's generations as one replica sees them (tasks/generation.py), with a fake
+clock: a store that came back without its records makes ids not found answer "retry" until
+every replica alive before has written back (or is gone, or the grace has passed), and
+never for a store that kept them."""
+
+from __future__ import annotations
+
+from gateway.tasks.generation import SETTLE_LEASES, Generation
+from gateway.tasks.store import Beat
+
+LEASE_MS = 1000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def beat(generation: str, peers: dict[str, float], rejoined: set[str] | None = None) -> Beat:
+    return Beat(True, generation, peers, frozenset(rejoined or ()))
+
+
+def started(clock: Clock, peers: dict[str, float] | None = None) -> Generation:
+    """Replica b, which knows generation g1 and its peers (seconds left on their leases)."""
+    gen = Generation("b", clock)
+    assert not gen.observe(beat("g1", peers or {"a": 1.0, "b": 1.0, "c": 1.0}), LEASE_MS)
+    return gen
+
+
+def test_a_first_beat_and_a_store_that_kept_its_records_settle_nothing() -> None:
+    clock = Clock()
+    gen = started(clock)
+    assert not gen.settling()
+    clock.now += 0.3
+    assert not gen.observe(beat("g1", {"a": 1.0, "b": 1.0}), LEASE_MS)
+    assert not gen.settling() and not gen.differs("g1")
+
+
+def test_a_new_generation_settles_once_every_live_replica_wrote_back() -> None:
+    clock = Clock()
+    gen = started(clock)
+    clock.now += 0.2
+    assert gen.observe(beat("g2", {"b": 1.0}), LEASE_MS)  # the store lost what it held
+    assert gen.settling()
+    gen.wrote_back("g2")  # this replica's own records
+    assert gen.settling()  # a and c have not written theirs back
+    gen.observe(beat("g2", {"a": 1.0, "b": 1.0}, {"a", "b"}), LEASE_MS)
+    assert gen.settling()  # c, alive before, may still hold live tasks
+    gen.observe(beat("g2", {"a": 1.0, "b": 1.0, "c": 1.0}, {"a", "b", "c"}), LEASE_MS)
+    assert not gen.settling()
+
+
+def test_own_write_back_is_waited_for_too() -> None:
+    clock = Clock()
+    gen = started(clock, {"b": 1.0})  # alone
+    assert gen.observe(beat("g2", {"b": 1.0}), LEASE_MS)
+    assert gen.settling()
+    gen.wrote_back("g1")  # into the generation before: does not count
+    assert gen.settling()
+    gen.wrote_back("g2")
+    assert not gen.settling()
+
+
+def test_a_replica_gone_before_the_change_is_not_waited_for_past_its_lease() -> None:
+    clock = Clock()
+    gen = started(clock, {"a": 0.5, "b": 1.0})
+    clock.now += 0.2
+    gen.observe(beat("g2", {"b": 1.0}), LEASE_MS)
+    gen.wrote_back("g2")
+    assert gen.settling()  # a's old lease runs 0.3 s more: it may still come
+    clock.now += 0.31
+    assert not gen.settling()  # it never beat again: gone (its tasks fail as stranded)
+
+
+def test_a_live_replica_slow_to_write_back_is_waited_for_only_through_the_grace() -> None:
+    clock = Clock()
+    gen = started(clock, {"a": 0.5, "b": 1.0})
+    gen.observe(beat("g2", {"a": 1.0, "b": 1.0}), LEASE_MS)  # a beats in g2, not written
+    gen.wrote_back("g2")
+    clock.now += 0.9  # past a's old lease, but a is alive: still waited for
+    assert gen.settling()
+    assert 0.1 <= gen.retry_after_s() <= 1.0
+    clock.now += SETTLE_LEASES * LEASE_MS / 1000
+    assert not gen.settling()  # bounded: unknown ids read "not found" again
+
+
+def test_a_miss_that_reads_another_generation_starts_settling_before_any_beat() -> None:
+    """Between the store's return and this replica's next beat, an id not found is
+    checked against the store's generation, which a restart wiped (None) or replaced."""
+    clock = Clock()
+    gen = started(clock)
+    assert not gen.differs("g1")
+    assert gen.differs(None) and gen.differs("g2")
+    gen.lost(LEASE_MS)
+    assert gen.settling()
+    assert gen.observe(beat("g2", {"b": 1.0}), LEASE_MS)  # the next beat: a change, once
+    gen.wrote_back("g2")
+    gen.observe(beat("g2", {"b": 1.0}, {"a", "b", "c"}), LEASE_MS)
+    assert not gen.settling()
+
+
+def test_a_replica_that_never_beat_knows_no_generation_to_lose() -> None:
+    gen = Generation("b", Clock())
+    assert not gen.differs(None) and not gen.differs("g1")
+    assert not gen.observe(beat("g1", {"b": 1.0}), LEASE_MS)
+    assert not gen.settling()

@@ -97,6 +97,8 @@ class Lease:
             if not self._recovered:
                 failed = await replicas.recover()
                 self._recovered = True
+                # Nothing to write back at a start; said so, so that none waits for it.
+                self._marked_due = replicas.generation.known
                 log.info("replica.recovered", replica=self.engine.replica, tasks_failed=failed)
             elif not held or not self.store_up:
                 # After an outage too: a beat that failed may have set the lease again on

@@ -373,11 +373,12 @@ async def test_ids_not_found_answer_retry_until_a_store_that_lost_them_is_writte
     a, b = engines
     assert a.replicas is not None and b.replicas is not None
     # a keeps its lease (and writes back) as a gateway does, beating every 20 s; b beats
-    # by hand and does not listen (it would read the task from what it heard announced).
+    # by hand, with a lease of 2 s (so it settles within 1 to 4 s), and does not listen (it
+    # would read the task from what it heard announced).
     lease = Lease(a, a.replicas, "redis", 60_000, a._store)  # type: ignore[arg-type]
     try:
         await lease.start()
-        await b.replicas.beat(60_000)
+        await b.replicas.beat(2000)
         task, _, _ = await running(a)
         assert (await b.find(task.id, "me")).status is Status.WORKING
         await _wiped(b.replicas.store.store)  # type: ignore[attr-defined]
@@ -388,7 +389,7 @@ async def test_ids_not_found_answer_retry_until_a_store_that_lost_them_is_writte
             assert caught.value.http_status == 503 and caught.value.retry_after_s
         with pytest.raises(StoreSettling):
             await b.find("never-a-task", "bob")
-        assert not await b.replicas.beat(60_000)  # b sees the new generation
+        assert not await b.replicas.beat(2000)  # b sees the new generation
         lease._wake.set()  # a beats now, as a connection made again would have it
         for _ in range(300):  # "retry" until a has written it back: then the task
             with contextlib.suppress(StoreSettling):
@@ -400,8 +401,9 @@ async def test_ids_not_found_answer_retry_until_a_store_that_lost_them_is_writte
         with pytest.raises(StoreSettling):  # b has not written its own back yet
             await b.find("never-a-task", "bob")
         await b.replicas.rejoined(b.replicas.generation.known or "")
-        for _ in range(300):  # b hears at a beat that a wrote back
-            await b.replicas.beat(60_000)
+        for _ in range(500):  # b hears at a beat that a wrote back, and a beat and a half
+            # has passed (a replica it did not know of may yet have come)
+            await b.replicas.beat(2000)
             if not b.replicas.generation.settling():
                 break
             await asyncio.sleep(0.01)

@@ -26,7 +26,7 @@ own: it has no bus.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.tasks.model import Task
@@ -104,12 +104,12 @@ class TaskStore(Protocol):
 class Beat:
     """What a beat learns of the store: whether this replica's lease was held, the store's
     generation (a random id written once: a store that came back empty has a new one), the
-    replicas holding a lease (seconds left on each, by the store's clock) and those that
-    wrote back what they hold in this generation (generation.py)."""
+    replicas beating in this generation (until their lease ends) and those that wrote back
+    what they hold into it (generation.py)."""
 
     held: bool
     generation: str
-    peers: dict[str, float] = field(default_factory=dict)
+    peers: frozenset[str] = frozenset()
     rejoined: frozenset[str] = frozenset()
 
 

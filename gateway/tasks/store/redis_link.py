@@ -78,8 +78,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[2]))
 return {held and 1 or 0, redis.call('GET', KEYS[2]),
-        redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES'), redis.call('HGETALL', KEYS[4]),
-        now}
+        redis.call('ZRANGE', KEYS[3], 0, -1), redis.call('HGETALL', KEYS[4])}
 """
 
 
@@ -278,12 +277,10 @@ class RedisLink:
         keys = [self.key("lease", replica), *(self.key(k) for k in _GENERATION_KEYS)]
         out = await self.run(self._beat, durable=True, keys=keys, args=[
             address or "-", lease_ms, replica, secrets.token_hex(8)])
-        held, generation, members, rejoined, now = out
+        held, generation, members, rejoined = out
         generation = text(generation)
-        ends = dict(zip(members[::2], members[1::2], strict=True))
         wrote = dict(zip(rejoined[::2], rejoined[1::2], strict=True))
-        return Beat(bool(held), generation,
-                    {text(r): (float(end) - now) / 1000 for r, end in ends.items()},
+        return Beat(bool(held), generation, frozenset(text(r) for r in members),
                     frozenset(text(r) for r, g in wrote.items() if text(g) == generation))
 
     @guarded

@@ -340,7 +340,7 @@ class RedisLink:
                         await asyncio.gather(pinger, return_exceptions=True)
             except DOWN:
                 self.epoch, self._heard_through = self.epoch + 1, 0.0  # lost: stale now
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(PING_S)  # a store back is heard within a second
 
     async def _hear(self, pubsub: Any, names: dict[str, str], handler: Handler, keep: Keep,
                     joined: Callable[[], None] | None) -> None:

@@ -23,6 +23,7 @@ from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
 from gateway.downstream.replay import ReplayBudget
+from gateway.downstream.resume import Resumption, SessionRecords
 from gateway.downstream.session import SessionStore
 from gateway.errors import StoreUnavailable
 from gateway.keyring import derive
@@ -73,16 +74,16 @@ def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Applicatio
     inflight = InFlight(limits.max_calls_per_owner, counters)
     queues = Queues(metrics.queue_waited, counters=counters)
     replica = conf.replica.id or secrets.token_hex(8)
-    store, bus = _store(conf, replica)
+    store, bus, records = _store(conf, replica)
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
                         conf.replica_url or "")
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
     replay = _replay(limits)
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters, queues)
-        sessions = _sessions(limits, replay)
         exchanger = auth.exchanger(up.token_exchange)
-        era = LegacyEra(backend, sessions, conf, engine, policies, inflight, exchanger)
+        era = LegacyEra(backend, _sessions(limits, replay), conf, engine, policies, inflight,
+                        exchanger, _resumption(records, name, limits))
         modern = ModernEra(backend, conf, sealer, engine, policies, inflight, exchanger)
         endpoint = Endpoint(era, modern, conf.limits.max_body_bytes, metrics, counters, tracing)
         app.router.add_post(up.path, endpoint.post)
@@ -114,6 +115,13 @@ def _sessions(limits: Limits, replay: ReplayBudget) -> SessionStore:
     is shared by every upstream's."""
     return SessionStore(limits.max_sessions, limits.session_idle_ms / 1000,
                         limits.max_sessions_per_principal, replay)
+
+
+def _resumption(records: SessionRecords | None, upstream: str, limits: Limits
+                ) -> Resumption | None:
+    """One upstream's legacy sessions in the shared store (none with the memory store)."""
+    return None if records is None else Resumption(
+        records, upstream, limits.session_idle_ms / 1000, limits.max_sessions_per_principal)
 
 
 def _guarded_app(conf: Settings, counters: Counter[str], owner_key: bytes | None
@@ -169,9 +177,11 @@ def _owner_key(conf: Settings) -> bytes | None:
     return derive(secret, "owner-digest")
 
 
-def _store(conf: Settings, replica: str) -> tuple[TaskStore, ReplicaBus | None]:
-    """The memory store (one process: no bus); or a shared one behind the outbox that keeps
-    what it misses, and the replicas' bus over the same server."""
+def _store(conf: Settings, replica: str
+           ) -> tuple[TaskStore, ReplicaBus | None, SessionRecords | None]:
+    """The memory store (one process: no bus, no session records); or a shared one behind
+    the outbox that keeps what it misses, the replicas' bus and legacy sessions' records
+    (any replica adopts a session: downstream/resume.py) over the same server."""
     limits, store = conf.limits, conf.store
     bounds = (limits.max_tasks, limits.max_tasks_per_owner, limits.max_result_bytes,
               limits.max_stored_bytes)
@@ -180,14 +190,16 @@ def _store(conf: Settings, replica: str) -> tuple[TaskStore, ReplicaBus | None]:
         # where installed) costs a one-process gateway ~20 MiB resident for nothing.
         from gateway.tasks.store.redis import RedisStore
         from gateway.tasks.store.redis_bus import RedisBus
+        from gateway.tasks.store.redis_sessions import RedisSessions
 
         shared = RedisStore(store.url, store.key_prefix, *bounds, replica=replica,
                             sentinels=store.sentinels, master=store.sentinel_master,
                             min_acked=store.min_replicas_acked, secret=_shared_secret(conf),
                             ack_timeout_ms=store.ack_timeout_ms)
         return (Outbox(shared, store.outbox_max_entries, store.outbox_max_bytes),
-                RedisBus(shared))
-    return MemoryStore(*bounds, max_bytes_per_owner=limits.max_stored_bytes_per_principal), None
+                RedisBus(shared), RedisSessions(shared.link, _shared_secret(conf)))
+    return (MemoryStore(*bounds, max_bytes_per_owner=limits.max_stored_bytes_per_principal),
+            None, None)
 
 
 def _flush(tracing: Tracing) -> Callable[[web.Application], Awaitable[None]]:

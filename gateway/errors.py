@@ -38,7 +38,10 @@ the HTTP status that carries it.
     └── AuthUnavailable               -32603  503   the authorization server does not answer
 
 Raise where the fault is known; the transport turns the error into a response with
-`to_message(id)` and `http_status`.
+`to_message(id)` and `http_status`. An error whose status follows from its JSON-RPC code
+alone takes it from the one table of modern statuses (`mcp.MODERN_ERROR_STATUS`, also used
+for what an upstream answers); the rest are refusals at the HTTP boundary (401, 403, 405,
+406, 413, 415, 421, 429) or the gateway's own state (503), whose status is their own.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class ProtocolError(GatewayError):
 
 class ParseError(ProtocolError):
     code = jsonrpc.PARSE_ERROR
+    http_status = mcp.modern_error_status(code)
 
 
 class InvalidRequest(ProtocolError):
@@ -174,23 +178,27 @@ class OperatorOnly(ProtocolError):
 
 class InvalidParams(ProtocolError):
     code = jsonrpc.INVALID_PARAMS
+    http_status = mcp.modern_error_status(code)
 
 
 class MethodNotFound(ProtocolError):
     code = jsonrpc.METHOD_NOT_FOUND
-    http_status = 404
+    http_status = mcp.modern_error_status(code)
 
 
 class HeaderMismatch(ProtocolError):
     code = mcp.HEADER_MISMATCH
+    http_status = mcp.modern_error_status(code)
 
 
 class MissingCapability(ProtocolError):
     code = mcp.MISSING_CAPABILITY
+    http_status = mcp.modern_error_status(code)
 
 
 class UnsupportedModernVersion(ProtocolError):
     code = mcp.UNSUPPORTED_VERSION
+    http_status = mcp.modern_error_status(code)
 
 
 class TooManyListeners(ProtocolError):

@@ -7,6 +7,7 @@ none of them is the secret itself.
     result-enc     encrypts a record's result and the rest of its fields at rest (AES-GCM)
     owner-digest   the keyed digest that stands for an owner in a shared store
     request-state  encrypts MRTR requestState (AES-GCM)
+    session-record encrypts and authenticates legacy sessions' records (AES-GCM)
 
 AES-GCM here always takes a random 96-bit nonce per message, sent in front of the
 ciphertext (`nonce || ciphertext || tag`): at well under 2**32 messages per key the chance
@@ -24,7 +25,8 @@ import os
 from typing import Any
 
 NONCE_BYTES = 12
-LABELS = frozenset({"channel", "record-seal", "result-enc", "owner-digest", "request-state"})
+LABELS = frozenset({"channel", "record-seal", "result-enc", "owner-digest", "request-state",
+                    "session-record"})
 
 
 def derive(secret: bytes, label: str) -> bytes:

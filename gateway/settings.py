@@ -31,6 +31,7 @@ from gateway import redact
 TaskMode = Literal["never", "auto", "always", "required"]
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 Isolation = Literal["shared", "client", "call"]
+Era = Literal["auto", "legacy", "modern"]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
@@ -153,15 +154,23 @@ class Upstream(_Model):
         description=("shared: one process for all; client: one per session or auth context; "
                      "call: one per tools/call, from a warm pool"))
     pool_size: int = Field(2, ge=1, le=64, description="warm processes kept for isolation: call")
-    startup_timeout_ms: int = Field(30000, ge=100,
-        description=("how long a start (spawn, initialize) may take before waiting callers get "
-                     "an error"))
+    era: Era = Field("auto",
+        description=("which protocol era the gateway speaks to it: auto finds out (a server "
+                     "of both eras serves modern clients on its modern wire); legacy: "
+                     "initialize only; modern: server/discover only"))
+    # 120 s: the shipped configs start server-everything with npx, which downloads it at a
+    # container's every start (docker.yaml, deploy/) and at a host's first.
+    startup_timeout_ms: int = Field(120_000, ge=100,
+        description=("how long a start (spawn, initialize, an npx download included) may take "
+                     "before waiting callers get an error"))
     max_concurrency: int | None = Field(None, ge=1,
         description=("tool calls running on this server at once, on each replica; the rest "
                      "wait in a queue, fair across callers (null: no limit)"))
     max_queue: int = Field(1000, ge=0,
         description="with max_concurrency: calls that may wait; beyond, a call is refused")
-    request_timeout_ms: int | None = Field(None, ge=1,
+    # A default bound, so no call waits for ever on a server that lost it (issue 31): as
+    # long as a task is kept by default (tasks.defaults.ttl_ms).
+    request_timeout_ms: int | None = Field(600_000, ge=1,
         description=("a call not answered by then is cancelled upstream and answered with an "
                      "error (null: no gateway limit)"))
     # Streamable HTTP upstreams only:
@@ -680,9 +689,20 @@ def interpolate(value: Any, where: str = "", unset: list[str] | None = None) -> 
         if unset is None:
             raise ConfigError(f"{where}: environment variable {name} is not set")
         unset.append(name)
-        return f"unset-{name}".ljust(MIN_TOKEN_CHARS, "-")
+        return _placeholder(name, where, whole=m.group(0) == value)
 
     return _VAR.sub(sub, value)
+
+
+def _placeholder(name: str, where: str, whole: bool) -> str:
+    """What an unset variable reads as while a file is checked: long enough for a token,
+    and, standing for a whole URL (`store.url: "${REDIS_URL}"`), a URL of the right kind,
+    so that the check names the variable instead of failing on the placeholder."""
+    if whole and where == "store.url":
+        return f"redis://unset-{name}"
+    if whole and where.endswith(".url"):
+        return f"https://unset-{name}.invalid/"
+    return f"unset-{name}".ljust(MIN_TOKEN_CHARS, "-")
 
 
 def from_mapping(raw: Any, unset: list[str] | None = None) -> Settings:

@@ -5,6 +5,8 @@
 #     (from its lockfile);
 #   - .test-envs/mcp130: the Python SDK mcp==1.30.0, whose version clashes with ours (the
 #     last one with the 2025-11-25 tasks client);
+#   - .test-envs/k8s: checkov and kubernetes-validate (its Kubernetes schemas bundled), which
+#     check deploy/kubernetes offline and pin many libraries of their own;
 #   - a Redis-compatible server with Sentinel and HAProxy for the replica tests, Chromium for
 #     the status page's, podman (with runc) and mmdebstrap to build and run the container
 #     image (Debian's packages, when one of them is not on PATH);
@@ -34,6 +36,17 @@ python3 -m venv .venv
 (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 python3 -m venv .test-envs/mcp130
 .test-envs/mcp130/bin/pip install --quiet --disable-pip-version-check 'mcp==1.30.0'
+K8S_CHECKS=('checkov==3.3.30' 'kubernetes-validate==1.37.0')
+# Installed once: pip resolving checkov's pins again would cost seconds on every run.
+if ! .test-envs/k8s/bin/python - "${K8S_CHECKS[@]}" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
+PY
+then
+    python3 -m venv .test-envs/k8s
+    .test-envs/k8s/bin/pip install --quiet --disable-pip-version-check "${K8S_CHECKS[@]}"
+fi
 
 .venv/bin/ruff check gateway tests bench scripts
 .venv/bin/mypy  # strict, over gateway/ (pyproject.toml)

@@ -102,8 +102,10 @@ async def next_event(resp: aiohttp.ClientResponse, timeout_s: float = 5.0) -> di
             raise EOFError("the stream ended")
         if line.startswith("data:"):
             data.append(line[5:].strip())
-        elif line == "\n" and data:
+        elif line == "\n" and any(data):
             return json.loads("\n".join(data))
+        elif line == "\n":
+            data = []  # an event with no data: a stream's priming event
 
 
 async def read(resp: aiohttp.ClientResponse) -> Reply:

@@ -1,21 +1,21 @@
 #!/bin/sh
 # A legacy client on protocol 2025-11-25 using core tasks, with curl, against the gateway's
 # default configuration (server-everything behind it). Run:
-#   GATEWAY=http://127.0.0.1:8080/mcp sh docs/examples/core-tasks.sh
+#   GATEWAY_URL=http://127.0.0.1:8080/mcp sh docs/examples/core-tasks.sh
 set -eu
-GATEWAY=${GATEWAY:-http://127.0.0.1:8080/mcp}
+GATEWAY_URL=${GATEWAY_URL:-http://127.0.0.1:8080/mcp}
 HEADERS=$(mktemp)
 trap 'rm -f "$HEADERS"' EXIT
 
 post() {  # BODY: one request of the session (after initialize)
-  curl -sS "$GATEWAY" -H 'Content-Type: application/json' \
+  curl -sS "$GATEWAY_URL" -H 'Content-Type: application/json' \
     -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-11-25' \
     -H "Mcp-Session-Id: $SESSION" -d "$1"
 }
 
 # 1. initialize at 2025-11-25: the answer declares capabilities.tasks, and the session id
 #    comes in the Mcp-Session-Id header.
-curl -sS "$GATEWAY" -D "$HEADERS" -o /dev/null -H 'Content-Type: application/json' \
+curl -sS "$GATEWAY_URL" -D "$HEADERS" -o /dev/null -H 'Content-Type: application/json' \
   -H 'Accept: application/json, text/event-stream' \
   -d '{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},

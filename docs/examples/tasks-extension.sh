@@ -1,9 +1,9 @@
 #!/bin/sh
 # A modern client (protocol 2026-07-28) using the tasks extension, with curl, against the
 # gateway's default configuration (server-everything behind it). Run:
-#   GATEWAY=http://127.0.0.1:8080/mcp sh docs/examples/tasks-extension.sh
+#   GATEWAY_URL=http://127.0.0.1:8080/mcp sh docs/examples/tasks-extension.sh
 set -eu
-GATEWAY=${GATEWAY:-http://127.0.0.1:8080/mcp}
+GATEWAY_URL=${GATEWAY_URL:-http://127.0.0.1:8080/mcp}
 # Every modern request carries its envelope in _meta; declaring the extension is what lets
 # the gateway answer a slow call with a task.
 META='"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -11,7 +11,7 @@ META='"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
     {"extensions": {"io.modelcontextprotocol/tasks": {}}}}'
 
 post() {  # METHOD NAME PARAMS: one request; Mcp-Method and Mcp-Name mirror the body
-  curl -sS "$GATEWAY" -H 'Content-Type: application/json' \
+  curl -sS "$GATEWAY_URL" -H 'Content-Type: application/json' \
     -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' \
     -H "Mcp-Method: $1" -H "Mcp-Name: $2" \
     -d "{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"$1\", \"params\": {$3, $META}}"

@@ -28,7 +28,15 @@ from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
 from gateway.router import Decision
 from gateway.tasks.dialects import Lacking, core, handlers, task_id_of, unscoped
-from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_progress
+from gateway.tasks.engine import (
+    Handover,
+    Intent,
+    StoreFull,
+    TaskEngine,
+    TaskExpired,
+    TaskNotFound,
+    watch_progress,
+)
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream.handshake import IGNORE
@@ -74,8 +82,10 @@ class CoreTasks:
         assert policy is not None
         tool = str(params.get("name") or "")
         core.strip_task(params)  # the upstream serves a plain call (it may know no tasks)
-        intent = Intent(session.owner, tool, core.NAME, self.backend.name, policy, decision.ttl,
-                        quota=session.principal)
+        # Counted against the principal: owned by it (with auth), or a session's (without).
+        quota = "" if session.task_owner == session.principal else session.principal
+        intent = Intent(session.task_owner, tool, core.NAME, self.backend.name, policy,
+                        decision.ttl, quota=quota)
         try:
             self.inflight.take(session.principal)  # a task's call is a call in flight
         except errors.TooManyRequests as exc:  # a JSON-RPC error: HTTP 200, as a server's
@@ -137,7 +147,7 @@ class CoreTasks:
             if method == core.RESULT:
                 return await self.result(request, session, msg, params, lacking)
             return json_response(jsonrpc.result(msg["id"], await handlers.CORE[method](
-                self.engine, params, session.owner, lacking)))
+                self.engine, params, session.task_owner, lacking)))
         except (errors.InvalidParams, errors.TooManyRequests) as exc:
             return json_response(exc.to_message(msg["id"]))
 
@@ -145,11 +155,13 @@ class CoreTasks:
                      params: dict[str, Any], lacking: Lacking) -> web.StreamResponse:
         """spec (Result Retrieval): blocks until the task is terminal. Its input requests
         travel on this response's stream meanwhile."""
-        task = await handlers.core_lookup(self.engine, task_id_of(params), session.owner,
+        task = await handlers.core_lookup(self.engine, task_id_of(params), session.task_owner,
                                           lacking)
         bound = session.tasks.get(task.id)
-        if task.terminal or bound is None:
+        if task.terminal:
             return json_response(core.final(task, msg["id"]))
+        if bound is None:  # the principal's, made in another session or on another replica
+            return await self._await_end(request, session, msg, task)
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok)
         waiter = (msg["id"], ex)
@@ -163,6 +175,29 @@ class CoreTasks:
             if waiter in bound.waiters:
                 bound.waiters.remove(waiter)
 
+    async def _await_end(self, request: web.Request, session: Session, msg: Message,
+                         task: Task) -> web.StreamResponse:
+        """tasks/result of a task this session did not start: answered at its end, heard
+        from the engine (another replica's changes reach it through the store's events);
+        its input requests stay with the session that made it."""
+        json_ok, sse_ok = request[ACCEPTS]
+        ex = SessionExchange(session, sse_ok)
+
+        def told(changed: Task) -> None:
+            if changed.terminal and ex.response is None:
+                ex.on_response(core.final(changed, msg["id"]))
+        self.engine.watch(task.id, told)
+        try:
+            # An end written before the watch began is read now (it would not be told).
+            told(await self.engine.find(task.id, session.task_owner))
+            return await ex.respond(request, json_ok, self.flow)
+        except (TaskNotFound, TaskExpired):  # forgotten meanwhile: as tasks/get would say
+            return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS,
+                                               "Failed to retrieve task: Task not found",
+                                               {"taskId": task.id}))
+        finally:
+            self.engine.unwatch(task.id, told)
+
     # -- session life ------------------------------------------------------------------------
     def opened_get(self, session: Session) -> None:
         """The session's GET stream has a reader again: held input requests go there."""
@@ -170,6 +205,9 @@ class CoreTasks:
             bound.flush()
 
     async def end(self, session: Session) -> None:
-        """Nobody else can reach a session's tasks: cancel those still running."""
+        """Without auth nobody else can reach a session's tasks: those still running are
+        cancelled. With auth they are the principal's, whose other sessions reach them:
+        they run on (their input requests, asked of this session, go unanswered)."""
         for bound in list(session.tasks.values()):
-            await self.engine.cancel(bound.task, "client session ended")
+            if bound.task.owner == session.owner:
+                await self.engine.cancel(bound.task, "client session ended")

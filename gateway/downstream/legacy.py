@@ -7,6 +7,7 @@ spec: mcp-base-2025-06-18.md, Transports > Streamable HTTP.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from aiohttp import web
 
 from gateway import errors, router
 from gateway.auth.exchange import TokenExchanger
+from gateway.auth.principal import digest
 from gateway.downstream import shapes, sse
 from gateway.downstream.boundary import (
     ACCEPTS,
@@ -26,7 +28,8 @@ from gateway.downstream.boundary import (
     scopes_checked,
 )
 from gateway.downstream.core_tasks import CoreTasks
-from gateway.downstream.session import Session, SessionExchange, SessionStore
+from gateway.downstream.resume import Record, Resumption
+from gateway.downstream.session import Session, SessionExchange, SessionStore, idle, refusal
 from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
@@ -46,8 +49,14 @@ class LegacyEra:
 
     def __init__(self, backend: Backend, sessions: SessionStore, conf: Settings,
                  engine: TaskEngine, policies: Policies, inflight: InFlight,
-                 exchanger: TokenExchanger | None = None) -> None:
+                 exchanger: TokenExchanger | None = None, resume: Resumption | None = None
+                 ) -> None:
         self.backend = backend
+        # Replicas sharing a store: sessions' records there, adopted on any replica.
+        self.resume = resume
+        self._adopting: dict[str, asyncio.Lock] = {}
+        self._renewed = time.monotonic()
+        self.by_principal = conf.auth.enabled  # with auth, core tasks are the principal's
         self.headers = UpstreamHeaders(backend, exchanger)
         self.inflight = inflight
         self.sessions = sessions
@@ -62,7 +71,7 @@ class LegacyEra:
                    ) -> web.StreamResponse:
         if kind == "request" and msg["method"] == mcp.INITIALIZE:
             return await self.initialize(request, msg)
-        session = self.session_of(request)
+        session = await self.session_of(request)
         if kind == "notification":
             self.on_notification(session, msg)
             return web.Response(status=202)
@@ -77,30 +86,67 @@ class LegacyEra:
             return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS,
                                                "Invalid params: initialize needs params"))
         version = router.negotiate(params.get("protocolVersion"))
-        session = Session(version, params.get("capabilities") or {}, *self.replay,
-                          principal=principal_of(request).owner, budget=self.sessions.replay)
-        try:
-            evicted = self.sessions.add(session)
-        except errors.TooManySessions as exc:
+        session = self._session(version, params.get("capabilities") or {},
+                                principal_of(request).owner)
+        session.client_info = info = params.get("clientInfo")
+        refused = await self._admit(session)
+        if refused is not None:
             self.backend.counters["rejections.sessions"] += 1
             log.warning("session.refused", principal=session.principal[:12],
-                        reason=exc.message, upstream=self.backend.name)
-            return json_response(exc.to_message(msg["id"]), exc.http_status)
-        if evicted is not None:
-            await self.end(evicted, "evicted")
+                        reason=refused.message, upstream=self.backend.name)
+            return json_response(refused.to_message(msg["id"]), refused.http_status)
         try:
             session.conn = await self.backend.attach(session)
         except UpstreamError as exc:
             self.sessions.pop(session.id)
             return json_response(exc.to_message(msg["id"]), 503)
         assert session.conn.init_result is not None
-        info = params.get("clientInfo")
         log.info("session.created", session=session.owner[:12], protocol=version,
                  upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
         self.backend.counters["sessions.created"] += 1
         result = shapes.initialize_result(session.conn.init_result, version)
         return json_response(jsonrpc.result(msg["id"], result), headers={mcp.H_SESSION: session.id})
+
+    def _session(self, version: str, capabilities: dict[str, Any], principal: str,
+                 sid: str | None = None) -> Session:
+        session = Session(version, capabilities, *self.replay, principal=principal,
+                          budget=self.sessions.replay, sid=sid)
+        if self.by_principal:
+            session.task_owner = principal
+        return session
+
+    def record_of(self, session: Session) -> Record:
+        return Record(session.principal, self.backend.name, session.version,
+                      session.capabilities, session.client_info)
+
+    async def _admit(self, session: Session) -> errors.TooManySessions | None:
+        """Hold the new session here and record it in the shared store; the refusal when
+        its principal holds its share (here, or across replicas) and none of its own
+        sessions here is idle to make room (issue 29: never another principal's)."""
+        try:
+            evicted = self.sessions.add(session)
+        except errors.TooManySessions as exc:
+            return exc
+        if evicted is not None:
+            await self.end(evicted, "evicted")
+        if self.resume is None or await self._recorded(session):
+            return None
+        self.sessions.pop(session.id)
+        return refusal(True, self.sessions.per_principal, self.sessions.max_sessions)
+
+    async def _recorded(self, session: Session) -> bool:
+        """Its record is kept, the principal's share across replicas allowing, after one of
+        its idle sessions here ended to make room if need be."""
+        assert self.resume is not None
+        record = self.record_of(session)
+        if await self.resume.open(session.id, record):
+            return True
+        spare = self.sessions.idle_of(session.principal, but=session)
+        if spare is None:
+            return False
+        await self.end(spare, "evicted")
+        return await self.resume.open(session.id, record)
 
     async def on_request(self, request: web.Request, session: Session, msg: Message
                          ) -> web.StreamResponse:
@@ -233,7 +279,7 @@ class LegacyEra:
         # Only what was asked of this session is answered from it (DESIGN.md, Tenancy).
         conn = session.replies.pop(msg["id"], None)
         # An answer to a task's input request also moves the task back to working.
-        if conn is None or not (await self.tasks.engine.reply(msg, session.owner)
+        if conn is None or not (await self.tasks.engine.reply(msg, session.task_owner)
                                 or conn.reply(msg["id"], msg, session)):
             raise errors.InvalidRequest(f"Invalid Request: no server request with id "
                                         f"{errors.shown(msg['id'])} is waiting for an answer")
@@ -241,7 +287,7 @@ class LegacyEra:
     # -- GET and DELETE --------------------------------------------------------------------
     async def get(self, request: web.Request) -> web.StreamResponse:
         check_accept(request, need_json=False)
-        session = self.session_of(request)
+        session = await self.session_of(request)
         stream, after = session.get_stream, session.get_stream.sent
         last = request.headers.get(mcp.H_LAST_EVENT)
         parsed = sse.parse_event_id(last) if last else None
@@ -254,13 +300,24 @@ class LegacyEra:
         return resp
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
-        session = self.session_of(request)
+        sid, principal = _session_id(request), principal_of(request).owner
+        if self.sessions.get(sid) is None and self.resume is not None and \
+                await self.resume.find(sid, principal) is not None:
+            await self.resume.end(sid, principal)  # held elsewhere, or by a replica gone
+            log.info("session.ended", session=digest("session", sid)[:12], why="deleted",
+                     upstream=self.backend.name)
+            return web.Response(status=200)
+        session = await self.session_of(request)
         await self.end(session, "deleted")
         return web.Response(status=200)
 
     async def end(self, session: Session, why: str) -> None:
-        """End `session`: cancel its calls upstream, release its process, close its streams."""
+        """End `session`: cancel its calls upstream, release its process, close its streams.
+        Deleted or evicted, it ends everywhere; idle here, its record expires by itself
+        unless another replica serves it meanwhile."""
         self.sessions.pop(session.id)
+        if self.resume is not None and why in ("deleted", "evicted"):
+            await self.resume.end(session.id, session.principal)
         session.closed = True
         await self.tasks.end(session)
         for call in list(session.calls.values()):
@@ -278,15 +335,26 @@ class LegacyEra:
     async def expire(self) -> None:
         for session in self.sessions.expired():
             await self.end(session, "idle")
+        if self.resume is not None:
+            await self._renew()
+
+    async def _renew(self) -> None:
+        """The records of the sessions used since the last renewal (or whose work runs)
+        live on; those ended on another replica meanwhile (DELETE) end here too."""
+        assert self.resume is not None
+        since, self._renewed = self._renewed, time.monotonic()
+        used = {s.id: s for s in self.sessions.all() if s.last_seen >= since or not idle(s)}
+        for sid in await self.resume.renew([(s.id, self.record_of(s)) for s in used.values()]):
+            await self.end(used[sid], "ended elsewhere")
 
     # -- checks ----------------------------------------------------------------------------
-    def session_of(self, request: web.Request) -> Session:
-        sid = request.headers.get(mcp.H_SESSION)
-        if not sid:
-            raise errors.SessionRequired("Bad Request: Mcp-Session-Id header is required")
+    async def session_of(self, request: web.Request) -> Session:
+        sid, principal = _session_id(request), principal_of(request).owner
         session = self.sessions.get(sid)
+        if session is None and self.resume is not None:
+            session = await self.adopt(sid, principal)
         # A session is bound to the auth context that created it (and so are its tasks).
-        if session is None or session.principal != principal_of(request).owner:
+        if session is None or session.principal != principal:
             raise errors.SessionNotFound("Session not found: it ended or never existed; "
                                          "initialize a new one")
         version = request.headers.get(mcp.H_PROTOCOL)
@@ -296,6 +364,50 @@ class LegacyEra:
                 f"Bad Request: unsupported MCP-Protocol-Version {version}",
                 {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
         return session
+
+    async def adopt(self, sid: str, principal: str) -> Session | None:
+        """The session `sid` of `principal` that another replica made (it stopped, died, or
+        the balancer sent the client here), held here from now on; None when the store
+        knows no such session of this principal. One adoption at a time per id."""
+        assert self.resume is not None
+        lock = self._adopting.setdefault(sid, asyncio.Lock())
+        try:
+            async with lock:
+                held = self.sessions.get(sid)
+                if held is not None:
+                    return held
+                record = await self.resume.find(sid, principal)
+                # Adopted meanwhile by a request that came as this lock was let go.
+                held = self.sessions.get(sid)
+                if record is None or held is not None:
+                    return held
+                return await self._adopted(sid, record)
+        finally:
+            if not lock.locked():
+                self._adopting.pop(sid, None)
+
+    async def _adopted(self, sid: str, record: Record) -> Session:
+        session = self._session(record.version, record.capabilities, record.principal, sid)
+        session.client_info = record.client_info
+        evicted = self.sessions.add(session)  # TooManySessions: 503, the client retries
+        if evicted is not None:
+            await self.end(evicted, "evicted")
+        try:
+            session.conn = await self.backend.attach(session)
+        except UpstreamError:
+            self.sessions.pop(sid)
+            raise
+        log.info("session.adopted", session=session.owner[:12], protocol=session.version,
+                 upstream=self.backend.name)
+        self.backend.counters["sessions.adopted"] += 1
+        return session
+
+
+def _session_id(request: web.Request) -> str:
+    sid = request.headers.get(mcp.H_SESSION)
+    if not sid:
+        raise errors.SessionRequired("Bad Request: Mcp-Session-Id header is required")
+    return sid
 
 
 def _subscribed(session: Session, uri: str) -> Callable[[Message], Message]:

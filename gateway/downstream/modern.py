@@ -55,7 +55,8 @@ class ModernExchange(Exchange):
     into an `input_required` round, results made modern."""
 
     __slots__ = ("batch", "budget", "call", "caller", "digest", "era", "hidden", "inputs",
-                 "method", "own_progress", "parked", "policy", "refused", "tool")
+                 "method", "own_progress", "parked", "policy", "refused", "rounds", "tool",
+                 "uri")
     takes_mrtr = True  # a modern-only upstream's input_required goes to the client as is
 
     def __init__(self, era: ModernEra, caller: Caller, method: str, digest_: str,
@@ -73,8 +74,10 @@ class ModernExchange(Exchange):
         self.policy: Policy | None = None  # set when this call may become a task
         self.budget: asyncio.TimerHandle | None = None  # auto mode: then it becomes a task
         self.tool: Any = None
+        self.uri: Any = None  # resources/read: named in a not-found error (sep-2164)
         self.own_progress = False  # the gateway asked for progress, not the client
         self.hidden: Lacking | None = None  # tools/list: the tools the caller may not call
+        self.rounds = False  # a modern upstream's: its own input_required rounds come back
 
     def on_message(self, msg: Message) -> None:
         if "id" in msg:  # a server request, routed here because this call is in flight
@@ -96,12 +99,14 @@ class ModernExchange(Exchange):
         if self.refused and not self.inputs and "error" in msg:
             self._missing_capability()  # it failed for want of what the client lacks
             return
+        if self.rounds:
+            self.era.seal_state(msg, self.caller, self.method, self.digest)
         if self.method == mcp.TOOLS_LIST:
             self.era.backend.learn_tools(msg)
             if self.hidden is not None:
                 msg = shapes.hide_tools(msg, self.hidden)
         msg, status = shapes.modern_response(self.method, msg, self.era.server_info,
-                                             self.era.ttl_ms, self.era.scope)
+                                             self.era.ttl_ms, self.era.scope, self.uri)
         self.answer(msg, status)
 
     def on_refused(self, capability: str) -> None:
@@ -273,7 +278,12 @@ class ModernEra:
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
         ex.hidden = lacking
-        ex.policy, ex.tool = decision.policy, params.get("name")
+        ex.policy, ex.tool, ex.uri = decision.policy, params.get("name"), params.get("uri")
+        # A modern upstream runs its own MRTR rounds: their fields go to it as they are, but
+        # the state is the server's only under the gateway's seal (see `seal_state`).
+        ex.rounds = conn.modern
+        if ex.rounds and "requestState" in params:
+            params = {**params, "requestState": self.open_state(params, caller, method)}
         headers = await self.headers.of(request)  # AuthUnavailable: 503
         self.inflight.take(caller.principal)  # TooManyRequests: 429
         try:
@@ -281,7 +291,6 @@ class ModernEra:
         except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
             self.inflight.release(caller.principal)
             return json_response(exc.to_message(msg["id"]), 503)
-        # A modern-only upstream runs its own MRTR rounds: their fields go to it as they are.
         msg["params"] = upstream_params = shapes.to_upstream(params, used.modern)
         if ex.policy is not None and used.modern:
             # The gateway decides about tasks here: the upstream must not make its own.
@@ -370,6 +379,27 @@ class ModernEra:
             ex.call = None
 
     # -- MRTR --------------------------------------------------------------------------------
+    def seal_state(self, msg: Message, caller: Caller, method: str, digest_: str) -> None:
+        """A modern upstream's own input_required round goes to the client with its
+        requestState sealed by the gateway, bound to the caller's principal and request:
+        the server sees one client, the gateway, so it cannot tell whose state comes back
+        (DESIGN.md, Tenancy; spec 2026-07-28 MRTR: requestState is attacker-controlled)."""
+        result = msg.get("result")
+        if isinstance(result, dict) and result.get("resultType") == "input_required" and \
+                "requestState" in result:
+            result["requestState"] = self.sealer.seal(
+                s=result["requestState"], o=caller.principal, m=method, d=digest_, k="up")
+
+    def open_state(self, params: dict[str, Any], caller: Caller, method: str) -> Any:
+        """The server's own state inside a retry's requestState. Another principal's
+        state, or one issued for another request, is refused as any state this gateway
+        did not issue."""
+        state = self.sealer.open(params["requestState"])  # InvalidParams: forged, expired
+        if state.get("k") != "up" or state.get("o") != caller.principal or \
+                state.get("m") != method or state.get("d") != digest(method, params):
+            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
+        return state.get("s")
+
     def input_required(self, ex: ModernExchange, parked: Parked, client_id: Any) -> None:
         """Park `parked` for one more round and answer `ex` with the InputRequiredResult
         that says so; or, its principal having no parked call to give way (the gateway's
@@ -426,7 +456,8 @@ class ModernEra:
         call.client_id = msg["id"]
         ex = ModernExchange(self, caller, method, parked.digest, sse_ok)
         ex.call, ex.parked, ex.done, ex.policy = call, parked, parked.done, parked.policy
-        ex.tool, ex.own_progress = params.get("name"), parked.own_progress
+        ex.tool, ex.uri, ex.own_progress = params.get("name"), params.get("uri"), \
+            parked.own_progress
         if parked.response is not None:
             ex.on_response({**parked.response, "id": msg["id"]})
         elif parked.inputs:  # answers missing: ask again for what is left (spec MRTR)

@@ -37,17 +37,26 @@ class Session:
 
     def __init__(self, version: str, capabilities: dict[str, Any], replay: int,
                  replay_bytes: int = REPLAY_BYTES, principal: str = "anonymous",
-                 budget: ReplayBudget | None = None) -> None:
+                 budget: ReplayBudget | None = None, sid: str | None = None) -> None:
         # spec (Session Management): "globally unique and cryptographically secure", visible
-        # ASCII only. 256 random bits, URL-safe base64.
-        self.id = secrets.token_urlsafe(32)
+        # ASCII only. 256 random bits, URL-safe base64. `sid`: a session another replica
+        # made, adopted here (resume.py).
+        self.id = sid or secrets.token_urlsafe(32)
         self.key = self.id
-        # What its core tasks belong to, and what logs name it by: a digest, because the
-        # id is a bearer secret (the store and the logs must not hold it).
+        # What logs name it by, and (without auth) what its core tasks belong to: a digest,
+        # because the id is a bearer secret (the store and the logs must not hold it).
         self.owner = digest("session", self.id)
         self.principal = principal  # the auth context that created it; no other may use it
+        # Whose its core tasks are: with auth the principal's (spec 2025-11-25, tasks bind
+        # to the authorization context, and to the session only where there is none), so
+        # every session of the principal, on any replica, reaches them (issue 35).
+        self.task_owner = self.owner
         self.version = version
         self.capabilities = capabilities
+        self.client_info: Any = None  # initialize's clientInfo, kept in its record
+        # Its streams' ids are this process's alone: a Last-Event-ID from another replica's
+        # copy of the session finds no stream here (a fresh one), never another stream.
+        self._tag = secrets.token_hex(3)
         self.conn: Connection | None = None
         self.calls: dict[Any, Call] = {}  # by the client's request id
         self.replies: OrderedDict[str, Host] = OrderedDict()  # asked id -> who asked
@@ -56,7 +65,7 @@ class Session:
         self.level: str | None = None  # logging/setLevel, kept for a modern-only upstream
         self.replay = (replay, replay_bytes)  # what each of its streams keeps
         self.budget = budget  # what all sessions' streams keep together
-        self.get_stream = self._counted(Stream("0", *self.replay))
+        self.get_stream = self._counted(Stream(f"{self._tag}.0", *self.replay))
         self.streams: OrderedDict[str, Stream] = OrderedDict()  # least recently used first
         self._stream_no = 0
         self.last_seen = time.monotonic()
@@ -81,7 +90,7 @@ class Session:
     # -- streams ---------------------------------------------------------------------------
     def new_stream(self) -> Stream:
         self._stream_no += 1
-        stream = self._counted(Stream(str(self._stream_no), *self.replay))
+        stream = self._counted(Stream(f"{self._tag}.{self._stream_no}", *self.replay))
         self.streams[stream.key] = stream
         while len(self.streams) > MAX_STREAMS:  # the least recently used can resume no more
             _, old = self.streams.popitem(last=False)
@@ -90,6 +99,7 @@ class Session:
         return stream
 
     def _counted(self, stream: Stream) -> Stream:
+        stream.resumable = True  # a session's streams resume with Last-Event-ID
         if self.budget is not None:
             self.budget.enter(stream, self.principal)
         return stream
@@ -214,9 +224,9 @@ class SessionStore:
         evicted = None
         if over or len(self._by_id) >= self.max_sessions:
             evicted = next((s for s in self._by_id.values()
-                            if s.principal == principal and _idle(s)), None)
+                            if s.principal == principal and idle(s)), None)
             if evicted is None:
-                raise _refusal(over, self.per_principal, self.max_sessions)
+                raise refusal(over, self.per_principal, self.max_sessions)
             self.pop(evicted.id)
         self._by_id[session.id] = session
         self._held[principal] += 1
@@ -234,7 +244,7 @@ class SessionStore:
         """Remove and return the sessions idle for longer than the limit (a session whose
         call or task still runs is not idle)."""
         cutoff = time.monotonic() - self.idle_s
-        old = [s for s in self._by_id.values() if s.last_seen < cutoff and _idle(s)]
+        old = [s for s in self._by_id.values() if s.last_seen < cutoff and idle(s)]
         for s in old:
             self.pop(s.id)
         return old
@@ -242,13 +252,18 @@ class SessionStore:
     def all(self) -> list[Session]:
         return list(self._by_id.values())
 
+    def idle_of(self, principal: str, but: Session) -> Session | None:
+        """`principal`'s least recently used idle session here other than `but`."""
+        return next((s for s in self._by_id.values()
+                     if s.principal == principal and s is not but and idle(s)), None)
 
-def _idle(session: Session) -> bool:
+
+def idle(session: Session) -> bool:
     """Nothing of its client's runs: ending it cancels no work."""
     return not session.calls and not session.tasks
 
 
-def _refusal(over: bool, per_principal: int, max_sessions: int) -> TooManySessions:
+def refusal(over: bool, per_principal: int, max_sessions: int) -> TooManySessions:
     if over:
         return TooManySessions(
             f"Too many sessions for this client: at most {per_principal} at once, none idle; "

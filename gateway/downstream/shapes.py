@@ -56,15 +56,18 @@ def to_upstream(params: dict[str, Any], modern_upstream: bool = False) -> dict[s
 
 
 def modern_response(method: str, msg: dict[str, Any], server_info: Any, ttl_ms: int,
-                    scope: str) -> tuple[dict[str, Any], int]:
-    """A legacy upstream's response made modern, with its HTTP status: every result carries
-    `resultType` and serverInfo, cacheable ones carry caching hints; -32002 (resource not
-    found, legacy) becomes -32602, and -32601 is a 404."""
+                    scope: str, uri: Any = None) -> tuple[dict[str, Any], int]:
+    """An upstream's response made modern, with its HTTP status: every result carries
+    `resultType` and serverInfo, cacheable ones carry caching hints; an error's status is
+    the one table's (`mcp.modern_error_status`), after -32002 (resource not found, legacy)
+    became -32602 (see `resource_not_found`; `uri`: what resources/read asked for)."""
     error = msg.get("error")
     if isinstance(error, dict):
-        if error.get("code") == mcp.LEGACY_RESOURCE_NOT_FOUND:
-            msg["error"] = {**error, "code": jsonrpc.INVALID_PARAMS}
-        return msg, 404 if error.get("code") == jsonrpc.METHOD_NOT_FOUND else 200
+        reading = method == mcp.RESOURCES_READ
+        if error.get("code") == mcp.LEGACY_RESOURCE_NOT_FOUND or (
+                reading and error.get("code") == jsonrpc.INVALID_PARAMS):
+            msg["error"] = error = resource_not_found(error, uri if reading else None)
+        return msg, mcp.modern_error_status(error)
     result = msg.get("result")
     if isinstance(result, dict):
         result.setdefault("resultType", "complete")
@@ -75,6 +78,17 @@ def modern_response(method: str, msg: dict[str, Any], server_info: Any, ttl_ms: 
         if server_info and (meta is None or isinstance(meta, dict)):
             result["_meta"] = {mcp.META_SERVER_INFO: server_info, **(meta or {})}
     return msg, 200
+
+
+def resource_not_found(error: dict[str, Any], uri: Any) -> dict[str, Any]:
+    """A legacy -32002 (resource not found) as the modern era says it: -32602, with the
+    URI asked for in `data.uri` (spec 2026-07-28 resources, Error Handling, SEP-2164) unless
+    the server named it already."""
+    data = error.get("data")
+    data = {**data} if isinstance(data, dict) else {} if data is None else {"detail": data}
+    if isinstance(uri, str):
+        data.setdefault("uri", uri)
+    return {**error, "code": jsonrpc.INVALID_PARAMS, **({"data": data} if data else {})}
 
 
 def log_wanted(level: Any, wanted: int | None) -> bool:

@@ -36,6 +36,7 @@ KEEPALIVE = b": keep-alive\n\n"
 # writes loses some (a stream with no replay still queues this many).
 MIN_QUEUE = 64
 REPLAY_BYTES = 16 << 20  # per stream, when no setting says otherwise
+RETRY_MS = 1000  # the `retry` a resumable stream's priming event gives its client
 
 
 class Budget(Protocol):
@@ -65,7 +66,7 @@ class Stream:
     """The events of one SSE stream, whether or not a client is reading it right now."""
 
     __slots__ = ("_waiter", "budget", "buffer", "bytes", "closed", "key", "max_bytes",
-                 "max_events", "sent", "seq", "writer")
+                 "max_events", "resumable", "sent", "seq", "writer")
 
     def __init__(self, key: str, replay: int, max_bytes: int = REPLAY_BYTES) -> None:
         self.key = key
@@ -79,6 +80,9 @@ class Stream:
         self._waiter: asyncio.Future[None] | None = None
         self.writer: object | None = None  # the one connection reading this stream now
         self.budget: Budget | None = None  # what bounds it with others (legacy sessions')
+        # A legacy session's (spec 2025-11-25, Resumability): primed when opened, see pump.
+        # A modern one is not (spec 2026-07-28 Streamable HTTP: streams are not resumable).
+        self.resumable = False
 
     def push(self, data: bytes, *, last: bool = False) -> None:
         self.seq += 1
@@ -143,6 +147,14 @@ def _resolve(fut: asyncio.Future[None]) -> None:
         fut.set_result(False)  # type: ignore[arg-type]
 
 
+def priming(key: str, seq: int) -> bytes:
+    """spec 2025-11-25 Streamable HTTP (SSE polling, SEP-1699): a server that opens an SSE
+    stream SHOULD at once send an event of an id and empty data, so the client can
+    reconnect after it (Last-Event-ID) if the connection drops before the first message,
+    and SHOULD say with `retry` how long to wait before it does."""
+    return b"id: %s-%d\nretry: %d\ndata: \n\n" % (key.encode(), seq, RETRY_MS)
+
+
 def frame(key: str, seq: int, data: bytes) -> bytes:
     return b"id: %s-%d\nevent: message\ndata: %s\n\n" % (key.encode(), seq, data)
 
@@ -170,7 +182,9 @@ async def pump(request: web.Request, resp: web.StreamResponse, stream: Stream, a
     stream._wake()  # a previous reader wakes, sees it is no longer the writer, and returns
     stream.writer = resp
     with contextlib.suppress(ConnectionError):
-        while stream.writer is resp:
+        primed = not stream.resumable or await _write(request, resp,
+                                                      priming(stream.key, after), flow.slow_s)
+        while primed and stream.writer is resp:
             batch = stream.since(after)
             if batch:
                 data = b"".join(frame(stream.key, s, d) for s, d in batch)

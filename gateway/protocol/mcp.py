@@ -29,6 +29,37 @@ MISSING_CAPABILITY: Final = -32021
 UNSUPPORTED_VERSION: Final = -32022
 LEGACY_RESOURCE_NOT_FOUND: Final = -32002  # replaced by -32602 in 2026-07-28
 
+# The HTTP status of a modern response that carries a JSON-RPC error, by its code: the one
+# table every path uses (forwarded from a modern upstream, bridged from a legacy one, the
+# gateway's own errors in errors.py). spec 2026-07-28:
+# - basic, Per-request protocol fields: a request missing a required `_meta` field is
+#   -32602 and "the response status MUST be 400"; -32021 "MUST be 400 Bad Request";
+# - Streamable HTTP, Protocol Version Header: -32020 and -32022 are 400; an unimplemented
+#   method "MUST respond with 404 Not Found and ... -32601";
+# - Streamable HTTP, Sending Messages: a message the server cannot accept gets an HTTP
+#   error status (e.g. 400): so do -32700 and -32600, and -32602 whatever the param (the
+#   official conformance suite wants 400 for tasks/get of an unknown id).
+# Every other code (-32603, the legacy -32000..-32019, application codes) is an answer the
+# server gave to a request it took: 200, as JSON-RPC over HTTP carries any result.
+MODERN_ERROR_STATUS: Final[dict[int, int]] = {
+    -32700: 400,  # parse error
+    -32600: 400,  # invalid request
+    -32601: 404,  # method not found
+    -32602: 400,  # invalid params (a resource not found too, since 2026-07-28)
+    HEADER_MISMATCH: 400,
+    MISSING_CAPABILITY: 400,
+    UNSUPPORTED_VERSION: 400,
+}
+
+
+def modern_error_status(error: Any) -> int:
+    """The HTTP status of a modern response whose `error` member is `error` (see
+    MODERN_ERROR_STATUS); 200 for a code the table does not name or a malformed error."""
+    code = error.get("code") if isinstance(error, dict) else error
+    if isinstance(code, bool) or not isinstance(code, int):
+        return 200
+    return MODERN_ERROR_STATUS.get(code, 200)
+
 DISCOVER: Final = "server/discover"
 LISTEN: Final = "subscriptions/listen"
 ACKNOWLEDGED: Final = "notifications/subscriptions/acknowledged"
@@ -55,6 +86,7 @@ CANCELLED: Final = "notifications/cancelled"
 PROGRESS: Final = "notifications/progress"
 LOG_MESSAGE: Final = "notifications/message"
 TOOLS_CALL: Final = "tools/call"
+RESOURCES_READ: Final = "resources/read"
 ROOTS_LIST: Final = "roots/list"
 TOOLS_LIST: Final = "tools/list"
 TOOLS_CHANGED: Final = "notifications/tools/list_changed"

@@ -30,7 +30,7 @@ from gateway.observability.metrics import Metrics
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import UNLIMITED, Admission
 from gateway.tasks.inputs import Inputs
-from gateway.tasks.model import Status, Task, failure, new_id
+from gateway.tasks.model import CANCELLED_BY_CLIENT, Status, Task, failure, new_id
 from gateway.tasks.policy import PollAdvisor
 from gateway.tasks.replicas import STRANDED, Replicas
 from gateway.tasks.report import Report, audit
@@ -175,7 +175,7 @@ class TaskEngine:
         tasks sent (core dialect); False when it answers no such request."""
         return self._inputs.reply(msg, owner)
 
-    async def cancel(self, task: Task, why: str = "cancelled by the client") -> Task:
+    async def cancel(self, task: Task, why: str = CANCELLED_BY_CLIENT) -> Task:
         """Stop the upstream call and end the task cancelled, unless it ended already; the
         task as it ended."""
         run = self._runs.get(task.id)

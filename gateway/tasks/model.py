@@ -25,6 +25,11 @@ from gateway.protocol import jsonrpc
 
 EXPIRED_MEMORY_S = 600.0  # how long an expired id still answers "expired", then "unknown"
 
+# The status message of a task its client cancelled, in either dialect (core tasks/cancel,
+# the extension's tasks/cancel, forwarded to the replica running it): one wording, so a
+# client reads the same whichever era it speaks.
+CANCELLED_BY_CLIENT = "cancelled by the client"
+
 
 class Status(StrEnum):
     WORKING = "working"

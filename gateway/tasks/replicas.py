@@ -19,8 +19,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.errors import StoreUnavailable
+from gateway.observability import log
 from gateway.tasks.generation import Generation
-from gateway.tasks.model import Status, Task
+from gateway.tasks.model import CANCELLED_BY_CLIENT, Status, Task
 from gateway.tasks.run import TaskRun
 from gateway.tasks.store import EVENTS, ReplicaBus, TaskStore
 from gateway.tasks.watchers import Watchers
@@ -161,6 +162,8 @@ class Replicas:
         now = time.monotonic()
         self._lease_ms = lease_ms
         new = self.generation.observe(beat, lease_ms)  # a store that lost its records
+        if new:
+            log.warning("store.generation_changed", replica=self.replica)
         held = beat.held and not new
         if self._started and not (held and self._beaten):
             self.defer_judgement(lease_ms)
@@ -204,7 +207,7 @@ class Replicas:
         if run is None or run.ending:
             return
         if msg.get("op") == "cancel":
-            await self.cancel(run.task, str(msg.get("why") or "cancelled by the client"))
+            await self.cancel(run.task, str(msg.get("why") or CANCELLED_BY_CLIENT))
         elif msg.get("op") == "answer" and isinstance(msg.get("responses"), dict):
             await self.answer(run.task, msg["responses"])
 

@@ -21,7 +21,7 @@ from gateway.upstream.correlator import (
     Owner,
     Sink,
 )
-from gateway.upstream.handshake import IGNORE, Handshake, Silent
+from gateway.upstream.handshake import IGNORE, Handshake, Opening, Silent
 from gateway.upstream.transport import Transport
 
 
@@ -29,14 +29,14 @@ class Connection:
     """The calls of many callers over one transport; what downstream and the engine use."""
 
     def __init__(self, name: str, transport: Transport, startup_timeout_s: float,
-                 counters: Counter[str]) -> None:
+                 counters: Counter[str], opening: Opening = "auto") -> None:
         self.name = name
         self.transport = transport
         self.startup_timeout_s = startup_timeout_s
         self.counters = counters
         self.correlator = Correlator(self, counters)
         self.wire: wire.Wire = wire.LegacyWire()
-        self.handshake = Handshake(self, startup_timeout_s)
+        self.handshake = Handshake(self, startup_timeout_s, opening)
         # Told each page of the server's tools/list the gateway asks for itself (after the
         # handshake, and when the server says its list changed); None: never asked.
         self.on_tools: Callable[[Message], object] | None = None
@@ -80,8 +80,8 @@ class Connection:
                 "era": self.wire.era, **self.transport.status()}
 
     # -- the transport's Link ------------------------------------------------------------
-    def on_message(self, data: bytes | memoryview, via: Call | None = None) -> None:
-        inbound.receive(self, data, via)
+    def on_message(self, data: bytes | memoryview, via: Call | None = None) -> bool:
+        return inbound.receive(self, data, via)
 
     async def on_up(self) -> str:
         state = await self.handshake.run()

@@ -3,15 +3,17 @@
 spec 2025-06-18 lifecycle: `initialize` at the newest legacy version, declaring elicitation,
 sampling and roots so the server may ask; if the server refuses it, the modern probe (spec
 2026-07-28 versioning: `server/discover`), after which a `ModernWire` speaks for the
-connection. Until one of them works the connection is not ready: callers wait for the
-attempt under way (`startup_timeout_ms` at most), or learn at once why the last one failed.
+connection. That is the `auto` era; `legacy` never probes, and `modern` only probes (the
+upstream's `era`, and the modern link to a server of both eras: isolation.py). Until one of
+them works the connection is not ready: callers wait for the attempt under way
+(`startup_timeout_ms` at most), or learn at once why the last one failed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from gateway import __version__
 from gateway.errors import UpstreamError, shown
@@ -22,6 +24,11 @@ from gateway.upstream import wire
 from gateway.upstream.transport import Transport
 
 CONNECTING = frozenset({"starting", "initializing", "restarting"})  # transport states
+# How a connection opens: an upstream's `era`, or `probe`: server/discover first, and
+# initialize if the server is not modern (spec 2026-07-28 stdio, Backward Compatibility),
+# for the links that serve modern clients of a server that may speak both eras.
+Opening = Literal["auto", "legacy", "modern", "probe"]
+PROBE_S = 5.0  # the longest wait for server/discover before falling back to initialize
 
 
 class Speaker(wire.Driver, Protocol):
@@ -37,9 +44,10 @@ class Speaker(wire.Driver, Protocol):
 
 
 class Handshake:
-    def __init__(self, conn: Speaker, startup_timeout_s: float) -> None:
+    def __init__(self, conn: Speaker, startup_timeout_s: float, era: Opening = "auto") -> None:
         self.conn = conn
         self.startup_timeout_s = startup_timeout_s
+        self.era = era  # which openings it tries: see the module's docstring
         self.init_result: dict[str, Any] | None = None  # what the server said of itself
         self.starts = Starts()
 
@@ -49,16 +57,48 @@ class Handshake:
 
     async def run(self) -> str:
         """initialize; if the server refuses it, the modern probe; UpstreamError when
-        neither works. The protocol version settled on."""
-        reply = await self._ask_initialize()
-        error = reply.get("error")
-        # A server that refused initialize may be a modern one; one never reached is not.
-        if isinstance(error, dict) and not _unreached(error) and await self._probe_modern():
+        neither works (or the one the era allows). The protocol version settled on."""
+        if self.era == "modern":
+            version = await self._modern_only()
+        elif self.era == "probe" and await self._probed():
             version = wire.VERSION
         else:
-            version = self._initialized(reply)
+            reply = await self._ask_initialize()
+            error = reply.get("error")
+            # A server that refused initialize may be a modern one; one never reached is not.
+            if self.era == "auto" and isinstance(error, dict) and not _unreached(error) and \
+                    (await self._probe_modern()).get("result") is not None:
+                version = wire.VERSION
+            else:
+                version = self._initialized(reply)
         self.conn.list_tools()
         return version
+
+    async def _probed(self) -> bool:
+        """The probe first: True when the server speaks the modern version; False (the
+        handshake goes on with initialize) on any other answer or none within PROBE_S."""
+        self._reset()
+        try:
+            reply = await self._probe_modern(min(PROBE_S, self.startup_timeout_s))
+        except UpstreamError:  # silent: a legacy server waiting for initialize
+            self.conn.wire = wire.LegacyWire()
+            return False
+        return reply.get("result") is not None
+
+    async def _modern_only(self) -> str:
+        """The modern probe alone: a server that does not answer it at the modern version
+        is refused, saying so (spec 2026-07-28 versioning: any other answer identifies a
+        legacy server)."""
+        self._reset()
+        reply = await self._probe_modern()
+        if reply.get("result") is not None:
+            return wire.VERSION
+        error, name = reply.get("error"), self.conn.name
+        if isinstance(error, dict) and _unreached(error):
+            raise UpstreamError(name, str(error.get("message")), "unreachable")
+        said = f": {error.get('message', '')}" if isinstance(error, dict) else ""
+        raise UpstreamError(name, f"upstream '{name}' does not speak protocol {wire.VERSION} "
+                            f"(server/discover{said})", "initialize")
 
     def lost(self) -> None:
         """The transport lost the server: not ready until the next handshake."""
@@ -84,23 +124,27 @@ class Handshake:
             raise self.starts.down or UpstreamError(
                 name, f"upstream '{name}' is not ready ({state})", "not_ready", state=state)
 
-    async def _ask_initialize(self) -> Message:
+    def _reset(self) -> None:
         self.conn.wire.stop()
         self.conn.wire, self.init_result = wire.LegacyWire(), None
         self.starts.next()
+
+    async def _ask_initialize(self) -> Message:
+        self._reset()
         return await self._ask(mcp.INITIALIZE, {
             "protocolVersion": mcp.LATEST_LEGACY,
             "capabilities": {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {}},
             "clientInfo": {"name": "mcp-task-gateway", "version": __version__},
         })
 
-    async def _ask(self, method: str, params: dict[str, Any]) -> Message:
+    async def _ask(self, method: str, params: dict[str, Any], timeout_s: float | None = None
+                   ) -> Message:
         """The server's answer to one of the handshake's requests."""
         sink = FutureSink()
         call = self.conn.request(jsonrpc.request(0, method, params), None, sink)
         name = self.conn.name
         try:
-            return await asyncio.wait_for(sink.future, self.startup_timeout_s)
+            return await asyncio.wait_for(sink.future, timeout_s or self.startup_timeout_s)
         except TimeoutError:
             raise UpstreamError(name, f"upstream '{name}' did not answer {method}",
                                 "initialize") from None
@@ -122,16 +166,19 @@ class Handshake:
             self.conn.send_own(mcp.SUBSCRIBE, {"uri": uri})
         return str(version)
 
-    async def _probe_modern(self) -> bool:
+    async def _probe_modern(self, timeout_s: float | None = None) -> Message:
+        """server/discover; the reply, whose `result` is kept only when the server speaks
+        the modern version (and the connection is then ready, on a `ModernWire`)."""
         modern = self.conn.wire = wire.ModernWire(self.conn)  # the probe carries the envelope
-        result = (await self._ask(mcp.DISCOVER, {})).get("result")
+        reply = await self._ask(mcp.DISCOVER, {}, timeout_s)
+        result = reply.get("result")
         if not isinstance(result, dict) or wire.VERSION not in (
                 result.get("supportedVersions") or ()):
             self.conn.wire = wire.LegacyWire()
-            return False
+            return {k: v for k, v in reply.items() if k != "result"}
         self._become_ready(wire.ModernWire.init_result(result))
         modern.up()
-        return True
+        return reply
 
     def _become_ready(self, result: dict[str, Any]) -> None:
         self.init_result = result
@@ -218,4 +265,5 @@ def _unreached(error: dict[str, Any]) -> bool:
     return isinstance(data, dict) and data.get("reason") == "connection"
 
 
-__all__ = ["CONNECTING", "IGNORE", "FutureSink", "Handshake", "Silent", "Speaker", "Starts"]
+__all__ = ["CONNECTING", "IGNORE", "FutureSink", "Handshake", "Opening", "Silent", "Speaker",
+           "Starts"]

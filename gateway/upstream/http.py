@@ -22,12 +22,15 @@ import aiohttp
 from gateway import redact
 from gateway.errors import UpstreamError
 from gateway.observability import log
+from gateway.protocol import mcp
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
-from gateway.upstream.http_post import Poster, ServerSession
+from gateway.upstream.http_post import Poster, ServerSession, forgets_session
 from gateway.upstream.sse_client import EventReader
-from gateway.upstream.transport import Link, start_failed
+from gateway.upstream.transport import Link, backoff_s, start_failed
+
+GET_REFUSALS = 5  # 5xx answers to the GET stream in a row, with backoff, before giving up
 
 
 class HttpTransport:
@@ -161,20 +164,30 @@ class HttpTransport:
 
     async def _listen(self) -> None:
         """The GET stream: the server's messages that belong to no POST (resumed with
-        Last-Event-ID after a drop)."""
-        if self.kind != "streamable-http":
+        Last-Event-ID after a drop). None on a modern server (spec 2026-07-28 Streamable
+        HTTP: POST only, GET is 405): it speaks on each request's stream and on listen."""
+        if self.kind != "streamable-http" or self.session.version in mcp.MODERN_VERSIONS:
             return  # the HTTP+SSE stream is read since initialize
         assert self._poster is not None and self._link is not None
-        reader = EventReader()
+        reader, refusals = EventReader(), 0
         while True:
-            status = await sse_client.follow(self._poster.http, self.url,
-                                             self.session.headers(), reader,
-                                             self._link.on_message, None)
-            if status == 405:
+            got = await sse_client.follow(self._poster.http, self.url, self.session.headers(),
+                                          reader, self._link.on_message, None)
+            if got.status == 405:
                 return  # the server offers no GET stream (spec allows it)
-            if status == 404:
-                self.session.lost.set()
+            if got.unreachable or (self.session.session_id is not None
+                                   and forgets_session(got.status, got.body)):
+                self.session.lost.set()  # a new session, or backoff while it is away
                 return
+            if got.status is not None and got.status != 200:
+                refusals += 1
+                if got.status < 500 or refusals == GET_REFUSALS:
+                    log.warning("upstream.get_stream_refused", upstream=self.name,
+                                status=got.status, attempts=refusals)
+                    return  # it will not give one: asking each second helps nobody
+                await asyncio.sleep(backoff_s(refusals, self.conf.restart_backoff_max_ms))
+                continue
+            refusals = 0
             await asyncio.sleep(reader.retry_s)
 
 

@@ -32,6 +32,7 @@ from gateway.upstream.sse_client import EventReader
 from gateway.upstream.transport import Link
 
 CONNECT_ATTEMPTS = 3  # a POST that could not connect sent nothing: safe to try again
+SESSION_WORDS = 4096  # bytes of a 400's body looked at for a word of the session
 RESUME_ATTEMPTS = 5  # GETs with Last-Event-ID for one answer whose stream ended early
 # Requests that change nothing on the server: sent again once when the connection drops
 # after they went out (others could run twice).
@@ -86,20 +87,21 @@ class Poster:
                    again: bool = True) -> None:
         headers = {**extra, **self.session.headers()} if extra else self.session.headers()
         carried = headers.get(mcp.H_SESSION)
+        unreached = False
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             try:
                 # No redirect is followed: the upstream's headers (its credentials) go to
                 # the configured origin only.
                 async with self.http.post(self.session.post_url, data=data, headers=headers,
                                           timeout=self.timeout, allow_redirects=False) as resp:
-                    gone = carried if resp.status == 404 else None  # the forgotten session
+                    gone = carried if carried and await forgotten(resp) else None
                     if gone is None:
                         await self._answered(resp, data, call)
                 if gone is not None:
                     await self._again(data, call, extra, gone, again)
                 return
             except aiohttp.ClientConnectorError as exc:  # nothing was sent
-                why = _unreachable(exc)
+                why, unreached = _unreachable(exc), attempt == CONNECT_ATTEMPTS
                 await asyncio.sleep(0.1 * attempt)
             except TimeoutError:
                 why = f"no reply within read_timeout_ms ({self.conf.read_timeout_ms})"
@@ -113,12 +115,23 @@ class Poster:
                 if attempt > 1 or _method(data) not in IDEMPOTENT:
                     break
         self.failed(data, call, why)
+        if unreached:
+            self.unreachable(why)
+
+    def unreachable(self, why: str) -> None:
+        """The server cannot be reached at all (a POST's every attempt failed to connect):
+        whatever session it held is gone with it; the transport starts again (with backoff,
+        not ready meanwhile: /readyz says so) rather than fail every call one by one."""
+        if self.session.state == "up":
+            log.warning("upstream.unreachable", upstream=self.name, reason=redact.text(why))
+            self.session.lost.set()
 
     async def _again(self, data: bytes, call: Call | None, extra: dict[str, str] | None,
                      carried: str, again: bool) -> None:
         """spec (Session Management): a 404 to a request that carried the session id means
-        the server forgot the session and did not process the request: the transport starts
-        a new session, and the request goes once more (its call kept meanwhile)."""
+        the server forgot the session and did not process the request (so does a 400 that
+        says the session id is not valid: see `forgotten`): the transport starts a new
+        session, and the request goes once more (its call kept meanwhile)."""
         if self.session.session_id == carried:
             self.session.lost.set()
         if call is None or not again:
@@ -154,8 +167,10 @@ class Poster:
             reader = EventReader()
             await sse_client.read(reader, resp, self.link.on_message, call)
             await self._resume(reader, call)
-        elif resp.content_type == mcp.CT_JSON:
-            self.link.on_message(await resp.read(), call)
+        elif resp.content_type == mcp.CT_JSON and not await json_body(
+                resp, lambda msg: self.link.on_message(msg, call)):
+            self.failed(data, call, "its answer is not a JSON-RPC message (an "
+                        "application/json body holds one)")
         # else 202 (a notification or response was accepted), or the HTTP+SSE transport,
         # whose answers come on its stream
 
@@ -180,6 +195,75 @@ class Poster:
         if self.link.on_failed(call, error) and self.session.state == "up":  # else start_failed
             log.warning("upstream.request_failed", upstream=self.name, reason=redact.text(why),
                         method=_method(data) if data else None)
+
+
+async def forgotten(resp: aiohttp.ClientResponse) -> bool:
+    """Whether the answer to a request that carried a session id says the server does not
+    know that session (see `forgets_session`; the body stays readable: aiohttp keeps what
+    it read)."""
+    body = b""
+    if resp.status == 400:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            body = await resp.read()
+    return forgets_session(resp.status, body)
+
+
+def forgets_session(status: int | None, body: bytes) -> bool:
+    """spec (Session Management): a 404 to a request with a session id means the server
+    ended the session. The TypeScript SDK's servers (its examples, server-everything)
+    answer 400 "Bad Request: No valid session ID provided" instead, after a restart: a 400
+    whose body speaks of the session is taken the same way."""
+    return status == 404 or (status == 400 and b"session" in body[:SESSION_WORDS].lower())
+
+
+async def json_body(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], bool]) -> bool:
+    """An application/json answer, message by message to `deliver`; False when some part
+    of it was no message (the caller ends the POST's call: it will hear nothing more).
+
+    spec (Sending Messages): the body is one JSON object, and it is read whole. One sent
+    without a length (chunked) may go on for long, a message a line (seen from servers
+    answering subscriptions/listen so): each is delivered as its line ends, not when the
+    body ends. A body of several JSON lines is read as those messages either way."""
+    if resp.content_length is None:
+        return await _json_lines(resp, deliver)
+    body = await resp.read()
+    lines = _lines(body) if b"\n" in body.strip() else None  # compact JSON has no newline
+    return all([deliver(m) for m in lines or [body]])
+
+
+async def _json_lines(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], bool]) -> bool:
+    buffer, ok = b"", True
+    async for chunk in resp.content.iter_any():
+        buffer += chunk
+        # A chunk that ends a line may end a message (a body pretty-printed over many lines
+        # is one JSON document, whole only at its last line).
+        if buffer.endswith(b"\n") and (messages := _messages(buffer)) is not None:
+            ok = all([deliver(m) for m in messages]) and ok
+            buffer = b""
+    if buffer.strip():
+        ok = all([deliver(m) for m in _messages(buffer) or [buffer]]) and ok
+    return ok
+
+
+def _messages(buffer: bytes) -> list[bytes] | None:
+    """`buffer` as whole messages: one JSON document, or JSON lines; None when neither."""
+    with contextlib.suppress(jsonrpc.JSONDecodeError):
+        jsonrpc.loads(buffer)
+        return [buffer]
+    return _lines(buffer)
+
+
+def _lines(body: bytes) -> list[bytes] | None:
+    """The lines of `body`, when there are several and each is a JSON document."""
+    lines = [line for line in body.split(b"\n") if line.strip()]
+    if len(lines) < 2:
+        return None
+    try:
+        for line in lines:
+            jsonrpc.loads(line)
+    except jsonrpc.JSONDecodeError:
+        return None
+    return lines
 
 
 def redirect_refused(upstream: str, resp: aiohttp.ClientResponse) -> str:

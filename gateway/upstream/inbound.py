@@ -42,6 +42,8 @@ def check(data: bytes | memoryview, upstream: str) -> tuple[Message, Kind] | Non
     except jsonrpc.JSONDecodeError:
         msg = None
     kind = jsonrpc.classify(msg)
+    if kind is None and (broken := _broken_answer(msg, upstream)) is not None:
+        return broken, "response"
     flaw = "not a JSON-RPC 2.0 message" if kind is None else _flaw(msg, kind)
     if flaw is None and jsonrpc.too_deep(msg, len(data)):
         if kind == "response":
@@ -53,6 +55,20 @@ def check(data: bytes | memoryview, upstream: str) -> tuple[Message, Kind] | Non
         log.warning("upstream.bad_message", upstream=upstream, size=len(data), why=flaw)
         return None
     return msg, kind
+
+
+def _broken_answer(msg: object, upstream: str) -> Message | None:
+    """An error answer for the call a malformed response names by its id (JSON, no method,
+    a valid id: both result and error, neither, or no "jsonrpc": "2.0"), so that call ends
+    now with a clear error instead of waiting for an answer that already came (logged)."""
+    if not isinstance(msg, dict) or "method" in msg or not jsonrpc.valid_id(msg.get("id")):
+        return None
+    log.warning("upstream.bad_message", upstream=upstream, why="a malformed response",
+                id=msg["id"])
+    return jsonrpc.error(msg["id"], jsonrpc.INTERNAL_ERROR, (
+        f"upstream '{upstream}' answered with a malformed JSON-RPC response (it needs "
+        '"jsonrpc": "2.0" and exactly one of result and error)'),
+        {"upstream": upstream, "reason": "bad_message"})
 
 
 def _flaw(msg: Message, kind: Kind) -> str | None:
@@ -84,15 +100,17 @@ class Receiver(native_tasks.Sender, Host, Protocol):
     def list_tools(self) -> None: ...
 
 
-def receive(conn: Receiver, data: bytes | memoryview, via: Call | None = None) -> None:
-    """One message from the transport (`via`: the call on whose own stream it came)."""
+def receive(conn: Receiver, data: bytes | memoryview, via: Call | None = None) -> bool:
+    """One message from the transport (`via`: the call on whose own stream it came); False
+    when it could not be read (logged and dropped alone)."""
     checked = check(data, conn.name)
     if checked is None:
-        return  # malformed: logged and dropped alone
+        return False
     try:
         _dispatch(conn, *checked, via)
     except Exception as exc:  # a bug must not take the rest of the read with it
         log.error("upstream.message_failed", upstream=conn.name, error=repr(exc))
+    return True
 
 
 def _dispatch(conn: Receiver, msg: Message, kind: Kind, via: Call | None) -> None:

@@ -6,6 +6,16 @@
           process is retired afterwards; everything else goes to one shared control process.
 
 The per-client and per-call modes make the routing of server-to-client requests exact.
+
+Eras (`era` in the YAML; spec 2026-07-28 versioning, Backward Compatibility). The primary
+process opens with initialize (legacy clients' sessions go there) unless the era is pinned
+`modern`. A server may speak both eras: with `era: auto`, the first modern request opens a
+second link that probes with server/discover first (`Opening` "probe"); if the server
+answers at the modern version, modern clients reach it there, on its own modern wire (its
+input_required rounds, its statelessness), and legacy clients stay on the primary's
+session. The answer holds for the backend's life (spec: cache the era per server). With
+`isolation: client` each modern owner's process probes the same way; `isolation: call`
+keeps one warm pool of legacy processes for both eras.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream.catalogue import Catalogue
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Owner
+from gateway.upstream.handshake import Opening
 from gateway.upstream.http import HttpTransport
 from gateway.upstream.stdio import StdioTransport
 from gateway.upstream.transport import Transport
@@ -45,6 +56,10 @@ class Backend:
         self.catalogue = Catalogue()
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
         self.primary = self._new(restart=True)
+        # A server of both eras: the link its modern clients reach (None: none, or not
+        # known yet); found by `_probe`, once.
+        self.modern_link: Connection | None = None
+        self._probe: asyncio.Task[Connection | None] | None = None
         # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.
         self.forward = (frozenset(h.lower() for h in conf.forward_headers)
                         if conf.url is not None else None)
@@ -70,14 +85,14 @@ class Backend:
                if k.lower() in self.forward or k.lower().startswith("mcp-param-")}
         return out or None
 
-    def _new(self, restart: bool) -> Connection:
+    def _new(self, restart: bool, opening: Opening | None = None) -> Connection:
         transport: Transport
         if self.conf.url is not None:
             transport = HttpTransport(self.name, self.conf, restart=restart)
         else:
             transport = StdioTransport(self.name, self.conf, self.max_message_bytes, restart)
         conn = Connection(self.name, transport, self.conf.startup_timeout_ms / 1000,
-                          self.counters)
+                          self.counters, opening or self.conf.era)
         conn.on_tools = self.learn_tools
         self.connections.add(conn)
         return conn
@@ -97,6 +112,11 @@ class Backend:
         self.primary.start()
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            await asyncio.gather(self._probe, return_exceptions=True)
+        if self.modern_link is not None:
+            await self.modern_link.close()
         await self.primary.close()
 
     @property
@@ -104,7 +124,45 @@ class Backend:
         return self.primary.ready
 
     def status(self) -> dict[str, Any]:
-        return {"isolation": self.conf.isolation, **self.primary.status()}
+        out = {"isolation": self.conf.isolation, **self.primary.status()}
+        if self.modern_link is not None:  # a server of both eras: its modern clients' link
+            out["modern_link"] = self.modern_link.status()
+        return out
+
+    async def modern_conn(self) -> Connection | None:
+        """The link that serves modern clients on the server's own modern wire: the
+        primary when it speaks only that, the modern link of a server of both eras; None
+        when modern clients are bridged onto the legacy session (a legacy server, or the
+        era pinned `legacy`). Found at the first modern request (`era: auto`)."""
+        if self.primary.modern:
+            return self.primary
+        if self.conf.era != "auto":
+            return None
+        if self._probe is None:
+            self._probe = asyncio.create_task(self._find_modern(), name="era-probe")
+        # Shielded: a caller that goes away does not end the probe the next one waits for.
+        return await asyncio.shield(self._probe)
+
+    async def _find_modern(self) -> Connection | None:
+        link = self._new(restart=True, opening="probe")
+        link.on_tools = None  # the catalogue is the primary's (its native tasks, its tools)
+        link.start()
+        try:
+            await link.wait_ready()
+        except UpstreamError as exc:
+            await link.close()
+            log.info("upstream.eras", upstream=self.name, modern=False, said=exc.message)
+            return None
+        except BaseException:  # the gateway stops meanwhile: no process left behind
+            await link.close()
+            raise
+        if not link.modern:  # it answered initialize only: a legacy server
+            await link.close()
+            log.info("upstream.eras", upstream=self.name, modern=False)
+            return None
+        self.modern_link = link
+        log.info("upstream.eras", upstream=self.name, modern=True, legacy=True)
+        return link
 
     async def attach(self, owner: Owner) -> Connection:
         """The connection that serves `owner`'s session (waits until it is initialized)."""
@@ -118,7 +176,7 @@ class Backend:
     async def for_principal(self, principal: str) -> Connection:
         """The connection that serves modern requests of one auth context."""
         await self.primary.wait_ready()
-        return self.primary
+        return await self.modern_conn() or self.primary
 
     async def for_request(self, conn: Connection, owner: Owner, method: str) -> Connection:
         """The connection one request of `owner`, a session attached to `conn`, goes to."""
@@ -139,7 +197,9 @@ class PerClient(Backend):
     async def for_principal(self, principal: str) -> Connection:
         proc = self._by_principal.get(principal)
         if proc is None:
-            proc = self._by_principal[principal] = self._new(restart=True)
+            # Its own process, which speaks the modern wire if the server does.
+            opening: Opening = "probe" if self.conf.era == "auto" else self.conf.era
+            proc = self._by_principal[principal] = self._new(restart=True, opening=opening)
             proc.start()
         await proc.wait_ready()
         return proc

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
@@ -47,17 +48,30 @@ class EventReader:
 
 
 async def read(reader: EventReader, resp: aiohttp.ClientResponse,
-               on_message: Callable[[bytes, Any], None], via: Any) -> None:
+               on_message: Callable[[bytes, Any], object], via: Any) -> None:
     """Every message of one stream to `on_message`, with the call it belongs to (`via`)."""
     async for _, data in reader.events(resp):
         on_message(data, via)
 
 
+@dataclass(frozen=True, slots=True)
+class Got:
+    """How a GET went: its HTTP status (None when the connection failed or dropped),
+    whether the server could not be reached at all, and the start of a refusal's body."""
+
+    status: int | None
+    unreachable: bool = False
+    body: bytes = b""
+
+
+REFUSAL_BYTES = 4096  # of a refused GET's body, kept to say why
+
+
 async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str],
-                 reader: EventReader, on_message: Callable[[bytes, Any], None], via: Any
-                 ) -> int | None:
+                 reader: EventReader, on_message: Callable[[bytes, Any], object], via: Any
+                 ) -> Got:
     """GET `url` as an event stream, resumed after the reader's last event id, and read it
-    to its end; the HTTP status, or None when the connection failed."""
+    to its end."""
     wanted = {**headers, "Accept": mcp.CT_SSE}
     if reader.last_id is not None:
         wanted[mcp.H_LAST_EVENT] = reader.last_id
@@ -65,9 +79,12 @@ async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, st
         async with http.get(url, headers=wanted, allow_redirects=False) as resp:
             if resp.status == 200:
                 await read(reader, resp, on_message, via)
-            return resp.status
+                return Got(200)
+            return Got(resp.status, body=await resp.content.read(REFUSAL_BYTES))
+    except aiohttp.ClientConnectorError:
+        return Got(None, unreachable=True)
     except (aiohttp.ClientError, TimeoutError):
-        return None
+        return Got(None)
 
 
 async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
@@ -100,7 +117,7 @@ def same_origin(configured: str, endpoint: str) -> str:
 
 
 async def pump(resp: aiohttp.ClientResponse, events: AsyncIterator[tuple[str, bytes]],
-               on_message: Callable[[bytes], None], on_end: Callable[[], None]) -> None:
+               on_message: Callable[[bytes], object], on_end: Callable[[], None]) -> None:
     """Every message event of the stream to `on_message` until it ends; then `on_end`."""
     try:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):

@@ -37,7 +37,7 @@ STDERR_WAIT_S = 0.5  # for the stderr pipe to close once the process exited
 class _Pipes(asyncio.SubprocessProtocol):
     """Splits stdout into lines for the link and logs stderr lines."""
 
-    def __init__(self, name: str, on_line: Callable[[bytes | memoryview], None],
+    def __init__(self, name: str, on_line: Callable[[bytes | memoryview], object],
                  kill: Callable[[], None], max_bytes: int) -> None:
         self.name = name
         self.on_line = on_line

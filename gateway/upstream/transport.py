@@ -52,9 +52,10 @@ class Link(Protocol):
 
     name: str
 
-    def on_message(self, data: bytes | memoryview, via: Call | None = None) -> None:
+    def on_message(self, data: bytes | memoryview, via: Call | None = None) -> bool:
         """One serialized JSON-RPC message from the server; `via`: the call on whose own
-        stream it came (an HTTP POST's), which a server request there belongs to."""
+        stream it came (an HTTP POST's), which a server request there belongs to. False
+        when it is no message the gateway can read (logged and dropped)."""
 
     async def on_up(self) -> str:
         """The transport is connected: the connection's handshake runs (UpstreamError if

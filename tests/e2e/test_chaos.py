@@ -21,7 +21,7 @@ ROOT = Path(__file__).parents[2]
 def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "chaos.json"
     proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seed", "3",
-                             "--seconds", "20", "--json", str(out)],
+                             "--load-seconds", "20", "--json", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _, err = proc.communicate(timeout=220)
@@ -39,4 +39,6 @@ def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     happened = " ".join(report["events"])
     for incident in ("kill replica", "SIGSTOP", "sentinels promoted", "empty"):
         assert incident in happened
+    # The report tells the load's length and the run's apart (bench/README.md).
+    assert 20 <= report["load_s"] < report["run_s"]
     assert proc.returncode == 0

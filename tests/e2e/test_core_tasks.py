@@ -267,3 +267,19 @@ async def test_both_dialects_side_by_side(url, client, http) -> None:
     plain = await session(client, url, version="2025-06-18")
     assert (await plain.call("sleep", {"ms": 0})).message["result"]["content"][0]["text"] == \
         "slept 0"
+
+
+async def test_a_cancelled_task_reads_the_same_in_both_eras(url, client, http) -> None:
+    """Issue 33: a client that cancels its task reads one status message, whichever era it
+    speaks."""
+    legacy = await session(client, url)
+    core_id = (await as_task(legacy, "sleep", {"ms": 5000}))["result"]["task"]["taskId"]
+    core_end = (await request(legacy, "tasks/cancel", {"taskId": core_id}))["result"]
+    ext = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    handle = (await modern(http, url, "tools/call", {"name": "sleep", "arguments": {
+        "ms": 5000}}, ext)).body["result"]
+    await modern(http, url, "tasks/cancel", {"taskId": handle["taskId"]}, ext)
+    modern_end = (await modern(http, url, "tasks/get", {"taskId": handle["taskId"]}, ext)
+                  ).body["result"]
+    assert core_end["status"] == modern_end["status"] == "cancelled"
+    assert core_end["statusMessage"] == modern_end["statusMessage"] == "cancelled by the client"

@@ -5,14 +5,18 @@ configuration reference is the one the settings models generate."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import mcp
+import mcp_types
 import pytest
 from conftest import NODE_BIN, node_env
+from pydantic import ValidationError
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -30,7 +34,7 @@ async def everything(gateway) -> str:
 
 async def run(*argv: str, url: str) -> str:
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=ROOT, env={**node_env(), "GATEWAY": url},
+        *argv, cwd=ROOT, env={**node_env(), "GATEWAY_URL": url},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 90)
     assert proc.returncode == 0, err.decode()
@@ -87,7 +91,8 @@ async def test_the_readme_curl_walkthrough_runs_as_written(everything) -> None:
     section = readme.split("### A first look with curl", 1)[1]
     script = section.split("```sh\n", 1)[1].split("```", 1)[0]
     proc = await asyncio.create_subprocess_exec(
-        "bash", "-euo", "pipefail", "-c", script, cwd=ROOT, env={**node_env(), "GW": everything},
+        "bash", "-euo", "pipefail", "-c", script, cwd=ROOT,
+        env={**node_env(), "GATEWAY_URL": everything},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
@@ -102,3 +107,49 @@ async def test_the_readme_curl_walkthrough_runs_as_written(everything) -> None:
     created = [json.loads(x) for x in err.decode().splitlines() if x.startswith("{")]
     assert created[0]["result"]["task"]["status"] == "working"
     assert created[1]["result"]["resultType"] == "task"
+
+
+def test_one_name_for_the_gateways_url() -> None:
+    """Issue 33: README's curl walkthrough and docs/examples take the gateway's URL under one
+    name, GATEWAY_URL."""
+    texts = {p: p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"),
+                                        *EXAMPLES.glob("*.sh")]}
+    for path, text in texts.items():
+        assert not re.search(r"\$\{?GW\b|\bGW=|\bGATEWAY=|\$\{?GATEWAY\b(?!_)", text), path
+    for script in EXAMPLES.glob("*.sh"):
+        assert "GATEWAY_URL=${GATEWAY_URL:-http://127.0.0.1:8080/mcp}" in texts[script]
+    assert "GATEWAY_URL=${GATEWAY_URL:-http://127.0.0.1:8080/mcp}" in texts[ROOT / "README.md"]
+
+
+def test_the_python_sdk_example_is_pinned_to_the_version_the_tests_run() -> None:
+    """docs/tasks.md: mcp 1.30 for the tasks client, the version scripts/test.sh installs;
+    and what it says of mcp 2.x holds for the 2.x the gateway's tests use."""
+    doc = (ROOT / "docs" / "tasks.md").read_text()
+    pin = re.search(r'pip install "(mcp==[\d.]+)"', doc)
+    assert pin and f"'{pin[1]}'" in (ROOT / "scripts" / "test.sh").read_text()
+    assert importlib.metadata.version("mcp").startswith("2.")
+    assert not hasattr(mcp.ClientSession, "experimental")
+    created = {"task": {"taskId": "t", "status": "working", "ttl": 60000,
+                        "createdAt": "2026-11-23T10:00:00Z",
+                        "lastUpdatedAt": "2026-11-23T10:00:00Z"}}
+    with pytest.raises(ValidationError) as caught:
+        mcp_types.CallToolResult.model_validate(created)
+    shown = " ".join(str(caught.value).split())
+    assert shown.startswith("1 validation error for CallToolResult content Field required")
+    assert "`1 validation error for CallToolResult:\ncontent Field required`" in doc
+
+
+def test_the_readme_gets_the_oauth_demo_as_the_test_command_does() -> None:
+    """The one-liner that installs tests/node (the demo authorization server) alone is the
+    one scripts/test.sh runs."""
+    readme = (ROOT / "README.md").read_text()
+    line = re.search(r"^    (\(cd tests/node && npm ci [^)]*\))$", readme, re.M)
+    assert line and line[1] in (ROOT / "scripts" / "test.sh").read_text()
+    assert "tests/node/idp.mjs PORT KEYS RESOURCE [TOKEN_TTL_S]" in readme
+    assert "node idp.mjs PORT KEYS_FILE RESOURCE [TOKEN_TTL_S]" in (
+        ROOT / "tests" / "node" / "idp.mjs").read_text()
+    for client in ("robot2", "opaque-robot"):
+        assert f"`{client}` (secret `{client}-secret`)" in " ".join(readme.split())
+        assert f"secret('{client}')" in (ROOT / "tests" / "node" / "idp.mjs").read_text()
+    assert "GATEWAY_RESOURCE" in readme and "GATEWAY_RESOURCE" in (
+        ROOT / "config" / "oauth.yaml").read_text()

@@ -136,6 +136,9 @@ ELSEWHERE = {
         "test_tasks", "test_rate_limits_per_owner_on_task_requests_and_creation"),
     "a request line or header longer than": (
         "test_secrets", "test_long_headers_pass_and_longer_ones_are_refused_unechoed"),
+    "an upstream's (or the gateway's) error answer to a modern request": (
+        "test_upstream_edges",
+        "test_an_upstreams_missing_capability_is_400_for_a_modern_client"),
 }
 
 

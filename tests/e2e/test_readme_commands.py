@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,6 +19,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 from conftest import free_port, node_env, wait_until_ready
+from test_modern import modern
+from test_tasks import TASKS
 
 ROOT = Path(__file__).parents[2]
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"  # as pinned in README
@@ -32,7 +36,10 @@ RUN_HERE = {  # README command -> what this module runs for it
     "@modelcontextprotocol/server-everything@2026.8.31":
         "test_the_set_up_command_serves_server_everything",
 }
+REPLICAS = ("mcp-task-gateway --port 808$i --replica-id gw-$i --store-url "
+            "redis://127.0.0.1:6379/0 \\")
 ELSEWHERE = {
+    REPLICAS: "test_the_hand_run_replica_set_shares_its_tasks",
     "mcp-task-gateway --config config/oauth.yaml":
         "tests/e2e/test_oauth.py::test_the_readme_oauth_walkthrough",
     "./scripts/test.sh": "CI: .ci/run (tests/test_packaging.py checks it calls this)",
@@ -113,3 +120,50 @@ async def test_the_set_up_command_serves_server_everything(installed, redis_serv
                     store = (await resp.json())["store"]
                 assert store["backend"] == ("redis" if "--store-url" in argv else "memory")
                 assert store["up"] is True
+
+
+def replica_block() -> str:
+    """README's hand-run replica set, as a shell script (its redis-server line left to the
+    test's own server)."""
+    block = README.split("By hand, three replicas", 1)[1].split("\n\n", 2)[1]
+    assert REPLICAS in [ln.strip() for ln in block.splitlines()]
+    return "\n".join(ln for ln in block.splitlines() if "redis-server" not in ln)
+
+
+@pytest.mark.node
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_the_hand_run_replica_set_shares_its_tasks(redis_server) -> None:
+    """The README's loop, ports moved to free ones and the store to the tests' server: three
+    replicas whose tasks are one: made on the first, cancelled on the second, read
+    cancelled on the third."""
+    ports = [free_port() for _ in range(3)]
+    script = replica_block().replace("808$i", "${PORTS[$i]}").replace(
+        "redis://127.0.0.1:6379/0", redis_server.url)
+    script = f"PORTS=(0 {' '.join(map(str, ports))})\n{script}\nwait\n"
+    # PATH: the installed command, and the Node tools scripts/test.sh installed.
+    env = node_env()
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", script, cwd=ROOT, env=env, start_new_session=True,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    try:
+        for url in urls:
+            await wait_until_ready(url, timeout_s=120)
+        assert proc.returncode is None  # every replica started
+        async with aiohttp.ClientSession() as http:
+            made = (await modern(http, urls[0] + "/mcp", "tools/call", {
+                "name": "trigger-long-running-operation",
+                "arguments": {"duration": 30, "steps": 3}}, TASKS)).body["result"]
+            assert made["resultType"] == "task"
+            ack = await modern(http, urls[1] + "/mcp", "tasks/cancel",
+                               {"taskId": made["taskId"]}, TASKS)
+            assert ack.body["result"] == {"resultType": "complete"}
+            read = await modern(http, urls[2] + "/mcp", "tasks/get",
+                                {"taskId": made["taskId"]}, TASKS)
+            assert read.body["result"]["status"] == "cancelled"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        await proc.wait()

@@ -24,8 +24,8 @@ async def call_answering(mcp: McpHttp, name: str, answers: dict[str, Answer],
             return (await read(resp)).message, seen
         async for raw in resp.content:
             line = raw.decode().strip()
-            if not line.startswith("data:"):
-                continue
+            if not line.startswith("data:") or not line[5:].strip():
+                continue  # not data, or a priming event's empty data
             msg = json.loads(line[5:])
             if "method" in msg and "id" in msg:
                 seen.append(msg)
@@ -155,7 +155,7 @@ async def test_list_changes_reach_everyone_and_updates_only_subscribers(gateway,
         methods = []
         while "notifications/tools/list_changed" not in methods:
             line = (await asyncio.wait_for(stream.content.readline(), 5)).decode()
-            if line.startswith("data:"):
+            if line.startswith("data:") and line[5:].strip():  # a priming event has none
                 methods.append(json.loads(line[5:])["method"])
         stream.close()
         got.append(methods)

@@ -298,11 +298,11 @@ async def _alike(ask: Any, task_id: str) -> tuple[Any, ...]:
 async def test_a_live_task_never_reads_not_found_when_the_store_restarts_empty(
         group, http, client, key_prefix) -> None:
     """Issue 33: the store restarts empty while Alice's tasks run on replica a (the default
-    lease: a beats every 3.3 s). Her modern task, polled on b throughout, reads as itself or
-    "retry" (503, Retry-After), never "Task not found", and ends with its right result; her
-    core task reads as itself on its session's replica. Bob, asking for her ids meanwhile
-    in either era, gets exactly what he gets for ids that never existed: "retry" while the
-    store settles, "not found" after."""
+    lease: a beats every 3.3 s). Her modern task and her core task (tasks are the
+    principal's: read from her session on b), polled on b throughout, read as themselves or
+    "retry" (503, Retry-After), never "Task not found", and end with their right results.
+    Bob, asking for her ids meanwhile in either era, gets exactly what he gets for ids that
+    never existed: "retry" while the store settles, "not found" after."""
     own = RedisServer()  # no persistence: it comes back empty
     own.start()
     try:
@@ -310,8 +310,9 @@ async def test_a_live_task_never_reads_not_found_when_the_store_restarts_empty(
                                      "key_prefix": key_prefix, "lease_ms": 10_000})
         modern_id = (await call(http, a.url, "sleep", {"ms": 4000}, headers=ALICE)
                      ).body["result"]["taskId"]
-        alice, bob = client(a.url), client(b.url)
-        await alice.initialize({}, version="2025-11-25", headers=ALICE)
+        alice, alice_on_b, bob = client(a.url), client(b.url), client(b.url)
+        for session in (alice, alice_on_b):
+            await session.initialize({}, version="2025-11-25", headers=ALICE)
         await bob.initialize({}, version="2025-11-25", headers=BOB)
 
         async def legacy(session: Any, method: str, params: dict[str, Any]) -> Any:
@@ -326,7 +327,7 @@ async def test_a_live_task_never_reads_not_found_when_the_store_restarts_empty(
         bobs: list[tuple[Any, ...]] = []
         while True:
             modern_reply = await tasks_op(http, b.url, "tasks/get", modern_id, ALICE)
-            core_reply = await legacy(alice, "tasks/get", {"taskId": core_id})
+            core_reply = await legacy(alice_on_b, "tasks/get", {"taskId": core_id})
             seen += [_answer(modern_reply), _answer(core_reply)]
             bobs.append(await _alike(lambda i: tasks_op(http, b.url, "tasks/get", i, BOB),
                                      modern_id))
@@ -338,9 +339,9 @@ async def test_a_live_task_never_reads_not_found_when_the_store_restarts_empty(
                    for r in (modern_reply, core_reply)):
                 break
             await asyncio.sleep(0.1)
-        assert "retry" in seen  # b was asked before a had written its task back
+        assert "retry" in seen  # b was asked before a had written its tasks back
         assert modern_reply.body["result"]["result"]["content"][0]["text"] == "slept 4000"
-        result = await legacy(alice, "tasks/result", {"taskId": core_id})
+        result = await legacy(alice_on_b, "tasks/result", {"taskId": core_id})
         assert result.body["result"]["content"][0]["text"] == "slept 4000"
         # Both eras answered Bob "retry" while the store settled, as for any unknown id.
         assert {(shape[0], shape[1]) for shape in bobs} >= {(503, -32000)}

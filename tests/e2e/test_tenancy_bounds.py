@@ -226,5 +226,6 @@ async def test_answered_replay_goes_after_its_linger_an_unread_answer_stays(
         pass  # the client drops off before the answer: it was never delivered
     await asyncio.sleep(1.0)
     assert await resumed(alice, answered) == []  # delivered long ago: the memory is back
-    unread = await resumed(alice, str(int(answered) + 1))  # the next stream: the dropped call
+    tag, _, number = answered.rpartition(".")  # the session's streams: <tag>.<number>
+    unread = await resumed(alice, f"{tag}.{int(number) + 1}")  # the next: the dropped call
     assert unread[-1]["result"]["content"][0]["text"] == "slept 300"

@@ -10,8 +10,11 @@ touch (resources/updated), whoami (pid), environ (its environment variables), ca
 params (the params it received), ask2 (two elicitations at once), subscribed (the resource
 URIs it was asked to watch), meta (the _meta it received), render (one call at a time,
 like a licence-bound renderer: a second call while one runs fails "busy"), rendered (the
-texts render was called with, in order of arrival).
-Also resources, prompts and subscriptions.
+texts render was called with, in order of arrival), fail (answers the JSON-RPC error its
+arguments give: code, message, data), malformed (answers its call with a line that names the
+call's id but is no JSON-RPC response: both result and error).
+Also resources (test://missing is not found: -32002, as legacy servers say it), prompts and
+subscriptions.
 Environment: BASIC_EXIT_AT_START=N exits with code N before reading anything;
 BASIC_SILENT_INIT=1 never answers initialize; BASIC_ROOTS_AT_START=1 asks for roots once
 initialized, as server-everything does (the tool "startup" tells what it was answered);
@@ -29,7 +32,8 @@ import sys
 
 TOOLS = ["echo", "sleep", "blob", "crash", "hang", "ask", "sample", "roots", "progress", "log",
          "changed", "touch", "whoami", "cancelled", "params", "ask2", "subscribed", "garble",
-         "deep", "startup", "meta", "render", "rendered", "late", "environ"]
+         "deep", "startup", "meta", "render", "rendered", "late", "environ", "fail",
+         "malformed"]
 # Lines a broken server might write: JSON-RPC in name only (see the "garble" tool).
 GARBLE = [b'{"jsonrpc":"2.0","id":{"a":1},"result":{}}', b'{"jsonrpc":"2.0","method":null,"id":3}',
           b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":[1]}}',
@@ -215,6 +219,19 @@ async def serve_task(method: str, params: dict) -> dict:
 TOOL_EXECUTION = {"sleep": {"taskSupport": "optional"}, "ask": {"taskSupport": "optional"}}
 
 
+def misbehave(rid: object, params: dict) -> None:
+    """The tools "fail" (a JSON-RPC error as asked) and "malformed" (a broken answer)."""
+    args = params.get("arguments") or {}
+    if params.get("name") == "fail":
+        error = {"code": args.get("code", -32603), "message": args.get("message", "failed")}
+        if "data" in args:
+            error["data"] = args["data"]
+        send({"jsonrpc": "2.0", "id": rid, "error": error})
+        return
+    send({"jsonrpc": "2.0", "id": rid, "result": {"content": []},
+          "error": {"code": -32603, "message": "both"}})
+
+
 async def handle(msg: dict) -> None:
     method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
     try:
@@ -243,12 +260,19 @@ async def handle(msg: dict) -> None:
                                     if TASKS and n in TOOL_EXECUTION else {})} for n in TOOLS]}
         elif method == "tools/call" and TASKS and isinstance(params.get("task"), dict):
             result = start_task(params)
+        elif method == "tools/call" and params.get("name") in ("fail", "malformed"):
+            misbehave(rid, params)
+            return
         elif method == "tools/call":
             result = await call_tool(params)
         elif method.startswith("tasks/") and TASKS:
             result = await serve_task(method, params)
         elif method == "resources/list":
             result = {"resources": [{"uri": "test://a", "name": "a", "mimeType": "text/plain"}]}
+        elif method == "resources/read" and params.get("uri") == "test://missing":
+            send({"jsonrpc": "2.0", "id": rid,
+                  "error": {"code": -32002, "message": "Resource not found"}})
+            return
         elif method == "resources/read":
             result = {"contents": [{"uri": params.get("uri"), "text": "content of a"}]}
         elif method == "prompts/list":

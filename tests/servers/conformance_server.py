@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The conformance suite's server fixture, written with the official Python SDK (`mcp` 2.x).
 
-It implements the tools, resources and prompts the suite's server scenarios call, with plain
-legacy elicitation, sampling, logging and progress. `stdio` (default) serves it behind the
-gateway; `http PORT` serves it directly over Streamable HTTP, as the baseline.
+It implements the tools, resources and prompts the suite's server scenarios call. It speaks
+both eras (mcp 2.x serves the era a client opens with: initialize, or a request carrying the
+modern _meta): the tools that ask the client do so with input_required rounds on a modern
+request and with server-to-client requests on a legacy session. `stdio` (default) serves it
+behind the gateway; `http PORT` serves it directly over Streamable HTTP, as the baseline.
 """
 
 import asyncio
@@ -152,105 +154,200 @@ async def test_elicitation_sep1330_enums(ctx: Context) -> list[Any]:
     return [text(f"Elicitation completed: {answer}")]
 
 
-# -- Tools of the modern-era scenarios (MRTR, stateless), written as plain legacy code: the
-# gateway alone turns these elicitation/sampling/roots requests into input_required rounds.
+# -- Tools that ask the client, in both eras (the server is dual-era: mcp 2.x serves the era
+# a client opens with). On a modern request what is missing is asked for with an
+# InputRequiredResult under the scenarios' keys and answered in inputResponses (the SDK
+# seals requestState); on a legacy session each is an ordinary server-to-client request,
+# whose key the gateway learns from the hint below when it bridges the call.
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
-
-
 KEY = "mcp-task-gateway/inputKey"  # lets the gateway name the input request's key
+MODERN = "2026-07-28"
 
 
-async def _sample(ctx: Context, prompt: str, max_tokens: int = 100, key: str = "") -> str:
-    params = types.CreateMessageRequestParams(
-        messages=[types.SamplingMessage(role="user", content=text(prompt))],
-        max_tokens=max_tokens, _meta={KEY: key} if key else None)
-    result = await ctx.session.send_request(types.CreateMessageRequest(params=params),
-                                            types.CreateMessageResult)
-    return getattr(result.content, "text", "")
+def elicit(message: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"method": "elicitation/create",
+            "params": {"message": message, "requestedSchema": schema}}
 
 
-async def _roots(ctx: Context, key: str = "") -> list[str]:
-    params = types.RequestParams(_meta={KEY: key}) if key else None
-    result = await ctx.session.send_request(types.ListRootsRequest(params=params),
-                                            types.ListRootsResult)
-    return [str(r.uri) for r in result.roots]
+def sample(prompt: str, max_tokens: int = 100) -> dict[str, Any]:
+    return {"method": "sampling/createMessage", "params": {
+        "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+        "maxTokens": max_tokens}}
 
 
-async def _ask(ctx: Context, message: str, schema: dict[str, Any], key: str = ""
-               ) -> dict[str, Any]:
-    params = types.ElicitRequestFormParams(message=message, requested_schema=schema,
-                                           _meta={KEY: key} if key else None)
-    result = await ctx.session.send_request(types.ElicitRequest(params=params),
-                                            types.ElicitResult)
-    return result.content or {}
+ROOTS = {"method": "roots/list", "params": {}}
+RESULTS = {"elicitation/create": (types.ElicitRequest, types.ElicitResult),
+           "sampling/createMessage": (types.CreateMessageRequest, types.CreateMessageResult),
+           "roots/list": (types.ListRootsRequest, types.ListRootsResult)}
+
+
+def modern(ctx: Context) -> bool:
+    return ctx.protocol_version == MODERN
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if not isinstance(value, dict):
+        raise MCPError(-32602, "Invalid params: each input response must be an object")
+    return value
+
+
+async def _legacy(ctx: Context, key: str, ask: dict[str, Any]) -> dict[str, Any]:
+    request, result = RESULTS[ask["method"]]
+    params = {**ask["params"], "_meta": {KEY: key}}
+    answer = await ctx.session.send_request(
+        request.model_validate({"method": ask["method"], "params": params}), result)
+    return _plain(answer)
+
+
+async def need(ctx: Context, asks: dict[str, dict[str, Any]], state: dict[str, Any] | None = None
+               ) -> dict[str, dict[str, Any]] | types.InputRequiredResult:
+    """Every answer of `asks` (key -> input request), or the InputRequiredResult asking
+    for those a modern request did not bring; `state` rides requestState to the next round."""
+    if not modern(ctx):
+        keys = list(asks)
+        answers = await asyncio.gather(*(_legacy(ctx, k, asks[k]) for k in keys))
+        return dict(zip(keys, answers, strict=True))
+    given = ctx.input_responses or {}
+    got = {k: _plain(given[k]) for k in asks if given.get(k) is not None}
+    missing = {k: v for k, v in asks.items() if k not in got}
+    if not missing:
+        return got
+    return types.InputRequiredResult.model_validate({
+        "resultType": "input_required", "inputRequests": missing,
+        "requestState": json.dumps({"asked": sorted(missing), **(state or {})})})
+
+
+def content(answer: dict[str, Any]) -> dict[str, Any]:
+    return answer.get("content") or {}
+
+
+def said(answer: dict[str, Any]) -> str:
+    return str(content(answer).get("text", ""))
+
+
+def earlier(ctx: Context) -> dict[str, Any]:
+    """What an earlier round kept in requestState (the SDK checked its seal)."""
+    if not modern(ctx) or not ctx.request_state:
+        return {}
+    state = json.loads(ctx.request_state)
+    return state if isinstance(state, dict) else {}
 
 
 @server.tool(description="MRTR: one elicitation")
-async def test_input_required_result_elicitation(ctx: Context) -> list[Any]:
-    answer = await _ask(ctx, "What is your name?", NAME, "user_name")
-    return [text(f"Hello, {answer.get('name')}!")]
+async def test_input_required_result_elicitation(ctx: Context) -> Any:
+    got = await need(ctx, {"user_name": elicit("What is your name?", NAME)})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    return [text(f"Hello, {content(got['user_name']).get('name')}!")]
 
 
 @server.tool(description="MRTR: one sampling request")
-async def test_input_required_result_sampling(ctx: Context) -> list[Any]:
-    answer = await _sample(ctx, "What is the capital of France?", key="capital_question")
-    return [text(f"Sampling said: {answer}")]
+async def test_input_required_result_sampling(ctx: Context) -> Any:
+    got = await need(ctx, {"capital_question": sample("What is the capital of France?")})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    return [text(f"Sampling said: {said(got['capital_question'])}")]
 
 
 @server.tool(description="MRTR: one roots/list request")
-async def test_input_required_result_list_roots(ctx: Context) -> list[Any]:
-    return [text(f"Roots: {', '.join(await _roots(ctx, 'client_roots'))}")]
+async def test_input_required_result_list_roots(ctx: Context) -> Any:
+    got = await need(ctx, {"client_roots": ROOTS})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    roots = [str(r.get("uri")) for r in got["client_roots"].get("roots") or ()]
+    return [text(f"Roots: {', '.join(roots)}")]
 
 
 @server.tool(description="MRTR: requestState round trip")
-async def test_input_required_result_request_state(ctx: Context) -> list[Any]:
-    answer = await _ask(ctx, "Please confirm", {
-        "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
-        "confirm")
-    return [text(f"state-ok: confirmed={answer.get('ok')}")]
+async def test_input_required_result_request_state(ctx: Context) -> Any:
+    got = await need(ctx, {"confirm": elicit("Please confirm", {
+        "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    return [text(f"state-ok: confirmed={content(got['confirm']).get('ok')}")]
 
 
 @server.tool(description="MRTR: several inputs at once")
-async def test_input_required_result_multiple_inputs(ctx: Context) -> list[Any]:
-    answer, greeting, roots = await asyncio.gather(
-        _ask(ctx, "What is your name?", NAME, "user_name"),
-        _sample(ctx, "Generate a greeting", 50, "greeting"), _roots(ctx, "client_roots"))
-    return [text(f"name={answer.get('name')} greeting={greeting} roots={len(roots)}")]
+async def test_input_required_result_multiple_inputs(ctx: Context) -> Any:
+    got = await need(ctx, {"user_name": elicit("What is your name?", NAME),
+                           "greeting": sample("Generate a greeting", 50),
+                           "client_roots": ROOTS})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    roots = got["client_roots"].get("roots") or ()
+    return [text(f"name={content(got['user_name']).get('name')} "
+                 f"greeting={said(got['greeting'])} roots={len(roots)}")]
 
 
 @server.tool(description="MRTR: two rounds")
-async def test_input_required_result_multi_round(ctx: Context) -> list[Any]:
-    first = await _ask(ctx, "Step 1: What is your name?", NAME, "step1")
-    second = await _ask(ctx, "Step 2: What is your favorite color?", {
-        "type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]},
-        "step2")
-    return [text(f"{first.get('name')} likes {second.get('color')}")]
+async def test_input_required_result_multi_round(ctx: Context) -> Any:
+    name = earlier(ctx).get("name")
+    if name is None:
+        got = await need(ctx, {"step1": elicit("Step 1: What is your name?", NAME)})
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        name = content(got["step1"]).get("name")
+    color = {"type": "object", "properties": {"color": {"type": "string"}},
+             "required": ["color"]}
+    got = await need(ctx, {"step2": elicit("Step 2: What is your favorite color?", color)},
+                     {"name": name})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    return [text(f"{name} likes {content(got['step2']).get('color')}")]
 
 
 @server.tool(description="MRTR: tampered state is refused")
-async def test_input_required_result_tampered_state(ctx: Context) -> list[Any]:
-    answer = await _ask(ctx, "What is your name?", NAME)
-    return [text(f"Hello, {answer.get('name')}!")]
+async def test_input_required_result_tampered_state(ctx: Context) -> Any:
+    got = await need(ctx, {"user_name": elicit("What is your name?", NAME)})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    return [text(f"Hello, {content(got['user_name']).get('name')}!")]
 
 
-@server.tool(description="Asks for elicitation and sampling; uses what it gets")
-async def test_input_required_result_capabilities(ctx: Context) -> list[Any]:
-    answer, sample = await asyncio.gather(_ask(ctx, "Your name?", NAME),
-                                          _sample(ctx, "Say hi"), return_exceptions=True)
-    return [text(f"elicitation: {answer!r}; sampling: {sample!r}")]
+def _declared(ctx: Context, capability: str) -> bool:
+    caps = ctx.client_capabilities
+    return caps is not None and getattr(caps, capability, None) is not None
+
+
+@server.tool(description="Asks for what the client declared of elicitation and sampling")
+async def test_input_required_result_capabilities(ctx: Context) -> Any:
+    asks = {"user_name": elicit("Your name?", NAME), "greeting": sample("Say hi")}
+    if modern(ctx):  # spec MRTR: ask only for what the client declared
+        asks = {k: v for k, v in asks.items()
+                if _declared(ctx, "elicitation" if k == "user_name" else "sampling")}
+    got = await need(ctx, asks) if asks else {}
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    return [text(f"answered: {sorted(got)}")]
 
 
 @server.tool(description="Needs sampling, which the stateless scenario does not declare")
-async def test_missing_capability(ctx: Context) -> list[Any]:
-    return [text(await _sample(ctx, "Say hi"))]
+async def test_missing_capability(ctx: Context) -> Any:
+    if modern(ctx) and not _declared(ctx, "sampling"):
+        raise MCPError(-32021, "Missing required client capability: sampling",
+                       {"requiredCapabilities": {"sampling": {}}})
+    got = await need(ctx, {"greeting": sample("Say hi")})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    return [text(said(got["greeting"]))]
 
 
 @server.prompt(name="test_input_required_result_prompt", description="MRTR on prompts/get")
-async def input_required_prompt(ctx: Context) -> list[Any]:
-    answer = await _ask(ctx, "What context should the prompt use?", {
+async def input_required_prompt(ctx: Context) -> Any:
+    got = await need(ctx, {"user_context": elicit("What context should the prompt use?", {
         "type": "object", "properties": {"context": {"type": "string"}},
-        "required": ["context"]}, "user_context")
-    return [UserMessage(text(f"Prompt with context: {answer.get('context')}"))]
+        "required": ["context"]})})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    context = content(got["user_context"]).get("context")
+    return [UserMessage(text(f"Prompt with context: {context}"))]
+
+
+@server.tool(description="The protocol version this request was served at")
+def protocol_of(ctx: Context) -> str:
+    return str(ctx.protocol_version)
 
 
 # -- Tools of the tasks scenarios: plain synchronous code; the gateway alone makes tasks.
@@ -277,24 +374,30 @@ async def protocol_error_job() -> list[Any]:
 
 
 @server.tool(description="Asks for confirmation, then deletes")
-async def confirm_delete(ctx: Context, path: str = "/tmp/x") -> list[Any]:
-    answer = await _ask(ctx, f"Delete {path}?", {
+async def confirm_delete(ctx: Context, path: str = "/tmp/x") -> Any:
+    got = await need(ctx, {"confirm": elicit(f"Delete {path}?", {
         "type": "object", "properties": {"confirm": {"type": "boolean"}},
-        "required": ["confirm"]})
-    return [text(f"deleted {path}: {answer}")]
+        "required": ["confirm"]})})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    return [text(f"deleted {path}: {content(got['confirm'])}")]
 
 
 @server.tool(description="Asks two questions at once")
-async def multi_input(ctx: Context) -> list[Any]:
-    first, second = await asyncio.gather(_ask(ctx, "First?", NAME), _ask(ctx, "Second?", NAME))
-    return [text(f"{first.get('name')} and {second.get('name')}")]
+async def multi_input(ctx: Context) -> Any:
+    got = await need(ctx, {"first": elicit("First?", NAME), "second": elicit("Second?", NAME)})
+    if isinstance(got, types.InputRequiredResult):
+        return got
+    return [text(f"{content(got['first']).get('name')} and {content(got['second']).get('name')}")]
 
 
 @server.tool(description="Asks for a name, then works long enough to become a task")
-async def test_tool_with_task(ctx: Context) -> list[Any]:
-    answer = await _ask(ctx, "What is your name?", NAME, "user_name")
+async def test_tool_with_task(ctx: Context) -> Any:
+    got = await need(ctx, {"user_name": elicit("What is your name?", NAME)})
+    if isinstance(got, types.InputRequiredResult):
+        return got
     await asyncio.sleep(1.5)
-    return [text(f"Hello, {answer.get('name')}! Your task is done.")]
+    return [text(f"Hello, {content(got['user_name']).get('name')}! Your task is done.")]
 
 
 @server.resource("test://static-text", name="static-text", title="Static Text Resource",

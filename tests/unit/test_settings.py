@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from gateway.cli import build_settings, main, parser
-from gateway.settings import ConfigError, from_mapping, load
+from gateway.settings import ConfigError, Upstream, from_mapping, load, read_raw
+from gateway.tasks.policy import Policies
 
 ROOT = Path(__file__).parents[2]
 
@@ -219,7 +220,8 @@ def test_serving_beyond_loopback_needs_auth_or_says_so(host, auth, allowed, ok) 
     assert f"listen.host {host} is reachable from other machines" in str(caught.value)
 
 
-SHIPPED = sorted([*ROOT.glob("config/*.yaml"), *ROOT.glob("deploy/gateway*.yaml")])
+SHIPPED = sorted([*ROOT.glob("config/*.yaml"), *ROOT.glob("deploy/gateway*.yaml"),
+                 *ROOT.glob("deploy/kubernetes/*/gateway.yaml")])
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -338,3 +340,31 @@ def test_a_shared_store_without_a_secret_is_refused(tmp_path, monkeypatch, capsy
     assert build("--", "x").replica.secret is None  # one process needs none
     shipped = (ROOT / "deploy" / "gateway.yaml").read_text()
     assert "${GATEWAY_SECRET}" in shipped and "GATEWAY_SECRET:-" not in shipped
+
+
+def test_the_startup_timeout_default_fits_every_shipped_config() -> None:
+    """Issue 33: npx downloads server-everything at a container's every start; no shipped
+    file has to raise startup_timeout_ms for it, and config/gateway.yaml, whose values are
+    the defaults, shows the default."""
+    default = Upstream.model_fields["startup_timeout_ms"].default
+    assert default >= 120_000
+    for path in SHIPPED:
+        for up in read_raw(path)["upstreams"].values():
+            assert up.get("startup_timeout_ms", default) <= default, path
+    shown = read_raw(ROOT / "config" / "gateway.yaml")["upstreams"]["main"]
+    assert shown["startup_timeout_ms"] == default
+
+
+def test_the_per_upstream_tasks_example_overrides_the_global_policy(monkeypatch) -> None:
+    """config/http-upstreams.yaml: each upstream's `tasks:` over the global one, field by
+    field."""
+    monkeypatch.setenv("REMOTE_TOKEN", "r")
+    conf = load(ROOT / "config" / "http-upstreams.yaml")
+    policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
+    slow = policies.for_tool("local", "trigger-long-running-operation")
+    assert (slow.mode, slow.poll_interval_ms, slow.sync_budget_ms) == ("always", 2000, 500)
+    other = policies.for_tool("local", "get-sum")
+    assert (other.mode, other.sync_budget_ms) == ("auto", 500)
+    assert policies.for_tool("local", "echo").mode == "never"  # the global tools still hold
+    assert policies.for_tool("remote", "anything").mode == "never"
+    assert policies.for_tool("remote", "anything").sync_budget_ms == 1000

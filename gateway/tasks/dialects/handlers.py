@@ -39,7 +39,7 @@ async def core_cancel(engine: TaskEngine, params: dict[str, Any], owner: str,
         raise errors.InvalidParams(
             f"Cannot cancel task: already in terminal status '{task.status}'",
             {"taskId": task.id})
-    return core.fields(await engine.cancel(task, "The task was cancelled by request."))
+    return core.fields(await engine.cancel(task))
 
 
 async def core_list(engine: TaskEngine, params: dict[str, Any], owner: str,

@@ -1,0 +1,125 @@
+"""A server that speaks both eras (tests/servers/conformance_server.py, the Python SDK `mcp`
+2.x), behind the gateway over stdio and over Streamable HTTP: modern clients reach it on its
+own modern wire (its input_required rounds, served at 2026-07-28), legacy clients on a legacy
+session of the same upstream, and `era: legacy` pins the old way (the gateway's own rounds
+over a legacy session). Its rounds' requestState is the caller's alone."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+from conftest import FIXTURE, free_port, served
+from mcp_http import next_event
+from test_modern import call
+
+DUAL = [sys.executable, FIXTURE]
+ASKS = {"elicitation": {}}
+TOKENS = {"alice": "alice-token", "bob": "bob-token"}
+AUTH = {"bearer_tokens": list(TOKENS.values())}
+
+
+@pytest.fixture(params=["stdio", "http"])
+async def upstream(request) -> AsyncIterator[dict]:
+    """How the gateway reaches the server: its command, or the URL it serves itself at."""
+    if request.param == "stdio":
+        yield {"command": DUAL}
+        return
+    port = free_port()
+    async with served([*DUAL, "http", str(port)], port) as base:
+        yield {"url": base + "/mcp"}
+
+
+def bearer(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[who]}"}
+
+
+def text(reply) -> str:
+    return reply.message["result"]["content"][0]["text"]
+
+
+async def test_modern_clients_meet_the_server_itself_legacy_ones_a_session(
+        upstream, gateway, http, client) -> None:
+    url = await gateway(**upstream)
+    # Served by its modern handler: it says so, and asks with its own round.
+    assert text(await call(http, url, "protocol_of")) == "2026-07-28"
+    asked = (await call(http, url, "test_input_required_result_elicitation", caps=ASKS)
+             ).message["result"]
+    assert asked["resultType"] == "input_required"
+    assert asked["inputRequests"]["user_name"]["method"] == "elicitation/create"
+    done = await call(http, url, "test_input_required_result_elicitation", caps=ASKS,
+                      inputResponses={"user_name": {"action": "accept",
+                                                    "content": {"name": "Ada"}}},
+                      requestState=asked["requestState"])
+    assert text(done) == "Hello, Ada!"
+    # A legacy client of the same upstream: a session, and the server's request on its stream.
+    legacy = client(url)
+    await legacy.initialize(ASKS, version="2025-11-25")
+    assert text(await legacy.call("protocol_of")).startswith("2025-")
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "test_input_required_result_elicitation", "arguments": {}}}
+    async with http.post(legacy.url, json=body, headers=legacy.headers()) as stream:
+        request = await next_event(stream)
+        assert request["method"] == "elicitation/create"
+        await legacy.send({"jsonrpc": "2.0", "id": request["id"],
+                           "result": {"action": "accept", "content": {"name": "Grace"}}})
+        final = await next_event(stream)
+    assert final["result"]["content"][0]["text"] == "Hello, Grace!"
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
+        main = (await resp.json())["upstreams"]["main"]
+    assert (main["era"], main["modern_link"]["era"]) == ("legacy", "modern")
+
+
+async def test_era_legacy_keeps_modern_clients_on_the_legacy_session(gateway, http) -> None:
+    url = await gateway(DUAL, upstream={"era": "legacy"})
+    assert text(await call(http, url, "protocol_of")).startswith("2025-")
+    # The gateway's own round, made of the server's legacy elicitation request.
+    asked = (await call(http, url, "test_input_required_result_elicitation", caps=ASKS)
+             ).message["result"]
+    assert asked["resultType"] == "input_required"
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
+        assert "modern_link" not in (await resp.json())["upstreams"]["main"]
+
+
+async def test_era_modern_serves_legacy_clients_through_the_modern_wire(gateway, client
+                                                                       ) -> None:
+    url = await gateway(DUAL, upstream={"era": "modern"})
+    legacy = client(url)
+    await legacy.initialize({}, version="2025-11-25")
+    assert text(await legacy.call("protocol_of")) == "2026-07-28"
+
+
+async def test_bob_cannot_finish_alices_round(upstream, gateway, http) -> None:
+    url = await gateway(**upstream, auth=AUTH)
+    first = (await call(http, url, "test_input_required_result_multi_round", caps=ASKS,
+                        headers=bearer("alice"))).message["result"]
+    answer = {"step1": {"action": "accept", "content": {"name": "Alice-secret"}}}
+    second = (await call(http, url, "test_input_required_result_multi_round", caps=ASKS,
+                         headers=bearer("alice"), inputResponses=answer,
+                         requestState=first["requestState"])).message["result"]
+    assert list(second["inputRequests"]) == ["step2"]  # her name rides the state now
+    color = {"step2": {"action": "accept", "content": {"color": "red"}}}
+    stolen = await call(http, url, "test_input_required_result_multi_round", caps=ASKS,
+                        headers=bearer("bob"), inputResponses=color,
+                        requestState=second["requestState"])
+    made_up = await call(http, url, "test_input_required_result_multi_round", caps=ASKS,
+                         headers=bearer("bob"), inputResponses=color,
+                         requestState="bm90IGEgc3RhdGUgb2YgYW55b25lJ3MgYXQgYWxsLCBqdXN0IGJ5dGVz")
+    assert stolen.status == made_up.status == 400
+    assert stolen.message["error"]["code"] == made_up.message["error"]["code"] == -32602
+    assert "Alice-secret" not in str(stolen.message)
+    # Her round is still hers to finish.
+    done = await call(http, url, "test_input_required_result_multi_round", caps=ASKS,
+                      headers=bearer("alice"), inputResponses=color,
+                      requestState=second["requestState"])
+    assert text(done) == "Alice-secret likes red"
+
+
+async def test_a_legacy_only_server_keeps_modern_clients_bridged(gateway, http) -> None:
+    url = await gateway()  # tests/servers/basic.py: initialize only
+    assert text(await call(http, url, "echo", {"text": "hi"})) == "hi"
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
+        main = (await resp.json())["upstreams"]["main"]
+    assert main["era"] == "legacy" and "modern_link" not in main
+

@@ -1,0 +1,277 @@
+"""Where an upstream gets things wrong or goes away (issue 31, items 2-5): its errors reach
+modern clients with the one table's HTTP status, a broken answer ends its call at once, an
+HTTP server that forgets its session (400, as the TypeScript SDK says it) or goes away is
+found again and shown in /readyz, and the small conformance edges."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from conftest import free_port, listening, served
+from mcp_http import next_event, parse_sse, text_of
+from test_http_upstream import basic_http
+from test_modern import call, envelope, headers_for, modern
+
+from gateway.settings import from_mapping
+
+
+@pytest.fixture(params=["stdio", "http"])
+async def url(request, gateway) -> AsyncIterator[str]:
+    """The gateway in front of basic.py, over stdio or over Streamable HTTP."""
+    if request.param == "stdio":
+        yield await gateway()
+        return
+    async with basic_http() as base:
+        yield await gateway(url=base + "/mcp")
+
+
+# -- item 2: one table of HTTP statuses for modern error responses ---------------------------
+async def test_an_upstreams_missing_capability_is_400_for_a_modern_client(url, http,
+                                                                          client) -> None:
+    """spec 2026-07-28 basic: -32021 "On HTTP, the response status MUST be 400"."""
+    needed = {"requiredCapabilities": {"sampling": {}}}
+    reply = await call(http, url, "fail", {"code": -32021, "message": "needs sampling",
+                                           "data": needed})
+    assert reply.status == 400
+    assert reply.message["error"] == {"code": -32021, "message": "needs sampling",
+                                      "data": needed}
+    # The same error of a tool that failed otherwise is an answer: 200.
+    other = await call(http, url, "fail", {"code": -32603, "message": "broke"})
+    assert (other.status, other.message["error"]["code"]) == (200, -32603)
+    # A legacy session is told by JSON-RPC alone, as ever.
+    legacy = client(url)
+    await legacy.initialize()
+    said = await legacy.call("fail", {"code": -32021, "message": "needs sampling"})
+    assert said.status == 200 and said.message["error"]["code"] == -32021
+
+
+async def test_a_bridged_resource_not_found_names_its_uri(url, http) -> None:
+    """A legacy -32002 becomes -32602 (400) with data.uri (spec 2026-07-28, sep-2164)."""
+    reply = await modern(http, url, "resources/read", {"uri": "test://missing"})
+    assert reply.status == 400
+    error = reply.message["error"]
+    assert (error["code"], error["data"]["uri"]) == (-32602, "test://missing")
+
+
+# -- item 3: no call hangs on what the server got wrong ---------------------------------------
+UNRULY = [sys.executable, str(Path(__file__).parents[1] / "servers" / "unruly_http.py")]
+
+
+def unruly(mode: str = "legacy") -> contextlib.AbstractAsyncContextManager[str]:
+    """tests/servers/unruly_http.py on a free port, for a block; its base URL."""
+    port = free_port()
+    return served([*UNRULY, str(port), mode], port)
+
+
+async def test_a_broken_answer_ends_its_call_at_once(gateway, client, http) -> None:
+    """An application/json answer that is no JSON-RPC message ends the POST's call with an
+    error that says so (it used to wait for ever: only keep-alives came)."""
+    async with unruly() as base:
+        url = await gateway(url=base + "/mcp")
+        legacy = client(url)
+        await legacy.initialize()
+        broken = (await legacy.call("garbage")).message["error"]
+        assert "not a JSON-RPC message" in broken["message"]
+        assert broken["data"]["upstream"] == "main"
+        modern_reply = await call(http, url, "garbage")
+        assert "not a JSON-RPC message" in modern_reply.message["error"]["message"]
+        # Two JSON lines are read as the two messages they are; a pretty-printed answer
+        # streamed without a length is one message, whole at its last line.
+        assert text_of(await legacy.call("two_lines")) == "two lines"
+        assert text_of(await legacy.call("pretty")) == "pretty"
+
+
+async def test_a_malformed_line_that_names_its_call_ends_it(gateway, client) -> None:
+    """stdio: a line with the call's id that is no JSON-RPC response (both result and
+    error) ends that call with a clear error; the server serves on."""
+    url = await gateway()
+    legacy = client(url)
+    await legacy.initialize()
+    error = (await legacy.call("malformed")).message["error"]
+    assert "malformed JSON-RPC response" in error["message"]
+    assert error["data"]["reason"] == "bad_message"
+    assert text_of(await legacy.call("echo", {"text": "still here"})) == "still here"
+
+
+def test_every_upstream_call_has_a_bound_by_default() -> None:
+    """request_timeout_ms defaults to ten minutes (a task's default ttl): set null to lift."""
+    conf = from_mapping({"upstreams": {"main": {"command": "x"}}})
+    assert conf.upstreams["main"].request_timeout_ms == 600_000
+    lifted = from_mapping({"upstreams": {"main": {"command": "x", "request_timeout_ms": None}}})
+    assert lifted.upstreams["main"].request_timeout_ms is None
+
+
+# -- item 4: an HTTP server that forgets its session (400) or goes away ------------------------
+EVERYTHING = Path(__file__).parents[1] / "node" / "node_modules" / "@modelcontextprotocol" / \
+    "server-everything" / "dist" / "index.js"
+
+
+class Everything:
+    """server-everything over Streamable HTTP (the TypeScript SDK's pattern: a stale session
+    id gets 400 "Bad Request: No valid session ID provided"), on a port it keeps."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["node", str(EVERYTHING), "streamableHttp"], env={**os.environ,
+                                                              "PORT": str(self.port)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await listening(self.port)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.proc = None
+
+
+@pytest.fixture
+async def everything() -> AsyncIterator[Everything]:
+    server = Everything()
+    await server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def ready(http, url: str) -> bool:
+    async with http.get(url.replace("/mcp", "/readyz")) as resp:
+        return resp.status == 200 and (await resp.json())["ready"]
+
+
+async def until(check, what: str) -> None:
+    """Poll `check()` until true (what a balancer does); fail after 30 s, saying `what`."""
+    for _ in range(150):
+        if await check():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(what)
+
+
+async def test_a_restarted_server_that_answers_400_gets_a_new_session(gateway, client, http,
+                                                                      everything) -> None:
+    """Issue 31: after a restart, every call used to fail "HTTP 400" for ever. Now the 400
+    that names the session as invalid begins a new one and the call goes once more."""
+    url = await gateway(url=everything.url)
+    mcp = client(url)
+    await mcp.initialize()
+    assert text_of(await mcp.call("echo", {"message": "before"})) == "Echo: before"
+    for word in ("after", "again"):  # each restart alike
+        everything.stop()
+        await everything.start()
+        reply = await asyncio.wait_for(mcp.call("echo", {"message": word}), 30)
+        assert text_of(reply) == f"Echo: {word}"  # same client session, new upstream one
+
+
+async def test_readiness_follows_an_http_server_that_goes_away(gateway, client, http,
+                                                               everything) -> None:
+    """/readyz is 503 while the server cannot be reached (it stayed 200), and 200 again once
+    a new session began; calls meanwhile fail with a clear error, not a hang."""
+    url = await gateway(url=everything.url)
+    mcp = client(url)
+    await mcp.initialize()
+    everything.stop()
+    failed = await asyncio.wait_for(mcp.call("echo", {"message": "x"}), 30)
+    assert failed.message["error"]["data"]["upstream"] == "main"
+    await until(lambda: _not(ready(http, url)), "/readyz stayed 200 with the server gone")
+    await everything.start()
+    await until(lambda: ready(http, url), "/readyz never came back")
+    assert text_of(await mcp.call("echo", {"message": "back"})) == "Echo: back"
+
+
+async def _not(check) -> bool:
+    return not await check
+
+
+# -- item 5: the small ones --------------------------------------------------------------------
+async def gets(http, base: str) -> int:
+    async with http.get(base + "/gets") as resp:
+        return int((await resp.json())["gets"])
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("legacy", 1), ("modern", 0)])
+async def test_a_refused_get_stream_is_not_asked_for_every_second(gateway, http, mode,
+                                                                  expected) -> None:
+    """A modern server has no GET stream (spec 2026-07-28: POST only): none is asked for.
+    A legacy server that refuses it with a 400 that is not about the session is asked once,
+    logged once (upstream.get_stream_refused), and left alone (it was asked each second)."""
+    async with unruly(mode) as base:
+        await gateway(url=base + "/mcp")
+        await asyncio.sleep(2.5)  # what used to be two more GETs
+        assert await gets(http, base) == expected
+
+
+async def test_a_listen_answer_of_chunked_json_lines_is_heard_line_by_line(gateway, http
+                                                                           ) -> None:
+    """A modern server that answers subscriptions/listen as chunked application/json, a
+    message a line, held open: each change reaches the gateway's listeners as it comes
+    (it was awaited to the body's end, which never came)."""
+    async with unruly("modern") as base:
+        url = await gateway(url=base + "/mcp")
+        params = {"notifications": {"toolsListChanged": True}, "_meta": envelope()}
+        body = {"jsonrpc": "2.0", "id": "l-1", "method": "subscriptions/listen",
+                "params": params}
+        async with http.post(url, json=body, headers=headers_for("subscriptions/listen",
+                                                                 params)) as stream:
+            ack = await next_event(stream)
+            assert ack["method"] == "notifications/subscriptions/acknowledged"
+            changed = None
+            for _ in range(20):  # until the gateway's own listen stream upstream is open
+                assert text_of(await call(http, url, "change")) == "changed"
+                with contextlib.suppress(TimeoutError):
+                    changed = await next_event(stream, 0.5)
+                    break
+        assert changed is not None and changed["method"] == "notifications/tools/list_changed"
+
+
+async def test_a_sessions_sse_streams_are_primed_with_an_id_and_retry(gateway, client, http
+                                                                      ) -> None:
+    """spec 2025-11-25 (SSE polling, SEP-1699 SHOULDs): a legacy session's SSE stream opens
+    with an event of an id and empty data, and a `retry`; resuming after that id replays
+    the stream from its start. A modern stream (not resumable) has none."""
+    url = await gateway(listen={"sse_keepalive_ms": 100})
+    legacy = client(url)
+    await legacy.initialize()
+    body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"ms": 400}}}
+    async with http.post(url, json=body, headers=legacy.headers()) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        raw = await resp.read()
+    first = raw.split(b"\n\n")[0].decode().split("\n")
+    assert first[0].startswith("id: ") and "retry: 1000" in first and "data: " in first
+    assert parse_sse(raw)[0][-1]["result"]["content"][0]["text"] == "slept 400"
+    async with http.get(url, headers={**legacy.headers(), "Last-Event-ID": first[0][4:],
+                                      "Accept": "text/event-stream"}) as again:
+        replayed = parse_sse(await again.read())[0]
+    assert replayed[-1]["id"] == 9  # the answer again, from the primed id on
+    reply = await call(http, url, "sleep", {"ms": 400}, headers={
+        "Accept": "text/event-stream, application/json"})
+    assert b"retry:" not in reply.raw and reply.message["result"]["content"][0]["text"]
+
+
+MODERN_SERVER = [sys.executable, str(Path(__file__).parents[1] / "servers" / "modern_server.py")]
+TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
+async def test_an_unknown_task_over_a_modern_upstream_is_400_invalid_params(gateway, http,
+                                                                           method) -> None:
+    """The tasks extension: an id the server does not know is -32602 (sep-2663), which the
+    table makes 400; never 404 -32601 (a method the gateway serves)."""
+    url = await gateway(MODERN_SERVER)
+    params = {"taskId": "no-such-task", **({"inputResponses": {}}
+                                           if method == "tasks/update" else {})}
+    reply = await modern(http, url, method, params, TASKS)
+    assert (reply.status, reply.message["error"]["code"]) == (400, -32602)

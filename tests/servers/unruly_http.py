@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""A Streamable HTTP server that gets the wire wrong in the ways seen in the field, for the
+gateway's tests (issue 31). Standard aiohttp, no SDK.
+
+Usage: unruly_http.py PORT [legacy|modern]
+- legacy: initialize gives a session. Tools: two_lines (an application/json answer of two
+  JSON lines: a log notification, then the response), garbage (an application/json answer
+  that is no JSON at all), pretty (its response pretty-printed over many lines, streamed
+  without a length, a line a chunk), hang (never answers).
+- modern: 2026-07-28 only (initialize is 404 -32601): server/discover, tools/list, and
+  subscriptions/listen answered as chunked application/json, a message a line, held open;
+  the tool change sends tools list_changed to every listener.
+Both: GET /mcp is 400 with a body that does not speak of any session, as some servers
+answer a GET they do not serve; GET /gets tells how many GETs /mcp had.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from aiohttp import web
+
+MODE = sys.argv[2] if len(sys.argv) > 2 else "legacy"
+VERSION = "2026-07-28"
+gets = 0
+listeners: list[asyncio.Queue[dict]] = []
+
+
+def line(msg: dict) -> bytes:
+    return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+
+
+def result(rid: object, value: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": rid, "result": value}
+
+
+def tools(*names: str) -> dict:
+    return {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in names]}
+
+
+def text(s: str) -> dict:
+    return {"content": [{"type": "text", "text": s}]}
+
+
+async def legacy_call(request: web.Request, rid: object, name: str) -> web.StreamResponse:
+    if name == "two_lines":
+        note = {"jsonrpc": "2.0", "method": "notifications/message",
+                "params": {"level": "info", "data": "before the answer"}}
+        return web.Response(body=line(note) + line(result(rid, text("two lines"))),
+                            content_type="application/json")
+    if name == "garbage":
+        return web.Response(body=b"<html>oops</html>\n", content_type="application/json")
+    if name == "hang":
+        await asyncio.Event().wait()
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    for part in json.dumps(result(rid, text("pretty")), indent=2).splitlines(keepends=True):
+        await resp.write(part.encode())
+    await resp.write_eof()
+    return resp
+
+
+async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
+    method, rid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        init = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {
+            "tools": {}}, "serverInfo": {"name": "unruly", "version": "1"}}
+        return web.json_response(result(rid, init), headers={"Mcp-Session-Id": "s-1"})
+    if rid is None:
+        return web.Response(status=202)
+    if method == "tools/list":
+        return web.json_response(result(rid, tools("two_lines", "garbage", "pretty", "hang")))
+    if method == "tools/call":
+        return await legacy_call(request, rid, msg["params"]["name"])
+    return web.json_response(result(rid, {}))
+
+
+async def listen(request: web.Request, rid: object) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    await resp.write(line({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                           "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": "1"}}}))
+    queue: asyncio.Queue[dict] = asyncio.Queue()
+    listeners.append(queue)
+    try:
+        while True:
+            await resp.write(line(await queue.get()))
+    finally:
+        listeners.remove(queue)
+
+
+async def modern(request: web.Request, msg: dict) -> web.StreamResponse:
+    method, rid = msg.get("method"), msg.get("id")
+    if method == "server/discover":
+        return web.json_response(result(rid, {
+            "supportedVersions": [VERSION], "capabilities": {"tools": {"listChanged": True}},
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "unruly-modern",
+                                                             "version": "1"}}}))
+    if method == "tools/list":
+        return web.json_response(result(rid, tools("change")))
+    if method == "subscriptions/listen":
+        return await listen(request, rid)
+    if method == "tools/call":
+        for queue in listeners:
+            queue.put_nowait({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                              "params": {"_meta": {
+                                  "io.modelcontextprotocol/subscriptionId": "1"}}})
+        return web.json_response(result(rid, text("changed")))
+    return web.json_response({"jsonrpc": "2.0", "id": rid, "error": {
+        "code": -32601, "message": f"Method not found: {method}"}}, status=404)
+
+
+async def post(request: web.Request) -> web.StreamResponse:
+    msg = await request.json()
+    return await (legacy if MODE == "legacy" else modern)(request, msg)
+
+
+async def get(request: web.Request) -> web.Response:
+    global gets
+    gets += 1
+    return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32000, "message": "Bad Request: GET is not served here"}}, status=400)
+
+
+async def count(request: web.Request) -> web.Response:
+    return web.json_response({"gets": gets})
+
+
+app = web.Application()
+app.router.add_post("/mcp", post)
+app.router.add_get("/mcp", get)
+app.router.add_get("/gets", count)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)

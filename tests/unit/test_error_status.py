@@ -1,0 +1,72 @@
+"""The one table of HTTP statuses for modern error responses (protocol/mcp.py), row by row
+against the spec's words, and every path that answers a modern client held to it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import errors
+from gateway.downstream import shapes
+from gateway.protocol import jsonrpc, mcp
+
+# (code, status, where the spec says so: spec 2026-07-28)
+ROWS = [
+    (-32700, 400, "Streamable HTTP, Sending Messages: a body it cannot accept"),
+    (-32600, 400, "Streamable HTTP, Sending Messages: a body it cannot accept"),
+    (-32601, 404, "Streamable HTTP, Protocol Version Header: unimplemented method"),
+    (-32602, 400, "basic, Per-request protocol fields: missing _meta field"),
+    (-32020, 400, "Streamable HTTP, Server Validation: HeaderMismatch"),
+    (-32021, 400, "basic, Per-request protocol fields: MissingRequiredClientCapability"),
+    (-32022, 400, "Streamable HTTP, Protocol Version Header: UnsupportedProtocolVersion"),
+    (-32603, 200, "an internal error is the server's answer to a request it took"),
+    (-32000, 200, "legacy implementation-defined range: no meaning assumed"),
+    (-32002, 200, "legacy resource-not-found (bridged to -32602 first, see below)"),
+    (1234, 200, "an application's own code"),
+]
+
+
+@pytest.mark.parametrize(("code", "status", "why"), ROWS)
+def test_each_code_has_its_status(code: int, status: int, why: str) -> None:
+    assert mcp.modern_error_status({"code": code, "message": "x"}) == status, why
+
+
+@pytest.mark.parametrize("error", [None, "oops", {"code": "-32601"}, {"code": True}, {}])
+def test_a_malformed_error_is_a_plain_answer(error: object) -> None:
+    assert mcp.modern_error_status(error) == 200
+
+
+@pytest.mark.parametrize("cls", [errors.ParseError, errors.InvalidRequest,
+                                 errors.InvalidParams, errors.MethodNotFound,
+                                 errors.HeaderMismatch, errors.MissingCapability,
+                                 errors.UnsupportedModernVersion])
+def test_the_gateways_own_errors_follow_the_table(cls: type[errors.GatewayError]) -> None:
+    assert cls.http_status == mcp.MODERN_ERROR_STATUS[cls.code]
+
+
+@pytest.mark.parametrize(("code", "status"), [(c, s) for c, s, _ in ROWS])
+def test_an_upstreams_error_reaches_a_modern_client_with_the_tables_status(
+        code: int, status: int) -> None:
+    """Forwarded or bridged, the same table; a legacy -32002 is -32602 (400) by then: the
+    modern era never emits -32002 (spec 2026-07-28 basic, Error Codes)."""
+    msg = jsonrpc.error(3, code, "said the server")
+    out, got = shapes.modern_response("tools/call", msg, None, 1000, "shared")
+    if code == mcp.LEGACY_RESOURCE_NOT_FOUND:
+        assert (out["error"]["code"], got) == (-32602, 400)
+    else:
+        assert (out["error"]["code"], got) == (code, status)
+    assert out["error"]["message"] == "said the server"
+
+
+def test_a_legacy_resource_not_found_is_bridged_with_its_uri() -> None:
+    """sep-2164: -32602, and the URI asked for in data.uri."""
+    msg = jsonrpc.error(4, mcp.LEGACY_RESOURCE_NOT_FOUND, "Resource not found",
+                        {"reason": "gone"})
+    out, status = shapes.modern_response("resources/read", msg, None, 1000, "shared",
+                                         "test://missing")
+    assert status == 400
+    assert out["error"]["code"] == -32602
+    assert out["error"]["data"] == {"reason": "gone", "uri": "test://missing"}
+    # A server that named the URI itself keeps its own.
+    named = jsonrpc.error(5, -32602, "not found", {"uri": "test://its-own"})
+    out, _ = shapes.modern_response("resources/read", named, None, 1000, "shared", "test://x")
+    assert out["error"]["data"]["uri"] == "test://its-own"

@@ -1,0 +1,73 @@
+"""Legacy sessions' records on a real Redis server (tasks/store/redis_sessions.py, read through
+downstream/resume.py): adopted by their principal alone, bounded per principal across
+replicas, ended for good by DELETE, written back where the store lost them, and sealed: a
+record the store's operator moved or wrote does not open."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.downstream.resume import Record, Resumption, record_key
+from gateway.tasks.store.redis_link import RedisLink
+from gateway.tasks.store.redis_sessions import RedisSessions
+
+SECRET = b"a secret every replica shares"
+
+
+@pytest.fixture
+async def resume(redis_server, key_prefix) -> AsyncIterator[Resumption]:
+    link = RedisLink(redis_server.url, key_prefix)
+    yield Resumption(RedisSessions(link, SECRET), "main", idle_s=60, per_principal=2)
+    await link.close()
+
+
+def record(principal: str = "alice") -> Record:
+    return Record(principal, "main", "2025-11-25", {"elicitation": {}}, {"name": "t"})
+
+
+async def test_a_record_is_found_by_its_principal_alone(resume) -> None:
+    assert await resume.open("sid-1", record())
+    assert await resume.find("sid-1", "alice") == record()
+    assert await resume.find("sid-1", "bob") is None  # as unknown as an id never made
+    assert await resume.find("sid-unknown", "alice") is None
+    other_upstream = Resumption(resume.records, "other", 60, 2)
+    assert await other_upstream.find("sid-1", "alice") is None
+
+
+async def test_a_principal_holds_its_share_across_replicas(resume) -> None:
+    assert await resume.open("a1", record()) and await resume.open("a2", record())
+    assert not await resume.open("a3", record())  # a third, from any replica: refused
+    assert await resume.open("b1", record("bob"))  # another principal's share is its own
+    await resume.end("a1", "alice")
+    assert await resume.open("a3", record())
+
+
+async def test_an_ended_session_is_never_written_back(resume) -> None:
+    await resume.open("sid", record())
+    await resume.end("sid", "alice")
+    assert await resume.renew([("sid", record())]) == ["sid"]  # a replica holding it: ends
+    assert await resume.find("sid", "alice") is None
+
+
+async def test_a_record_the_store_lost_is_written_back(resume) -> None:
+    await resume.open("sid", record())
+    records = resume.records
+    assert isinstance(records, RedisSessions)
+    await records.redis.delete(records.key("s", record_key("sid")))  # restarted empty
+    assert await resume.renew([("sid", record())]) == []
+    assert await resume.find("sid", "alice") == record()
+
+
+async def test_a_record_moved_or_forged_in_the_store_does_not_open(resume) -> None:
+    await resume.open("sid", record())
+    records = resume.records
+    assert isinstance(records, RedisSessions)
+    redis, key = records.redis, records.key
+    held = await redis.get(key("s", record_key("sid")))
+    assert b"alice" not in held and b"2025-11-25" not in held  # encrypted at rest
+    await redis.set(key("s", record_key("stolen")), held)  # moved to another session's key
+    assert await resume.find("stolen", "alice") is None
+    await redis.set(key("s", record_key("forged")), record("mallory").dump())
+    assert await resume.find("forged", "mallory") is None

@@ -32,6 +32,9 @@ the HTTP status that carries it.
     ├── UpstreamError                 -32603  200   the upstream failed this call (sent as a
     │                                               JSON-RPC response, so HTTP stays 200)
     ├── StoreUnavailable              -32603  503   the shared task store does not answer
+    ├── StoreSettling                 -32000  503   the store came back without its records
+    │                                               and this id may be one not written back
+    │                                               yet: retry (retryAfterMs, Retry-After)
     └── AuthUnavailable               -32603  503   the authorization server does not answer
 
 Raise where the fault is known; the transport turns the error into a response with
@@ -69,6 +72,7 @@ class GatewayError(Exception):
     http_status: ClassVar[int] = 500
     # A refusal that protects the gateway, counted in mcp_gateway_rejections_total{reason}.
     reason: ClassVar[str | None] = None
+    retry_after_s: float | None = None  # when set, the HTTP answer carries Retry-After
 
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -277,6 +281,24 @@ class StoreUnavailable(GatewayError):
         super().__init__(f"The task store is unavailable ({redact.text(detail)}); try again "
                          "shortly",
                          {"reason": "store_unavailable"})
+
+
+class StoreSettling(GatewayError):
+    """A task id the shared store does not hold, asked while that store is being written
+    back after it came back without its records (a new generation: tasks/generation.py):
+    the id may be a live task whose replica has not written it back yet, so the caller is
+    told to retry, not that it does not exist ("Task not found" makes a poller give up on
+    a live task). Unknown and other owners' ids get exactly this too, never a hint."""
+
+    code = SERVER_ERROR
+    http_status = 503
+
+    def __init__(self, wait_s: float) -> None:
+        self.retry_after_s = wait_s
+        super().__init__("The task store is being restored after an incident and this task "
+                         "may not be back yet; retry shortly",
+                         {"reason": "store_settling", "retryAfterMs": max(1, round(
+                             wait_s * 1000))})
 
 
 class AuthUnavailable(GatewayError):

@@ -108,6 +108,8 @@ def failed(resp: web.StreamResponse) -> bool:
 
 def error_response(exc: GatewayError, id_: Any = None) -> web.Response:
     resp = json_response(exc.to_message(id_), exc.http_status)
+    if exc.retry_after_s is not None:  # RFC 9110 section 10.2.3: whole seconds
+        resp.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
     if isinstance(exc, AUTH_FAULTS):
         resp[AUTH_FAULT] = exc  # the challenge is the guard's (it knows the resource)
     return resp
@@ -357,9 +359,7 @@ class Guard:
     def _throttled(self, request: web.Request, exc: errors.TooManyFailures) -> web.Response:
         """429 with Retry-After (RFC 6585 section 4), audited and counted."""
         self._audit(request, exc)
-        resp = self._refuse(exc)
-        resp.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
-        return resp
+        return self._refuse(exc)  # Retry-After: error_response
 
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         """CORS headers on every response to an allowed origin, streams included; the

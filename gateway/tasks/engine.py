@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from gateway.errors import StoreSettling
 from gateway.observability import log
 from gateway.observability.metrics import Metrics
 from gateway.protocol.jsonrpc import Message
@@ -119,7 +120,8 @@ class TaskEngine:
     # -- finding ------------------------------------------------------------------------------
     async def find(self, task_id: Any, owner: str) -> Task:
         """The owner's task; TaskExpired (its ttl passed: the engine's call, whatever the
-        store still holds), or TaskNotFound for unknown and foreign ids."""
+        store still holds), or TaskNotFound for unknown and foreign ids; StoreSettling for
+        those instead while a shared store that lost its records is being written back."""
         if isinstance(task_id, str):
             run = self._runs.get(task_id)
             task = run.task if run is not None else await self._store.get(task_id)
@@ -133,6 +135,11 @@ class TaskEngine:
                 return await self.replicas.unless_stranded(task)
             if await self._store.expired_owner(task_id) == owner:
                 raise TaskExpired(task_id)
+            if self.replicas is not None and await self.replicas.unsettled():
+                # The store lost what it held and its replica may not have written this
+                # task back yet: "not found" would tell a poller to give up on a live task.
+                # Unknown and foreign ids get the same (README, store incidents).
+                raise StoreSettling(self.replicas.generation.retry_after_s())
         self._report.missed(owner, task_id)
         raise TaskNotFound(task_id)
 

@@ -27,6 +27,7 @@ from gateway.tasks.replicas import Replicas
 from gateway.tasks.store.outbox import Outbox
 
 STOP_FLUSH_S = 2.0  # at a clean stop, for what waits in the outbox
+PROBE_S = 0.5  # beats at least this often while the store is away or settling
 
 
 class Lease:
@@ -43,6 +44,8 @@ class Lease:
         self._tasks: list[asyncio.Task[None]] = []  # the heartbeat, the channels
         self._writing: asyncio.Task[None] | None = None  # the outbox drained, records back
         self._rejoin_due = False
+        self._marked_due: str | None = None  # the generation written back into, to say so
+        self._wake = asyncio.Event()  # beat now: the store may have come back
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "up": self.store_up,
@@ -57,13 +60,14 @@ class Lease:
     async def start(self) -> None:
         if self.replicas is None:
             return  # one process: nothing to hold
+        self.replicas.wake = self._wake.set
         await self._beat()  # a store down at start: pass-through serves, /readyz says so
         self._tasks = [asyncio.create_task(self._keep()),
                        asyncio.create_task(self.replicas.listen())]
 
     async def _keep(self) -> None:
         while True:
-            await asyncio.sleep(self.lease_ms / 3000)
+            await self._pause()
             try:
                 await self._beat()
                 if self.store_up and self.replicas is not None:
@@ -71,6 +75,19 @@ class Lease:
                         await self.replicas.poll()
             except Exception as exc:  # the heartbeat must outlive any one failure
                 log.error("replica.heartbeat_failed", error=repr(exc))
+
+    async def _pause(self) -> None:
+        """Until the next beat: a third of a lease; PROBE_S while the store is away (so
+        that its return is seen within a second) or settling after it lost what it held
+        (so that the others' write-back is heard soon); at once when woken (a connection
+        to the store made again, or a read that found another generation)."""
+        period = self.lease_ms / 3000
+        if not self.store_up or (self.replicas is not None and
+                                 self.replicas.generation.settling()):
+            period = min(period, PROBE_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), period)
+        self._wake.clear()
 
     async def _beat(self) -> None:
         replicas = self.replicas
@@ -80,6 +97,8 @@ class Lease:
             if not self._recovered:
                 failed = await replicas.recover()
                 self._recovered = True
+                # Nothing to write back at a start; said so, so that none waits for it.
+                self._marked_due = replicas.generation.known
                 log.info("replica.recovered", replica=self.engine.replica, tasks_failed=failed)
             elif not held or not self.store_up:
                 # After an outage too: a beat that failed may have set the lease again on
@@ -102,8 +121,9 @@ class Lease:
 
     async def _write(self, outbox: Outbox) -> None:
         """The store lost this replica's lease, so perhaps its records too: they are
-        written back; then what waits in the outbox. Tried again at the next beat while the
-        store does not take it."""
+        written back; then what waits in the outbox; then, once all is written, the others
+        are told (they answer ids they cannot find with "retry" until then). Tried again
+        at the next beat while the store does not take it."""
         with contextlib.suppress(StoreUnavailable):
             if self._rejoin_due:
                 self._rejoin_due = False
@@ -112,8 +132,13 @@ class Lease:
                 except StoreUnavailable:
                     self._rejoin_due = True
                     raise
+                assert self.replicas is not None  # written back only with a bus
+                self._marked_due = self.replicas.generation.known or None
                 log.warning("store.rejoined", replica=self.engine.replica, restored=restored)
             await outbox.flush()
+            if self._marked_due is not None and self.replicas is not None:
+                await self.replicas.rejoined(self._marked_due)
+                self._marked_due = None
 
     async def stop(self) -> None:
         """After the tasks' ends are written: others need not wait for the lease to lapse."""

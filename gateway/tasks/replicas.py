@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.errors import StoreUnavailable
+from gateway.observability import log
+from gateway.tasks.generation import Generation
 from gateway.tasks.model import CANCELLED_BY_CLIENT, Status, Task
 from gateway.tasks.run import TaskRun
 from gateway.tasks.store import EVENTS, ReplicaBus, TaskStore
@@ -54,6 +56,9 @@ class Replicas:
         self._fresh_until = 0.0
         self._beaten = False  # a beat got through since the last one that failed
         self._started = False
+        self.generation = Generation(replica)  # the store's, and whether it has settled
+        self._lease_ms = 10_000  # as the last beat held it
+        self.wake: Callable[[], None] = _nothing  # the lease keeper's: beat now
 
     def defer_judgement(self, lease_ms: int) -> None:
         """The store was away, or lost the leases: every replica gets a full lease to
@@ -79,8 +84,11 @@ class Replicas:
         await self.bus.publish(f"ctl:{task.replica}", {**request, "task": task.id})
 
     async def listen(self) -> None:
-        """Until cancelled: changes made elsewhere, and requests for tasks run here."""
-        await self.bus.listen([EVENTS, f"ctl:{self.replica}"], self._heard)
+        """Until cancelled: changes made elsewhere, and requests for tasks run here. Each
+        subscription made (again) wakes the lease keeper: a connection that came back may
+        be to a store that restarted."""
+        await self.bus.listen([EVENTS, f"ctl:{self.replica}"], self._heard,
+                              lambda: self.wake())
 
     async def _heard(self, channel: str, msg: dict[str, Any]) -> None:
         task_id = msg.get("task")
@@ -139,12 +147,12 @@ class Replicas:
 
     async def beat(self, lease_ms: int) -> bool:
         """Renew this replica's lease (a shared store); False when the store did not hold
-        it (a first beat, a lapse, or a store that lost its data); StoreUnavailable when
-        the store is down. After a beat that failed, or found the lease gone, others are
-        not judged for a lease."""
+        it (a first beat, a lapse, or a store that lost its data: a new generation);
+        StoreUnavailable when the store is down. After a beat that failed, or found the
+        lease gone, others are not judged for a lease."""
         try:
             # A beat slower than a lease is no beat: others take this replica for gone.
-            held = await asyncio.wait_for(self.bus.beat(self.replica, lease_ms, self.url),
+            beat = await asyncio.wait_for(self.bus.beat(self.replica, lease_ms, self.url),
                                           lease_ms / 1000)
         except Exception as exc:  # any failed beat: this replica cannot judge others
             self._beaten, self._fresh_until = False, 0.0
@@ -152,11 +160,37 @@ class Replicas:
                 raise StoreUnavailable("a heartbeat took longer than a lease") from exc
             raise
         now = time.monotonic()
+        self._lease_ms = lease_ms
+        new = self.generation.observe(beat, lease_ms)  # a store that lost its records
+        if new:
+            log.warning("store.generation_changed", replica=self.replica)
+        held = beat.held and not new
         if self._started and not (held and self._beaten):
             self.defer_judgement(lease_ms)
         self._started = self._beaten = True
         self._fresh_until = now + lease_ms / 2000  # a beat and a half, a third apart
         return held
+
+    # -- the store's generation (generation.py) ---------------------------------------------
+    async def unsettled(self) -> bool:
+        """Whether a task id not found now may be a live task that its replica has not
+        written back yet: the store lost what it held lately (a new generation) and the
+        write-back has not settled; or the store's generation, read now, is not the one
+        the last beat saw (it lost everything since: settling starts, and the lease keeper
+        beats at once). StoreUnavailable when the store does not answer."""
+        if self.generation.settling():
+            return True
+        if not self.generation.differs(await self.bus.generation()):
+            return False
+        self.generation.lost(self._lease_ms)
+        self.wake()
+        return True
+
+    async def rejoined(self, generation: str) -> None:
+        """This replica has written back what it held into `generation`: the others stop
+        waiting for it."""
+        await self.bus.rejoined(self.replica, generation, self._lease_ms)
+        self.generation.wrote_back(generation)
 
     async def address(self, replica: str) -> str | None:
         """Where another replica is reached (None: gone, or it did not say)."""
@@ -177,3 +211,7 @@ class Replicas:
         elif msg.get("op") == "answer" and isinstance(msg.get("responses"), dict):
             await self.answer(run.task, msg["responses"])
 
+
+
+def _nothing() -> None:
+    pass

@@ -19,7 +19,7 @@ import pytest
 from conftest import RedisServer, Replica, free_port
 from prometheus_client.parser import text_string_to_metric_families
 from test_modern import ask_round, retry
-from test_replicas import ALICE, ready_is
+from test_replicas import ALICE, BOB, ready_is
 from test_tasks import call, tasks_op, wait_for
 
 
@@ -256,5 +256,104 @@ async def test_replicas_work_as_a_least_privileged_store_user(group, http, key_p
             store = (await resp.json())["store"]
         # Its round trips to the store are counted (an empty outbox once read as none).
         assert store["up"] is True and store["requests"] > 0
+    finally:
+        own.stop()
+
+
+# -- a store back empty: ids not found answer "retry" until the write-back settles ---------
+def _answer(reply: Any) -> str:
+    """What a poller makes of one tasks/* answer: the task, "retry", the store away, or
+    "not found" (which makes it give up: never right for a live task)."""
+    body = reply.body
+    if reply.status == 200 and "result" in body:
+        return "task"
+    error = body["error"]
+    if reply.status == 503 and error["data"].get("reason") == "store_settling":
+        assert error["code"] == -32000 and error["data"]["retryAfterMs"] > 0
+        assert int(reply.headers["Retry-After"]) >= 1
+        return "retry"
+    if reply.status == 503 and "task store is unavailable" in error["message"]:
+        return "unavailable"
+    assert "not found" not in error["message"].lower(), body
+    raise AssertionError(f"unexpected answer {reply.status}: {body}")
+
+
+def _shape(reply: Any) -> tuple[Any, ...]:
+    """An error answer as a caller sees it, whatever id it was about."""
+    error = reply.body["error"]
+    return (reply.status, error["code"], error["message"], reply.headers.get("Retry-After"),
+            {k: v for k, v in (error.get("data") or {}).items() if k != "taskId"})
+
+
+async def _alike(ask: Any, task_id: str) -> tuple[Any, ...]:
+    """Bob asking for Alice's id gets what he gets for an unknown id asked just before or
+    just after (the store settles between two requests at most once); what he got."""
+    before = _shape(await ask("never-a-task-id"))
+    bobs = _shape(await ask(task_id))
+    after = _shape(await ask("never-a-task-id-either"))
+    assert bobs in (before, after), (bobs, before, after)
+    return bobs
+
+
+async def test_a_live_task_never_reads_not_found_when_the_store_restarts_empty(
+        group, http, client, key_prefix) -> None:
+    """Issue 33: the store restarts empty while Alice's tasks run on replica a (the default
+    lease: a beats every 3.3 s). Her modern task and her core task (tasks are the
+    principal's: read from her session on b), polled on b throughout, read as themselves or
+    "retry" (503, Retry-After), never "Task not found", and end with their right results.
+    Bob, asking for her ids meanwhile in either era, gets exactly what he gets for ids that
+    never existed: "retry" while the store settles, "not found" after."""
+    own = RedisServer()  # no persistence: it comes back empty
+    own.start()
+    try:
+        a, b = await group(2, store={"backend": "redis", "url": own.url,
+                                     "key_prefix": key_prefix, "lease_ms": 10_000})
+        modern_id = (await call(http, a.url, "sleep", {"ms": 4000}, headers=ALICE)
+                     ).body["result"]["taskId"]
+        alice, alice_on_b, bob = client(a.url), client(b.url), client(b.url)
+        for session in (alice, alice_on_b):
+            await session.initialize({}, version="2025-11-25", headers=ALICE)
+        await bob.initialize({}, version="2025-11-25", headers=BOB)
+
+        async def legacy(session: Any, method: str, params: dict[str, Any]) -> Any:
+            who = BOB if session is bob else ALICE
+            return await session.send({"jsonrpc": "2.0", "id": 1, "method": method,
+                                       "params": params}, **who)
+        core_id = (await legacy(alice, "tools/call", {"name": "sleep", "arguments": {
+            "ms": 4000}, "task": {}})).body["result"]["task"]["taskId"]
+        own.stop()
+        own.start()  # back at once, with nothing
+        seen: list[str] = []
+        bobs: list[tuple[Any, ...]] = []
+        while True:
+            modern_reply = await tasks_op(http, b.url, "tasks/get", modern_id, ALICE)
+            core_reply = await legacy(alice_on_b, "tasks/get", {"taskId": core_id})
+            seen += [_answer(modern_reply), _answer(core_reply)]
+            bobs.append(await _alike(lambda i: tasks_op(http, b.url, "tasks/get", i, BOB),
+                                     modern_id))
+            await _alike(lambda i: tasks_op(http, b.url, "tasks/cancel", i, BOB), modern_id)
+            for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+                bobs.append(await _alike(lambda i, m=method: legacy(bob, m, {"taskId": i}),
+                                         core_id))
+            if all(r.status == 200 and r.body["result"]["status"] == "completed"
+                   for r in (modern_reply, core_reply)):
+                break
+            await asyncio.sleep(0.1)
+        assert "retry" in seen  # b was asked before a had written its tasks back
+        assert modern_reply.body["result"]["result"]["content"][0]["text"] == "slept 4000"
+        result = await legacy(alice_on_b, "tasks/result", {"taskId": core_id})
+        assert result.body["result"]["content"][0]["text"] == "slept 4000"
+        # Both eras answered Bob "retry" while the store settled, as for any unknown id.
+        assert {(shape[0], shape[1]) for shape in bobs} >= {(503, -32000)}
+        # Settled: an id that never existed is "not found" again, Bob's look-ups too.
+        unknown = await tasks_op(http, b.url, "tasks/get", "never-a-task-id", BOB)
+        for _ in range(300):
+            if unknown.status != 503:
+                break
+            await asyncio.sleep(0.1)
+            unknown = await tasks_op(http, b.url, "tasks/get", "never-a-task-id", BOB)
+        assert unknown.body["error"]["message"] == "Task not found"
+        assert _shape(await tasks_op(http, b.url, "tasks/get", modern_id, BOB)) == \
+            _shape(unknown)
     finally:
         own.stop()

@@ -6,6 +6,7 @@ its own next life), and the bounds hold whichever replica creates."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import orjson
@@ -345,3 +346,71 @@ async def test_a_running_task_is_read_on_another_replica_from_its_announcements(
     call.sink.on_response(jsonrpc.result(1, {"content": [{"type": "text", "text": "hi"}]}))
     done = await quietly(b, task.id, lambda t: t.terminal)  # the end came whole
     assert done.status is Status.COMPLETED and b"hi" in (done.result or b"")
+
+
+async def _wiped(store: RedisStore) -> None:
+    """Every key under the test's prefix deleted: what a store restarted empty holds."""
+    keys = [k async for k in store.redis.scan_iter(match=store.key("*"))]
+    await store.redis.delete(*keys)
+
+
+async def test_ids_not_found_answer_retry_until_a_store_that_lost_them_is_written_back(
+        redis_server, key_prefix) -> None:
+    """Issue 33: the store loses everything while a task runs on a; b, asked for it before
+    a has written it back, answers "retry" (StoreSettling), never "not found"; so does an
+    unknown id, and so does another owner's id; once every replica has written back and
+    said so, the task is found on b and an unknown id is "not found" again."""
+    from gateway.errors import StoreSettling
+    from gateway.tasks.lease import Lease
+    from gateway.tasks.store.outbox import Outbox
+
+    engines = []
+    for name in ("a", "b"):
+        shared = RedisStore(redis_server.url, key_prefix, 100, 100, 1000, 10_000,
+                            replica=name, secret=SECRET)
+        engines.append(TaskEngine(Outbox(shared, 100, 1 << 20), replica=name,
+                                  bus=RedisBus(shared)))
+    a, b = engines
+    assert a.replicas is not None and b.replicas is not None
+    # a keeps its lease (and writes back) as a gateway does, beating every 20 s; b beats
+    # by hand, with a lease of 2 s (so it settles within 1 to 4 s), and does not listen (it
+    # would read the task from what it heard announced).
+    lease = Lease(a, a.replicas, "redis", 60_000, a._store)  # type: ignore[arg-type]
+    try:
+        await lease.start()
+        await b.replicas.beat(2000)
+        task, _, _ = await running(a)
+        assert (await b.find(task.id, "me")).status is Status.WORKING
+        await _wiped(b.replicas.store.store)  # type: ignore[attr-defined]
+        for owner in ("me", "bob"):  # before b beats again: the generation read says so
+            with pytest.raises(StoreSettling) as caught:
+                await b.find(task.id, owner)
+            assert caught.value.data["reason"] == "store_settling"
+            assert caught.value.http_status == 503 and caught.value.retry_after_s
+        with pytest.raises(StoreSettling):
+            await b.find("never-a-task", "bob")
+        assert not await b.replicas.beat(2000)  # b sees the new generation
+        lease._wake.set()  # a beats now, as a connection made again would have it
+        for _ in range(300):  # "retry" until a has written it back: then the task
+            with contextlib.suppress(StoreSettling):
+                assert (await b.find(task.id, "me")).status is Status.WORKING
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("a never wrote its task back")
+        with pytest.raises(StoreSettling):  # b has not written its own back yet
+            await b.find("never-a-task", "bob")
+        await b.replicas.rejoined(b.replicas.generation.known or "")
+        for _ in range(500):  # b hears at a beat that a wrote back, and a beat and a half
+            # has passed (a replica it did not know of may yet have come)
+            await b.replicas.beat(2000)
+            if not b.replicas.generation.settling():
+                break
+            await asyncio.sleep(0.01)
+        with pytest.raises(TaskNotFound):
+            await b.find("never-a-task", "bob")
+        with pytest.raises(TaskNotFound):
+            await b.find(task.id, "bob")
+    finally:
+        await lease.stop()
+        await b.replicas.leave()

@@ -306,10 +306,10 @@ async def test_a_beat_tells_whether_the_lease_was_held(redis_server, key_prefix)
     store = RedisStore(redis_server.url, key_prefix, 10, 10, 100, 1000)
     try:
         bus = RedisBus(store)
-        assert not await bus.beat("r", 10_000)  # a first beat
-        assert await bus.beat("r", 10_000)
+        assert not (await bus.beat("r", 10_000)).held  # a first beat
+        assert (await bus.beat("r", 10_000)).held
         await store.redis.delete(store.key("lease", "r"))  # as an empty restart leaves it
-        assert not await bus.beat("r", 10_000)
+        assert not (await bus.beat("r", 10_000)).held
     finally:
         await store.close()
 

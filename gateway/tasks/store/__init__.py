@@ -26,6 +26,7 @@ own: it has no bus.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.tasks.model import Task
@@ -99,13 +100,34 @@ class TaskStore(Protocol):
         """Let go of connections."""
 
 
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """What a beat learns of the store: whether this replica's lease was held, the store's
+    generation (a random id written once: a store that came back empty has a new one), the
+    replicas beating in this generation (until their lease ends) and those that wrote back
+    what they hold into it (generation.py)."""
+
+    held: bool
+    generation: str
+    peers: frozenset[str] = frozenset()
+    rejoined: frozenset[str] = frozenset()
+
+
 class ReplicaBus(Protocol):
     """Replicas sharing a store: their leases, the tasks a gone one left running, and the
     channels they tell each other on."""
 
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> Beat:
         """Hold (or renew) `replica`'s lease for `lease_ms`, telling where it is reached;
-        False when the lease was not held (it lapsed, or the store lost it)."""
+        `held` False when the lease was not held (it lapsed, or the store lost it). The
+        store's generation is written if it has none."""
+
+    async def generation(self) -> str | None:
+        """The store's generation as it is now (None: it has none, so it lost everything)."""
+
+    async def rejoined(self, replica: str, generation: str, lease_ms: int) -> None:
+        """`replica` has written back what it holds into `generation` (seen by the others'
+        beats for a while)."""
 
     async def address(self, replica: str) -> str | None:
         """Where `replica` is reached, while it holds its lease and said so."""
@@ -124,9 +146,11 @@ class ReplicaBus(Protocol):
         """Send `message` to every replica listening on `channel` (at most once: a replica
         that is not listening right then misses it)."""
 
-    async def listen(self, channels: list[str], handler: Handler) -> None:
+    async def listen(self, channels: list[str], handler: Handler,
+                     joined: Callable[[], None] | None = None) -> None:
         """Hand each message on `channels` to `handler`, until cancelled (reconnecting by
-        itself)."""
+        itself); `joined()` at each subscription made again: the connection was lost, so
+        the store may have restarted."""
 
 
-__all__ = ["EVENTS", "Handler", "ReplicaBus", "ResultTooLarge", "StoreFull", "TaskStore"]
+__all__ = ["EVENTS", "Beat", "Handler", "ReplicaBus", "ResultTooLarge", "StoreFull", "TaskStore"]

@@ -6,9 +6,10 @@ store (so every replica reads them, and writes ends back, without a round trip).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from gateway.tasks.store import Handler
+from gateway.tasks.store import Beat, Handler
 from gateway.tasks.store.redis import RedisStore
 
 
@@ -17,8 +18,14 @@ class RedisBus:
         self.store = store
         self.link = store.link
 
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> Beat:
         return await self.link.beat(replica, lease_ms, address)
+
+    async def generation(self) -> str | None:
+        return await self.link.generation()
+
+    async def rejoined(self, replica: str, generation: str, lease_ms: int) -> None:
+        await self.link.rejoined(replica, generation, lease_ms)
 
     async def address(self, replica: str) -> str | None:
         return await self.link.address(replica)
@@ -35,8 +42,9 @@ class RedisBus:
     async def publish(self, channel: str, message: dict[str, Any]) -> None:
         await self.link.publish(channel, message)
 
-    async def listen(self, channels: list[str], handler: Handler) -> None:
-        await self.link.listen(channels, handler, self.store.heard)
+    async def listen(self, channels: list[str], handler: Handler,
+                     joined: Callable[[], None] | None = None) -> None:
+        await self.link.listen(channels, handler, self.store.heard, joined)
 
 
 __all__ = ["RedisBus"]

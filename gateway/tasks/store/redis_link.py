@@ -5,6 +5,10 @@ replicas' leases and their channels.
 
     P lease:<replica>  renewed by the replica's heartbeat; gone lease_ms after it stops;
                        its value is where the replica is reached (replica.url), or "-"
+    P generation       a random id written once by the first beat that finds none: a store
+                       that came back empty has a new one (tasks/generation.py)
+    P members          sorted set: each replica beating, by when its lease ends
+    P rejoined         hash: replica -> the generation it wrote back into after a change
 
 A server that does not answer raises `StoreUnavailable` at once (a short connect and read
 timeout, two quick retries); redis-py reconnects by itself when it is back. With sentinels,
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
@@ -48,7 +53,7 @@ from redis.retry import Retry
 from gateway.errors import StoreUnavailable
 from gateway.keyring import Cipher
 from gateway.observability import log
-from gateway.tasks.store import EVENTS, Handler
+from gateway.tasks.store import EVENTS, Beat, Handler
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -57,6 +62,24 @@ Keep = Callable[[dict[str, Any]], None]  # sees each event before its handler
 SEAL_WINDOW_S = 60.0  # a sealed message older (or newer) than this is refused
 PING_S = 0.25  # the listening connection is pinged this often
 FRESH_S = 0.5  # what was heard counts as current while a ping this recent came back
+SETTLE_KEPT = 4  # leases: how long the replicas' write-back marks stay (past any grace)
+
+# The store's generation (tasks/generation.py), beside each beat, by the server's clock:
+# KEYS: lease:<replica>, generation, members (sorted set: replica -> when its lease ends,
+#       ms), rejoined (hash: replica -> the generation it wrote back into)
+# ARGV: where the replica is reached (or "-"), lease_ms, replica, a new generation's id
+_GENERATION_KEYS = ("generation", "members", "rejoined")
+_BEAT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'GET')
+redis.call('SET', KEYS[2], ARGV[4], 'NX')
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[2]))
+return {held and 1 or 0, redis.call('GET', KEYS[2]),
+        redis.call('ZRANGE', KEYS[3], 0, -1), redis.call('HGETALL', KEYS[4])}
+"""
 
 
 class Seal:
@@ -204,6 +227,7 @@ class RedisLink:
         self.min_acked, self.ack_timeout_ms = min_acked, ack_timeout_ms
         self.sentinels = bool(sentinels)
         self.redis = connect(url, sentinels, master)
+        self._beat = self.redis.register_script(_BEAT)
         self._alive: TTLCache[str, bool] = TTLCache(1024, 1.0)  # leases seen held lately
         self.round_trips = 0
         # The listening connection: how many subscriptions it has made (a new one may have
@@ -245,17 +269,30 @@ class RedisLink:
 
     # -- leases -------------------------------------------------------------------------------
     @guarded
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> bool:
-        """True when the lease was still held: False means it lapsed, or the store lost it
-        (restarted empty, or failed over to a replica that lagged)."""
-        key, value = self.key("lease", replica), address or "-"
-        if not self.min_acked:
-            return await self.redis.set(key, value, px=lease_ms, get=True) is not None
-        # A lease held on a primary that its replicas left (demoted, not told yet) is no
-        # lease: the others, on the real primary, would take this replica for gone.
-        (held,) = await self.pipelined(lambda pipe: pipe.set(key, value, px=lease_ms,
-                                                             get=True))
-        return held is not None
+    async def beat(self, replica: str, lease_ms: int, address: str = "") -> Beat:
+        """The lease renewed, and what the store says of its generation (`Beat`). Durable
+        with `min_acked`: a lease held on a primary that its replicas left (demoted, not
+        told yet) is no lease: the others, on the real primary, would take this replica for
+        gone."""
+        keys = [self.key("lease", replica), *(self.key(k) for k in _GENERATION_KEYS)]
+        out = await self.run(self._beat, durable=True, keys=keys, args=[
+            address or "-", lease_ms, replica, secrets.token_hex(8)])
+        held, generation, members, rejoined = out
+        generation = text(generation)
+        wrote = dict(zip(rejoined[::2], rejoined[1::2], strict=True))
+        return Beat(bool(held), generation, frozenset(text(r) for r in members),
+                    frozenset(text(r) for r, g in wrote.items() if text(g) == generation))
+
+    @guarded
+    async def generation(self) -> str | None:
+        held = await self.redis.get(self.key("generation"))
+        return None if held is None else text(held)
+
+    @guarded
+    async def rejoined(self, replica: str, generation: str, lease_ms: int) -> None:
+        key = self.key("rejoined")
+        await self.pipelined(lambda pipe: (pipe.hset(key, replica, generation),
+                                           pipe.pexpire(key, SETTLE_KEPT * lease_ms)))
 
     @guarded
     async def address(self, replica: str) -> str | None:
@@ -283,9 +320,13 @@ class RedisLink:
     async def publish(self, channel: str, message: dict[str, Any]) -> None:
         await self.redis.publish(self.key(channel), self.seal.close(orjson.dumps(message)))
 
-    async def listen(self, channels: list[str], handler: Handler, keep: Keep) -> None:
+    async def listen(self, channels: list[str], handler: Handler, keep: Keep,
+                     joined: Callable[[], None] | None = None) -> None:
         """Messages sent while the connection is down are lost: readers fall back on the
-        records (a bounded poll), and what was heard before counts no more (`fresh`)."""
+        records (a bounded poll), and what was heard before counts no more (`fresh`).
+        `joined()` at each subscription (a first one, or one made again: the connection
+        came back, so the store may have restarted, and the replica beats at once rather
+        than at its next beat)."""
         names = {self.key(c): c for c in channels}
         while True:
             try:
@@ -293,16 +334,16 @@ class RedisLink:
                     await pubsub.subscribe(*names)
                     pinger = asyncio.create_task(_ping(pubsub))
                     try:
-                        await self._hear(pubsub, names, handler, keep)
+                        await self._hear(pubsub, names, handler, keep, joined)
                     finally:
                         pinger.cancel()
                         await asyncio.gather(pinger, return_exceptions=True)
             except DOWN:
                 self.epoch, self._heard_through = self.epoch + 1, 0.0  # lost: stale now
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(PING_S)  # a store back is heard within a second
 
-    async def _hear(self, pubsub: Any, names: dict[str, str], handler: Handler, keep: Keep
-                    ) -> None:
+    async def _hear(self, pubsub: Any, names: dict[str, str], handler: Handler, keep: Keep,
+                    joined: Callable[[], None] | None) -> None:
         while True:
             _stop_if_cancelled()
             msg = await pubsub.get_message(timeout=None)
@@ -317,6 +358,8 @@ class RedisLink:
             elif msg["type"] == "subscribe":  # at first, and after redis-py reconnected by
                 # itself: what was heard before may have missed messages
                 self.epoch, self._heard_through = self.epoch + 1, 0.0
+                if joined is not None:
+                    joined()
 
     async def close(self) -> None:
         await self.redis.aclose(close_connection_pool=True)

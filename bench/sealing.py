@@ -71,7 +71,7 @@ async def one_round(url: str, sealed: bool, n: int, result: bytes, prefix: str
         task = tasks[i]
         await writer.create(task)
         task.result, task.size = result, len(result)
-        task.move(Status.COMPLETED)
+        task.move(Status.COMPLETED, now=time.time())
         await writer.save(task)
 
     async def read(i: int) -> None:

@@ -22,10 +22,9 @@ from gateway.observability.metrics import CONTENT_TYPE, Metrics
 from gateway.queues import Queues
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
-from gateway.tasks.model import Status
+from gateway.tasks.model import LIVE
 from gateway.upstream.isolation import Backend
 
-LIVE = (Status.WORKING, Status.INPUT_REQUIRED)
 SHOWN_TASKS = 50  # running tasks listed on /status (all are counted)
 
 
@@ -62,7 +61,7 @@ class Admin:
         body: dict[str, Any] = {"ready": ready}
         if request.get(OPERATOR, False):
             body |= {"upstreams": {n: b.status() for n, b in self.backends.items()},
-                     "tasks": {"running": len(self.engine.live()),
+                     "tasks": {"running": len(self.engine.running()),
                                "stored_bytes": self.engine.stored_bytes()},
                      "store": self.lease.status(),
                      "counters": dict(self.counters)}
@@ -81,7 +80,7 @@ class Admin:
 
     def snapshot(self) -> status_page.Snapshot:
         now = time.time()
-        runs = sorted(self.engine.live(), key=lambda t: t.created_at)
+        runs = sorted(self.engine.running(), key=lambda t: t.created_at)
         return status_page.Snapshot(
             replica=self.engine.replica, store=self.lease.status(), started=self.started,
             upstreams={n: b.status() for n, b in self.backends.items()},
@@ -93,7 +92,7 @@ class Admin:
 
     # -- the state the gauges show (metrics.Live) --------------------------------------------
     def tasks_live(self) -> dict[str, int]:
-        counts = Counter(str(t.status) for t in self.engine.live())
+        counts = Counter(str(t.status) for t in self.engine.running())
         return {str(s): counts[str(s)] for s in LIVE}
 
     def store_bytes(self) -> int:

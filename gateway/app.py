@@ -244,7 +244,7 @@ async def _stop(app: web.Application) -> None:
     log.info("shutdown.accepting_stopped")
     calls = sum(b.stop_calls() for b in app[BACKENDS].values())
     log.info("shutdown.calls_answered", calls=calls)
-    running = len(app[ENGINE].live())
+    running = len(app[ENGINE].running())
     left = await app[ENGINE].settle(SETTLE_S)
     log.info("shutdown.tasks_ended", tasks=running - left, still_running=left)
     for era in app[ERAS]:

@@ -27,7 +27,7 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
 from gateway.router import Decision
-from gateway.tasks.dialects import Lacking, core, handlers, task_id_of, unscoped
+from gateway.tasks.dialects import Lacking, core, handlers, task_id_of, unscoped, watch_progress
 from gateway.tasks.engine import (
     Handover,
     Intent,
@@ -35,7 +35,6 @@ from gateway.tasks.engine import (
     TaskEngine,
     TaskExpired,
     TaskNotFound,
-    watch_progress,
 )
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy

@@ -38,8 +38,15 @@ from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
 from gateway.router import Kind
 from gateway.settings import Settings
-from gateway.tasks.dialects import Lacking, extension, handlers, task_id_of, unscoped
-from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_progress
+from gateway.tasks.dialects import (
+    Lacking,
+    extension,
+    handlers,
+    task_id_of,
+    unscoped,
+    watch_progress,
+)
+from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks

@@ -17,12 +17,16 @@ from gateway.tasks.run import TaskRun
 class Inputs:
     def __init__(self, report: Report) -> None:
         self.report = report
-        self.asked: dict[Any, TaskRun] = {}  # id an input request was sent on under -> run
+        self._asked: dict[Any, TaskRun] = {}  # id an input request was sent on under -> run
+
+    def asked(self, run: TaskRun, asked_id: Any) -> None:
+        """`run`'s server asked for input under `asked_id` (a core client answers by it)."""
+        self._asked[asked_id] = run
 
     def answer(self, run: TaskRun, responses: dict[str, Any]) -> None:
         """Answers by input key; unknown or already answered keys are ignored."""
         for key in [k for k in run.task.inputs if k in responses]:
-            run.answered(key, jsonrpc.result(None, responses[key]))
+            self._asked.pop(run.answer(key, jsonrpc.result(None, responses[key])), None)
             self.report.answered(run.task, key)
         run.settle()
 
@@ -30,17 +34,18 @@ class Inputs:
         """`owner`'s JSON-RPC answer (result or error) to an input request a task sent;
         False when it answers no request of a task of `owner`'s (another owner's task
         keeps waiting for its own client's answer: DESIGN.md, Tenancy)."""
-        run = self.asked.get(msg["id"])
+        run = self._asked.get(msg["id"])
         if run is None or run.task.owner != owner:
             return False
-        key = next(k for k, v in run.asked.items() if v == msg["id"])
-        run.answered(key, msg)
+        key = run.key_of(msg["id"])
+        if key is None:
+            return False
+        self._asked.pop(run.answer(key, msg), None)
         self.report.answered(run.task, key)
         run.settle()
         return True
 
     def forget(self, run: TaskRun) -> None:
-        """The run ended: its requests can no longer be answered."""
-        for asked_id in run.asked.values():
-            self.asked.pop(asked_id, None)
-        run.asked.clear()
+        """The run ends: its requests can no longer be answered."""
+        for asked_id in run.asked_ids():
+            self._asked.pop(asked_id, None)

@@ -128,7 +128,7 @@ class Lease:
             if self._rejoin_due:
                 self._rejoin_due = False
                 try:
-                    restored = await outbox.rejoin(self.engine.running())
+                    restored = await outbox.rejoin(self.engine.running(ending=False))
                 except StoreUnavailable:
                     self._rejoin_due = True
                     raise

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -40,6 +40,9 @@ class Status(StrEnum):
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+# The statuses of a task that has not ended (the mcp_gateway_tasks_live gauge, the shared
+# store's stranded tasks): whatever is not terminal, so a new status is counted at once.
+LIVE = tuple(s for s in Status if s not in TERMINAL)
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.WORKING: frozenset({Status.INPUT_REQUIRED, *TERMINAL}),
     Status.INPUT_REQUIRED: frozenset({Status.WORKING, *TERMINAL}),
@@ -48,6 +51,13 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.FAILED: frozenset(),
     Status.CANCELLED: frozenset(),
 }
+
+
+# The wire a task was created through (tasks/dialects/core.py, extension.py); it renders
+# only there.
+Dialect = Literal["core", "extension"]
+# A record's dialect as read back (a store's JSON): one of these, and kept once.
+_DIALECTS: dict[str, Dialect] = {"core": "core", "extension": "extension"}
 
 
 class InvalidTransition(Exception):
@@ -80,7 +90,7 @@ class Task:
     id: str
     owner: str  # the auth context (or legacy session) it belongs to: who sees it
     tool: str
-    dialect: str  # the wire it was created through; it renders only there
+    dialect: Dialect  # the wire it was created through; it renders only there
     ttl_ms: int | None
     poll_interval_ms: int
     upstream: str = ""
@@ -104,6 +114,7 @@ class Task:
     def __post_init__(self) -> None:
         self.updated_at = self.updated_at or self.created_at
         self.status = Status(self.status)
+        self.dialect = _DIALECTS[self.dialect]
 
     def copy(self) -> Task:
         """A copy that shares nothing mutable with this one (the result bytes are
@@ -150,19 +161,21 @@ class Task:
         return end is not None and now < end + EXPIRED_MEMORY_S
 
     def ended(self, status: Status, message: str | None = None,
-              error: dict[str, Any] | None = None) -> Task:
-        """A copy of this task at its end: no input outstanding, and `error` (the JSON-RPC
-        error that failed it) kept."""
+              error: dict[str, Any] | None = None, *, now: float) -> Task:
+        """A copy of this task at its end (at `now`): no input outstanding, and `error` (the
+        JSON-RPC error that failed it) kept."""
         final = replace(self, inputs={}, error=error if error is not None else self.error)
-        final.move(status, message)
+        final.move(status, message, now=now)
         return final
 
-    def move(self, status: Status, message: str | None = None) -> None:
+    def move(self, status: Status, message: str | None = None, *, now: float) -> None:
         if status not in TRANSITIONS[self.status]:
             raise InvalidTransition(f"task {self.id}: {self.status} -> {status}")
         self.status = status
         self.status_message = message
-        self.touch()
+        self.touch(now)
 
-    def touch(self) -> None:
-        self.updated_at = max(time.time(), self.updated_at)
+    def touch(self, now: float) -> None:
+        """Changed at `now`, by the engine's clock (its `clock`, injectable like the
+        store's); never earlier than a change already recorded."""
+        self.updated_at = max(now, self.updated_at)

@@ -16,15 +16,13 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.errors import StoreUnavailable
 from gateway.observability import log
 from gateway.tasks.generation import Generation
 from gateway.tasks.model import CANCELLED_BY_CLIENT, Status, Task
-from gateway.tasks.run import TaskRun
 from gateway.tasks.store import EVENTS, ReplicaBus, TaskStore
-from gateway.tasks.watchers import Watchers
 
 STRANDED = "the gateway replica running this task stopped"
 
@@ -32,24 +30,43 @@ STRANDED = "the gateway replica running this task stopped"
 Strand = Callable[[Task], Awaitable[Task]]  # the engine ends a task whose replica is gone
 
 
+class Here(Protocol):
+    """What this replica's side of the tasks offers the bus (tasks/local.py `Local`)."""
+
+    def holds(self, task_id: str) -> bool:
+        """Whether the task's call runs here."""
+
+    def working(self, task_id: str) -> bool:
+        """Whether the task's call runs here and no end is being written."""
+
+    async def stop(self, task_id: str, status: Status, why: str) -> Task | None:
+        """End the task whose call runs here."""
+
+    def answer(self, task_id: str, responses: dict[str, Any]) -> bool:
+        """Answers to the inputs of the task whose call runs here."""
+
+    def watching(self, task_id: str) -> bool:
+        """Whether someone here watches the task."""
+
+    def watched(self) -> list[str]:
+        """The ids of the tasks someone here watches."""
+
+    def tell(self, task: Task) -> None:
+        """A change made elsewhere, told to the task's watchers here."""
+
+
 class Replicas:
     def __init__(self, bus: ReplicaBus, store: TaskStore, replica: str, url: str,
-                 runs: dict[str, TaskRun], watchers: Watchers, *,
-                 cancel: Callable[[Task, str], Awaitable[Task]],
-                 answer: Callable[[Task, dict[str, Any]], Awaitable[None]],
-                 strand: Strand) -> None:
+                 here: Here, *, strand: Strand) -> None:
         self.bus = bus
         self.store = store
-        # The engine's: requests from other replicas about tasks whose calls run here, and
-        # the ends of tasks whose replica is gone (only the engine ends tasks).
-        self.cancel = cancel
-        self.answer = answer
-        self.strand = strand
+        # The tasks whose calls run here, and their watchers; requests from other replicas
+        # about those tasks are carried out there.
+        self._here = here
+        self.strand = strand  # the engine's: only it ends tasks (whose replica is gone)
         self.replica = replica
-        self.runs = runs  # the engine's: tasks running here
         self.url = url  # where the other replicas reach this one (replica.url)
         self._told: dict[str, float] = {}  # watched tasks run elsewhere: last change told
-        self.watchers = watchers
         # Monotonic times: other replicas are judged gone only from _judge_from, and only
         # until _fresh_until (while this replica's own beats get through).
         self._judge_from = 0.0
@@ -96,24 +113,24 @@ class Replicas:
             return
         if channel != EVENTS:
             await self._control(task_id, msg)
-        elif msg.get("from") != self.replica and task_id not in self.runs and \
-                self.watchers.watching(task_id):
+        elif msg.get("from") != self.replica and not self._here.holds(task_id) and \
+                self._here.watching(task_id):
             with contextlib.suppress(StoreUnavailable):
                 await self._read_again(task_id)
 
     async def poll(self) -> None:
         """The fallback for announcements lost while a connection was down: watched tasks
         that run elsewhere are read again (each heartbeat), and told if they changed."""
-        self._told = {i: t for i, t in self._told.items() if self.watchers.watching(i)}
-        for task_id in self.watchers.ids():
-            if task_id not in self.runs:
+        self._told = {i: t for i, t in self._told.items() if self._here.watching(i)}
+        for task_id in self._here.watched():
+            if not self._here.holds(task_id):
                 await self._read_again(task_id)
 
     async def _read_again(self, task_id: str) -> None:
         task = await self.store.get(task_id)
         if task is not None and task.updated_at > self._told.get(task_id, 0.0):
             self._told[task_id] = task.updated_at
-            self.watchers.tell(task)
+            self._here.tell(task)
 
     async def recover(self) -> int:
         """At start: tasks a previous life of this replica left running are failed."""
@@ -127,7 +144,7 @@ class Replicas:
         failed = 0
         for task_id in ids:
             task = await self.store.get(task_id)
-            if task is None or task.terminal or task_id in self.runs or \
+            if task is None or task.terminal or self._here.holds(task_id) or \
                     not await self._left(task, mine):
                 continue
             failed += (await self.strand(task)).status is Status.FAILED
@@ -203,13 +220,13 @@ class Replicas:
 
     async def _control(self, task_id: str, msg: dict[str, Any]) -> None:
         """Another replica's request about a task whose call runs here."""
-        run = self.runs.get(task_id)
-        if run is None or run.ending:
+        if not self._here.working(task_id):
             return
         if msg.get("op") == "cancel":
-            await self.cancel(run.task, str(msg.get("why") or CANCELLED_BY_CLIENT))
+            await self._here.stop(task_id, Status.CANCELLED,
+                                  str(msg.get("why") or CANCELLED_BY_CLIENT))
         elif msg.get("op") == "answer" and isinstance(msg.get("responses"), dict):
-            await self.answer(run.task, msg["responses"])
+            self._here.answer(task_id, msg["responses"])
 
 
 

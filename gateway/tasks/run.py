@@ -19,15 +19,12 @@ from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Ticket
-from gateway.tasks.model import Status, Task
+from gateway.tasks.model import Dialect, Status, Task
 from gateway.tasks.policy import Policy, queued_poll_ms
 from gateway.tasks.report import audit
 from gateway.tasks.store import TaskStore
-from gateway.tasks.watchers import Watchers
 
 Relay = Callable[[Message], None]
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +33,7 @@ class Intent:
 
     owner: str
     tool: str
-    dialect: str
+    dialect: Dialect
     upstream: str
     policy: Policy
     ttl: int | None = None  # the ttl the client asked for (core dialect)
@@ -89,56 +86,76 @@ class UpstreamCall(Protocol):
         """Answer a server request the call made (`msg` carries the server's own id)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """What every run tells the one that keeps it (tasks/local.py), and by which clock."""
+
+    changed: Callable[[TaskRun], None]  # its task changed: told now, written behind
+    responded: Callable[[TaskRun, Message], None]  # the call's response: the end to write
+    asked: Callable[[TaskRun, Any], None]  # the server asked for input under this id
+    clock: Callable[[], float]  # the engine's: when the task changed
+
+
 class TaskRun:
-    """A task's upstream call in the background: the call's sink from now on."""
+    """A task's upstream call in the background: the call's sink from now on. It alone
+    changes its working copy of the task; its keeper reads it and asks through verbs."""
 
     takes_mrtr = False  # a modern-only server's input_required becomes the task's inputs
 
-    def __init__(self, task: Task, handover: Handover, changed: Callable[[TaskRun], None],
-                 ended: Callable[[TaskRun, Message], None], index: dict[Any, TaskRun]) -> None:
-        self.task = task  # the working copy: the freshest state, told to watchers
-        self.call: UpstreamCall | None = handover.call  # None once ended (TaskEngine._end)
+    def __init__(self, task: Task, handover: Handover, hooks: Hooks) -> None:
+        self._task = task  # the working copy: the freshest state, told to watchers
+        self._call: UpstreamCall | None = handover.call  # None once ended (`finish`)
         handover.call.sink = self  # the call's messages and response come here from now on
-        self.index = index  # the engine's: id of an input request -> its run
-        self.changed = changed
-        self.respond = ended
-        self.fail_on_is_error = handover.fail_on_is_error
-        self.done = handover.done  # releases the call's process and slot
-        self.relay = handover.relay
-        self.asked: dict[str, Any] = {}  # input key -> the id the server asked under
-        self.keys = 0
-        self.used: set[str] = set()  # every key this task ever showed: never reused
-        self.timers: list[asyncio.TimerHandle] = []
-        self.started = time.monotonic()
-        self.ending = False  # an end is being written: nothing else changes the task
-        self.ended: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
-        self.dirty = False
-        self.flusher: asyncio.Task[None] | None = None
-        self.poll_ms = task.poll_interval_ms  # as suggested when the call runs
+        self._hooks = hooks
+        self._fail_on_is_error = handover.fail_on_is_error
+        self._done = handover.done  # releases the call's process and slot
+        self._relay = handover.relay
+        self._asked: dict[str, Any] = {}  # input key -> the id the server asked under
+        self._keys = 0
+        self._used: set[str] = set()  # every key this task ever showed: never reused
+        self._timers: list[asyncio.TimerHandle] = []
+        self._started = time.monotonic()
+        self._ending = False  # an end is being written: nothing else changes the task
+        self._ended: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
+        self._poll_ms = task.poll_interval_ms  # as suggested when the call runs
         ticket = handover.call.ticket
         if ticket is not None and ticket.queued:
             ticket.on_move = self.queued
             self._show_queue(ticket)
 
+    @property
+    def task(self) -> Task:
+        """The task as it is now (to read: only the run changes it)."""
+        return self._task
+
+    @property
+    def ending(self) -> bool:
+        """Whether an end is being written (or was): the task changes no more here."""
+        return self._ending
+
+    def later(self, delay_s: float, fire: Callable[[], object]) -> None:
+        """`fire()` after `delay_s`, unless the run has ended by then."""
+        self._timers.append(asyncio.get_running_loop().call_later(delay_s, fire))
+
     def queued(self, ahead: int | None) -> None:
         """The call's place in its queue moved (None: it runs now)."""
-        if self.ending or self.call is None:
+        if self._ending or self._call is None:
             return
         if ahead is None:
-            self.task.status_message, self.task.poll_interval_ms = None, self.poll_ms
-        elif self.call.ticket is not None:
-            self._show_queue(self.call.ticket)
-        self.task.touch()
-        self.changed(self)
+            self._task.status_message, self._task.poll_interval_ms = None, self._poll_ms
+        elif self._call.ticket is not None:
+            self._show_queue(self._call.ticket)
+        self._task.touch(self._hooks.clock())
+        self._hooks.changed(self)
 
     def _show_queue(self, ticket: Ticket) -> None:
         """The status says it waits and how many are ahead; polls follow the expected
         wait."""
-        self.task.status_message = f"queued: {ticket.ahead} ahead"
-        self.task.poll_interval_ms = queued_poll_ms(self.poll_ms, ticket.expected_wait_s())
+        self._task.status_message = f"queued: {ticket.ahead} ahead"
+        self._task.poll_interval_ms = queued_poll_ms(self._poll_ms, ticket.expected_wait_s())
 
     def on_message(self, msg: Message) -> None:
-        if self.ending:
+        if self._ending:
             return
         if "id" in msg and "method" in msg:
             self._input(msg)
@@ -146,59 +163,101 @@ class TaskRun:
             params = msg.get("params") or {}
             done, total, note = params.get("progress"), params.get("total"), params.get("message")
             status = f"{_num(done)}/{_num(total)}" if total is not None else f"{_num(done)}"
-            self.task.status_message = f"{status}: {note}" if note else status
-            self.task.touch()
+            self._task.status_message = f"{status}: {note}" if note else status
+            self._task.touch(self._hooks.clock())
         else:
             return
-        self.changed(self)
-        if self.relay is not None:
-            self.relay(msg)
+        self._hooks.changed(self)
+        if self._relay is not None:
+            self._relay(msg)
 
     def _input(self, msg: Message) -> None:
-        task = self.task
-        self.keys += 1
-        key = mcp.input_key(msg, self.keys, self.used)  # spec: unique for the task's life
-        self.asked[key] = msg["id"]
-        self.index[msg["id"]] = self
+        task = self._task
+        self._keys += 1
+        key = mcp.input_key(msg, self._keys, self._used)  # spec: unique for the task's life
+        self._asked[key] = msg["id"]
+        self._hooks.asked(self, msg["id"])
         task.inputs[key] = {"method": msg["method"], "params": msg.get("params", {})}
         if task.status is Status.WORKING:
-            task.move(Status.INPUT_REQUIRED, "waiting for the client's input")
+            task.move(Status.INPUT_REQUIRED, "waiting for the client's input",
+                      now=self._hooks.clock())
             audit("task.input_required", task)
         else:
-            task.touch()
+            task.touch(self._hooks.clock())
 
-    def answered(self, key: str, msg: Message) -> None:
-        """The client's answer to input `key`, sent upstream under the server's own id."""
-        del self.task.inputs[key]
-        asked_id = self.asked.pop(key)
-        self.index.pop(asked_id, None)
+    def key_of(self, asked_id: Any) -> str | None:
+        """The input key of the server's request `asked_id`, while it is outstanding."""
+        return next((k for k, v in self._asked.items() if v == asked_id), None)
+
+    def asked_ids(self) -> list[Any]:
+        """The ids of the server's input requests still outstanding."""
+        return list(self._asked.values())
+
+    def answer(self, key: str, msg: Message) -> Any:
+        """The client's answer to input `key`, sent upstream under the server's own id
+        (returned)."""
+        del self._task.inputs[key]
+        asked_id = self._asked.pop(key)
         msg["id"] = asked_id
-        assert self.call is not None  # answers reach running tasks only
-        self.call.reply(asked_id, msg)
+        if self._call is not None:  # answers reach running tasks only
+            self._call.reply(asked_id, msg)
+        return asked_id
 
     def settle(self) -> None:
         """After answers: the task works again once nothing is outstanding."""
-        if not self.task.inputs and self.task.status is Status.INPUT_REQUIRED:
-            self.task.move(Status.WORKING)
-        self.task.touch()
-        self.changed(self)
+        now = self._hooks.clock()
+        if not self._task.inputs and self._task.status is Status.INPUT_REQUIRED:
+            self._task.move(Status.WORKING, now=now)
+        self._task.touch(now)
+        self._hooks.changed(self)
 
     def on_response(self, msg: Message) -> None:
-        if not self.ending:
-            self.ending = True
-            self.respond(self, msg)
+        if not self._ending:
+            self._ending = True
+            self._hooks.responded(self, msg)
+
+    def stop(self, why: str) -> bool:
+        """Cancel the call upstream: its end is to be written. False when an end is being
+        written already (`ended` tells it)."""
+        if self._ending:
+            return False
+        self._ending = True
+        if self._call is not None:
+            self._call.cancel(why)
+        return True
+
+    async def ended(self) -> Task:
+        """The task as its end was written (or as it ended when the store failed)."""
+        return await asyncio.shield(self._ended)
+
+    def finish(self, task: Task) -> float:
+        """The end is written: `task` is final, the call and its process let go, timers
+        off, whoever waits on `ended` told. The seconds it ran."""
+        self._task = task
+        # The call names its run as sink: without this the pair (and the result) would wait
+        # for the garbage collector, which a quiet gateway may not run for a long while.
+        self._call = None
+        for timer in self._timers:
+            timer.cancel()
+        self._asked.clear()
+        if self._done is not None:
+            self._done()
+        self._ended.set_result(task)
+        return time.monotonic() - self._started
 
     def outcome(self, msg: Message) -> Task:
         """The task as the call's response ends it (not yet written)."""
+        now = self._hooks.clock()
         error = msg.get("error")
         if error is not None:
-            final = self.task.ended(Status.FAILED,
-                                    str(error.get("message") or "the call failed"), error)
+            final = self._task.ended(Status.FAILED,
+                                     str(error.get("message") or "the call failed"), error,
+                                     now=now)
             final.size = len(jsonrpc.dumps(error))  # the server's error is kept like a result
             return final
         result = msg.get("result") or {}
-        failed = self.fail_on_is_error and result.get("isError") is True
-        final = self.task.ended(Status.FAILED if failed else Status.COMPLETED)
+        failed = self._fail_on_is_error and result.get("isError") is True
+        final = self._task.ended(Status.FAILED if failed else Status.COMPLETED, now=now)
         # An exact-size copy: orjson's own buffer keeps 4 KiB even for small results.
         final.result = bytes(memoryview(jsonrpc.dumps(result)))
         final.size = len(final.result)
@@ -231,33 +290,45 @@ class Background:
 
 
 class WriteBehind:
-    """A run's changes: told to its watchers at once, written to the store behind them, in
-    order, once per burst (a run's end waits for the write in flight: see the engine)."""
+    """Runs' changes: told to their watchers at once, written to the store behind them, in
+    order, once per burst (a run's end waits for the write in flight: `written`)."""
 
-    def __init__(self, store: TaskStore, watchers: Watchers,
+    def __init__(self, store: TaskStore, tell: Callable[[Task], None],
                  spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]]) -> None:
-        self.store = store
-        self.watchers = watchers
-        self.spawn = spawn
+        self._store = store
+        self._tell = tell
+        self._spawn = spawn
+        self._dirty: set[str] = set()  # tasks changed since their last write began
+        self._flushers: dict[str, asyncio.Task[None]] = {}  # a write in flight, by task
 
     def changed(self, run: TaskRun) -> None:
-        run.dirty = True
-        if run.flusher is None:
-            run.flusher = self.spawn(self._flush(run))
-        self.watchers.tell(run.task)
+        task_id = run.task.id
+        self._dirty.add(task_id)
+        if task_id not in self._flushers:
+            self._flushers[task_id] = self._spawn(self._flush(run))
+        self._tell(run.task)
+
+    async def written(self, task_id: str) -> None:
+        """Once the write in flight for the task, if any, is done (its error, if any, is
+        logged by itself)."""
+        flusher = self._flushers.get(task_id)
+        if flusher is not None:
+            await asyncio.wait({flusher})
 
     async def _flush(self, run: TaskRun) -> None:
+        task_id = run.task.id
         try:
-            while run.dirty and not run.ending:
-                run.dirty = False
-                await self.store.save(run.task.copy())
+            while task_id in self._dirty and not run.ending:
+                self._dirty.discard(task_id)
+                await self._store.save(run.task.copy())
         finally:
-            run.flusher = None
+            self._dirty.discard(task_id)
+            del self._flushers[task_id]
 
 
 def _num(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
-__all__ = ["Attach", "Background", "Handover", "Intent", "Relay", "TaskRun", "UpstreamCall",
-           "WriteBehind"]
+__all__ = ["Attach", "Background", "Handover", "Hooks", "Intent", "Relay", "TaskRun",
+           "UpstreamCall", "WriteBehind"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 from test_task_store import Clock, add
@@ -47,7 +49,8 @@ async def test_final_message_per_status() -> None:
     task = (await engine.owned("me", core.NAME))[0].copy()
     task.status = Status.WORKING
     task.result = orjson.dumps({"content": [], "_meta": {"keep": 1}})
-    task.move(Status.FAILED)  # isError results fail the task yet are returned as results
+    # isError results fail the task yet are returned as results
+    task.move(Status.FAILED, now=time.time())
     final = core.final(task, 7)
     assert final["result"]["_meta"] == {"keep": 1, core.RELATED_TASK: {"taskId": task.id}}
     task.result, task.error = None, {"code": -32000, "message": "boom"}

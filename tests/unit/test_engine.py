@@ -98,7 +98,7 @@ async def test_input_answer_progress_and_result(store: MemoryStore) -> None:
     assert stored is not None and stored.status is Status.COMPLETED
     assert stored.result == b'{"content":[]}' and store.stored_bytes() == len(stored.result)
     assert [t.status for t in told] == ["input_required", "working", "working", "completed"]
-    assert not engine.live() and not call.cancelled
+    assert not engine.running() and not call.cancelled
 
 
 async def test_core_reply_with_an_error_goes_upstream(store: MemoryStore) -> None:
@@ -147,7 +147,7 @@ async def test_expiry_while_running_cancels_releases_and_returns_the_bytes(
     released = []
     task, call, _ = await running(engine, ttl_ms=30, done=lambda: released.append(True))
     await asyncio.sleep(0.1)
-    assert call.cancelled and released and not engine.live()
+    assert call.cancelled and released and not engine.running()
     call.sink.on_response(jsonrpc.result(7, {"content": ["x" * 500]}))
     await settled()
     assert store.stored_bytes() == 0 and len(store) == 0
@@ -211,7 +211,7 @@ async def test_a_store_that_goes_away_never_leaves_a_watcher_hanging() -> None:
     call.sink.on_message(jsonrpc.notification("notifications/progress", {"progress": 1}))
     call.sink.on_response(jsonrpc.result(7, {"content": []}))
     await settled()
-    assert told[-1].status is Status.COMPLETED and not engine.live()
+    assert told[-1].status is Status.COMPLETED and not engine.running()
 
 
 async def test_a_call_that_cannot_be_handed_over_leaves_no_task(store: MemoryStore) -> None:
@@ -229,7 +229,7 @@ async def test_a_call_that_cannot_be_handed_over_leaves_no_task(store: MemorySto
     with pytest.raises(RuntimeError):
         await engine.adopt(intent(), failing)
     assert await store.owned_by("me") == []
-    assert engine.live() == []
+    assert engine.running() == []
 
 
 async def test_a_queued_task_says_how_many_are_ahead_and_its_timeout_waits_for_its_turn(

@@ -5,6 +5,7 @@ restored where it was lost; a full outbox refuses new tasks, never an accepted t
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -63,7 +64,7 @@ async def made(outbox: Outbox, owner: str = "me") -> Task:
 
 
 def ended(task: Task, text: str = "done") -> Task:
-    final = task.ended(Status.COMPLETED)
+    final = task.ended(Status.COMPLETED, now=time.time())
     final.result = b'{"content":[{"type":"text","text":"%s"}]}' % text.encode()
     final.size = len(final.result)
     return final
@@ -123,7 +124,8 @@ async def test_a_terminal_entry_stays_terminal(store) -> None:
     task = await made(outbox)
     store.down = True
     assert await outbox.save(ended(task))
-    assert not await outbox.save(task.ended(Status.CANCELLED, "late"))  # as the store would
+    late = task.ended(Status.CANCELLED, "late", now=time.time())
+    assert not await outbox.save(late)  # as the store would
     store.down = False
     await outbox.flush()
     got = await store.get(task.id)
@@ -178,7 +180,8 @@ async def test_a_judgement_from_a_read_is_never_kept(store) -> None:
     task = await made(outbox)
     store.down = True
     with pytest.raises(StoreUnavailable):
-        await outbox.save(task.ended(Status.FAILED, "the replica stopped"), keep=False)
+        await outbox.save(task.ended(Status.FAILED, "the replica stopped", now=time.time()),
+                          keep=False)
     assert len(outbox) == 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 
 import orjson
@@ -264,7 +265,8 @@ async def test_a_message_without_the_replicas_seal_steers_nothing(replica, liste
     task, call, _ = await running(a)
     store = a.replicas.store
     assert isinstance(store, RedisStore)
-    forged_end = {**task.ended(Status.COMPLETED).record(), "result": {"content": ["forged"]}}
+    forged_end = {**task.ended(Status.COMPLETED, now=time.time()).record(),
+                  "result": {"content": ["forged"]}}
     with capture_logs() as logs:
         await store.redis.publish(store.key("ctl:a"),
                                   orjson.dumps({"op": "cancel", "task": task.id}))

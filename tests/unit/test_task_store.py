@@ -44,11 +44,11 @@ def test_only_the_spec_transitions_are_allowed(start: Status, end: Status) -> No
     allowed = {Status.WORKING: {"input_required", "completed", "failed", "cancelled"},
                Status.INPUT_REQUIRED: {"working", "completed", "failed", "cancelled"}}
     if end in allowed.get(start, set()):
-        t.move(end, "why")
+        t.move(end, "why", now=time.time())
         assert (t.status, t.status_message) == (end, "why")
     else:
         with pytest.raises(InvalidTransition):
-            t.move(end)
+            t.move(end, now=time.time())
     assert TRANSITIONS[Status.COMPLETED] == frozenset()
 
 
@@ -56,7 +56,7 @@ def test_timestamps_are_iso_utc() -> None:
     assert iso(0) == "1970-01-01T00:00:00.000Z"
     t = task()
     before = t.updated_at
-    t.move(Status.INPUT_REQUIRED)
+    t.move(Status.INPUT_REQUIRED, now=time.time())
     assert t.updated_at >= before >= t.created_at
 
 
@@ -91,7 +91,7 @@ async def add(store: TaskStore, owner: str, ttl_ms: int | None = 10_000,
              created_at=store.clock())  # type: ignore[attr-defined]
     await store.create(t)
     if status is not Status.WORKING:
-        t.move(status)
+        t.move(status, now=time.time())
         assert await store.save(t)
     return t
 
@@ -195,11 +195,11 @@ async def test_terminal_stays_terminal_whoever_writes_last(make_store) -> None:
     store = make_store(Clock())
     t = await add(store, "a", status=Status.WORKING)
     late = t.copy()
-    t.move(Status.CANCELLED)
+    t.move(Status.CANCELLED, now=time.time())
     assert await store.save(t)
     late.status_message = "50%"  # a stale working copy written after the end
     assert not await store.save(late)
-    late.move(Status.COMPLETED)
+    late.move(Status.COMPLETED, now=time.time())
     assert not await store.save(late)
     stored = await store.get(t.id)
     assert stored is not None and stored.status is Status.CANCELLED
@@ -340,7 +340,7 @@ async def test_an_unacknowledged_creation_leaves_no_task(redis_server, key_prefi
             except StoreUnavailable:
                 await asyncio.sleep(0.1)
         assert await store.get(acked.id) is not None
-        acked.move(Status.COMPLETED)
+        acked.move(Status.COMPLETED, now=time.time())
         assert await store.save(acked)  # an end waits for the replica too
     finally:
         follower.stop()
@@ -399,7 +399,7 @@ async def ended(store: RedisStore, owner: str, text: str) -> Task:
     await store.create(done)
     done.result = orjson.dumps({"content": [{"type": "text", "text": text}]})
     done.size = len(done.result)
-    done.move(Status.COMPLETED, "finished well")
+    done.move(Status.COMPLETED, "finished well", now=time.time())
     assert await store.save(done)
     return done
 

@@ -29,6 +29,17 @@ def task_id_of(params: dict[str, Any]) -> Any:
     return params.get("taskId")
 
 
+def watch_progress(params: dict[str, Any]) -> bool:
+    """Ask the upstream for progress on a call that is, or may become, a task, so its
+    statusMessage can tell how far it got. True when the gateway asked (the client did
+    not, and its progress goes nowhere); False when the client asked itself."""
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and "progressToken" in meta:
+        return False
+    params["_meta"] = {**(meta if isinstance(meta, dict) else {}), "progressToken": "task"}
+    return True
+
+
 def task_fields(task: Task, ttl_key: str, poll_key: str) -> dict[str, Any]:
     """The Task object both dialects share; they differ only in the names of two fields."""
     out: dict[str, Any] = {"taskId": task.id, "status": str(task.status),

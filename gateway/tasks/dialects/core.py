@@ -18,9 +18,9 @@ from gateway import errors
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.dialects import task_fields
-from gateway.tasks.model import Status, Task
+from gateway.tasks.model import Dialect, Status, Task
 
-NAME = "core"
+NAME: Dialect = "core"
 VERSION = "2025-11-25"  # the only revision with core tasks (the extension replaces them)
 RESULT = "tasks/result"
 METHODS = frozenset({"tasks/get", "tasks/list", "tasks/cancel", RESULT})

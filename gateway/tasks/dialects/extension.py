@@ -11,10 +11,10 @@ import orjson
 
 from gateway import errors
 from gateway.tasks.dialects import task_fields
-from gateway.tasks.model import Status, Task
+from gateway.tasks.model import Dialect, Status, Task
 
 EXTENSION = "io.modelcontextprotocol/tasks"
-NAME = "extension"
+NAME: Dialect = "extension"
 METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 NOTIFICATION = "notifications/tasks"
 

@@ -13,7 +13,7 @@ import orjson
 from gateway import errors
 from gateway.tasks.dialects import Lacking, check_scopes, core, extension, task_id_of, unscoped
 from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
-from gateway.tasks.model import Task
+from gateway.tasks.model import Dialect, Task
 
 
 # -- core tasks (2025-11-25) -------------------------------------------------------------
@@ -97,7 +97,7 @@ async def extension_request(engine: TaskEngine, method: str, params: dict[str, A
 
 
 # -- both ---------------------------------------------------------------------------------
-async def _lookup(engine: TaskEngine, task_id: Any, owner: str, dialect: str,
+async def _lookup(engine: TaskEngine, task_id: Any, owner: str, dialect: Dialect,
                   lacking: Lacking, wording: str = "") -> Task:
     """The owner's task of `dialect` (a task renders only in the dialect it was created
     in); -32602 for unknown, expired, foreign or other-dialect ids, each dialect in its own

@@ -41,7 +41,7 @@ import orjson
 from cachetools import LRUCache
 
 from gateway.keyring import derive
-from gateway.tasks.model import EXPIRED_MEMORY_S, TERMINAL, TRANSITIONS, Status, Task
+from gateway.tasks.model import EXPIRED_MEMORY_S, LIVE, TERMINAL, TRANSITIONS, Status, Task
 from gateway.tasks.store import EVENTS, ResultTooLarge, StoreFull
 from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded, text
 from gateway.tasks.store.vault import Stored, Vault
@@ -162,13 +162,14 @@ local gone = prune(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 return {gone, tonumber(redis.call('GET', KEYS[3]) or '0')}
 """
 
-# Tasks a replica ran that have not ended; ids that ended or went leave its set.
+# Tasks a replica ran that have not ended (a LIVE status); ids that ended or went leave
+# its set.
 # KEYS: run:<replica>; ARGV: prefix
 _STRANDED = """
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local status = redis.call('HGET', ARGV[1] .. 't:' .. id, 'status')
-  if status == 'working' or status == 'input_required' then table.insert(out, id)
+  if """ + " or ".join(f"status == '{s}'" for s in LIVE) + """ then table.insert(out, id)
   else redis.call('SREM', KEYS[1], id) end
 end
 return out
@@ -193,7 +194,6 @@ def _interned(task: Task) -> Task:
     task.owner, task.tool = sys.intern(task.owner), sys.intern(task.tool)
     task.quota = sys.intern(task.quota)
     task.upstream, task.replica = sys.intern(task.upstream), sys.intern(task.replica)
-    task.dialect = sys.intern(task.dialect)
     return task
 
 

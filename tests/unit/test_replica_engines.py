@@ -327,17 +327,17 @@ async def test_a_running_task_is_read_on_another_replica_from_its_announcements(
     asked = await quietly(b, task.id, lambda t: t.status is Status.INPUT_REQUIRED)
     assert list(asked.inputs) == ["elicitation-1"]
 
-    store = b.replicas.store
-    assert isinstance(store, RedisStore)
-    store.link._heard_through -= 5  # no pong for 5 s: the bus may have stalled
+    store, bus = b.replicas.store, b.replicas.bus
+    assert isinstance(store, RedisStore) and isinstance(bus, RedisBus)
+    bus._heard_through -= 5  # no pong for 5 s: the bus may have stalled
     before = store.requests
     assert (await b.find(task.id, "me")).status is Status.INPUT_REQUIRED
     assert store.requests > before  # read from the store
     await quietly(b, task.id, lambda t: True)  # heard again: quiet again
 
-    epoch = store.link.epoch
+    epoch = bus.epoch
     await a.replicas.store.redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
-    await until(lambda: store.link.epoch > epoch)  # b saw its subscription go
+    await until(lambda: bus.epoch > epoch)  # b saw its subscription go
     before = store.requests
     assert (await b.find(task.id, "me")).status is Status.INPUT_REQUIRED
     assert store.requests > before  # what b heard before its new subscription is not used

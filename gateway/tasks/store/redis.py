@@ -14,24 +14,23 @@ Keys, under `store.key_prefix` (P):
                        their owner (a legacy session's, against its principal: Task.quota)
     P sizes, P bytes   bytes of each result or error held, and their sum: `max_stored_bytes`
     P run:<replica>    the tasks a replica runs; P replicas: every replica with such a set
-    P lease:<replica>  (redis_link.py)
+    P lease:<replica>  (redis_bus.py)
     P gone:<id>        the owner of a running task ended at its ttl (it answers "expired")
 
-Whatever checks a bound or a status is one Lua script, atomic across replicas: creation
-checks both task bounds; a save is compare-and-set against the transition table (a terminal
-record stays terminal, whoever writes last) and checks the bytes bound. The scripts name a
-task's hash from the prefix, so a cluster (keys spread over shards) is not supported.
+Whatever checks a bound or a status is one Lua script, atomic across replicas
+(redis_scripts.py); `RedisStore` seals what it writes (vault.py), reads, and keeps what it
+read, wrote or heard announced of records, so that most reads need no round trip.
 
-The connection (URL or Sentinel), its failures, acknowledgements by store replicas, leases
-and channels are redis_link.py's. With `store.min_replicas_acked` N, a creation, an input
-request and an end wait for N store replicas: a creation they did not take is undone (no
-handle goes out), a change stays in the replica's outbox and is written again.
+The connection (URL or Sentinel), its failures and acknowledgements by store replicas are
+redis_link.py's; leases and channels redis_bus.py's. With `store.min_replicas_acked` N, a
+creation, an input request and an end wait for N store replicas: a creation they did not
+take is undone (no handle goes out), a change stays in the replica's outbox and is written
+again.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -41,139 +40,11 @@ import orjson
 from cachetools import LRUCache
 
 from gateway.keyring import derive
-from gateway.tasks.model import EXPIRED_MEMORY_S, LIVE, TERMINAL, TRANSITIONS, Status, Task
-from gateway.tasks.store import EVENTS, ResultTooLarge, StoreFull
+from gateway.tasks.model import Task
+from gateway.tasks.store import ResultTooLarge, StoreFull
 from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded, text
+from gateway.tasks.store.redis_scripts import Scripts
 from gateway.tasks.store.vault import Stored, Vault
-
-# Tasks whose ttl passed leave the bounds (their hashes linger as "expired" a while).
-_PRUNE = """
-local function prune(live, sizes, bytes, now)
-  local gone = redis.call('ZRANGEBYSCORE', live, '-inf', now, 'LIMIT', 0, 500)
-  for _, id in ipairs(gone) do
-    local size = redis.call('HGET', sizes, id)
-    if size then
-      redis.call('DECRBY', bytes, size)
-      redis.call('HDEL', sizes, id)
-    end
-  end
-  if #gone > 0 then redis.call('ZREM', live, unpack(gone)) end
-  return #gone
-end
-"""
-
-# KEYS: live, what it is counted in (q:<quota>, else o:<owner>), t:<id>, run:<replica>,
-#       replicas, sizes, bytes, events, o:<owner>
-# ARGV: id, now, score, max_tasks, max_per_owner, status, owner, replica, rec, pexpireat,
-#       the announcement, quota, seal
-_CREATE = _PRUNE + """
-prune(KEYS[1], KEYS[6], KEYS[7], ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 1 end
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 2 end
-redis.call('HSET', KEYS[3], 'status', ARGV[6], 'owner', ARGV[7], 'replica', ARGV[8],
-           'rec', ARGV[9], 'quota', ARGV[12], 'seal', ARGV[13])
-if ARGV[10] ~= '' then redis.call('PEXPIREAT', KEYS[3], ARGV[10]) end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('ZADD', KEYS[9], ARGV[3], ARGV[1])
-if ARGV[8] ~= '' then
-  redis.call('SADD', KEYS[4], ARGV[1])
-  redis.call('SADD', KEYS[5], ARGV[8])
-end
-redis.call('PUBLISH', KEYS[8], ARGV[11])
-return 0
-"""
-
-# KEYS: t:<id>, live, sizes, bytes, run:<replica>, events
-# ARGV: id, ",<statuses that may move to status>,", status, size, max_stored, rec, res,
-#       terminal ("1" or "0"), the announcement, seal (over rec and res as they are
-#       stored: a save without a result drops any held, so the seal holds for what is kept)
-_SAVE = """
-local total = tonumber(redis.call('GET', KEYS[4]) or '0')
-local cur = redis.call('HGET', KEYS[1], 'status')
-if not cur or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {0, total} end
-if cur ~= ARGV[3] and not string.find(ARGV[2], ',' .. cur .. ',', 1, true) then
-  return {0, total}
-end
-local old = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
-local new = tonumber(ARGV[4])
-if new ~= old then
-  if total - old + new > tonumber(ARGV[5]) then return {-1, total} end
-  total = redis.call('INCRBY', KEYS[4], new - old)
-  if new > 0 then redis.call('HSET', KEYS[3], ARGV[1], new)
-  else redis.call('HDEL', KEYS[3], ARGV[1]) end
-end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'rec', ARGV[6], 'seal', ARGV[10])
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[7])
-else redis.call('HDEL', KEYS[1], 'res') end
-if ARGV[8] == '1' then redis.call('SREM', KEYS[5], ARGV[1]) end
-redis.call('PUBLISH', KEYS[6], ARGV[9])
-return {1, total}
-"""
-
-# A record written again as it is, where the store has lost it (restarted empty, or failed
-# over to a replica that lagged): no bound is checked, the task was accepted already.
-# KEYS: t:<id>, live, o:<owner>, run:<replica>, replicas, sizes, bytes, what it is counted
-#       in (q:<quota>, else o:<owner>)
-# ARGV: id, status, owner, replica, rec, res, score, pexpireat, size, running ("1"/"0"),
-#       quota, seal
-_RESTORE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'owner', ARGV[3], 'replica', ARGV[4],
-           'rec', ARGV[5], 'quota', ARGV[11], 'seal', ARGV[12])
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[6]) end
-if ARGV[8] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[8]) end
-redis.call('ZADD', KEYS[2], ARGV[7], ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
-redis.call('ZADD', KEYS[8], ARGV[7], ARGV[1])
-if tonumber(ARGV[9]) > 0 then
-  redis.call('HSET', KEYS[6], ARGV[1], ARGV[9])
-  redis.call('INCRBY', KEYS[7], ARGV[9])
-end
-if ARGV[10] == '1' and ARGV[4] ~= '' then
-  redis.call('SADD', KEYS[4], ARGV[1])
-  redis.call('SADD', KEYS[5], ARGV[4])
-end
-return 1
-"""
-
-# KEYS: t:<id>, live, sizes, bytes, gone:<id>; ARGV: id, expired, remember ms, prefix
-_DELETE = """
-local held = redis.call('HMGET', KEYS[1], 'owner', 'replica', 'quota')
-if not held[1] then return tonumber(redis.call('GET', KEYS[4]) or '0') end
-local size = redis.call('HGET', KEYS[3], ARGV[1])
-if size then
-  redis.call('DECRBY', KEYS[4], size)
-  redis.call('HDEL', KEYS[3], ARGV[1])
-end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', ARGV[4] .. 'o:' .. held[1], ARGV[1])
-if held[3] and held[3] ~= '' then redis.call('ZREM', ARGV[4] .. 'q:' .. held[3], ARGV[1]) end
-redis.call('SREM', ARGV[4] .. 'run:' .. held[2], ARGV[1])
-if ARGV[2] == '1' then redis.call('SET', KEYS[5], held[1], 'PX', ARGV[3]) end
-return tonumber(redis.call('GET', KEYS[4]) or '0')
-"""
-
-# KEYS: live, sizes, bytes; ARGV: now
-_SWEEP = _PRUNE + """
-local gone = prune(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
-return {gone, tonumber(redis.call('GET', KEYS[3]) or '0')}
-"""
-
-# Tasks a replica ran that have not ended (a LIVE status); ids that ended or went leave
-# its set.
-# KEYS: run:<replica>; ARGV: prefix
-_STRANDED = """
-local out = {}
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local status = redis.call('HGET', ARGV[1] .. 't:' .. id, 'status')
-  if """ + " or ".join(f"status == '{s}'" for s in LIVE) + """ then table.insert(out, id)
-  else redis.call('SREM', KEYS[1], id) end
-end
-return out
-"""
 
 FINISHED_CACHE_BYTES = 32 << 20
 RUNNING_CACHE_BYTES = 16 << 20
@@ -197,15 +68,6 @@ def _interned(task: Task) -> Task:
     return task
 
 
-def _ms(seconds: float) -> int:
-    return math.ceil(seconds * 1000)
-
-
-# From which statuses each status may be reached (itself included: a new message, inputs).
-_SOURCES = {s: "," + ",".join([str(s), *(str(f) for f in Status if s in TRANSITIONS[f])]) + ","
-            for s in Status}
-
-
 class RedisStore:
     def __init__(self, url: str | None, prefix: str, max_tasks: int, max_per_owner: int,
                  max_result_bytes: int, max_stored_bytes: int, replica: str = "",
@@ -216,7 +78,6 @@ class RedisStore:
         records (vault.py); without it neither is sealed (settings insist on one)."""
         self.url = url
         self.replica = replica  # the writer named in announcements
-        self.prefix = prefix
         self.max_tasks = max_tasks
         self.max_per_owner = max_per_owner
         self.max_result_bytes = max_result_bytes
@@ -227,14 +88,8 @@ class RedisStore:
                               secret=None if secret is None else derive(secret, "channel"))
         self.stored = Stored(None if secret is None else Vault(secret))
         self.redis = self.link.redis
-        self._run = self.link.run
         self.key = self.link.key
-        self._create = self.redis.register_script(_CREATE)
-        self._save = self.redis.register_script(_SAVE)
-        self._restore = self.redis.register_script(_RESTORE)
-        self._delete = self.redis.register_script(_DELETE)
-        self._sweep = self.redis.register_script(_SWEEP)
-        self._stranded = self.redis.register_script(_STRANDED)
+        self._scripts = Scripts(self.link, max_tasks, max_per_owner, max_stored_bytes, clock)
         # Finished records read, written or announced lately (a terminal record never
         # changes; it only goes at its ttl, which reads check), bounded in bytes.
         self._finished: LRUCache[str, Task] = LRUCache(FINISHED_CACHE_BYTES,
@@ -242,7 +97,7 @@ class RedisStore:
         # Running records other replicas announced, with the subscription that heard them:
         # current while that subscription is fresh (every later change would have been
         # heard), so a read of them needs no round trip.
-        self._running: LRUCache[str, tuple[Task, int]] = LRUCache(
+        self._running: LRUCache[str, tuple[Task, Callable[[], bool]]] = LRUCache(
             RUNNING_CACHE_BYTES, getsizeof=lambda held: 512 + 256 * len(held[0].inputs))
         self._bytes = 0
         self.round_trips = 0
@@ -257,16 +112,8 @@ class RedisStore:
     async def create(self, task: Task) -> None:
         rec, _ = _encode(task)
         kept, _, seal = self.stored.close(task, rec, b"")
-        end = task.expires_at
         try:
-            refused = await self._run(self._create, durable=True, keys=[
-                self.key("live"), self._counted_in(task), self.key("t", task.id),
-                self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
-                self.key("bytes"), self.key(EVENTS), self.key("o", task.owner)], args=[
-                task.id, _ms(self.clock()), "+inf" if end is None else _ms(end),
-                self.max_tasks, self.max_per_owner, str(task.status), task.owner,
-                task.replica, kept, "" if end is None else _ms(end + EXPIRED_MEMORY_S),
-                self._announcement(task, rec), task.quota, seal])
+            refused = await self._scripts.create(task, kept, seal, self._announcement(task, rec))
         except NotAcked:
             with contextlib.suppress(*DOWN):  # not durable: no handle, so no record
                 await self._forget(task.id, expired=False)
@@ -276,14 +123,9 @@ class RedisStore:
         if refused == 2:
             raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks")
 
-    def _counted_in(self, task: Task) -> str:
-        """The key whose size `max_tasks_per_owner` bounds for this task."""
-        return self.key("q", task.quota) if task.quota else self.key("o", task.owner)
-
     async def get(self, task_id: str) -> Task | None:
         task = self._finished.get(task_id)
-        if task is None and (heard := self._running.get(task_id)) is not None and \
-                self.link.fresh(heard[1]):
+        if task is None and (heard := self._running.get(task_id)) is not None and heard[1]():
             task = heard[0]
         if task is None:
             task = await self._read(task_id)
@@ -323,19 +165,12 @@ class RedisStore:
                                  f"{self.max_result_bytes} bytes per task")
         rec, res = _encode(task)
         kept, res, seal = self.stored.close(task, rec, res)
-        terminal = task.status in TERMINAL
-        # What a client must act on waits for the store replicas; progress does not (the
-        # next change or the end writes it again).
-        saved, self._bytes = await self._run(self._save, durable=terminal or bool(task.inputs),
-            keys=[self.key("t", task.id), self.key("live"), self.key("sizes"),
-                  self.key("bytes"), self.key("run", task.replica), self.key(EVENTS)],
-            args=[task.id, _SOURCES[task.status], str(task.status), task.size,
-                  self.max_stored_bytes, kept, res, "1" if terminal else "0",
-                  self._announcement(task, rec), seal])
+        saved, self._bytes = await self._scripts.save(task, kept, res, seal,
+                                                      self._announcement(task, rec))
         if saved == -1:
             raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
                                  "bytes) is full")
-        if saved and terminal:  # read here next, most likely: no round trip then
+        if saved and task.terminal:  # read here next, most likely: no round trip then
             self._finished[task.id] = task.copy()
         return bool(saved)
 
@@ -351,16 +186,17 @@ class RedisStore:
             out["end"] = task.record()
         return self.link.seal.close(orjson.dumps(out))
 
-    def heard(self, msg: dict[str, Any]) -> None:
+    def heard(self, msg: dict[str, Any], fresh: Callable[[], bool]) -> None:
         """An announcement heard on the bus (`msg` loses what it carried): another
-        replica's running record is kept while the bus stays fresh, an end among the
-        finished records; a change that came without its record makes the kept one stale."""
+        replica's running record is kept while `fresh()` (the bus's subscription that heard
+        it is current: redis_bus.py), an end among the finished records; a change that came
+        without its record makes the kept one stale."""
         task_id, live, end = msg.get("task"), msg.pop("live", None), msg.pop("end", None)
         if msg.get("from") == self.replica or not isinstance(task_id, str):
             return
         self._running.pop(task_id, None)
         if isinstance(live, dict):
-            self._running[task_id] = (_interned(Task(**live)), self.link.epoch)
+            self._running[task_id] = (_interned(Task(**live)), fresh)
         elif isinstance(end, dict):
             self._finished[task_id] = _interned(Task.from_record(end))
 
@@ -373,24 +209,10 @@ class RedisStore:
         tasks = [t for t in tasks if not self._due(t)]
         restored = 0
         for at in range(0, len(tasks), RESTORE_BATCH):
-            batch = tasks[at:at + RESTORE_BATCH]
-            def add(pipe: Any, batch: list[Task] = batch) -> None:
-                for task in batch:
-                    self._restore_one(pipe, task)
-            out = await self.link.pipelined(add, self._restore)
-            restored += sum(int(n) for n in out)
+            restored += await self._scripts.restore([
+                (task, *self.stored.close(task, *_encode(task)))
+                for task in tasks[at:at + RESTORE_BATCH]])
         return restored
-
-    def _restore_one(self, pipe: Any, task: Task) -> None:
-        rec, res, seal = self.stored.close(task, *_encode(task))
-        end = task.expires_at
-        keys = [self.key("t", task.id), self.key("live"), self.key("o", task.owner),
-                self.key("run", task.replica), self.key("replicas"), self.key("sizes"),
-                self.key("bytes"), self._counted_in(task)]
-        pipe.evalsha(self._restore.sha, len(keys), *keys, task.id, str(task.status),
-                     task.owner, task.replica, rec, res, "+inf" if end is None else _ms(end),
-                     "" if end is None else _ms(end + EXPIRED_MEMORY_S), task.size,
-                     "0" if task.terminal else "1", task.quota, seal)
 
     def kept(self) -> list[Task]:
         """Copies of the finished records read, written or heard announced here lately,
@@ -403,17 +225,12 @@ class RedisStore:
 
     async def _forget(self, task_id: str, *, expired: bool) -> None:
         self._finished.pop(task_id, None)
-        self._bytes = await self._delete(
-            keys=[self.key("t", task_id), self.key("live"), self.key("sizes"),
-                  self.key("bytes"), self.key("gone", task_id)],
-            args=[task_id, "1" if expired else "0", _ms(EXPIRED_MEMORY_S), self.prefix])
+        self._bytes = await self._scripts.delete(task_id, expired=expired)
 
     @guarded
     async def sweep(self) -> int:
-        gone, self._bytes = await self._sweep(
-            keys=[self.key("live"), self.key("sizes"), self.key("bytes")],
-            args=[_ms(self.clock())])
-        return int(gone)
+        gone, self._bytes = await self._scripts.sweep()
+        return gone
 
     @guarded
     async def knows(self, task_id: str) -> bool:
@@ -423,24 +240,21 @@ class RedisStore:
         """Of every replica, as of this replica's last write or sweep."""
         return self._bytes
 
+    # -- the replicas' run sets (read by the bus: redis_bus.py) -------------------------------
     @guarded
-    async def stranded(self, replica: str | None = None) -> list[str]:
-        """Running tasks of `replica`, or of every replica whose lease has gone."""
-        if replica is not None:
-            return await self._stranded_on(replica)
-        out: list[str] = []
-        for name in await self.redis.smembers(self.key("replicas")):
-            gone = text(name)
-            if not await self.redis.exists(self.key("lease", gone)):
-                ids = await self._stranded_on(gone)
-                out += ids
-                if not ids:
-                    await self.redis.srem(self.key("replicas"), gone)
-        return out
+    async def stranded(self, replica: str) -> list[str]:
+        """The tasks `replica` runs (or ran) that have not ended."""
+        return await self._scripts.stranded(replica)
 
-    async def _stranded_on(self, replica: str) -> list[str]:
-        ids = await self._stranded(keys=[self.key("run", replica)], args=[self.prefix])
-        return [i.decode() for i in ids]
+    @guarded
+    async def runners(self) -> list[str]:
+        """Every replica with a set of tasks it runs."""
+        return [text(name) for name in await self.redis.smembers(self.key("replicas"))]
+
+    @guarded
+    async def ran_none(self, replica: str) -> None:
+        """`replica` (gone) left no task running: it is no longer listed."""
+        await self.redis.srem(self.key("replicas"), replica)
 
     async def close(self) -> None:
         await self.link.close()

@@ -1,14 +1,8 @@
-"""The shared store's connection, and what replicas do through it besides records: the
-client of the primary (at `store.url`, or wherever `store.sentinels` say it is), failures
-turned into `StoreUnavailable`, writes acknowledged by store replicas (`WAIT`), the
-replicas' leases and their channels.
-
-    P lease:<replica>  renewed by the replica's heartbeat; gone lease_ms after it stops;
-                       its value is where the replica is reached (replica.url), or "-"
-    P generation       a random id written once by the first beat that finds none: a store
-                       that came back empty has a new one (tasks/generation.py)
-    P members          sorted set: each replica beating, by when its lease ends
-    P rejoined         hash: replica -> the generation it wrote back into after a change
+"""The shared store's connection: the client of the primary (at `store.url`, or wherever
+`store.sentinels` say it is), failures turned into `StoreUnavailable`, writes acknowledged
+by store replicas (`WAIT`), and the seal of what replicas tell each other. The records
+(redis.py), the replicas' leases and channels (redis_bus.py) and legacy sessions
+(redis_sessions.py) go through it.
 
 A server that does not answer raises `StoreUnavailable` at once (a short connect and read
 timeout, two quick retries); redis-py reconnects by itself when it is back. With sentinels,
@@ -16,10 +10,9 @@ redis-py's Sentinel support names the primary and follows it through a failover.
 
 With `store.min_replicas_acked` N, a durable write is followed by `WAIT N` on the same
 connection (one pipeline): a write that N store replicas did not take within
-`ack_timeout_ms` is not durable (NotAcked, then StoreUnavailable). Beats are durable too: a
-primary that its replicas left (demoted, and not told yet) holds no lease that counts, and
-with sentinels a NotAcked write drops every connection, so that the next ones ask the
-sentinels where the primary is now.
+`ack_timeout_ms` is not durable (NotAcked, then StoreUnavailable). With sentinels a
+NotAcked write drops every connection, so that the next ones ask the sentinels where the
+primary is now.
 
 The channels are a trust boundary (issue 19): with `replica.secret`, every message is sealed
 (AES-256-GCM over its body, its time as associated data: whoever subscribes on the store
@@ -31,16 +24,11 @@ answer or finish another owner's task through a replica.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import secrets
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-import orjson
 import redis.asyncio as aioredis
-from cachetools import TTLCache
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
@@ -52,34 +40,11 @@ from redis.retry import Retry
 
 from gateway.errors import StoreUnavailable
 from gateway.keyring import Cipher
-from gateway.observability import log
-from gateway.tasks.store import EVENTS, Beat, Handler
 
 P = ParamSpec("P")
 R = TypeVar("R")
 DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
-Keep = Callable[[dict[str, Any]], None]  # sees each event before its handler
 SEAL_WINDOW_S = 60.0  # a sealed message older (or newer) than this is refused
-PING_S = 0.25  # the listening connection is pinged this often
-FRESH_S = 0.5  # what was heard counts as current while a ping this recent came back
-SETTLE_KEPT = 4  # leases: how long the replicas' write-back marks stay (past any grace)
-
-# The store's generation (tasks/generation.py), beside each beat, by the server's clock:
-# KEYS: lease:<replica>, generation, members (sorted set: replica -> when its lease ends,
-#       ms), rejoined (hash: replica -> the generation it wrote back into)
-# ARGV: where the replica is reached (or "-"), lease_ms, replica, a new generation's id
-_GENERATION_KEYS = ("generation", "members", "rejoined")
-_BEAT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local held = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'GET')
-redis.call('SET', KEYS[2], ARGV[4], 'NX')
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[2]))
-return {held and 1 or 0, redis.call('GET', KEYS[2]),
-        redis.call('ZRANGE', KEYS[3], 0, -1), redis.call('HGETALL', KEYS[4])}
-"""
 
 
 class Seal:
@@ -180,44 +145,6 @@ async def _pipelined(redis: aioredis.Redis, add: Callable[[Any], Any], replicas:
     raise AssertionError("unreachable")
 
 
-async def _hand(handler: Handler, channel: str, data: bytes, keep: Keep, seal: Seal
-                ) -> None:
-    """One message to its handler (`keep` sees events first); whatever goes wrong there
-    stays with that message, so the replica goes on hearing the others."""
-    body = seal.open(data)
-    if body is None:
-        log.warning("replica.message_refused", channel=channel, why="seal")
-        return
-    try:
-        msg = orjson.loads(body)
-        if channel == EVENTS:
-            keep(msg)
-        await handler(channel, msg)
-    except Exception as exc:
-        log.error("replica.message_failed", channel=channel, error=repr(exc))
-
-
-def _stop_if_cancelled() -> None:
-    """On Python 3.11, `asyncio.wait_for` (redis-py's writes) and timed reads can swallow a
-    cancellation that lands as they finish: a loop that went on would never stop."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
-async def _ping(pubsub: Any) -> None:
-    """Every PING_S, a ping on the listening connection, stamped with when it was sent: its
-    pong comes back after every message published before it (`RedisLink.fresh`). Sent
-    only on a connection that is up: reconnecting is the reader's."""
-    while True:
-        _stop_if_cancelled()
-        conn = pubsub.connection
-        if conn is not None and conn.is_connected:
-            with contextlib.suppress(*DOWN):
-                await conn.send_command("PING", repr(time.monotonic()))
-        await asyncio.sleep(PING_S)
-
-
 class RedisLink:
     def __init__(self, url: str | None, prefix: str, *, sentinels: Sequence[str] = (),
                  master: str = "mymaster", min_acked: int = 0, ack_timeout_ms: int = 1000,
@@ -227,20 +154,7 @@ class RedisLink:
         self.min_acked, self.ack_timeout_ms = min_acked, ack_timeout_ms
         self.sentinels = bool(sentinels)
         self.redis = connect(url, sentinels, master)
-        self._beat = self.redis.register_script(_BEAT)
-        self._alive: TTLCache[str, bool] = TTLCache(1024, 1.0)  # leases seen held lately
-        self.round_trips = 0
-        # The listening connection: how many subscriptions it has made (a new one may have
-        # missed messages), and when the newest ping that came back on it was sent.
-        self.epoch = 0
-        self._heard_through = 0.0
-
-    def fresh(self, epoch: int) -> bool:
-        """Whether what was heard during subscription `epoch` is still current: the same
-        subscription, and every message published up to FRESH_S ago has been heard (a pong
-        comes back after every message published before its ping: one connection, in
-        order)."""
-        return epoch == self.epoch and time.monotonic() - self._heard_through <= FRESH_S
+        self.round_trips = 0  # leases and channels (redis_bus.py), counted with the store's
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -266,100 +180,6 @@ class RedisLink:
                 # their command first: closing them under it breaks it).
                 await self.redis.connection_pool.disconnect(inuse_connections=False)
             raise
-
-    # -- leases -------------------------------------------------------------------------------
-    @guarded
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> Beat:
-        """The lease renewed, and what the store says of its generation (`Beat`). Durable
-        with `min_acked`: a lease held on a primary that its replicas left (demoted, not
-        told yet) is no lease: the others, on the real primary, would take this replica for
-        gone."""
-        keys = [self.key("lease", replica), *(self.key(k) for k in _GENERATION_KEYS)]
-        out = await self.run(self._beat, durable=True, keys=keys, args=[
-            address or "-", lease_ms, replica, secrets.token_hex(8)])
-        held, generation, members, rejoined = out
-        generation = text(generation)
-        wrote = dict(zip(rejoined[::2], rejoined[1::2], strict=True))
-        return Beat(bool(held), generation, frozenset(text(r) for r in members),
-                    frozenset(text(r) for r, g in wrote.items() if text(g) == generation))
-
-    @guarded
-    async def generation(self) -> str | None:
-        held = await self.redis.get(self.key("generation"))
-        return None if held is None else text(held)
-
-    @guarded
-    async def rejoined(self, replica: str, generation: str, lease_ms: int) -> None:
-        key = self.key("rejoined")
-        await self.pipelined(lambda pipe: (pipe.hset(key, replica, generation),
-                                           pipe.pexpire(key, SETTLE_KEPT * lease_ms)))
-
-    @guarded
-    async def address(self, replica: str) -> str | None:
-        held = await self.redis.get(self.key("lease", replica))
-        return None if held is None or held == b"-" else text(held)
-
-    @guarded
-    async def leave(self, replica: str) -> None:
-        await self.redis.delete(self.key("lease", replica))
-
-    async def alive(self, replica: str) -> bool:
-        if replica in self._alive:
-            return True
-        held = await self.holds_lease(replica)
-        if held:
-            self._alive[replica] = True
-        return held
-
-    @guarded
-    async def holds_lease(self, replica: str) -> bool:
-        return bool(await self.redis.exists(self.key("lease", replica)))
-
-    # -- channels -----------------------------------------------------------------------------
-    @guarded
-    async def publish(self, channel: str, message: dict[str, Any]) -> None:
-        await self.redis.publish(self.key(channel), self.seal.close(orjson.dumps(message)))
-
-    async def listen(self, channels: list[str], handler: Handler, keep: Keep,
-                     joined: Callable[[], None] | None = None) -> None:
-        """Messages sent while the connection is down are lost: readers fall back on the
-        records (a bounded poll), and what was heard before counts no more (`fresh`).
-        `joined()` at each subscription (a first one, or one made again: the connection
-        came back, so the store may have restarted, and the replica beats at once rather
-        than at its next beat)."""
-        names = {self.key(c): c for c in channels}
-        while True:
-            try:
-                async with self.redis.pubsub() as pubsub:
-                    await pubsub.subscribe(*names)
-                    pinger = asyncio.create_task(_ping(pubsub))
-                    try:
-                        await self._hear(pubsub, names, handler, keep, joined)
-                    finally:
-                        pinger.cancel()
-                        await asyncio.gather(pinger, return_exceptions=True)
-            except DOWN:
-                self.epoch, self._heard_through = self.epoch + 1, 0.0  # lost: stale now
-                await asyncio.sleep(PING_S)  # a store back is heard within a second
-
-    async def _hear(self, pubsub: Any, names: dict[str, str], handler: Handler, keep: Keep,
-                    joined: Callable[[], None] | None) -> None:
-        while True:
-            _stop_if_cancelled()
-            msg = await pubsub.get_message(timeout=None)
-            if msg is None:
-                continue
-            if msg["type"] == "message":
-                await _hand(handler, names[msg["channel"].decode()], msg["data"], keep,
-                            self.seal)
-            elif msg["type"] == "pong":
-                with contextlib.suppress(ValueError):
-                    self._heard_through = max(self._heard_through, float(msg["data"]))
-            elif msg["type"] == "subscribe":  # at first, and after redis-py reconnected by
-                # itself: what was heard before may have missed messages
-                self.epoch, self._heard_through = self.epoch + 1, 0.0
-                if joined is not None:
-                    joined()
 
     async def close(self) -> None:
         await self.redis.aclose(close_connection_pool=True)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from aiohttp import web
 
@@ -29,13 +28,19 @@ from gateway.downstream.boundary import (
 )
 from gateway.downstream.core_tasks import CoreTasks
 from gateway.downstream.resume import Record, Resumption
-from gateway.downstream.session import Session, SessionExchange, SessionStore, idle, refusal
+from gateway.downstream.session import (
+    Edit,
+    Session,
+    SessionExchange,
+    SessionStore,
+    idle,
+    refusal,
+)
 from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
-from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
@@ -150,37 +155,45 @@ class LegacyEra:
 
     async def on_request(self, request: web.Request, session: Session, msg: Message
                          ) -> web.StreamResponse:
-        json_ok, sse_ok = request[ACCEPTS]
         client_id = msg["id"]
         lacking = scopes_checked(request, msg, self.tasks.policy)  # InsufficientScope: 403
         decision = self.decide(session, msg)
-        if decision.kind is Kind.REFUSE:
-            assert decision.error is not None  # a JSON-RPC error: HTTP 200, as a server's
-            return json_response(decision.error.to_message(client_id))
-        if decision.serve == "set_level":
-            session.level = decision.level
-            if session.conn is not None:  # decide() needs it: always set by now
-                session.conn.sync_level()
-        if decision.result is not None or (decision.kind is Kind.SUBSCRIPTION
-                                           and self._subscription(session, msg)):
-            return json_response(jsonrpc.result(client_id, decision.result or {}))
-        if client_id in session.calls:
-            raise errors.InvalidRequest(
-                f"Invalid Request: id {errors.shown(client_id)} is already in flight")
-        if decision.kind is Kind.ANSWER:  # tasks/* of the gateway's core tasks
-            return await self.tasks.serve(request, session, msg)
-        headers = await self.headers.of(request)
-        if decision.kind is Kind.TASK:
-            return await self.tasks.call(session, msg, decision, headers)
-        ex = SessionExchange(session, sse_ok)
-        ex.edit = self.tasks.edit(decision.edit, session)
-        if decision.kind is Kind.SUBSCRIPTION and msg["method"] == mcp.SUBSCRIBE:
-            ex.edit = _subscribed(session, msg["params"]["uri"])
+        edit: Edit | None = None
+        match decision:
+            case router.Refuse(error=error):  # a JSON-RPC error: HTTP 200, as a server's
+                return json_response(error.to_message(client_id))
+            case router.Answer(result=result):
+                return json_response(jsonrpc.result(client_id, result))
+            case router.SetLevel(level=level):
+                session.level = level
+                if session.conn is not None:  # decide() needs it: always set by now
+                    session.conn.sync_level()
+                return json_response(jsonrpc.result(client_id, {}))
+            case router.Subscription() if self._subscription(session, msg):
+                return json_response(jsonrpc.result(client_id, {}))
+            case router.ServeTasks():  # tasks/* of the gateway's core tasks
+                _not_in_flight(session, client_id)
+                return await self.tasks.serve(request, session, msg)
+            case router.TaskCall():
+                _not_in_flight(session, client_id)
+                return await self.tasks.call(session, msg, decision,
+                                             await self.headers.of(request))
+            case router.Subscription():  # held once the server took it
+                if msg["method"] == mcp.SUBSCRIBE:
+                    edit = _subscribed(session, msg["params"]["uri"])
+            case router.Augment(edit=name):
+                edit = self.tasks.edit(name)
+            case router.Pass():
+                pass
+            case _:
+                assert_never(decision)
+        _not_in_flight(session, client_id)
         if lacking is not None and msg["method"] == mcp.TOOLS_LIST:
-            ex.edit = _then_hide(ex.edit, lacking)
-        return await self.forward(request, session, msg, ex, json_ok, headers)
+            edit = _then_hide(edit, lacking)
+        headers = await self.headers.of(request)
+        return await self.forward(request, session, msg, edit, headers)
 
-    def decide(self, session: Session, msg: Message) -> router.Decision:
+    def decide(self, session: Session, msg: Message) -> router.LegacyDecision:
         assert session.conn is not None
         conn = session.conn
         return router.legacy(msg, core_tasks=core.offered(session.version),
@@ -189,9 +202,11 @@ class LegacyEra:
                              catalogue=self.backend.catalogue, policy_for=self.tasks.policy)
 
     async def forward(self, request: web.Request, session: Session, msg: Message,
-                      ex: SessionExchange, json_ok: bool, headers: dict[str, str] | None
+                      edit: Edit | None, headers: dict[str, str] | None
                       ) -> web.StreamResponse:
         assert session.conn is not None
+        json_ok, sse_ok = request[ACCEPTS]
+        ex = SessionExchange(session, sse_ok, edit)
         client_id = msg["id"]
         try:
             self.inflight.take(session.principal)
@@ -403,6 +418,12 @@ class LegacyEra:
         return session
 
 
+def _not_in_flight(session: Session, client_id: Any) -> None:
+    if client_id in session.calls:
+        raise errors.InvalidRequest(
+            f"Invalid Request: id {errors.shown(client_id)} is already in flight")
+
+
 def _session_id(request: web.Request) -> str:
     sid = request.headers.get(mcp.H_SESSION)
     if not sid:
@@ -410,7 +431,7 @@ def _session_id(request: web.Request) -> str:
     return sid
 
 
-def _subscribed(session: Session, uri: str) -> Callable[[Message], Message]:
+def _subscribed(session: Session, uri: str) -> Edit:
     """On the answer to a subscribe that went upstream: held if the server took it, else
     let go (the session holds nothing the server does not)."""
     def settle(msg: Message) -> Message:
@@ -424,8 +445,7 @@ def _subscribed(session: Session, uri: str) -> Callable[[Message], Message]:
     return settle
 
 
-def _then_hide(edit: Callable[[Message], Message] | None, lacking: Lacking
-               ) -> Callable[[Message], Message]:
+def _then_hide(edit: Edit | None, lacking: Lacking) -> Edit:
     """`edit`, then the tools the caller may not call taken out of the list."""
     def hide(msg: Message) -> Message:
         return shapes.hide_tools(edit(msg) if edit else msg, lacking)

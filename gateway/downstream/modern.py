@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Any
+from typing import Any, assert_never
 
 from aiohttp import web
 
@@ -36,7 +36,6 @@ from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
-from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import Lacking, extension, handlers, task_id_of, unscoped
 from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine, watch_progress
@@ -240,28 +239,32 @@ class ModernEra:
         except errors.UpstreamError as exc:  # it cannot start: 503, as a legacy initialize
             return json_response(exc.to_message(msg["id"]), 503)
         decision = await self.decide(msg, caller, conn)
-        if decision.kind is Kind.REFUSE:
-            assert decision.error is not None
-            raise decision.error
-        if decision.serve == "discover":
-            assert conn.init_result is not None
-            return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
-                conn.init_result, self.ttl_ms, self.scope)))
-        if decision.serve == "tasks":
-            self.engine.admit(caller.principal)
-            return json_response(jsonrpc.result(msg["id"], await handlers.extension_request(
-                self.engine, msg["method"], msg.get("params") or {}, caller.principal,
-                lacking or unscoped)))
-        if decision.serve == "listen":
-            return await self.listeners.listen(request, msg, caller, conn, self.engine)
-        if decision.kind is Kind.MRTR:
-            return await self.resume(request, msg, caller)
-        return await self.forward(request, msg, caller, conn, decision, lacking)
+        match decision:
+            case router.Refuse(error=error):
+                raise error
+            case router.Discover():
+                assert conn.init_result is not None
+                return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
+                    conn.init_result, self.ttl_ms, self.scope)))
+            case router.ServeTasks():
+                self.engine.admit(caller.principal)
+                return json_response(jsonrpc.result(msg["id"], await handlers.extension_request(
+                    self.engine, msg["method"], msg.get("params") or {}, caller.principal,
+                    lacking or unscoped)))
+            case router.Listen():
+                return await self.listeners.listen(request, msg, caller, conn, self.engine)
+            case router.Resume():
+                return await self.resume(request, msg, caller)
+            case router.Pass() | router.TaskCall():
+                return await self.forward(request, msg, caller, conn, decision, lacking)
+            case _:
+                assert_never(decision)
 
     def policy(self, tool: Any) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
 
-    async def decide(self, msg: Message, caller: Caller, conn: Connection) -> router.Decision:
+    async def decide(self, msg: Message, caller: Caller, conn: Connection
+                     ) -> router.ModernDecision:
         method, params = msg["method"], msg.get("params") or {}
         # Only a modern upstream has tasks of its own that tasks/* could name instead.
         theirs = method.startswith(router.TASKS_PREFIX) and conn.modern and \
@@ -272,13 +275,17 @@ class ModernEra:
 
     # -- forwarding ------------------------------------------------------------------------
     async def forward(self, request: web.Request, msg: Message, caller: Caller,
-                      conn: Connection, decision: router.Decision, lacking: Lacking | None
+                      conn: Connection, decision: router.Pass | router.TaskCall,
+                      lacking: Lacking | None
                       ) -> web.StreamResponse:
         json_ok, sse_ok = request[ACCEPTS]
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
         ex.hidden = lacking
-        ex.policy, ex.tool, ex.uri = decision.policy, params.get("name"), params.get("uri")
+        # Only a call the router let become a task has a policy (and may become one).
+        task = decision if isinstance(decision, router.TaskCall) else None
+        ex.policy = task.policy if task is not None else None
+        ex.tool, ex.uri = params.get("name"), params.get("uri")
         # A modern upstream runs its own MRTR rounds: their fields go to it as they are, but
         # the state is the server's only under the gateway's seal (see `seal_state`).
         ex.rounds = conn.modern
@@ -310,7 +317,7 @@ class ModernEra:
             raise
         ex.done = lambda: self._done(caller, conn, used)
         # A call that must wait its turn is a task at once for a caller that can take one.
-        if decision.at_once or (ticket is not None and ticket.queued):
+        if (task is not None and task.at_once) or (ticket is not None and ticket.queued):
             await self.to_task(ex)
         else:
             ex.start_budget()

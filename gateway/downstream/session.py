@@ -28,6 +28,7 @@ from gateway.tasks.model import Task
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Call, Host
 
+Edit = Callable[[Message], Message]  # a change to an answer on its way back to the client
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
 MAX_STREAMS = 64  # POST streams kept for resumption per session
 
@@ -126,10 +127,10 @@ class SessionExchange(Exchange):
 
     __slots__ = ("edit", "session")
 
-    def __init__(self, session: Session, sse_ok: bool) -> None:
+    def __init__(self, session: Session, sse_ok: bool, edit: Edit | None = None) -> None:
         super().__init__(sse_ok, session.new_stream, {mcp.H_SESSION: session.id})
         self.session = session
-        self.edit: Callable[[Message], Message] | None = None  # applied to the response
+        self.edit = edit  # applied to the response
 
     def on_response(self, msg: Message) -> None:
         super().on_response(msg if self.edit is None else self.edit(msg))

@@ -17,10 +17,10 @@ from yarl import URL
 
 from gateway import errors, router
 from gateway.auth import ANONYMOUS, Authenticator, Principal
-from gateway.auth.exchange import TokenExchanger
 from gateway.auth.operators import Operators
 from gateway.auth.resource import WELL_KNOWN
 from gateway.auth.throttle import FailedAuths
+from gateway.auth.token_exchange import TokenExchanger
 from gateway.downstream.peers import Hosts, local_peer
 from gateway.errors import GatewayError
 from gateway.observability import log

@@ -13,8 +13,8 @@ from typing import Any, assert_never
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.auth.exchange import TokenExchanger
 from gateway.auth.principal import digest
+from gateway.auth.token_exchange import TokenExchanger
 from gateway.downstream import shapes, sse
 from gateway.downstream.boundary import (
     ACCEPTS,

@@ -18,7 +18,7 @@ from typing import Any, assert_never
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.auth.exchange import TokenExchanger
+from gateway.auth.token_exchange import TokenExchanger
 from gateway.downstream import envelope, shapes, sse
 from gateway.downstream.boundary import (
     ACCEPTS,

@@ -115,7 +115,6 @@ class CoreTasks:
         """How the new task takes its call over: opened upstream, tied to the session, and
         holding its principal's call slot until the task ends."""
         relay_progress = not watch_progress(msg["params"])
-        assert session.conn is not None
         home = session.conn
 
         async def attach(task: Task) -> Handover:

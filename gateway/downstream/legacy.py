@@ -96,7 +96,7 @@ class LegacyEra:
             await self.life.attach(session)
         except UpstreamError as exc:
             return json_response(exc.to_message(msg["id"]), 503)
-        assert session.conn is not None and session.conn.init_result is not None
+        assert session.conn.init_result is not None  # attached: it is initialized
         log.info("session.created", session=session.owner[:12], protocol=version,
                  upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
@@ -117,8 +117,7 @@ class LegacyEra:
                 return json_response(jsonrpc.result(client_id, result))
             case router.SetLevel(level=level):
                 session.level = level
-                if session.conn is not None:  # decide() needs it: always set by now
-                    session.conn.sync_level()
+                session.conn.sync_level()
                 return json_response(jsonrpc.result(client_id, {}))
             case router.Subscription() if self._subscription(session, msg):
                 return json_response(jsonrpc.result(client_id, {}))
@@ -145,7 +144,6 @@ class LegacyEra:
         return await self.forward(request, session, msg, edit, headers)
 
     def decide(self, session: Session, msg: Message) -> router.LegacyDecision:
-        assert session.conn is not None
         conn = session.conn
         return router.legacy(msg, core_tasks=core.offered(session.version),
                              keeps_level=conn.modern or conn.logs,
@@ -155,7 +153,6 @@ class LegacyEra:
     async def forward(self, request: web.Request, session: Session, msg: Message,
                       edit: Edit | None, headers: dict[str, str] | None
                       ) -> web.StreamResponse:
-        assert session.conn is not None
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok, edit)
         client_id = msg["id"]
@@ -194,7 +191,6 @@ class LegacyEra:
     def _finished(self, session: Session, client_id: Any, used: Connection) -> None:
         session.calls.pop(client_id, None)
         self.inflight.release(session.principal)
-        assert session.conn is not None
         self.backend.done(session.conn, used)
 
     def _timed_out(self, session: Session, client_id: Any, seconds: float) -> None:
@@ -211,7 +207,6 @@ class LegacyEra:
         subscription per URI for all sessions, so only the first subscribe and the last
         unsubscribe of a holder reach it."""
         uri = msg["params"]["uri"]  # a string: the router said so
-        assert session.conn is not None
         if msg["method"] == mcp.SUBSCRIBE:
             if uri in session.subscriptions:
                 return True
@@ -236,7 +231,6 @@ class LegacyEra:
                 call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
                                                     "Request cancelled"))
             return
-        assert session.conn is not None
         session.conn.notify(msg)
 
     async def on_reply(self, session: Session, msg: Message) -> None:
@@ -308,12 +302,11 @@ def _subscribed(session: Session, uri: str) -> Edit:
     """On the answer to a subscribe that went upstream: held if the server took it, else
     let go (the session holds nothing the server does not)."""
     def settle(msg: Message) -> Message:
-        conn = session.conn
-        if conn is not None and "error" in msg:
+        if "error" in msg:
             session.subscriptions.discard(uri)
-            conn.release(uri)
-        elif conn is not None:
-            conn.confirm(uri)
+            session.conn.release(uri)
+        else:
+            session.conn.confirm(uri)
         return msg
     return settle
 

@@ -42,8 +42,8 @@ class SessionLife:
 
     def new(self, version: str, capabilities: dict[str, Any], principal: str,
             client_info: Any, sid: str | None = None) -> Session:
-        session = Session(version, capabilities, *self.replay, principal=principal,
-                          budget=self.sessions.replay, sid=sid)
+        session = Session(self.backend.home(), version, capabilities, *self.replay,
+                          principal=principal, budget=self.sessions.replay, sid=sid)
         session.client_info = client_info
         if self.by_principal:
             session.task_owner = principal
@@ -84,7 +84,7 @@ class SessionLife:
     async def attach(self, session: Session) -> None:
         """Its upstream connection (UpstreamError: it holds no place here then)."""
         try:
-            session.conn = await self.backend.attach(session)
+            await self.backend.attach(session, session.conn)
         except UpstreamError:
             self.sessions.pop(session.id)
             raise
@@ -155,11 +155,10 @@ class SessionLife:
             call.conn.cancel(call, "client session ended")
             call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
                                                 "Session ended"))
-        if session.conn is not None:
-            for uri in session.subscriptions:
-                if session.conn.release(uri):
-                    session.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
-            await self.backend.detach(session, session.conn)
+        for uri in session.subscriptions:
+            if session.conn.release(uri):
+                session.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
+        await self.backend.detach(session, session.conn)
         session.close_streams()
         log.info("session.ended", session=session.owner[:12], why=why, upstream=self.backend.name)
 

@@ -164,11 +164,14 @@ class Backend:
         log.info("upstream.eras", upstream=self.name, modern=True, legacy=True)
         return link
 
-    async def attach(self, owner: Owner) -> Connection:
-        """The connection that serves `owner`'s session (waits until it is initialized)."""
-        await self.primary.wait_ready()
-        self.primary.attach(owner)
+    def home(self) -> Connection:
+        """The connection a new legacy session will be served by (`attach` it there)."""
         return self.primary
+
+    async def attach(self, owner: Owner, conn: Connection) -> None:
+        """`owner`'s session on `conn`, its `home` (waits until it is initialized)."""
+        await conn.wait_ready()
+        conn.attach(owner)
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
@@ -208,16 +211,17 @@ class PerClient(Backend):
         await asyncio.gather(*(p.close() for p in self._by_principal.values()))
         await super().close()
 
-    async def attach(self, owner: Owner) -> Connection:
-        proc = self._new(restart=True)
-        proc.start()
+    def home(self) -> Connection:
+        return self._new(restart=True)  # its own process, started when it is attached
+
+    async def attach(self, owner: Owner, conn: Connection) -> None:
+        conn.start()
         try:
-            await proc.wait_ready()
+            await conn.wait_ready()
         except BaseException:
-            await proc.close()
+            await conn.close()
             raise
-        proc.attach(owner)
-        return proc
+        conn.attach(owner)
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)

@@ -32,6 +32,7 @@ from gateway.downstream.exchange import Exchange
 from gateway.downstream.handoff import Handoff
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
+from gateway.downstream.rounds import Elsewhere, Rounds
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -99,7 +100,7 @@ class ModernExchange(Exchange):
             self._missing_capability()  # it failed for want of what the client lacks
             return
         if self.rounds:
-            self.era.seal_state(msg, self.caller, self.method, self.digest)
+            self.era.rounds.seal_state(msg, self.caller.principal, self.method, self.digest)
         if self.method == mcp.TOOLS_LIST:
             self.era.backend.learn_tools(msg)
             if self.hidden is not None:
@@ -155,7 +156,7 @@ class ModernExchange(Exchange):
         self.inputs.clear()
         parked.done, self.done = self.done, None  # the call is not over: keep its process
         parked.policy, parked.own_progress = self.policy, self.own_progress
-        self.era.input_required(self, parked, self.call.client_id)
+        self.era.rounds.ask(self, parked, self.call.client_id)
 
     async def handover(self, task: Task) -> Handover | None:
         """This call, for its new task; None if it answered while the store wrote."""
@@ -209,13 +210,13 @@ class ModernEra:
         self.flow = sse.Flow.of(conf)
         self.ttl_ms = conf.caching.ttl_ms
         self.scope = conf.caching.scope
-        self.sealer = sealer
         self.handoff = Handoff(engine.replica_address)
-        self.replica_url = conf.replica_url or ""  # sealed into requestState: see handoff.py
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
-        self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000,
-                                  conf.limits.max_parked_per_principal)
+        parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000,
+                             conf.limits.max_parked_per_principal)
+        self.rounds = Rounds(sealer, parked, engine.replica, conf.replica_url or "",
+                             backend.name, backend.counters)
         self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.flow,
                                    conf.limits.max_listeners)
         self._jobs: set[asyncio.Task[None]] = set()  # tasks being made after a budget ran out
@@ -290,7 +291,8 @@ class ModernEra:
         # the state is the server's only under the gateway's seal (see `seal_state`).
         ex.rounds = conn.modern
         if ex.rounds and "requestState" in params:
-            params = {**params, "requestState": self.open_state(params, caller, method)}
+            params = {**params, "requestState": self.rounds.open_state(params, caller.principal,
+                                                                       method)}
         headers = await self.headers.of(request)  # AuthUnavailable: 503
         self.inflight.take(caller.principal)  # TooManyRequests: 429
         try:
@@ -385,80 +387,16 @@ class ModernEra:
             # answer stays held (many MiB for a big result a slow reader never took).
             ex.call = None
 
-    # -- MRTR --------------------------------------------------------------------------------
-    def seal_state(self, msg: Message, caller: Caller, method: str, digest_: str) -> None:
-        """A modern upstream's own input_required round goes to the client with its
-        requestState sealed by the gateway, bound to the caller's principal and request:
-        the server sees one client, the gateway, so it cannot tell whose state comes back
-        (DESIGN.md, Tenancy; spec 2026-07-28 MRTR: requestState is attacker-controlled)."""
-        result = msg.get("result")
-        if isinstance(result, dict) and result.get("resultType") == "input_required" and \
-                "requestState" in result:
-            result["requestState"] = self.sealer.seal(
-                s=result["requestState"], o=caller.principal, m=method, d=digest_, k="up")
-
-    def open_state(self, params: dict[str, Any], caller: Caller, method: str) -> Any:
-        """The server's own state inside a retry's requestState. Another principal's
-        state, or one issued for another request, is refused as any state this gateway
-        did not issue."""
-        state = self.sealer.open(params["requestState"])  # InvalidParams: forged, expired
-        if state.get("k") != "up" or state.get("o") != caller.principal or \
-                state.get("m") != method or state.get("d") != digest(method, params):
-            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
-        return state.get("s")
-
-    def input_required(self, ex: ModernExchange, parked: Parked, client_id: Any) -> None:
-        """Park `parked` for one more round and answer `ex` with the InputRequiredResult
-        that says so; or, its principal having no parked call to give way (the gateway's
-        bound is others'), cancel the call and answer 429."""
-        parked.round += 1
-        try:
-            self.parked.park(parked)
-        except errors.TooManyRequests as exc:
-            self.backend.counters["rejections.parked"] += 1
-            log.warning("mrtr.refused", upstream=self.backend.name, reason=exc.message)
-            parked.conn.cancel(parked.call, "too many calls waiting for input")
-            done, parked.done = parked.done, None
-            if done is not None:
-                done()
-            ex.answer(exc.to_message(client_id), exc.http_status)
-            return
-        # The replica's address travels sealed with the state: a retry reaching another
-        # replica is handed here without asking the store (which may be away meanwhile).
-        state = self.sealer.seal(p=parked.id, r=parked.round, o=parked.owner,
-                                 m=parked.method, d=parked.digest, x=self.engine.replica,
-                                 u=self.replica_url)
-        ex.answer(jsonrpc.result(client_id, {"resultType": "input_required",
-                                             "inputRequests": parked.requests(),
-                                             "requestState": state}))
-
+    # -- MRTR ------------------------------------------------------------------------------
     async def resume(self, request: web.Request, msg: Message, caller: Caller
                      ) -> web.StreamResponse:
-        """A retry with `requestState`: every check happens before the parked call is
-        touched, so a bad retry leaves it waiting for a good one."""
+        """A retry with `requestState`: its parked call goes on, on this replica's
+        exchange for the retry, or the retry goes to the replica that holds it."""
         json_ok, sse_ok = request[ACCEPTS]
         method, params = msg["method"], msg["params"]
-        state = self.sealer.open(params["requestState"])
-        if state.get("o") != caller.principal:
-            raise errors.InvalidParams("Invalid requestState: it was issued to another caller")
-        if state.get("m") != method or state.get("d") != digest(method, params):
-            raise errors.InvalidParams("Invalid requestState: it was issued for a different "
-                                       "request; retry with the original method and params")
-        if state.get("x", self.engine.replica) != self.engine.replica:
-            return await self.handoff.to(state["x"], state.get("u"), request, msg)  # parked there
-        parked = self.parked.get(state.get("p"))
-        if parked is None:
-            raise errors.InvalidParams("Invalid requestState: that request is no longer "
-                                       "waiting for input; send it again without requestState")
-        if state.get("r") != parked.round:
-            raise errors.InvalidParams("Invalid requestState: it was already used")
-        answers = params.get("inputResponses", {})
-        if not isinstance(answers, dict) or any(
-                not isinstance(answers[k], dict) for k in parked.inputs if k in answers):
-            raise errors.InvalidParams("Invalid params: inputResponses must map each input "
-                                       "request's key to its result object")
-        self.parked.take(parked.id)
-        parked.answer(answers)
+        parked = self.rounds.claim(msg, caller.principal)
+        if isinstance(parked, Elsewhere):
+            return await self.handoff.to(parked.replica, parked.url, request, msg)
         call = parked.call
         call.client_id = msg["id"]
         ex = ModernExchange(self, caller, method, parked.digest, sse_ok)
@@ -469,12 +407,12 @@ class ModernEra:
             ex.on_response({**parked.response, "id": msg["id"]})
         elif parked.inputs:  # answers missing: ask again for what is left (spec MRTR)
             ex.done = None
-            self.input_required(ex, parked, msg["id"])
+            self.rounds.ask(ex, parked, msg["id"])
         else:
             call.sink = ex
             ex.start_budget()  # MRTR first, then the call may still become a task
         return await self._respond(request, ex, json_ok)
 
     def close(self) -> None:
-        self.parked.close()
+        self.rounds.close()
         self.listeners.close()

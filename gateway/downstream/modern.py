@@ -343,7 +343,7 @@ class ModernEra:
         ex.budget = None
         if ex.response is not None or ex.call is None or ex.policy is None:
             return
-        tool = str(ex.tool or "")
+        tool, client_id = str(ex.tool or ""), ex.call.client_id  # the call goes to its task
         intent = Intent(ex.caller.principal, tool, extension.NAME, self.backend.name, ex.policy)
         try:
             task = await self.engine.adopt(intent, ex.handover)
@@ -362,8 +362,7 @@ class ModernEra:
                         upstream=self.backend.name)
             return
         if task is not None:
-            assert ex.call is not None
-            ex.answer(jsonrpc.result(ex.call.client_id, extension.created(task)))
+            ex.answer(jsonrpc.result(client_id, extension.created(task)))
 
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:

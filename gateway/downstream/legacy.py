@@ -91,7 +91,7 @@ class LegacyEra:
         session.client_info = info = params.get("clientInfo")
         refused = await self._admit(session)
         if refused is not None:
-            self.backend.counters["rejections.sessions"] += 1
+            self.backend.counters.reject("sessions")
             log.warning("session.refused", principal=session.principal[:12],
                         reason=refused.message, upstream=self.backend.name)
             return json_response(refused.to_message(msg["id"]), refused.http_status)
@@ -104,7 +104,7 @@ class LegacyEra:
         log.info("session.created", session=session.owner[:12], protocol=version,
                  upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
-        self.backend.counters["sessions.created"] += 1
+        self.backend.counters.sessions_created += 1
         result = shapes.initialize_result(session.conn.init_result, version)
         return json_response(jsonrpc.result(msg["id"], result), headers={mcp.H_SESSION: session.id})
 
@@ -399,7 +399,7 @@ class LegacyEra:
             raise
         log.info("session.adopted", session=session.owner[:12], protocol=session.version,
                  upstream=self.backend.name)
-        self.backend.counters["sessions.adopted"] += 1
+        self.backend.counters.sessions_adopted += 1
         return session
 
 

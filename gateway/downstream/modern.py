@@ -339,12 +339,12 @@ class ModernEra:
         try:
             task = await self.engine.adopt(intent, ex.handover)
         except StoreFull as exc:  # never evict a live task: answer inline instead
-            self.backend.counters["tasks.inline_store_full"] += 1
+            self.backend.counters.tasks_inline_store_full += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return
         except errors.StoreUnavailable as exc:  # the extension lets the gateway answer inline
-            self.backend.counters["tasks.inline_store_unavailable"] += 1
+            self.backend.counters.tasks_inline_store_unavailable += 1
             log.warning("task.store_unavailable", tool=tool, reason=exc.message,
                         upstream=self.backend.name)
             return
@@ -408,7 +408,7 @@ class ModernEra:
         try:
             self.parked.park(parked)
         except errors.TooManyRequests as exc:
-            self.backend.counters["rejections.parked"] += 1
+            self.backend.counters.reject("parked")
             log.warning("mrtr.refused", upstream=self.backend.name, reason=exc.message)
             parked.conn.cancel(parked.call, "too many calls waiting for input")
             done, parked.done = parked.done, None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.observability import log, tracing
+from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Ticket
@@ -260,7 +261,7 @@ class Correlator:
     """Calls in flight on one link, and the server's requests and notifications routed to
     the call or owner they belong to (never guessed), or to its audience."""
 
-    def __init__(self, host: Host, counters: Counter[str]) -> None:
+    def __init__(self, host: Host, counters: Counters) -> None:
         self.host = host
         self.counters = counters
         self.audience = Audience()
@@ -398,7 +399,7 @@ class Correlator:
         # hears this upstream may it go to all (DESIGN.md, Tenancy); else it goes nowhere.
         if not self.clients_calls() and len(self.audience.present()) <= 1:
             return self.audience.broadcast(msg, lambda owner: self._wanted(msg, owner))
-        self.counters["upstream.unroutable_notifications"] += 1
+        self.counters.upstream_unroutable_notifications += 1
         return []
 
     def server_request(self, msg: Message, via: Call | None = None) -> list[Event]:

@@ -25,14 +25,14 @@ from gateway.downstream.modern import ModernEra
 from gateway.errors import GatewayError
 from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
-from gateway.observability.tracing import Tracing, answered
+from gateway.observability.tracing import Tracer, answered
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 
 
 class Endpoint:
     def __init__(self, legacy: LegacyEra, modern: ModernEra, max_body_bytes: int,
-                 metrics: Metrics, counters: Counters, tracing: Tracing | None = None
+                 metrics: Metrics, counters: Counters, tracing: Tracer | None = None
                  ) -> None:
         self.legacy = legacy
         self.modern = modern

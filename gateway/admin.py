@@ -59,7 +59,7 @@ class Admin:
         """200 when every upstream is initialized; the body says so and nothing else, but to
         an operator asking for the detail (`?detail`, which the guard admitted). A shared
         store's state is in the detail only: it is shared, so its outage would take every
-        replica out of a balancer, and pass-through with them (INTERFACE.md)."""
+        replica out of a balancer, and pass-through with them (README, Several replicas)."""
         ready = all(b.ready for b in self.backends.values())
         body: dict[str, Any] = {"ready": ready}
         if request.get(OPERATOR, False):

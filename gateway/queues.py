@@ -8,11 +8,11 @@ Each waiting call's `Ticket` knows how many will be served before it, and is tol
 that changes; a full lane (`max_queue` waiting) refuses at once with `QueueFull`, naming the
 limit, and so does a lane where the owner already holds its share: all but a quarter of
 `max_queue`, kept for the others (one owner's burst never fills the queue against them;
-DESIGN.md, Tenancy). A call under both limits waits for its tool's lane, then for its
+docs/architecture.md, Tenancy). A call under both limits waits for its tool's lane, then for its
 server's.
 
-Per replica: replicas count their own calls (DESIGN.md, Queues). Pure: no I/O; the clock is
-injectable.
+Per replica: replicas count their own calls (README, Concurrency limits and queues). Pure:
+no I/O; the clock is injectable.
 """
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ class LegacyEra:
         session.conn.notify(msg)
 
     async def on_reply(self, session: Session, msg: Message) -> None:
-        # Only what was asked of this session is answered from it (DESIGN.md, Tenancy).
+        # Only what was asked of this session is answered from it (docs/architecture.md, Tenancy).
         conn = session.replies.pop(msg["id"], None)
         # An answer to a task's input request also moves the task back to working.
         if conn is None or not (await self.tasks.engine.reply(msg, session.task_owner)

@@ -383,7 +383,8 @@ class ModernEra:
         """A modern upstream's own input_required round goes to the client with its
         requestState sealed by the gateway, bound to the caller's principal and request:
         the server sees one client, the gateway, so it cannot tell whose state comes back
-        (DESIGN.md, Tenancy; spec 2026-07-28 MRTR: requestState is attacker-controlled)."""
+        (docs/architecture.md, Tenancy; spec 2026-07-28 MRTR: requestState is
+        attacker-controlled)."""
         result = msg.get("result")
         if isinstance(result, dict) and result.get("resultType") == "input_required" and \
                 "requestState" in result:

@@ -1,5 +1,5 @@
-"""Prometheus metrics: the series ../INTERFACE.md names, kept by one `Metrics` per app (its
-own registry: two apps in one process, as in tests, never share counts).
+"""Prometheus metrics: the series README's Operations names, kept by one `Metrics` per app
+(its own registry: two apps in one process, as in tests, never share counts).
 
 Events are counted where they happen (`request`, `task_created`, `task_finished`); what is
 a state rather than an event (live tasks, store bytes, upstream up, sessions, restarts,

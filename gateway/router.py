@@ -162,7 +162,7 @@ def _legacy_tasks_request(method: str, params: Any, core_tasks: bool,
                           native_task_ids: Container[str]) -> Pass | ServeTasks | Refuse:
     """tasks/* of a legacy session. The upstream's own tasks are the gateway's client's,
     whoever made them (it sees one client): only ids this session created go there, and
-    only from a session that negotiated tasks (DESIGN.md, Tenancy)."""
+    only from a session that negotiated tasks (docs/architecture.md, Tenancy)."""
     if core_tasks and method in core.METHODS:
         return _core_tasks_request(params, native_task_ids)
     task_id = params.get("taskId") if isinstance(params, dict) else None
@@ -226,7 +226,7 @@ def modern(msg: dict[str, Any], *, capabilities: dict[str, Any], modern_upstream
         if modern_upstream and upstream_task:
             return PASS  # the caller's task of the upstream's own (a tool in mode never)
         # The gateway's tasks, and what the caller did not create, which it answers like
-        # an unknown id (DESIGN.md, Tenancy): the upstream sees one client, the gateway.
+        # an unknown id (docs/architecture.md, Tenancy): the upstream sees one client, the gateway.
         return ServeTasks()
     if method == mcp.LISTEN:
         return Listen()

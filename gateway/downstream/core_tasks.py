@@ -94,7 +94,7 @@ class CoreTasks:
             task = await self.engine.adopt(intent, self._attacher(session, msg, headers,
                                                                   policy, handed))
         except StoreFull as exc:
-            self.backend.counters["rejections.store_full"] += 1
+            self.backend.counters.reject("store_full")
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,

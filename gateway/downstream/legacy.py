@@ -88,7 +88,7 @@ class LegacyEra:
                                 principal_of(request).owner, info)
         refused = await self.life.admit(session)
         if refused is not None:
-            self.backend.counters["rejections.sessions"] += 1
+            self.backend.counters.reject("sessions")
             log.warning("session.refused", principal=session.principal[:12],
                         reason=refused.message, upstream=self.backend.name)
             return json_response(refused.to_message(msg["id"]), refused.http_status)
@@ -100,7 +100,7 @@ class LegacyEra:
         log.info("session.created", session=session.owner[:12], protocol=version,
                  upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
-        self.backend.counters["sessions.created"] += 1
+        self.backend.counters.sessions_created += 1
         result = shapes.initialize_result(session.conn.init_result, version)
         return json_response(jsonrpc.result(msg["id"], result), headers={mcp.H_SESSION: session.id})
 
@@ -234,7 +234,7 @@ class LegacyEra:
         session.conn.notify(msg)
 
     async def on_reply(self, session: Session, msg: Message) -> None:
-        # Only what was asked of this session is answered from it (DESIGN.md, Tenancy).
+        # Only what was asked of this session is answered from it (docs/architecture.md, Tenancy).
         conn = session.replies.pop(msg["id"], None)
         # An answer to a task's input request also moves the task back to working.
         if conn is None or not (await self.tasks.engine.reply(msg, session.task_owner)

@@ -348,12 +348,12 @@ class ModernEra:
         try:
             task = await self.engine.adopt(intent, ex.handover)
         except StoreFull as exc:  # never evict a live task: answer inline instead
-            self.backend.counters["tasks.inline_store_full"] += 1
+            self.backend.counters.tasks_inline_store_full += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return
         except errors.StoreUnavailable as exc:  # the extension lets the gateway answer inline
-            self.backend.counters["tasks.inline_store_unavailable"] += 1
+            self.backend.counters.tasks_inline_store_unavailable += 1
             log.warning("task.store_unavailable", tool=tool, reason=exc.message,
                         upstream=self.backend.name)
             return

@@ -12,13 +12,13 @@ attacker-controlled).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway import errors
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
 from gateway.observability import log
+from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message
 
@@ -41,7 +41,7 @@ class Rounds:
     """One upstream's MRTR rounds for modern clients, parked on this replica."""
 
     def __init__(self, sealer: Sealer, parked: ParkedCalls, replica: str, replica_url: str,
-                 upstream: str, counters: Counter[str]) -> None:
+                 upstream: str, counters: Counters) -> None:
         self.sealer = sealer
         self.parked = parked
         self.replica = replica
@@ -78,7 +78,7 @@ class Rounds:
         try:
             self.parked.park(parked)
         except errors.TooManyRequests as exc:
-            self.counters["rejections.parked"] += 1
+            self.counters.reject("parked")
             log.warning("mrtr.refused", upstream=self.upstream, reason=exc.message)
             parked.conn.cancel(parked.call, "too many calls waiting for input")
             done, parked.done = parked.done, None

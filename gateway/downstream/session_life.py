@@ -127,7 +127,7 @@ class SessionLife:
         await self.attach(session)
         log.info("session.adopted", session=session.owner[:12], protocol=session.version,
                  upstream=self.backend.name)
-        self.backend.counters["sessions.adopted"] += 1
+        self.backend.counters.sessions_adopted += 1
         return session
 
     # -- ended -----------------------------------------------------------------------------

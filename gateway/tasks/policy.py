@@ -1,6 +1,6 @@
-"""Per-tool task policy (INTERFACE.md: modes never / auto / always / required and their
-timings), from `tasks:` globally and per upstream, by exact name first, then by glob in the
-order written; each level overrides the defaults field by field."""
+"""Per-tool task policy (docs/configuration.md, `tasks.defaults`: modes never / auto / always /
+required and their timings), from `tasks:` globally and per upstream, by exact name first,
+then by glob in the order written; each level overrides the defaults field by field."""
 
 from __future__ import annotations
 

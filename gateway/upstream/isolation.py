@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import UpstreamError
 from gateway.observability import log
+from gateway.observability.counters import Counters
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Limit, Queues, Ticket
@@ -45,14 +45,14 @@ class Backend:
     """The processes behind one named upstream."""
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counter[str] | None = None, queues: Queues | None = None) -> None:
+                 counters: Counters | None = None, queues: Queues | None = None) -> None:
         self.name = name
         self.conf = conf
         self.queues = queues or Queues()
         self.limit = None if conf.max_concurrency is None else Limit(
             name, "*", conf.max_concurrency, conf.max_queue, server=True)
         self.max_message_bytes = max_message_bytes
-        self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.counters = counters if counters is not None else Counters()
         self.catalogue = Catalogue()
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
         self.primary = self._new(restart=True)
@@ -193,7 +193,7 @@ class PerClient(Backend):
     """A process per legacy session, and per auth context of modern requests."""
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counter[str] | None = None, queues: Queues | None = None) -> None:
+                 counters: Counters | None = None, queues: Queues | None = None) -> None:
         super().__init__(name, conf, max_message_bytes, counters, queues)
         self._by_principal: dict[str, Connection] = {}
 
@@ -235,7 +235,7 @@ class PerClient(Backend):
 
 class PerCall(Backend):
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counter[str] | None = None, queues: Queues | None = None) -> None:
+                 counters: Counters | None = None, queues: Queues | None = None) -> None:
         super().__init__(name, conf, max_message_bytes, counters, queues)
         self._warm: asyncio.Queue[Connection] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -302,7 +302,7 @@ class PerCall(Backend):
 
 
 def build(name: str, conf: UpstreamConf, max_message_bytes: int,
-          counters: Counter[str] | None = None, queues: Queues | None = None) -> Backend:
+          counters: Counters | None = None, queues: Queues | None = None) -> Backend:
     kind: type[Backend] = {"shared": Backend, "client": PerClient,
                            "call": PerCall}[conf.isolation]
     return kind(name, conf, max_message_bytes, counters, queues)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections import Counter
 from collections.abc import Callable
 
+from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.connection import Connection
@@ -39,7 +39,7 @@ def best_of(n: int, run: Callable[[], None], count: int) -> float:
 
 
 async def main(count: int) -> None:
-    conn = Connection("bench", MockTransport(server), 1.0, Counter())
+    conn = Connection("bench", MockTransport(server), 1.0, Counters())
     conn.start()
     await conn.wait_ready()
     owner, sink = MockOwner("bench", "elicitation"), MockSink()

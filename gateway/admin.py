@@ -17,7 +17,9 @@ from aiohttp import web
 
 from gateway.downstream.boundary import OPERATOR, json_response
 from gateway.downstream.legacy import LegacyEra
+from gateway.errors import AuthCause, Rejection
 from gateway.observability import status_page
+from gateway.observability.counters import Counters
 from gateway.observability.metrics import CONTENT_TYPE, Metrics
 from gateway.queues import Queues
 from gateway.tasks.engine import TaskEngine
@@ -30,7 +32,7 @@ SHOWN_TASKS = 50  # running tasks listed on /status (all are counted)
 
 class Admin:
     def __init__(self, backends: dict[str, Backend], eras: list[LegacyEra],
-                 engine: TaskEngine, lease: Lease, counters: Counter[str],
+                 engine: TaskEngine, lease: Lease, counters: Counters,
                  metrics: Metrics, queues: Queues) -> None:
         self.backends = backends
         self.lanes = queues
@@ -56,7 +58,7 @@ class Admin:
         """200 when every upstream is initialized; the body says so and nothing else, but to
         an operator asking for the detail (`?detail`, which the guard admitted). A shared
         store's state is in the detail only: it is shared, so its outage would take every
-        replica out of a balancer, and pass-through with them (INTERFACE.md)."""
+        replica out of a balancer, and pass-through with them (README, Several replicas)."""
         ready = all(b.ready for b in self.backends.values())
         body: dict[str, Any] = {"ready": ready}
         if request.get(OPERATOR, False):
@@ -64,7 +66,7 @@ class Admin:
                      "tasks": {"running": len(self.engine.running()),
                                "stored_bytes": self.engine.stored_bytes()},
                      "store": self.lease.status(),
-                     "counters": dict(self.counters)}
+                     "counters": self.counters.shown()}
         return json_response(body, 200 if ready else 503)
 
     async def exposition(self, _: web.Request) -> web.Response:
@@ -110,6 +112,5 @@ class Admin:
     def queues(self) -> dict[tuple[str, str], int]:
         return self.lanes.depths()
 
-    def rejections(self) -> dict[str, int]:
-        return {k.partition(".")[2]: n for k, n in self.counters.items()
-                if k.startswith("rejections.")}
+    def rejections(self) -> dict[tuple[Rejection, AuthCause | None], int]:
+        return dict(self.counters.rejections)

@@ -9,7 +9,6 @@ import contextlib
 import ctypes
 import secrets
 import ssl
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
@@ -28,8 +27,9 @@ from gateway.downstream.session import SessionStore
 from gateway.errors import StoreUnavailable
 from gateway.keyring import derive
 from gateway.observability import configure_logging, log
+from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
-from gateway.observability.tracing import Tracing
+from gateway.observability.tracing import Tracer
 from gateway.queues import Queues
 from gateway.ratelimit import Admission, InFlight, RateLimiter
 from gateway.settings import MIN_TOKEN_CHARS, Limits, Settings
@@ -52,17 +52,17 @@ SETTLE_S = 2.0  # for the ends of tasks to be written at shutdown
 HANDLERS_S = 2.0  # for answered requests to finish sending at shutdown
 
 
-def create_app(conf: Settings, tracing: Tracing | None = None) -> web.Application:
+def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application:
     """The gateway as an aiohttp app; `tracing` (else built from `conf.tracing`) is for tests
     that read spans in memory."""
-    counters: Counter[str] = Counter()
+    counters = Counters()
     app, auth = _guarded_app(conf, counters, _owner_key(conf))
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
     sealer = _sealer(conf)
     limits = conf.limits
-    tracing = tracing or Tracing.from_settings(conf.tracing)
+    tracing = tracing or Tracer.from_settings(conf.tracing)
     if tracing is not None:
         app.on_cleanup.append(_flush(tracing))
     metrics = Metrics(lambda up, tool: tool in backends[up].catalogue.tools,
@@ -124,7 +124,7 @@ def _resumption(records: SessionRecords | None, upstream: str, limits: Limits
         records, upstream, limits.session_idle_ms / 1000, limits.max_sessions_per_principal)
 
 
-def _guarded_app(conf: Settings, counters: Counter[str], owner_key: bytes | None
+def _guarded_app(conf: Settings, counters: Counters, owner_key: bytes | None
                  ) -> tuple[web.Application, Authenticator]:
     """The app behind its guard (origins, authentication), with the protected resource
     metadata when OAuth is on."""
@@ -202,7 +202,7 @@ def _store(conf: Settings, replica: str
             None, None)
 
 
-def _flush(tracing: Tracing) -> Callable[[web.Application], Awaitable[None]]:
+def _flush(tracing: Tracer) -> Callable[[web.Application], Awaitable[None]]:
     async def flush(_: web.Application) -> None:
         await asyncio.to_thread(tracing.shutdown)  # exports the spans still queued
     return flush

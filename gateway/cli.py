@@ -1,4 +1,4 @@
-"""The command line (INTERFACE.md): zero-config flags, or `--config FILE` with flags on top."""
+"""The command line (README, Use): zero-config flags, or `--config FILE` with flags on top."""
 
 from __future__ import annotations
 

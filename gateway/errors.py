@@ -46,7 +46,7 @@ for what an upstream answers); the rest are refusals at the HTTP boundary (401, 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import orjson
 
@@ -55,6 +55,15 @@ from gateway.protocol import jsonrpc, mcp
 
 SERVER_ERROR = -32000  # JSON-RPC's range for implementation-defined server errors
 SHOWN_CHARS = 80
+
+# Why the gateway refused a request to protect itself: mcp_gateway_rejections_total{reason}.
+Rejection = Literal["body_too_large", "origin", "host", "auth", "listeners", "sessions",
+                    "rate_limit", "calls_in_flight", "parked", "store_full", "queue_full"]
+# Why an authentication or authorization failed (the rejection's `cause` label and the
+# audit event's `reason`): why, never what was sent.
+AuthCause = Literal["missing", "wrong", "malformed", "expired", "not_yet_valid", "audience",
+                    "issuer", "signature", "claims", "algorithm", "typ", "unknown_key",
+                    "inactive", "scope", "operator", "rate", "unavailable"]
 
 
 def shown(value: Any) -> str:
@@ -71,7 +80,8 @@ class GatewayError(Exception):
     code: ClassVar[int] = jsonrpc.INTERNAL_ERROR
     http_status: ClassVar[int] = 500
     # A refusal that protects the gateway, counted in mcp_gateway_rejections_total{reason}.
-    reason: ClassVar[str | None] = None
+    reason: ClassVar[Rejection | None] = None
+    cause: AuthCause | None = None  # set on the auth refusals (reason "auth") alone
     retry_after_s: float | None = None  # when set, the HTTP answer carries Retry-After
 
     def __init__(self, message: str, data: Any = None) -> None:
@@ -147,8 +157,9 @@ class Unauthorized(ProtocolError):
 
     http_status = 401
     reason = "auth"
+    cause: AuthCause
 
-    def __init__(self, message: str, cause: str = "missing") -> None:
+    def __init__(self, message: str, cause: AuthCause = "missing") -> None:
         super().__init__(message)
         self.cause = cause
 

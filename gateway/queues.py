@@ -8,11 +8,11 @@ Each waiting call's `Ticket` knows how many will be served before it, and is tol
 that changes; a full lane (`max_queue` waiting) refuses at once with `QueueFull`, naming the
 limit, and so does a lane where the owner already holds its share: all but a quarter of
 `max_queue`, kept for the others (one owner's burst never fills the queue against them;
-DESIGN.md, Tenancy). A call under both limits waits for its tool's lane, then for its
+docs/architecture.md, Tenancy). A call under both limits waits for its tool's lane, then for its
 server's.
 
-Per replica: replicas count their own calls (DESIGN.md, Queues). Pure: no I/O; the clock is
-injectable.
+Per replica: replicas count their own calls (README, Concurrency limits and queues). Pure:
+no I/O; the clock is injectable.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.errors import QueueFull
+from gateway.observability.counters import Counters
 
 HOLD_WEIGHT = 0.2  # of the newest call in a lane's average time to run
 MAX_LANES = 4096  # beyond, idle lanes are forgotten (a lane per tool name, from clients)
@@ -217,11 +218,11 @@ class Queues:
 
     def __init__(self, waited: Waited = lambda _u, _l, _s: None,
                  clock: Callable[[], float] = time.monotonic,
-                 counters: Counter[str] | None = None) -> None:
+                 counters: Counters | None = None) -> None:
         self.lanes: dict[tuple[str, str, bool], Lane] = {}
         self._waited = waited
         self._clock = clock
-        self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.counters = counters if counters is not None else Counters()
 
     def lane(self, limit: Limit | None) -> Lane | None:
         if limit is None:
@@ -242,7 +243,7 @@ class Queues:
             return None
         for lane in lanes:
             if lane.full or lane.over_share(owner):
-                self.counters["rejections.queue_full"] += 1
+                self.counters.reject("queue_full")
                 raise _full(lane.limit, lane.expected_wait_s(lane.depth))
         return Ticket(lanes, owner, self._clock)
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from cachetools import LRUCache
 
 from gateway.errors import TooManyRequests
+from gateway.observability.counters import Counters
 
 
 class RateLimiter:
@@ -50,7 +51,7 @@ class Admission:
     """The per-owner rate limits on tasks: requests of tasks/* and creations."""
 
     def __init__(self, requests: RateLimiter, creations: RateLimiter,
-                 counters: Counter[str]) -> None:
+                 counters: Counters) -> None:
         self.requests = requests
         self.creations = creations
         self.counters = counters
@@ -66,7 +67,7 @@ class Admission:
     def _admit(self, limiter: RateLimiter, owner: str, what: str) -> None:
         wait = limiter.wait_s(owner)
         if wait:
-            self.counters["rejections.rate_limit"] += 1
+            self.counters.reject("rate_limit")
             raise TooManyRequests.after(what, limiter.per_s, wait)
 
 
@@ -77,7 +78,7 @@ class InFlight:
     """Calls in flight per owner (auth context), at most `limit` each: one client cannot
     take every process and every slot of an upstream. Owners with none are forgotten."""
 
-    def __init__(self, limit: int, counters: Counter[str]) -> None:
+    def __init__(self, limit: int, counters: Counters) -> None:
         self.limit = limit
         self.counters = counters
         self._calls: Counter[str] = Counter()
@@ -85,7 +86,7 @@ class InFlight:
     def take(self, owner: str) -> None:
         """One more call of `owner`, or TooManyRequests."""
         if self._calls[owner] >= self.limit:
-            self.counters["rejections.calls_in_flight"] += 1
+            self.counters.reject("calls_in_flight")
             raise TooManyRequests(f"Too many calls in flight: at most {self.limit} per client; "
                                   "wait for one to finish", {"maxInFlight": self.limit})
         self._calls[owner] += 1

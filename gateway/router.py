@@ -1,22 +1,30 @@
-"""Per-message decisions: one pure function per client era computes a `Decision` for each
+"""Per-message decisions: one pure function per client era computes a decision for each
 request from the message, what the upstream said of its tools (the catalogue) and the task
 policy. The eras (downstream/) carry decisions out; nothing here knows HTTP or does I/O.
 
-    PASS          forward to the upstream as it is
-    ANSWER        the gateway answers itself (`result`, or from its own state: `serve`)
-    SUBSCRIPTION  counted here: only the first subscribe / last unsubscribe goes upstream
-    AUGMENT       forward, and change the answer on its way back (`edit`)
-    TASK          the call becomes a task (`policy`; `at_once`, or after the sync budget)
-    MRTR          a retry that resumes a parked call with its input responses
-    REFUSE        answer with `error`
+A decision is one frozen record per kind, and each era gets a union of only the kinds it
+can meet, so its handler matches them exhaustively (`assert_never`: a kind added here and
+not handled there fails the type check). The MCP Python SDK's `mcp/shared/inbound.py` is
+the model (a route or a rejection, matched).
+
+    Pass          forward to the upstream as it is (`follow`: as a task of its own)
+    Answer        the gateway answers itself with a fixed `result` (ping)
+    SetLevel      the session's log level, kept here; answered at once
+    Subscription  counted here: only the first subscribe / last unsubscribe goes upstream
+    Augment       forward, and change the answer on its way back (`edit`)
+    ServeTasks    tasks/* answered from the engine
+    Discover      server/discover, answered from what the upstream said at initialize
+    Listen        a subscriptions/listen stream
+    TaskCall      the call becomes a task (`policy`; `at_once`, or after the sync budget)
+    Resume        an MRTR retry that resumes a parked call with its input responses
+    Refuse        answer with `error`
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from gateway import errors
 from gateway.protocol import mcp
@@ -26,38 +34,74 @@ from gateway.upstream.catalogue import Catalogue
 
 PolicyFor = Callable[[str], Policy]
 Lacks = Callable[[frozenset[str]], frozenset[str]]  # needed scopes -> those not held
-
-
-class Kind(StrEnum):
-    PASS = "pass"
-    ANSWER = "answer"
-    SUBSCRIPTION = "subscription"
-    AUGMENT = "augment"
-    TASK = "task"
-    MRTR = "mrtr"
-    REFUSE = "refuse"
+Edit = Literal["mark_tools"]  # tools/list gains each tool's taskSupport (core tasks)
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    kind: Kind
-    serve: str | None = None  # ANSWER: which of the gateway's own handlers answers
-    result: dict[str, Any] | None = None  # ANSWER: the result itself, when it is fixed
-    error: errors.GatewayError | None = None  # REFUSE
-    edit: str | None = None  # AUGMENT: "mark_tools"
-    policy: Policy | None = None  # TASK
-    at_once: bool = False  # TASK: a task now (always/required, or the client asked)
-    ttl: int | None = None  # TASK: the ttl the client asked for (core)
-    level: str | None = None  # ANSWER serve="set_level": the level to keep
-    follow: bool = False  # PASS: ask the upstream for its own task and follow it
+class Pass:
+    follow: bool = False  # ask the upstream for its own task and follow it
 
 
-PASS = Decision(Kind.PASS)
+@dataclass(frozen=True, slots=True)
+class Answer:
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SetLevel:
+    level: str  # one of mcp.LOG_LEVELS
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A resource (un)subscribe with a uri: counted per holder."""
+
+
+@dataclass(frozen=True, slots=True)
+class Augment:
+    edit: Edit
+
+
+@dataclass(frozen=True, slots=True)
+class ServeTasks:
+    """tasks/* of the gateway's own tasks (or ids it answers as unknown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Discover:
+    """server/discover."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """subscriptions/listen."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCall:
+    policy: Policy
+    at_once: bool  # a task now (always/required, or the client asked)
+    ttl: int | None = None  # the ttl the client asked for (core)
+    follow: bool = False  # as Pass.follow, should it run inline
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """An MRTR retry of a call parked here."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    error: errors.GatewayError
+
+
+LegacyDecision = Pass | Answer | SetLevel | Subscription | Augment | ServeTasks | TaskCall | \
+    Refuse
+ModernDecision = Pass | Discover | Listen | ServeTasks | Resume | TaskCall | Refuse
+Decision = LegacyDecision | ModernDecision
+
+PASS = Pass()
 TASKS_PREFIX = "tasks/"
-
-
-def refuse(error: errors.GatewayError) -> Decision:
-    return Decision(Kind.REFUSE, error=error)
 
 
 # -- scopes (both eras; auth.oauth and the tools' `scopes`) ---------------------------------
@@ -80,45 +124,45 @@ def scope_refusal(msg: dict[str, Any], lacking: Lacking) -> errors.InsufficientS
 # -- the legacy era (initialize, sessions) ----------------------------------------------------
 def legacy(msg: dict[str, Any], *, core_tasks: bool, keeps_level: bool,
            native_task_ids: Container[str], catalogue: Catalogue,
-           policy_for: PolicyFor) -> Decision:
+           policy_for: PolicyFor) -> LegacyDecision:
     """A legacy session's request. `core_tasks`: the session speaks 2025-11-25, whose core
     tasks the gateway serves; `keeps_level`: the upstream logs (or speaks the modern era,
     which takes a level per request), so each session's level is kept here;
     `native_task_ids`: tasks the upstream runs for the session."""
     method, params = msg["method"], msg.get("params")
     if method == mcp.PING:
-        return Decision(Kind.ANSWER, result={})
+        return Answer({})
     if method == mcp.SET_LEVEL and keeps_level:
         return _set_level(params)
     if method in (mcp.SUBSCRIBE, mcp.UNSUBSCRIBE) and isinstance(params, dict) and \
             isinstance(params.get("uri"), str):
-        return Decision(Kind.SUBSCRIPTION)
+        return Subscription()
     if method.startswith(TASKS_PREFIX):
         return _legacy_tasks_request(method, params, core_tasks, native_task_ids)
     if not core_tasks:
         return PASS
     if method == mcp.TOOLS_LIST:
-        return Decision(Kind.AUGMENT, edit="mark_tools")
+        return Augment("mark_tools")
     if method == mcp.TOOLS_CALL and isinstance(params, dict):
         return _core_call(params, catalogue, policy_for)
     return PASS
 
 
-def _set_level(params: Any) -> Decision:
+def _set_level(params: Any) -> SetLevel | Refuse:
     """Each session's level is its own: a modern server takes it with each request, a
     legacy one is set to the most verbose level asked and the rest filtered per session."""
     level = params.get("level") if isinstance(params, dict) else None
     if level not in mcp.LOG_LEVELS:  # a JSON-RPC error, as a server would answer
-        return refuse(errors.InvalidParams(
+        return Refuse(errors.InvalidParams(
             f"Invalid params: unknown log level {errors.shown(level)}"))
-    return Decision(Kind.ANSWER, serve="set_level", result={}, level=level)
+    return SetLevel(level)
 
 
 def _legacy_tasks_request(method: str, params: Any, core_tasks: bool,
-                          native_task_ids: Container[str]) -> Decision:
+                          native_task_ids: Container[str]) -> Pass | ServeTasks | Refuse:
     """tasks/* of a legacy session. The upstream's own tasks are the gateway's client's,
     whoever made them (it sees one client): only ids this session created go there, and
-    only from a session that negotiated tasks (DESIGN.md, Tenancy)."""
+    only from a session that negotiated tasks (docs/architecture.md, Tenancy)."""
     if core_tasks and method in core.METHODS:
         return _core_tasks_request(params, native_task_ids)
     task_id = params.get("taskId") if isinstance(params, dict) else None
@@ -126,27 +170,28 @@ def _legacy_tasks_request(method: str, params: Any, core_tasks: bool,
         return PASS  # a method of the upstream's own for the session's own task
     why = "tasks need protocol version 2025-11-25" if not core_tasks else \
         "not a method of core tasks"
-    return refuse(errors.MethodNotFound(f"Method not found: {method} ({why})"))
+    return Refuse(errors.MethodNotFound(f"Method not found: {method} ({why})"))
 
 
-def _core_tasks_request(params: Any, native_task_ids: Container[str]) -> Decision:
+def _core_tasks_request(params: Any, native_task_ids: Container[str]
+                        ) -> Pass | ServeTasks | Refuse:
     if params is None:
-        return Decision(Kind.ANSWER, serve="tasks")  # tasks/list may have no params at all
+        return ServeTasks()  # tasks/list may have no params at all
     if not isinstance(params, dict):
-        return refuse(errors.InvalidParams("Invalid params: params must be an object"))
+        return Refuse(errors.InvalidParams("Invalid params: params must be an object"))
     task_id = params.get("taskId")
     if isinstance(task_id, str) and task_id in native_task_ids:
         return PASS  # the upstream's own task
-    return Decision(Kind.ANSWER, serve="tasks")
+    return ServeTasks()
 
 
 def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyFor
-               ) -> Decision:
+               ) -> Pass | TaskCall | Refuse:
     name = params.get("name")
     policy = policy_for(str(name or ""))
     if not core.is_task_call(params):
         if policy.mode == "required":  # spec (Tool-Level Negotiation): refuse plain calls
-            return refuse(errors.MethodNotFound(
+            return Refuse(errors.MethodNotFound(
                 f"Tool {errors.shown(name)} must be called as a task (taskSupport: required)"))
         return PASS
     if catalogue.own_task_support(name):
@@ -154,45 +199,46 @@ def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyF
     try:
         ttl = core.requested_ttl(params)
     except errors.InvalidParams as exc:
-        return refuse(exc)
+        return Refuse(exc)
     if policy.mode == "never":  # spec (Tool-Level Negotiation): forbidden -> -32601
-        return refuse(errors.MethodNotFound(f"Tool {errors.shown(name)} does not support "
+        return Refuse(errors.MethodNotFound(f"Tool {errors.shown(name)} does not support "
                                             "task-augmented calls (taskSupport: forbidden)"))
-    return Decision(Kind.TASK, policy=policy, at_once=True, ttl=ttl)
+    return TaskCall(policy, at_once=True, ttl=ttl)
 
 
 # -- the modern era (protocol 2026-07-28) --------------------------------------------------
 def modern(msg: dict[str, Any], *, capabilities: dict[str, Any], modern_upstream: bool,
-           upstream_task: bool, catalogue: Catalogue, policy_for: PolicyFor) -> Decision:
+           upstream_task: bool, catalogue: Catalogue, policy_for: PolicyFor
+           ) -> ModernDecision:
     """A modern request whose envelope and headers were checked. `upstream_task`: tasks/*
     names a task a modern upstream runs itself, created by this caller's principal."""
     method, params = msg["method"], msg.get("params") or {}
     if method == mcp.DISCOVER:
-        return Decision(Kind.ANSWER, serve="discover")
+        return Discover()
     if method.startswith(TASKS_PREFIX) and method not in extension.METHODS:
         # Not the extension's: the upstream's own method, for the caller's own task only.
         if modern_upstream and upstream_task:
             return PASS
-        return refuse(errors.MethodNotFound(f"Method not found: {method}"))
+        return Refuse(errors.MethodNotFound(f"Method not found: {method}"))
     if method in extension.METHODS:
         if not extension.declared(capabilities):
-            return refuse(extension.missing())
+            return Refuse(extension.missing())
         if modern_upstream and upstream_task:
             return PASS  # the caller's task of the upstream's own (a tool in mode never)
         # The gateway's tasks, and what the caller did not create, which it answers like
-        # an unknown id (DESIGN.md, Tenancy): the upstream sees one client, the gateway.
-        return Decision(Kind.ANSWER, serve="tasks")
+        # an unknown id (docs/architecture.md, Tenancy): the upstream sees one client, the gateway.
+        return ServeTasks()
     if method == mcp.LISTEN:
-        return Decision(Kind.ANSWER, serve="listen")
+        return Listen()
     if method in mcp.MRTR_METHODS and "requestState" in params and not modern_upstream:
-        return Decision(Kind.MRTR)
+        return Resume()
     if method == mcp.TOOLS_CALL:
         return _modern_call(params, capabilities, catalogue, policy_for)
     return PASS
 
 
 def _modern_call(params: dict[str, Any], capabilities: dict[str, Any], catalogue: Catalogue,
-                 policy_for: PolicyFor) -> Decision:
+                 policy_for: PolicyFor) -> Pass | TaskCall | Refuse:
     name = params.get("name")
     # A tool the upstream runs only as a task of its own: the call asks for that task and
     # the connection waits on its result, so here it is one slow call.
@@ -200,12 +246,11 @@ def _modern_call(params: dict[str, Any], capabilities: dict[str, Any], catalogue
     policy = policy_for(str(name or ""))
     if not extension.declared(capabilities):
         if policy.mode == "required":
-            return refuse(extension.missing())
-        return Decision(Kind.PASS, follow=follow)
+            return Refuse(extension.missing())
+        return Pass(follow)
     if policy.mode == "never":
-        return Decision(Kind.PASS, follow=follow)
-    return Decision(Kind.TASK, policy=policy, at_once=policy.mode in ("always", "required"),
-                    follow=follow)
+        return Pass(follow)
+    return TaskCall(policy, at_once=policy.mode in ("always", "required"), follow=follow)
 
 
 # -- era detection and version negotiation -------------------------------------------------

@@ -1,5 +1,5 @@
-"""The gateway's configuration: frozen pydantic models of the YAML file (INTERFACE.md), `${VAR}`
-interpolation, and one-line errors that name the offending key.
+"""The gateway's configuration: frozen pydantic models of the YAML file (docs/configuration.md),
+`${VAR}` interpolation, and one-line errors that name the offending key.
 
 Loaded once at start; nothing else reads YAML or the environment for settings.
 """

@@ -14,10 +14,10 @@ import hmac
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from gateway.auth.exchange import TokenExchanger
 from gateway.auth.fetch import Fetcher
 from gateway.auth.principal import ANONYMOUS, Principal
 from gateway.auth.resource import ProtectedResource
+from gateway.auth.token_exchange import TokenExchanger
 from gateway.errors import Unauthorized
 from gateway.keyring import keyed_digest
 from gateway.observability import owner_hash

@@ -13,6 +13,7 @@ from typing import Any
 
 from yarl import URL
 
+from gateway.errors import AuthCause
 from gateway.settings import OAuth
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
@@ -41,7 +42,7 @@ class ProtectedResource:
         suffix = "" if path in ("", "/") else path
         return str(self.origin.with_path(WELL_KNOWN + suffix))
 
-    def unauthorized(self, path: str, cause: str, description: str) -> str:
+    def unauthorized(self, path: str, cause: AuthCause, description: str) -> str:
         """The 401 challenge. A token that was sent and refused is `invalid_token`."""
         params = [("resource_metadata", self.metadata_url(path))]
         if self.required:

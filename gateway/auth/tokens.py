@@ -30,7 +30,7 @@ from gateway.auth.fetch import Fetcher
 from gateway.auth.introspection import Introspector
 from gateway.auth.keys import IssuerKeys
 from gateway.auth.principal import Principal
-from gateway.errors import Unauthorized, shown
+from gateway.errors import AuthCause, Unauthorized, shown
 from gateway.settings import OAuth
 
 MAX_CACHE_S = 300.0
@@ -38,12 +38,12 @@ REFUSED_CACHE_S = 10.0  # a refused token is refused again without a check this 
 REFUSED_CACHED = 10_000
 # Refusals that time or a key rotation may mend soon: never remembered (an unknown key is
 # bounded by `key_refresh_s` already).
-UNREMEMBERED = frozenset({"unknown_key", "not_yet_valid"})
+UNREMEMBERED: frozenset[AuthCause] = frozenset({"unknown_key", "not_yet_valid"})
 # RFC 9068 section 4: "at+jwt", or the full media type (compared without case, RFC 7515 4.1.9).
 AT_JWT = frozenset({"at+jwt", "application/at+jwt"})
 
 # PyJWT's refusals, by what they mean to the caller (the audit `cause`).
-_CAUSES: tuple[tuple[type[Exception], str, str], ...] = (
+_CAUSES: tuple[tuple[type[Exception], AuthCause, str], ...] = (
     (jwt.ExpiredSignatureError, "expired", "the token has expired"),
     (jwt.ImmatureSignatureError, "not_yet_valid", "the token is not valid yet"),
     (jwt.InvalidAudienceError, "audience", "the token was not issued for this resource"),
@@ -67,8 +67,8 @@ class AccessTokens:
         self._cache: TLRUCache[bytes, Principal] | None = (
             TLRUCache(conf.cache_tokens, _lifetime, time.time) if conf.cache_tokens else None)
         # token digest -> (message, cause) of its refusal
-        self._refused: TTLCache[bytes, tuple[str, str]] = TTLCache(REFUSED_CACHED,
-                                                                   REFUSED_CACHE_S)
+        self._refused: TTLCache[bytes, tuple[str, AuthCause]] = TTLCache(
+            REFUSED_CACHED, REFUSED_CACHE_S)
 
     async def principal(self, token: str) -> Principal:
         """The principal `token` stands for; Unauthorized (401) when it is not valid here,

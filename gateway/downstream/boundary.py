@@ -8,7 +8,6 @@ Every refusal is a `GatewayError` raised here, rendered once by `error_response`
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -17,13 +16,14 @@ from yarl import URL
 
 from gateway import errors, router
 from gateway.auth import ANONYMOUS, Authenticator, Principal
-from gateway.auth.exchange import TokenExchanger
 from gateway.auth.operators import Operators
 from gateway.auth.resource import WELL_KNOWN
 from gateway.auth.throttle import FailedAuths
+from gateway.auth.token_exchange import TokenExchanger
 from gateway.downstream.peers import Hosts, local_peer
 from gateway.errors import GatewayError
 from gateway.observability import log
+from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.queues import Ticket
 from gateway.settings import Settings
@@ -113,14 +113,6 @@ def error_response(exc: GatewayError, id_: Any = None) -> web.Response:
     if isinstance(exc, AUTH_FAULTS):
         resp[AUTH_FAULT] = exc  # the challenge is the guard's (it knows the resource)
     return resp
-
-
-def rejected(exc: GatewayError, counters: Counter[str]) -> None:
-    """Count a refusal that protects the gateway (see `GatewayError.reason`); auth refusals
-    also by their `cause`, one of a fixed few words."""
-    if exc.reason is not None:
-        cause = getattr(exc, "cause", "")
-        counters[f"rejections.{exc.reason}:{cause}" if cause else f"rejections.{exc.reason}"] += 1
 
 
 def check_accept(request: web.Request, *, need_json: bool) -> tuple[bool, bool]:
@@ -241,7 +233,7 @@ class Guard:
 
     OPEN_PATHS = frozenset({"/healthz"})  # and /readyz but for its detail: `is_open`
 
-    def __init__(self, conf: Settings, counters: Counter[str], auth: Authenticator) -> None:
+    def __init__(self, conf: Settings, counters: Counters, auth: Authenticator) -> None:
         self.counters = counters
         self.any_origin = "*" in conf.security.allowed_origins
         self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
@@ -345,7 +337,7 @@ class Guard:
         return await handler(request)
 
     def _refuse(self, exc: GatewayError) -> web.Response:
-        rejected(exc, self.counters)
+        self.counters.refused(exc)
         return error_response(exc)
 
     def _failed(self, request: web.Request, exc: errors.Unauthorized) -> web.Response:
@@ -380,7 +372,7 @@ class Guard:
             return "Bearer"  # static tokens only: no metadata to point to
         if isinstance(fault, errors.InsufficientScope):
             return resource.insufficient_scope(path, fault.scopes, fault.message)
-        return resource.unauthorized(path, getattr(fault, "cause", "missing"), fault.message)
+        return resource.unauthorized(path, fault.cause or "missing", fault.message)
 
     @staticmethod
     def _audit(request: web.Request, fault: GatewayError) -> None:
@@ -388,5 +380,5 @@ class Guard:
         was sent (it may be a near-miss token)."""
         who = request.get(PRINCIPAL)
         log.warning("auth.failed", audit=True, path=request.path, remote=request.remote,
-                    reason=getattr(fault, "cause", "missing"),
+                    reason=fault.cause or "missing",
                     issuer=who.issuer if who else None, subject=who.subject if who else None)

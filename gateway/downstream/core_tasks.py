@@ -14,19 +14,18 @@ spec: tasks-2025-11-25.md. Wire shapes live in tasks/dialects/core.py.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, assert_never
 
 from aiohttp import web
 
-from gateway import errors
+from gateway import errors, router
 from gateway.downstream import sse
 from gateway.downstream.boundary import ACCEPTS, json_response, scopes_checked
-from gateway.downstream.session import Session, SessionExchange, SessionTask
+from gateway.downstream.session import Edit, Session, SessionExchange, SessionTask
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
-from gateway.router import Decision
 from gateway.tasks.dialects import Lacking, core, handlers, task_id_of, unscoped, watch_progress
 from gateway.tasks.engine import (
     Handover,
@@ -63,22 +62,22 @@ class CoreTasks:
         own = self.backend.catalogue.own_task_support(tool)
         return own or core.TASK_SUPPORT[self.policy(tool).mode]
 
-    def edit(self, name: str | None, session: Session) -> Callable[[Message], Message] | None:
+    def edit(self, name: router.Edit) -> Edit:
         """The change the router asked for on an answer's way back: tools/list gains each
-        tool's taskSupport; the upstream's own task is remembered, so tasks/* on its id go
-        there."""
-        if name == "mark_tools":
-            return lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
-        return None
+        tool's taskSupport (and the catalogue learns what the upstream said of them)."""
+        match name:
+            case "mark_tools":
+                return lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
+            case _:
+                assert_never(name)
 
     # -- tools/call --------------------------------------------------------------------------
-    async def call(self, session: Session, msg: Message, decision: Decision,
+    async def call(self, session: Session, msg: Message, decision: router.TaskCall,
                    headers: dict[str, str] | None) -> web.Response:
         """A task-augmented tools/call: the task is created, the call goes upstream without
         `params.task`, and the CreateTaskResult is the answer at once."""
         client_id, params = msg["id"], msg["params"]
         policy = decision.policy
-        assert policy is not None
         tool = str(params.get("name") or "")
         core.strip_task(params)  # the upstream serves a plain call (it may know no tasks)
         # Counted against the principal: owned by it (with auth), or a session's (without).
@@ -94,7 +93,7 @@ class CoreTasks:
             task = await self.engine.adopt(intent, self._attacher(session, msg, headers,
                                                                   policy, handed))
         except StoreFull as exc:
-            self.backend.counters["rejections.store_full"] += 1
+            self.backend.counters.reject("store_full")
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
@@ -115,7 +114,6 @@ class CoreTasks:
         """How the new task takes its call over: opened upstream, tied to the session, and
         holding its principal's call slot until the task ends."""
         relay_progress = not watch_progress(msg["params"])
-        assert session.conn is not None
         home = session.conn
 
         async def attach(task: Task) -> Handover:

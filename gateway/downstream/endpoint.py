@@ -8,7 +8,6 @@ legacy. Both eras are served side by side on the same path.
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 from aiohttp import web
 
@@ -20,20 +19,20 @@ from gateway.downstream.boundary import (
     error_response,
     failed,
     read_message,
-    rejected,
 )
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.errors import GatewayError
+from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
-from gateway.observability.tracing import Tracing, answered
+from gateway.observability.tracing import Tracer, answered
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 
 
 class Endpoint:
     def __init__(self, legacy: LegacyEra, modern: ModernEra, max_body_bytes: int,
-                 metrics: Metrics, counters: Counter[str], tracing: Tracing | None = None
+                 metrics: Metrics, counters: Counters, tracing: Tracer | None = None
                  ) -> None:
         self.legacy = legacy
         self.modern = modern
@@ -57,7 +56,7 @@ class Endpoint:
                 era = "modern"
             resp = await self._serve(request, msg, kind, era)
         except GatewayError as exc:
-            rejected(exc, self.counters)
+            self.counters.refused(exc)
             resp = error_response(exc, msg.get("id") if msg else None)
         method = msg.get("method", "other") if msg else "other"  # a reply to the server: other
         self.metrics.request(self.upstream, method, era, not failed(resp),
@@ -79,7 +78,7 @@ class Endpoint:
             self._legacy_only(request)
             return await self.legacy.get(request)
         except GatewayError as exc:
-            rejected(exc, self.counters)
+            self.counters.refused(exc)
             return error_response(exc)
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
@@ -87,7 +86,7 @@ class Endpoint:
             self._legacy_only(request)
             return await self.legacy.delete(request)
         except GatewayError as exc:
-            rejected(exc, self.counters)
+            self.counters.refused(exc)
             return error_response(exc)
 
     @staticmethod

@@ -27,8 +27,8 @@ class Caller:
     modern = True  # a modern-only upstream's input_required rounds reach it as they are
 
     def __init__(self, principal: str, capabilities: dict[str, Any], log_level: Any) -> None:
-        # The owner is the auth context (DESIGN.md): requests of one never guess across to
-        # another's. Capabilities stay per request.
+        # The owner is the auth context (docs/architecture.md, Tenancy): requests of one
+        # never guess across to another's. Capabilities stay per request.
         self.key = f"modern:{principal}"
         self.principal = principal
         self.capabilities = capabilities

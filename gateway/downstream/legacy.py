@@ -7,15 +7,12 @@ spec: mcp-base-2025-06-18.md, Transports > Streamable HTTP.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.auth.exchange import TokenExchanger
-from gateway.auth.principal import digest
+from gateway.auth.token_exchange import TokenExchanger
 from gateway.downstream import shapes, sse
 from gateway.downstream.boundary import (
     ACCEPTS,
@@ -28,14 +25,19 @@ from gateway.downstream.boundary import (
     scopes_checked,
 )
 from gateway.downstream.core_tasks import CoreTasks
-from gateway.downstream.resume import Record, Resumption
-from gateway.downstream.session import Session, SessionExchange, SessionStore, idle, refusal
+from gateway.downstream.resume import Resumption
+from gateway.downstream.session import (
+    Edit,
+    Session,
+    SessionExchange,
+    SessionStore,
+)
+from gateway.downstream.session_life import SessionLife
 from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
-from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
@@ -52,17 +54,12 @@ class LegacyEra:
                  exchanger: TokenExchanger | None = None, resume: Resumption | None = None
                  ) -> None:
         self.backend = backend
-        # Replicas sharing a store: sessions' records there, adopted on any replica.
-        self.resume = resume
-        self._adopting: dict[str, asyncio.Lock] = {}
-        self._renewed = time.monotonic()
-        self.by_principal = conf.auth.enabled  # with auth, core tasks are the principal's
         self.headers = UpstreamHeaders(backend, exchanger)
         self.inflight = inflight
-        self.sessions = sessions
         self.flow = sse.Flow.of(conf)
         self.tasks = CoreTasks(backend, engine, policies, self.flow, inflight)
-        self.replay = (conf.limits.replay_events, conf.limits.replay_bytes)
+        self.life = SessionLife(backend, sessions, conf, self.tasks, resume)
+        self.sessions = sessions
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
 
@@ -86,102 +83,67 @@ class LegacyEra:
             return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS,
                                                "Invalid params: initialize needs params"))
         version = router.negotiate(params.get("protocolVersion"))
-        session = self._session(version, params.get("capabilities") or {},
-                                principal_of(request).owner)
-        session.client_info = info = params.get("clientInfo")
-        refused = await self._admit(session)
+        info = params.get("clientInfo")
+        session = self.life.new(version, params.get("capabilities") or {},
+                                principal_of(request).owner, info)
+        refused = await self.life.admit(session)
         if refused is not None:
-            self.backend.counters["rejections.sessions"] += 1
+            self.backend.counters.reject("sessions")
             log.warning("session.refused", principal=session.principal[:12],
                         reason=refused.message, upstream=self.backend.name)
             return json_response(refused.to_message(msg["id"]), refused.http_status)
         try:
-            session.conn = await self.backend.attach(session)
+            await self.life.attach(session)
         except UpstreamError as exc:
-            self.sessions.pop(session.id)
             return json_response(exc.to_message(msg["id"]), 503)
-        assert session.conn.init_result is not None
+        assert session.conn.init_result is not None  # attached: it is initialized
         log.info("session.created", session=session.owner[:12], protocol=version,
                  upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
-        self.backend.counters["sessions.created"] += 1
+        self.backend.counters.sessions_created += 1
         result = shapes.initialize_result(session.conn.init_result, version)
         return json_response(jsonrpc.result(msg["id"], result), headers={mcp.H_SESSION: session.id})
 
-    def _session(self, version: str, capabilities: dict[str, Any], principal: str,
-                 sid: str | None = None) -> Session:
-        session = Session(version, capabilities, *self.replay, principal=principal,
-                          budget=self.sessions.replay, sid=sid)
-        if self.by_principal:
-            session.task_owner = principal
-        return session
-
-    def record_of(self, session: Session) -> Record:
-        return Record(session.principal, self.backend.name, session.version,
-                      session.capabilities, session.client_info)
-
-    async def _admit(self, session: Session) -> errors.TooManySessions | None:
-        """Hold the new session here and record it in the shared store; the refusal when
-        its principal holds its share (here, or across replicas) and none of its own
-        sessions here is idle to make room (issue 29: never another principal's)."""
-        try:
-            evicted = self.sessions.add(session)
-        except errors.TooManySessions as exc:
-            return exc
-        if evicted is not None:
-            await self.end(evicted, "evicted")
-        if self.resume is None or await self._recorded(session):
-            return None
-        self.sessions.pop(session.id)
-        return refusal(True, self.sessions.per_principal, self.sessions.max_sessions)
-
-    async def _recorded(self, session: Session) -> bool:
-        """Its record is kept, the principal's share across replicas allowing, after one of
-        its idle sessions here ended to make room if need be."""
-        assert self.resume is not None
-        record = self.record_of(session)
-        if await self.resume.open(session.id, record):
-            return True
-        spare = self.sessions.idle_of(session.principal, but=session)
-        if spare is None:
-            return False
-        await self.end(spare, "evicted")
-        return await self.resume.open(session.id, record)
-
     async def on_request(self, request: web.Request, session: Session, msg: Message
                          ) -> web.StreamResponse:
-        json_ok, sse_ok = request[ACCEPTS]
         client_id = msg["id"]
         lacking = scopes_checked(request, msg, self.tasks.policy)  # InsufficientScope: 403
         decision = self.decide(session, msg)
-        if decision.kind is Kind.REFUSE:
-            assert decision.error is not None  # a JSON-RPC error: HTTP 200, as a server's
-            return json_response(decision.error.to_message(client_id))
-        if decision.serve == "set_level":
-            session.level = decision.level
-            if session.conn is not None:  # decide() needs it: always set by now
+        edit: Edit | None = None
+        match decision:
+            case router.Refuse(error=error):  # a JSON-RPC error: HTTP 200, as a server's
+                return json_response(error.to_message(client_id))
+            case router.Answer(result=result):
+                return json_response(jsonrpc.result(client_id, result))
+            case router.SetLevel(level=level):
+                session.level = level
                 session.conn.sync_level()
-        if decision.result is not None or (decision.kind is Kind.SUBSCRIPTION
-                                           and self._subscription(session, msg)):
-            return json_response(jsonrpc.result(client_id, decision.result or {}))
-        if client_id in session.calls:
-            raise errors.InvalidRequest(
-                f"Invalid Request: id {errors.shown(client_id)} is already in flight")
-        if decision.kind is Kind.ANSWER:  # tasks/* of the gateway's core tasks
-            return await self.tasks.serve(request, session, msg)
-        headers = await self.headers.of(request)
-        if decision.kind is Kind.TASK:
-            return await self.tasks.call(session, msg, decision, headers)
-        ex = SessionExchange(session, sse_ok)
-        ex.edit = self.tasks.edit(decision.edit, session)
-        if decision.kind is Kind.SUBSCRIPTION and msg["method"] == mcp.SUBSCRIBE:
-            ex.edit = _subscribed(session, msg["params"]["uri"])
+                return json_response(jsonrpc.result(client_id, {}))
+            case router.Subscription() if self._subscription(session, msg):
+                return json_response(jsonrpc.result(client_id, {}))
+            case router.ServeTasks():  # tasks/* of the gateway's core tasks
+                _not_in_flight(session, client_id)
+                return await self.tasks.serve(request, session, msg)
+            case router.TaskCall():
+                _not_in_flight(session, client_id)
+                return await self.tasks.call(session, msg, decision,
+                                             await self.headers.of(request))
+            case router.Subscription():  # held once the server took it
+                if msg["method"] == mcp.SUBSCRIBE:
+                    edit = _subscribed(session, msg["params"]["uri"])
+            case router.Augment(edit=name):
+                edit = self.tasks.edit(name)
+            case router.Pass():
+                pass
+            case _:
+                assert_never(decision)
+        _not_in_flight(session, client_id)
         if lacking is not None and msg["method"] == mcp.TOOLS_LIST:
-            ex.edit = _then_hide(ex.edit, lacking)
-        return await self.forward(request, session, msg, ex, json_ok, headers)
+            edit = _then_hide(edit, lacking)
+        headers = await self.headers.of(request)
+        return await self.forward(request, session, msg, edit, headers)
 
-    def decide(self, session: Session, msg: Message) -> router.Decision:
-        assert session.conn is not None
+    def decide(self, session: Session, msg: Message) -> router.LegacyDecision:
         conn = session.conn
         return router.legacy(msg, core_tasks=core.offered(session.version),
                              keeps_level=conn.modern or conn.logs,
@@ -189,9 +151,10 @@ class LegacyEra:
                              catalogue=self.backend.catalogue, policy_for=self.tasks.policy)
 
     async def forward(self, request: web.Request, session: Session, msg: Message,
-                      ex: SessionExchange, json_ok: bool, headers: dict[str, str] | None
+                      edit: Edit | None, headers: dict[str, str] | None
                       ) -> web.StreamResponse:
-        assert session.conn is not None
+        json_ok, sse_ok = request[ACCEPTS]
+        ex = SessionExchange(session, sse_ok, edit)
         client_id = msg["id"]
         try:
             self.inflight.take(session.principal)
@@ -214,40 +177,36 @@ class LegacyEra:
             raise
         session.calls[client_id] = call
         ex.done = lambda: self._finished(session, client_id, conn)
-        if self.request_timeout_s is not None:  # from when it runs: a queue is not counted
-            call.when_running(lambda: self._time(ex, session, client_id))
+        if (seconds := self.request_timeout_s) is not None:  # from when it runs, not queued
+            call.when_running(lambda: self._time(ex, session, client_id, seconds))
         # A call that waits in a queue keeps its request open meanwhile: the exchange turns
         # to SSE after one keep-alive interval, and keep-alives flow.
         return await ex.respond(request, json_ok, self.flow)
 
-    def _time(self, ex: SessionExchange, session: Session, client_id: Any) -> None:
-        assert self.request_timeout_s is not None
+    def _time(self, ex: SessionExchange, session: Session, client_id: Any, seconds: float
+              ) -> None:
         ex.timer = asyncio.get_running_loop().call_later(
-            self.request_timeout_s, self._timed_out, session, client_id)
+            seconds, self._timed_out, session, client_id, seconds)
 
     def _finished(self, session: Session, client_id: Any, used: Connection) -> None:
         session.calls.pop(client_id, None)
         self.inflight.release(session.principal)
-        assert session.conn is not None
         self.backend.done(session.conn, used)
 
-    def _timed_out(self, session: Session, client_id: Any) -> None:
+    def _timed_out(self, session: Session, client_id: Any, seconds: float) -> None:
         call = session.calls.get(client_id)
         if call is None:
             return
         name = call.conn.name
         call.conn.cancel(call, "timed out at the gateway")
         log.warning("request.timed_out", upstream=name, session=session.owner[:12])
-        assert self.request_timeout_s is not None
-        call.sink.on_response(UpstreamError.timed_out(name, self.request_timeout_s)
-                              .to_message(client_id))
+        call.sink.on_response(UpstreamError.timed_out(name, seconds).to_message(client_id))
 
     def _subscription(self, session: Session, msg: Message) -> bool:
         """True when the gateway answers a (un)subscribe itself: the upstream holds one
         subscription per URI for all sessions, so only the first subscribe and the last
         unsubscribe of a holder reach it."""
         uri = msg["params"]["uri"]  # a string: the router said so
-        assert session.conn is not None
         if msg["method"] == mcp.SUBSCRIBE:
             if uri in session.subscriptions:
                 return True
@@ -272,11 +231,10 @@ class LegacyEra:
                 call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
                                                     "Request cancelled"))
             return
-        assert session.conn is not None
         session.conn.notify(msg)
 
     async def on_reply(self, session: Session, msg: Message) -> None:
-        # Only what was asked of this session is answered from it (DESIGN.md, Tenancy).
+        # Only what was asked of this session is answered from it (docs/architecture.md, Tenancy).
         conn = session.replies.pop(msg["id"], None)
         # An answer to a task's input request also moves the task back to working.
         if conn is None or not (await self.tasks.engine.reply(msg, session.task_owner)
@@ -301,58 +259,19 @@ class LegacyEra:
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         sid, principal = _session_id(request), principal_of(request).owner
-        if self.sessions.get(sid) is None and self.resume is not None and \
-                await self.resume.find(sid, principal) is not None:
-            await self.resume.end(sid, principal)  # held elsewhere, or by a replica gone
-            log.info("session.ended", session=digest("session", sid)[:12], why="deleted",
-                     upstream=self.backend.name)
+        if await self.life.end_elsewhere(sid, principal):  # held elsewhere, or by one gone
             return web.Response(status=200)
         session = await self.session_of(request)
-        await self.end(session, "deleted")
+        await self.life.end(session, "deleted")
         return web.Response(status=200)
 
-    async def end(self, session: Session, why: str) -> None:
-        """End `session`: cancel its calls upstream, release its process, close its streams.
-        Deleted or evicted, it ends everywhere; idle here, its record expires by itself
-        unless another replica serves it meanwhile."""
-        self.sessions.pop(session.id)
-        if self.resume is not None and why in ("deleted", "evicted"):
-            await self.resume.end(session.id, session.principal)
-        session.closed = True
-        await self.tasks.end(session)
-        for call in list(session.calls.values()):
-            call.conn.cancel(call, "client session ended")
-            call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
-                                                "Session ended"))
-        if session.conn is not None:
-            for uri in session.subscriptions:
-                if session.conn.release(uri):
-                    session.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
-            await self.backend.detach(session, session.conn)
-        session.close_streams()
-        log.info("session.ended", session=session.owner[:12], why=why, upstream=self.backend.name)
-
     async def expire(self) -> None:
-        for session in self.sessions.expired():
-            await self.end(session, "idle")
-        if self.resume is not None:
-            await self._renew()
-
-    async def _renew(self) -> None:
-        """The records of the sessions used since the last renewal (or whose work runs)
-        live on; those ended on another replica meanwhile (DELETE) end here too."""
-        assert self.resume is not None
-        since, self._renewed = self._renewed, time.monotonic()
-        used = {s.id: s for s in self.sessions.all() if s.last_seen >= since or not idle(s)}
-        for sid in await self.resume.renew([(s.id, self.record_of(s)) for s in used.values()]):
-            await self.end(used[sid], "ended elsewhere")
+        await self.life.expire()
 
     # -- checks ----------------------------------------------------------------------------
     async def session_of(self, request: web.Request) -> Session:
         sid, principal = _session_id(request), principal_of(request).owner
-        session = self.sessions.get(sid)
-        if session is None and self.resume is not None:
-            session = await self.adopt(sid, principal)
+        session = await self.life.find(sid, principal)
         # A session is bound to the auth context that created it (and so are its tasks).
         if session is None or session.principal != principal:
             raise errors.SessionNotFound("Session not found: it ended or never existed; "
@@ -365,42 +284,11 @@ class LegacyEra:
                 {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
         return session
 
-    async def adopt(self, sid: str, principal: str) -> Session | None:
-        """The session `sid` of `principal` that another replica made (it stopped, died, or
-        the balancer sent the client here), held here from now on; None when the store
-        knows no such session of this principal. One adoption at a time per id."""
-        assert self.resume is not None
-        lock = self._adopting.setdefault(sid, asyncio.Lock())
-        try:
-            async with lock:
-                held = self.sessions.get(sid)
-                if held is not None:
-                    return held
-                record = await self.resume.find(sid, principal)
-                # Adopted meanwhile by a request that came as this lock was let go.
-                held = self.sessions.get(sid)
-                if record is None or held is not None:
-                    return held
-                return await self._adopted(sid, record)
-        finally:
-            if not lock.locked():
-                self._adopting.pop(sid, None)
 
-    async def _adopted(self, sid: str, record: Record) -> Session:
-        session = self._session(record.version, record.capabilities, record.principal, sid)
-        session.client_info = record.client_info
-        evicted = self.sessions.add(session)  # TooManySessions: 503, the client retries
-        if evicted is not None:
-            await self.end(evicted, "evicted")
-        try:
-            session.conn = await self.backend.attach(session)
-        except UpstreamError:
-            self.sessions.pop(sid)
-            raise
-        log.info("session.adopted", session=session.owner[:12], protocol=session.version,
-                 upstream=self.backend.name)
-        self.backend.counters["sessions.adopted"] += 1
-        return session
+def _not_in_flight(session: Session, client_id: Any) -> None:
+    if client_id in session.calls:
+        raise errors.InvalidRequest(
+            f"Invalid Request: id {errors.shown(client_id)} is already in flight")
 
 
 def _session_id(request: web.Request) -> str:
@@ -410,22 +298,20 @@ def _session_id(request: web.Request) -> str:
     return sid
 
 
-def _subscribed(session: Session, uri: str) -> Callable[[Message], Message]:
+def _subscribed(session: Session, uri: str) -> Edit:
     """On the answer to a subscribe that went upstream: held if the server took it, else
     let go (the session holds nothing the server does not)."""
     def settle(msg: Message) -> Message:
-        conn = session.conn
-        if conn is not None and "error" in msg:
+        if "error" in msg:
             session.subscriptions.discard(uri)
-            conn.release(uri)
-        elif conn is not None:
-            conn.confirm(uri)
+            session.conn.release(uri)
+        else:
+            session.conn.confirm(uri)
         return msg
     return settle
 
 
-def _then_hide(edit: Callable[[Message], Message] | None, lacking: Lacking
-               ) -> Callable[[Message], Message]:
+def _then_hide(edit: Edit | None, lacking: Lacking) -> Edit:
     """`edit`, then the tools the caller may not call taken out of the list."""
     def hide(msg: Message) -> Message:
         return shapes.hide_tools(edit(msg) if edit else msg, lacking)

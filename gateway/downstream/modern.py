@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Any
+from typing import Any, assert_never
 
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.auth.exchange import TokenExchanger
+from gateway.auth.token_exchange import TokenExchanger
 from gateway.downstream import envelope, shapes, sse
 from gateway.downstream.boundary import (
     ACCEPTS,
@@ -32,11 +32,11 @@ from gateway.downstream.exchange import Exchange
 from gateway.downstream.handoff import Handoff
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
+from gateway.downstream.rounds import Elsewhere, Rounds
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
-from gateway.router import Kind
 from gateway.settings import Settings
 from gateway.tasks.dialects import (
     Lacking,
@@ -107,7 +107,7 @@ class ModernExchange(Exchange):
             self._missing_capability()  # it failed for want of what the client lacks
             return
         if self.rounds:
-            self.era.seal_state(msg, self.caller, self.method, self.digest)
+            self.era.rounds.seal_state(msg, self.caller.principal, self.method, self.digest)
         if self.method == mcp.TOOLS_LIST:
             self.era.backend.learn_tools(msg)
             if self.hidden is not None:
@@ -163,7 +163,7 @@ class ModernExchange(Exchange):
         self.inputs.clear()
         parked.done, self.done = self.done, None  # the call is not over: keep its process
         parked.policy, parked.own_progress = self.policy, self.own_progress
-        self.era.input_required(self, parked, self.call.client_id)
+        self.era.rounds.ask(self, parked, self.call.client_id)
 
     async def handover(self, task: Task) -> Handover | None:
         """This call, for its new task; None if it answered while the store wrote."""
@@ -217,13 +217,13 @@ class ModernEra:
         self.flow = sse.Flow.of(conf)
         self.ttl_ms = conf.caching.ttl_ms
         self.scope = conf.caching.scope
-        self.sealer = sealer
         self.handoff = Handoff(engine.replica_address)
-        self.replica_url = conf.replica_url or ""  # sealed into requestState: see handoff.py
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
-        self.parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000,
-                                  conf.limits.max_parked_per_principal)
+        parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000,
+                             conf.limits.max_parked_per_principal)
+        self.rounds = Rounds(sealer, parked, engine.replica, conf.replica_url or "",
+                             backend.name, backend.counters)
         self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.flow,
                                    conf.limits.max_listeners)
         self._jobs: set[asyncio.Task[None]] = set()  # tasks being made after a budget ran out
@@ -247,28 +247,32 @@ class ModernEra:
         except errors.UpstreamError as exc:  # it cannot start: 503, as a legacy initialize
             return json_response(exc.to_message(msg["id"]), 503)
         decision = await self.decide(msg, caller, conn)
-        if decision.kind is Kind.REFUSE:
-            assert decision.error is not None
-            raise decision.error
-        if decision.serve == "discover":
-            assert conn.init_result is not None
-            return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
-                conn.init_result, self.ttl_ms, self.scope)))
-        if decision.serve == "tasks":
-            self.engine.admit(caller.principal)
-            return json_response(jsonrpc.result(msg["id"], await handlers.extension_request(
-                self.engine, msg["method"], msg.get("params") or {}, caller.principal,
-                lacking or unscoped)))
-        if decision.serve == "listen":
-            return await self.listeners.listen(request, msg, caller, conn, self.engine)
-        if decision.kind is Kind.MRTR:
-            return await self.resume(request, msg, caller)
-        return await self.forward(request, msg, caller, conn, decision, lacking)
+        match decision:
+            case router.Refuse(error=error):
+                raise error
+            case router.Discover():
+                assert conn.init_result is not None
+                return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
+                    conn.init_result, self.ttl_ms, self.scope)))
+            case router.ServeTasks():
+                self.engine.admit(caller.principal)
+                return json_response(jsonrpc.result(msg["id"], await handlers.extension_request(
+                    self.engine, msg["method"], msg.get("params") or {}, caller.principal,
+                    lacking or unscoped)))
+            case router.Listen():
+                return await self.listeners.listen(request, msg, caller, conn, self.engine)
+            case router.Resume():
+                return await self.resume(request, msg, caller)
+            case router.Pass() | router.TaskCall():
+                return await self.forward(request, msg, caller, conn, decision, lacking)
+            case _:
+                assert_never(decision)
 
     def policy(self, tool: Any) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
 
-    async def decide(self, msg: Message, caller: Caller, conn: Connection) -> router.Decision:
+    async def decide(self, msg: Message, caller: Caller, conn: Connection
+                     ) -> router.ModernDecision:
         method, params = msg["method"], msg.get("params") or {}
         # Only a modern upstream has tasks of its own that tasks/* could name instead.
         theirs = method.startswith(router.TASKS_PREFIX) and conn.modern and \
@@ -279,18 +283,23 @@ class ModernEra:
 
     # -- forwarding ------------------------------------------------------------------------
     async def forward(self, request: web.Request, msg: Message, caller: Caller,
-                      conn: Connection, decision: router.Decision, lacking: Lacking | None
+                      conn: Connection, decision: router.Pass | router.TaskCall,
+                      lacking: Lacking | None
                       ) -> web.StreamResponse:
         json_ok, sse_ok = request[ACCEPTS]
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
         ex.hidden = lacking
-        ex.policy, ex.tool, ex.uri = decision.policy, params.get("name"), params.get("uri")
+        # Only a call the router let become a task has a policy (and may become one).
+        task = decision if isinstance(decision, router.TaskCall) else None
+        ex.policy = task.policy if task is not None else None
+        ex.tool, ex.uri = params.get("name"), params.get("uri")
         # A modern upstream runs its own MRTR rounds: their fields go to it as they are, but
         # the state is the server's only under the gateway's seal (see `seal_state`).
         ex.rounds = conn.modern
         if ex.rounds and "requestState" in params:
-            params = {**params, "requestState": self.open_state(params, caller, method)}
+            params = {**params, "requestState": self.rounds.open_state(params, caller.principal,
+                                                                       method)}
         headers = await self.headers.of(request)  # AuthUnavailable: 503
         self.inflight.take(caller.principal)  # TooManyRequests: 429
         try:
@@ -317,7 +326,7 @@ class ModernEra:
             raise
         ex.done = lambda: self._done(caller, conn, used)
         # A call that must wait its turn is a task at once for a caller that can take one.
-        if decision.at_once or (ticket is not None and ticket.queued):
+        if (task is not None and task.at_once) or (ticket is not None and ticket.queued):
             await self.to_task(ex)
         else:
             ex.start_budget()
@@ -341,17 +350,17 @@ class ModernEra:
         ex.budget = None
         if ex.response is not None or ex.call is None or ex.policy is None:
             return
-        tool = str(ex.tool or "")
+        tool, client_id = str(ex.tool or ""), ex.call.client_id  # the call goes to its task
         intent = Intent(ex.caller.principal, tool, extension.NAME, self.backend.name, ex.policy)
         try:
             task = await self.engine.adopt(intent, ex.handover)
         except StoreFull as exc:  # never evict a live task: answer inline instead
-            self.backend.counters["tasks.inline_store_full"] += 1
+            self.backend.counters.tasks_inline_store_full += 1
             log.warning("task.store_full", tool=tool, reason=str(exc),
                         upstream=self.backend.name)
             return
         except errors.StoreUnavailable as exc:  # the extension lets the gateway answer inline
-            self.backend.counters["tasks.inline_store_unavailable"] += 1
+            self.backend.counters.tasks_inline_store_unavailable += 1
             log.warning("task.store_unavailable", tool=tool, reason=exc.message,
                         upstream=self.backend.name)
             return
@@ -360,8 +369,7 @@ class ModernEra:
                         upstream=self.backend.name)
             return
         if task is not None:
-            assert ex.call is not None
-            ex.answer(jsonrpc.result(ex.call.client_id, extension.created(task)))
+            ex.answer(jsonrpc.result(client_id, extension.created(task)))
 
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:
@@ -385,80 +393,16 @@ class ModernEra:
             # answer stays held (many MiB for a big result a slow reader never took).
             ex.call = None
 
-    # -- MRTR --------------------------------------------------------------------------------
-    def seal_state(self, msg: Message, caller: Caller, method: str, digest_: str) -> None:
-        """A modern upstream's own input_required round goes to the client with its
-        requestState sealed by the gateway, bound to the caller's principal and request:
-        the server sees one client, the gateway, so it cannot tell whose state comes back
-        (DESIGN.md, Tenancy; spec 2026-07-28 MRTR: requestState is attacker-controlled)."""
-        result = msg.get("result")
-        if isinstance(result, dict) and result.get("resultType") == "input_required" and \
-                "requestState" in result:
-            result["requestState"] = self.sealer.seal(
-                s=result["requestState"], o=caller.principal, m=method, d=digest_, k="up")
-
-    def open_state(self, params: dict[str, Any], caller: Caller, method: str) -> Any:
-        """The server's own state inside a retry's requestState. Another principal's
-        state, or one issued for another request, is refused as any state this gateway
-        did not issue."""
-        state = self.sealer.open(params["requestState"])  # InvalidParams: forged, expired
-        if state.get("k") != "up" or state.get("o") != caller.principal or \
-                state.get("m") != method or state.get("d") != digest(method, params):
-            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
-        return state.get("s")
-
-    def input_required(self, ex: ModernExchange, parked: Parked, client_id: Any) -> None:
-        """Park `parked` for one more round and answer `ex` with the InputRequiredResult
-        that says so; or, its principal having no parked call to give way (the gateway's
-        bound is others'), cancel the call and answer 429."""
-        parked.round += 1
-        try:
-            self.parked.park(parked)
-        except errors.TooManyRequests as exc:
-            self.backend.counters["rejections.parked"] += 1
-            log.warning("mrtr.refused", upstream=self.backend.name, reason=exc.message)
-            parked.conn.cancel(parked.call, "too many calls waiting for input")
-            done, parked.done = parked.done, None
-            if done is not None:
-                done()
-            ex.answer(exc.to_message(client_id), exc.http_status)
-            return
-        # The replica's address travels sealed with the state: a retry reaching another
-        # replica is handed here without asking the store (which may be away meanwhile).
-        state = self.sealer.seal(p=parked.id, r=parked.round, o=parked.owner,
-                                 m=parked.method, d=parked.digest, x=self.engine.replica,
-                                 u=self.replica_url)
-        ex.answer(jsonrpc.result(client_id, {"resultType": "input_required",
-                                             "inputRequests": parked.requests(),
-                                             "requestState": state}))
-
+    # -- MRTR ------------------------------------------------------------------------------
     async def resume(self, request: web.Request, msg: Message, caller: Caller
                      ) -> web.StreamResponse:
-        """A retry with `requestState`: every check happens before the parked call is
-        touched, so a bad retry leaves it waiting for a good one."""
+        """A retry with `requestState`: its parked call goes on, on this replica's
+        exchange for the retry, or the retry goes to the replica that holds it."""
         json_ok, sse_ok = request[ACCEPTS]
         method, params = msg["method"], msg["params"]
-        state = self.sealer.open(params["requestState"])
-        if state.get("o") != caller.principal:
-            raise errors.InvalidParams("Invalid requestState: it was issued to another caller")
-        if state.get("m") != method or state.get("d") != digest(method, params):
-            raise errors.InvalidParams("Invalid requestState: it was issued for a different "
-                                       "request; retry with the original method and params")
-        if state.get("x", self.engine.replica) != self.engine.replica:
-            return await self.handoff.to(state["x"], state.get("u"), request, msg)  # parked there
-        parked = self.parked.get(state.get("p"))
-        if parked is None:
-            raise errors.InvalidParams("Invalid requestState: that request is no longer "
-                                       "waiting for input; send it again without requestState")
-        if state.get("r") != parked.round:
-            raise errors.InvalidParams("Invalid requestState: it was already used")
-        answers = params.get("inputResponses", {})
-        if not isinstance(answers, dict) or any(
-                not isinstance(answers[k], dict) for k in parked.inputs if k in answers):
-            raise errors.InvalidParams("Invalid params: inputResponses must map each input "
-                                       "request's key to its result object")
-        self.parked.take(parked.id)
-        parked.answer(answers)
+        parked = self.rounds.claim(msg, caller.principal)
+        if isinstance(parked, Elsewhere):
+            return await self.handoff.to(parked.replica, parked.url, request, msg)
         call = parked.call
         call.client_id = msg["id"]
         ex = ModernExchange(self, caller, method, parked.digest, sse_ok)
@@ -469,12 +413,12 @@ class ModernEra:
             ex.on_response({**parked.response, "id": msg["id"]})
         elif parked.inputs:  # answers missing: ask again for what is left (spec MRTR)
             ex.done = None
-            self.input_required(ex, parked, msg["id"])
+            self.rounds.ask(ex, parked, msg["id"])
         else:
             call.sink = ex
             ex.start_budget()  # MRTR first, then the call may still become a task
         return await self._respond(request, ex, json_ok)
 
     def close(self) -> None:
-        self.parked.close()
+        self.rounds.close()
         self.listeners.close()

@@ -7,7 +7,7 @@ negotiated version, the client's capabilities and info. It expires at the sessio
 expiry: every reap, each replica renews the records of the sessions it saw used (or whose
 work still runs), so a record lives at least `session_idle_ms` after its last use and at
 most RENEW_SLACK_S more. A record is adopted only by the principal that made the session
-(DESIGN.md, Tenancy: another credential presenting the id gets what an unknown id gets).
+(docs/architecture.md, Tenancy: another credential presenting the id gets what an unknown id gets).
 
 What is local stays local: an adopted session starts with fresh streams (a GET stream or
 replay of the old replica is gone; spec 2025-06-18, Resumability: the server MAY replay, a

@@ -28,6 +28,7 @@ from gateway.tasks.model import Task
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Call, Host
 
+Edit = Callable[[Message], Message]  # a change to an answer on its way back to the client
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
 MAX_STREAMS = 64  # POST streams kept for resumption per session
 
@@ -35,8 +36,8 @@ MAX_STREAMS = 64  # POST streams kept for resumption per session
 class Session:
     modern = False  # a modern-only upstream's input_required becomes server requests here
 
-    def __init__(self, version: str, capabilities: dict[str, Any], replay: int,
-                 replay_bytes: int = REPLAY_BYTES, principal: str = "anonymous",
+    def __init__(self, conn: Connection, version: str, capabilities: dict[str, Any],
+                 replay: int, replay_bytes: int = REPLAY_BYTES, principal: str = "anonymous",
                  budget: ReplayBudget | None = None, sid: str | None = None) -> None:
         # spec (Session Management): "globally unique and cryptographically secure", visible
         # ASCII only. 256 random bits, URL-safe base64. `sid`: a session another replica
@@ -57,7 +58,9 @@ class Session:
         # Its streams' ids are this process's alone: a Last-Event-ID from another replica's
         # copy of the session finds no stream here (a fresh one), never another stream.
         self._tag = secrets.token_hex(3)
-        self.conn: Connection | None = None
+        # The upstream connection that serves it (isolation.py `home`), attached to once
+        # the session is admitted.
+        self.conn = conn
         self.calls: dict[Any, Call] = {}  # by the client's request id
         self.replies: OrderedDict[str, Host] = OrderedDict()  # asked id -> who asked
         self.subscriptions: set[str] = set()
@@ -126,10 +129,10 @@ class SessionExchange(Exchange):
 
     __slots__ = ("edit", "session")
 
-    def __init__(self, session: Session, sse_ok: bool) -> None:
+    def __init__(self, session: Session, sse_ok: bool, edit: Edit | None = None) -> None:
         super().__init__(sse_ok, session.new_stream, {mcp.H_SESSION: session.id})
         self.session = session
-        self.edit: Callable[[Message], Message] | None = None  # applied to the response
+        self.edit = edit  # applied to the response
 
     def on_response(self, msg: Message) -> None:
         super().on_response(msg if self.edit is None else self.edit(msg))

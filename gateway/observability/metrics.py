@@ -1,5 +1,5 @@
-"""Prometheus metrics: the series ../INTERFACE.md names, kept by one `Metrics` per app (its
-own registry: two apps in one process, as in tests, never share counts).
+"""Prometheus metrics: the series README's Operations names, kept by one `Metrics` per app
+(its own registry: two apps in one process, as in tests, never share counts).
 
 Events are counted where they happen (`request`, `task_created`, `task_finished`); what is
 a state rather than an event (live tasks, store bytes, upstream up, sessions, restarts,
@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.errors import AuthCause, Rejection
 from gateway.protocol import mcp
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -37,7 +38,7 @@ class Live(Protocol):
     def store_outbox(self) -> int: ...  # task changes the shared store has not taken yet
     def upstreams(self) -> dict[str, tuple[bool, int]]: ...  # name -> (up, restarts)
     def sessions(self) -> int: ...
-    def rejections(self) -> dict[str, int]: ...  # "reason" or "reason:cause" -> count
+    def rejections(self) -> dict[tuple[Rejection, AuthCause | None], int]: ...  # -> count
     def queues(self) -> dict[tuple[str, str], int]: ...  # (upstream, tool) -> calls waiting
 
 
@@ -139,8 +140,8 @@ class _LiveCollector(Collector):
         rejections = CounterMetricFamily("mcp_gateway_rejections",
                                          "Requests refused, by reason (and cause, for auth)",
                                          labels=["reason", "cause"])
-        for reason, count in live.rejections().items():
-            rejections.add_metric(list(reason.partition(":")[::2]), count)
+        for (reason, cause), count in live.rejections().items():
+            rejections.add_metric([reason, cause or ""], count)
         yield rejections
         depth = GaugeMetricFamily("mcp_gateway_queue_depth",
                                   "Calls waiting for a concurrency slot",

@@ -7,7 +7,7 @@ request's `_meta`, so a traced server continues the trace; one span per task, fr
 to its end, however long that is. Names and attributes follow OpenTelemetry's MCP semantic
 conventions (`mcp.method.name`, `gen_ai.tool.name`, `jsonrpc.request.id`).
 
-The request span's `Tracing` is made current in a context variable for the request's own
+The request span's `Tracer` is made current in a context variable for the request's own
 context only, so the upstream call and the task it starts find it without a tracer being
 passed through every layer; with tracing off the cost is that variable's lookup. The SDK is
 imported only when tracing is configured (the `otel` extra).
@@ -21,23 +21,22 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
-from gateway.settings import ConfigError
-from gateway.settings import Tracing as TracingConf
+from gateway.settings import ConfigError, Tracing
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span
 
-_ACTIVE: ContextVar[Tracing | None] = ContextVar("gateway_tracing", default=None)
+_ACTIVE: ContextVar[Tracer | None] = ContextVar("gateway_tracing", default=None)
 TRACE_KEYS = ("traceparent", "tracestate")
 
 
-def active() -> Tracing | None:
-    """The tracing of the request being served in this context, if traced."""
+def active() -> Tracer | None:
+    """The tracer of the request being served in this context, if traced."""
     return _ACTIVE.get()
 
 
-class Tracing:
+class Tracer:
     def __init__(self, provider: TracerProvider) -> None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
         self.provider = provider
@@ -45,7 +44,7 @@ class Tracing:
         self.propagator = TraceContextTextMapPropagator()
 
     @classmethod
-    def from_settings(cls, conf: TracingConf) -> Tracing | None:
+    def from_settings(cls, conf: Tracing) -> Tracer | None:
         if conf.otlp_endpoint is None:
             return None
         try:

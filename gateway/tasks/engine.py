@@ -15,11 +15,11 @@ the small `UpstreamCall` protocol (run.py).
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import StoreSettling
+from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import UNLIMITED, Admission
@@ -41,7 +41,7 @@ class TaskExpired(KeyError):
 
 
 class TaskEngine:
-    def __init__(self, store: TaskStore, counters: Counter[str] | None = None,
+    def __init__(self, store: TaskStore, counters: Counters | None = None,
                  admission: Admission | None = None, replica: str = "",
                  metrics: Metrics | None = None, bus: ReplicaBus | None = None,
                  url: str = "", clock: Callable[[], float] = time.time) -> None:

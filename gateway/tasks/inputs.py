@@ -33,7 +33,7 @@ class Inputs:
     def reply(self, msg: Message, owner: str) -> bool:
         """`owner`'s JSON-RPC answer (result or error) to an input request a task sent;
         False when it answers no request of a task of `owner`'s (another owner's task
-        keeps waiting for its own client's answer: DESIGN.md, Tenancy)."""
+        keeps waiting for its own client's answer: docs/architecture.md, Tenancy)."""
         run = self._asked.get(msg["id"])
         if run is None or run.task.owner != owner:
             return False

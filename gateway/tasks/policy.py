@@ -1,6 +1,6 @@
-"""Per-tool task policy (INTERFACE.md: modes never / auto / always / required and their
-timings), from `tasks:` globally and per upstream, by exact name first, then by glob in the
-order written; each level overrides the defaults field by field."""
+"""Per-tool task policy (docs/configuration.md, `tasks.defaults`: modes never / auto / always /
+required and their timings), from `tasks:` globally and per upstream, by exact name first,
+then by glob in the order written; each level overrides the defaults field by field."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fnmatch import fnmatchcase
 from cachetools import LRUCache
 
 from gateway.queues import Limit
-from gateway.settings import TaskPolicy, TaskPolicyOverride, Tasks
+from gateway.settings import TaskMode, TaskPolicy, TaskPolicyOverride, Tasks
 
 POLL_FLOOR_MS = 250  # never suggest polling faster than this
 POLL_CEILING_MS = 30_000
@@ -21,7 +21,7 @@ HISTORY = 20  # durations remembered per tool
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    mode: str
+    mode: TaskMode
     sync_budget_ms: int
     ttl_ms: int
     max_ttl_ms: int

@@ -13,12 +13,13 @@ ids shows up as one owner with a growing count.
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import deque
 from typing import Any
 
 from cachetools import TTLCache
 
 from gateway.observability import log, owner_hash, tracing
+from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
 from gateway.tasks.model import Status, Task
 
@@ -34,16 +35,16 @@ def audit(event: str, task: Task, **extra: Any) -> None:
 
 class Report:
     def __init__(self, metrics: Metrics | None = None,
-                 counters: Counter[str] | None = None) -> None:
+                 counters: Counters | None = None) -> None:
         self.metrics = metrics if metrics is not None else Metrics()
-        self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.counters = counters if counters is not None else Counters()
         self.misses: TTLCache[str, int] = TTLCache(MISS_OWNERS, MISS_WINDOW_S)
         # (unix time, upstream, tool, status message) of the last failed tasks run here.
         self.failures: deque[tuple[float, str, str, str]] = deque(maxlen=RECENT_FAILURES)
         self.spans: dict[str, Any] = {}  # task id -> its trace span, while it runs here
 
     def created(self, task: Task) -> None:
-        self.counters["tasks.created"] += 1
+        self.counters.tasks_created += 1
         self.metrics.task_created(task.upstream, task.tool, task.dialect)
         if (traced := tracing.active()) is not None:
             self.spans[task.id] = traced.task(task.id, task.tool, task.upstream, task.dialect)
@@ -55,7 +56,7 @@ class Report:
     def ended(self, task: Task, seconds: float | None, **extra: Any) -> None:
         """`task` ended; `seconds` it ran here, None when it ran on another replica (which
         counts it in its own metrics)."""
-        self.counters[f"tasks.{task.status}"] += 1
+        self.counters.tasks_ended[task.status] += 1
         if seconds is not None:
             self.metrics.task_finished(task.upstream, task.tool, task.status, seconds)
             extra["duration_s"] = round(seconds, 3)

@@ -6,11 +6,11 @@ to the server leaves here, the one place that writes to the transport.
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 from collections.abc import Callable, Collection
 from typing import Any
 
 from gateway.errors import UpstreamError
+from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Ticket
@@ -29,7 +29,7 @@ class Connection:
     """The calls of many callers over one transport; what downstream and the engine use."""
 
     def __init__(self, name: str, transport: Transport, startup_timeout_s: float,
-                 counters: Counter[str], opening: Opening = "auto") -> None:
+                 counters: Counters, opening: Opening = "auto") -> None:
         self.name = name
         self.transport = transport
         self.startup_timeout_s = startup_timeout_s
@@ -91,7 +91,7 @@ class Connection:
 
     def on_lost(self, error: UpstreamError, keep: Collection[Call] = ()) -> None:
         self.handshake.lost()
-        self.counters["upstream.exits"] += 1  # the process exited or the session ended
+        self.counters.upstream_exits += 1  # the process exited or the session ended
         _fail(self.correlator.lose(keep), error)
         self.wire.reset()
 

@@ -7,10 +7,11 @@ message belongs to or to an `Owner` when it belongs to no call, `Ask` a client a
 request, `Answer` the upstream, `Refused`); the connection acts on them. It never writes,
 and never calls into a sink or an owner.
 
-A server-to-client request from a legacy upstream names no call. DESIGN.md's rule: route it
-to the one owner with calls in flight (its oldest call), or to the only attached owner when
-nothing is in flight; otherwise never guess (that could leak one user's data to another):
-answer the upstream with an error.
+A server-to-client request from a legacy upstream names no call. The rule
+(docs/architecture.md, Tenancy; README, Isolation between principals): route it to the one
+owner with calls in flight (its oldest call), or to the only attached owner when nothing is
+in flight; otherwise never guess (that could leak one user's data to another): answer the
+upstream with an error.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.observability import log, tracing
+from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Ticket
@@ -58,7 +60,7 @@ class Owner(Protocol):
     """A downstream party that calls belong to, or that hears broadcasts."""
 
     key: str
-    principal: str  # whose it is (DESIGN.md, Tenancy): what it hears is kept to them
+    principal: str  # whose (docs/architecture.md, Tenancy): what it hears is kept to them
     capabilities: dict[str, Any]  # what its client declared (sent on to modern servers)
     level: str | None  # the log level it asked for (sent on to modern servers)
     modern: bool  # a modern client: results keep `resultType`
@@ -260,7 +262,7 @@ class Correlator:
     """Calls in flight on one link, and the server's requests and notifications routed to
     the call or owner they belong to (never guessed), or to its audience."""
 
-    def __init__(self, host: Host, counters: Counter[str]) -> None:
+    def __init__(self, host: Host, counters: Counters) -> None:
         self.host = host
         self.counters = counters
         self.audience = Audience()
@@ -314,7 +316,7 @@ class Correlator:
     def new_asked_id(self) -> str:
         """Ids of server requests are random (96 bits): unique across upstreams and their
         processes, so a session that talks to several (isolation: call, or two upstreams)
-        never confuses two of them, and no caller can guess another's (DESIGN.md,
+        never confuses two of them, and no caller can guess another's (docs/architecture.md,
         Tenancy: an answer is accepted only from the principal asked)."""
         return f"gw-{secrets.token_urlsafe(12)}"
 
@@ -394,11 +396,11 @@ class Correlator:
         if target is not None:
             owner = target.owner if isinstance(target, Call) else target
             return [Deliver(target, msg)] if owner is None or self._wanted(msg, owner) else []
-        # Belonging to no call, it may concern anyone's work: only when one principal
-        # hears this upstream may it go to all (DESIGN.md, Tenancy); else it goes nowhere.
+        # Belonging to no call, it may concern anyone's work: only when one principal hears
+        # this upstream may it go to all (docs/architecture.md, Tenancy); else nowhere.
         if not self.clients_calls() and len(self.audience.present()) <= 1:
             return self.audience.broadcast(msg, lambda owner: self._wanted(msg, owner))
-        self.counters["upstream.unroutable_notifications"] += 1
+        self.counters.upstream_unroutable_notifications += 1
         return []
 
     def server_request(self, msg: Message, via: Call | None = None) -> list[Event]:

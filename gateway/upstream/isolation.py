@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import UpstreamError
 from gateway.observability import log
+from gateway.observability.counters import Counters
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Limit, Queues, Ticket
@@ -45,14 +45,14 @@ class Backend:
     """The processes behind one named upstream."""
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counter[str] | None = None, queues: Queues | None = None) -> None:
+                 counters: Counters | None = None, queues: Queues | None = None) -> None:
         self.name = name
         self.conf = conf
         self.queues = queues or Queues()
         self.limit = None if conf.max_concurrency is None else Limit(
             name, "*", conf.max_concurrency, conf.max_queue, server=True)
         self.max_message_bytes = max_message_bytes
-        self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.counters = counters if counters is not None else Counters()
         self.catalogue = Catalogue()
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
         self.primary = self._new(restart=True)
@@ -164,11 +164,14 @@ class Backend:
         log.info("upstream.eras", upstream=self.name, modern=True, legacy=True)
         return link
 
-    async def attach(self, owner: Owner) -> Connection:
-        """The connection that serves `owner`'s session (waits until it is initialized)."""
-        await self.primary.wait_ready()
-        self.primary.attach(owner)
+    def home(self) -> Connection:
+        """The connection a new legacy session will be served by (`attach` it there)."""
         return self.primary
+
+    async def attach(self, owner: Owner, conn: Connection) -> None:
+        """`owner`'s session on `conn`, its `home` (waits until it is initialized)."""
+        await conn.wait_ready()
+        conn.attach(owner)
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
@@ -190,7 +193,7 @@ class PerClient(Backend):
     """A process per legacy session, and per auth context of modern requests."""
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counter[str] | None = None, queues: Queues | None = None) -> None:
+                 counters: Counters | None = None, queues: Queues | None = None) -> None:
         super().__init__(name, conf, max_message_bytes, counters, queues)
         self._by_principal: dict[str, Connection] = {}
 
@@ -208,16 +211,17 @@ class PerClient(Backend):
         await asyncio.gather(*(p.close() for p in self._by_principal.values()))
         await super().close()
 
-    async def attach(self, owner: Owner) -> Connection:
-        proc = self._new(restart=True)
-        proc.start()
+    def home(self) -> Connection:
+        return self._new(restart=True)  # its own process, started when it is attached
+
+    async def attach(self, owner: Owner, conn: Connection) -> None:
+        conn.start()
         try:
-            await proc.wait_ready()
+            await conn.wait_ready()
         except BaseException:
-            await proc.close()
+            await conn.close()
             raise
-        proc.attach(owner)
-        return proc
+        conn.attach(owner)
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
@@ -231,7 +235,7 @@ class PerClient(Backend):
 
 class PerCall(Backend):
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counter[str] | None = None, queues: Queues | None = None) -> None:
+                 counters: Counters | None = None, queues: Queues | None = None) -> None:
         super().__init__(name, conf, max_message_bytes, counters, queues)
         self._warm: asyncio.Queue[Connection] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -298,7 +302,7 @@ class PerCall(Backend):
 
 
 def build(name: str, conf: UpstreamConf, max_message_bytes: int,
-          counters: Counter[str] | None = None, queues: Queues | None = None) -> Backend:
+          counters: Counters | None = None, queues: Queues | None = None) -> Backend:
     kind: type[Backend] = {"shared": Backend, "client": PerClient,
                            "call": PerCall}[conf.isolation]
     return kind(name, conf, max_message_bytes, counters, queues)

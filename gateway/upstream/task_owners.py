@@ -1,11 +1,12 @@
-"""Who created each task an upstream runs itself, on one connection (DESIGN.md, Tenancy).
+"""Who created each task an upstream runs itself, on one connection (docs/architecture.md,
+Tenancy).
 
 The upstream sees one client, the gateway: it would serve any caller's tasks/* for any of
 its task ids, and its requests for a task's input name no caller. So the gateway keeps,
 per connection (a process: ids from two processes may be equal), the principal that
 created each task and the owner (session or caller) to ask on its behalf; a caller's
 tasks/* reach the upstream only for its own ids, and a request of no call goes where its
-task's owner is, or nowhere. Pure: no I/OwnerT; the clock is injectable.
+task's owner is, or nowhere. Pure: no I/O; the clock is injectable.
 
 A task is live (its work may still ask or say things) from its creation until its ttl, or
 until its result, its cancellation or a terminal status has passed through. The first

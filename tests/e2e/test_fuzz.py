@@ -234,27 +234,38 @@ def test_no_input_gets_a_5xx_a_drop_or_a_hang(running: Any, data: Any) -> None:
             assert not re.search(r"\bNone\b", str(answer["error"].get("message"))), answer
 
 
-def test_nothing_reached_a_session_that_took_no_part(running: Any) -> None:
-    """No request of the fuzzing (none of its tools asks the client anything or broadcasts)
-    may have put a message on another session's GET stream: replayed from its start, the
-    bystander's stream holds nothing."""
-    port, sessions = running
+def _bystander_stream(port: int, sid: str, last_event_id: str | None) -> bytes:
+    """What the bystander's GET stream gives within half a second."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    headers = {"Accept": "text/event-stream", "Mcp-Session-Id": sid,
+               "MCP-Protocol-Version": "2025-11-25"}
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = last_event_id
     try:
-        conn.request("GET", "/mcp", headers={
-            "Accept": "text/event-stream", "Mcp-Session-Id": sessions["bystander"],
-            "MCP-Protocol-Version": "2025-11-25", "Last-Event-ID": "0-0"})
+        conn.request("GET", "/mcp", headers=headers)
         resp = conn.getresponse()
         assert resp.status == 200
         assert conn.sock is not None
         conn.sock.settimeout(0.5)
         try:
-            seen = resp.read1(65536)
+            return resp.read1(65536)
         except TimeoutError:
-            seen = b""
+            return b""
     finally:
         conn.close()
-    assert b"data:" not in seen, seen[:500]
+
+
+def test_nothing_reached_a_session_that_took_no_part(running: Any) -> None:
+    """No request of the fuzzing (none of its tools asks the client anything or broadcasts)
+    may have put a message on another session's GET stream: opened, then replayed from its
+    start (the priming event names the stream), the bystander's stream holds no message."""
+    port, sessions = running
+    opened = _bystander_stream(port, sessions["bystander"], None)
+    primed = re.match(rb"id: (\S+)-\d+\n", opened)
+    assert primed is not None, opened[:500]  # spec 2025-11-25: a priming event, with an id
+    replayed = _bystander_stream(port, sessions["bystander"], primed[1].decode() + "-0")
+    for seen in (opened, replayed):
+        assert re.search(rb"^data: *\S", seen, re.M) is None, seen[:500]
 
 
 def test_the_gateway_still_serves_after_the_fuzzing(running: Any) -> None:

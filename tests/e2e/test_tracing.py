@@ -16,8 +16,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from test_modern import modern
 from test_tasks import POLICY, TASKS, wait_for
 
-from gateway.observability.tracing import Tracing
-from gateway.settings import Tracing as TracingConf
+from gateway.observability.tracing import Tracer
+from gateway.settings import Tracing
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -33,7 +33,7 @@ def spans() -> InMemorySpanExporter:
 async def url(gateway, spans) -> str:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
-    return await gateway(tasks=POLICY, tracing=Tracing(provider))
+    return await gateway(tasks=POLICY, tracing=Tracer(provider))
 
 
 async def call(http, url, name, arguments=None, caps=None, headers=None, traced=False):
@@ -95,7 +95,7 @@ async def test_errors_mark_the_request_span(url, http, spans) -> None:
 
 
 async def test_no_tracing_unless_configured(gateway, http) -> None:
-    assert Tracing.from_settings(TracingConf()) is None
+    assert Tracer.from_settings(Tracing()) is None
     url = await gateway()
     reply = await call(http, url, "meta", caps={}, traced=True)
     reached = json.loads(text_of(reply))

@@ -4,9 +4,9 @@ never-guess routing of server requests, refused capabilities, loss, and the mode
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from typing import Any
 
+from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.connection import Connection
@@ -27,7 +27,7 @@ def legacy_server(msg: Message) -> list[Message]:
 
 async def connect(handler: Any = legacy_server) -> tuple[Connection, MockTransport]:
     transport = MockTransport(handler)
-    conn = Connection("mock", transport, 1.0, Counter())
+    conn = Connection("mock", transport, 1.0, Counters())
     conn.start()
     await conn.wait_ready()
     return conn, transport
@@ -170,7 +170,7 @@ async def test_the_gateway_lists_the_tools_itself_every_page_and_again_on_change
         return legacy_server(msg)
 
     transport = MockTransport(server)
-    conn = Connection("mock", transport, 1.0, Counter())
+    conn = Connection("mock", transport, 1.0, Counters())
     told: list[list[str]] = []
     conn.on_tools = lambda m: told.append([t["name"] for t in m["result"]["tools"]])
     conn.start()
@@ -199,7 +199,7 @@ async def test_a_stray_notification_reaches_one_principal_only() -> None:
     transport.server_sends(stray)
     await turn()
     assert not bob.delivered and [len(alice1.delivered), len(alice2.delivered)] == [1, 1]
-    assert conn.counters["upstream.unroutable_notifications"] == 1
+    assert conn.counters.shown()["upstream.unroutable_notifications"] == 1
     # Change notifications carry nothing of anyone's: everyone hears them.
     transport.server_sends(jsonrpc.notification("notifications/tools/list_changed"))
     await turn()

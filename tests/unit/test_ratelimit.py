@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 
 from gateway import errors
+from gateway.observability.counters import Counters
 from gateway.ratelimit import Admission, RateLimiter
 
 
@@ -42,7 +41,7 @@ def test_no_rate_means_no_limit_and_owners_are_bounded() -> None:
 
 
 def test_admission_refuses_with_a_clear_error_and_counts() -> None:
-    counters: Counter[str] = Counter()
+    counters = Counters()
     admission = Admission(RateLimiter(1, 1, clock=Clock()), RateLimiter(0, 1), counters)
     admission.request("a")
     with pytest.raises(errors.TooManyRequests) as refused:
@@ -50,5 +49,5 @@ def test_admission_refuses_with_a_clear_error_and_counts() -> None:
     error = refused.value.to_message(7)["error"]
     assert error["code"] == -32000 and error["data"] == {"retryAfterMs": 1000}
     assert "at most 1 a second; slow down" in error["message"]
-    assert refused.value.http_status == 429 and counters["rejections.rate_limit"] == 1
+    assert refused.value.http_status == 429 and counters.shown()["rejections.rate_limit"] == 1
     admission.creation("a")  # no limit on creations here

@@ -5,10 +5,13 @@ an answered stream's events go once their linger passed."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 from gateway.downstream.replay import ReplayBudget
 from gateway.downstream.session import MAX_STREAMS, Session
 from gateway.downstream.sse import Stream
+from gateway.upstream.connection import Connection
+from gateway.upstream.mock import MockTransport
 
 KIB = b"x" * 1000
 
@@ -85,7 +88,8 @@ async def test_an_answered_streams_replay_goes_after_its_linger() -> None:
 
 def test_a_session_gives_its_bytes_back_when_its_streams_go() -> None:
     budget = ReplayBudget(limit=1 << 30, linger_s=60)
-    session = Session("2025-11-25", {}, 10, principal="alice", budget=budget)
+    conn = Connection("mock", MockTransport(lambda _: []), 1.0, Counter())  # never started
+    session = Session(conn, "2025-11-25", {}, 10, principal="alice", budget=budget)
     first = session.new_stream()
     first.push(KIB)
     for _ in range(MAX_STREAMS):

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from gateway import errors, router
 from gateway.protocol import jsonrpc, mcp
-from gateway.router import Kind
 from gateway.settings import Tasks
 from gateway.tasks.dialects import extension
 from gateway.tasks.policy import Policies
@@ -34,7 +33,7 @@ def catalogue(own: dict[str, str] | None = None) -> Catalogue:
 
 def legacy(method: str, params: Any = None, *, core_tasks: bool = True,
            keeps_level: bool = False, native: tuple[str, ...] = (),
-           cat: Catalogue | None = None) -> router.Decision:
+           cat: Catalogue | None = None) -> router.LegacyDecision:
     return router.legacy(jsonrpc.request(1, method, params), core_tasks=core_tasks,
                          keeps_level=keeps_level, native_task_ids=set(native),
                          catalogue=cat or catalogue(),
@@ -43,7 +42,7 @@ def legacy(method: str, params: Any = None, *, core_tasks: bool = True,
 
 def modern(method: str, params: Any = None, *, caps: dict[str, Any] | None = None,
            modern_upstream: bool = False, theirs: bool = False,
-           cat: Catalogue | None = None) -> router.Decision:
+           cat: Catalogue | None = None) -> router.ModernDecision:
     return router.modern(jsonrpc.request(1, method, params),
                          capabilities=TASKS_EXT if caps is None else caps,
                          modern_upstream=modern_upstream, upstream_task=theirs,
@@ -57,72 +56,75 @@ def call(name: str, **extra: Any) -> dict[str, Any]:
 
 # -- legacy -------------------------------------------------------------------------------------
 def test_legacy_answers_ping_and_passes_the_rest() -> None:
-    assert legacy(mcp.PING) == router.Decision(Kind.ANSWER, result={})
-    assert legacy("resources/read", {"uri": "x"}).kind is Kind.PASS
-    assert legacy(mcp.TOOLS_LIST, core_tasks=False).kind is Kind.PASS  # no core tasks
+    assert legacy(mcp.PING) == router.Answer({})
+    assert isinstance(legacy("resources/read", {"uri": "x"}), router.Pass)
+    assert isinstance(legacy(mcp.TOOLS_LIST, core_tasks=False), router.Pass)  # no core tasks
 
 
 def test_legacy_keeps_each_sessions_log_level_where_the_upstream_logs() -> None:
     kept = legacy(mcp.SET_LEVEL, {"level": "debug"}, keeps_level=True)
-    assert (kept.kind, kept.serve, kept.level) == (Kind.ANSWER, "set_level", "debug")
+    assert kept == router.SetLevel("debug")
     bad = legacy(mcp.SET_LEVEL, {"level": "loud"}, keeps_level=True)
-    assert bad.kind is Kind.REFUSE and isinstance(bad.error, errors.InvalidParams)
+    assert isinstance(bad, router.Refuse) and isinstance(bad.error, errors.InvalidParams)
     # A server without logging answers for itself (it has no level anyone could change).
-    assert legacy(mcp.SET_LEVEL, {"level": "debug"}).kind is Kind.PASS
+    assert isinstance(legacy(mcp.SET_LEVEL, {"level": "debug"}), router.Pass)
 
 
 def test_legacy_tasks_requests_need_a_session_that_negotiated_tasks() -> None:
     for method in ("tasks/get", "tasks/list", "tasks/result", "tasks/cancel", "tasks/update",
                    "tasks/delete"):
         refused = legacy(method, {"taskId": "up-1"}, core_tasks=False, native=("up-1",))
-        assert refused.kind is Kind.REFUSE and isinstance(refused.error, errors.MethodNotFound)
+        assert isinstance(refused, router.Refuse)
+        assert isinstance(refused.error, errors.MethodNotFound)
 
 
 def test_other_tasks_methods_reach_the_upstream_for_the_callers_own_task_only() -> None:
     """The upstream serves any client's tasks (it sees one, the gateway)."""
-    assert legacy("tasks/delete", {"taskId": "up-1"}, native=("up-1",)).kind is Kind.PASS
+    assert isinstance(legacy("tasks/delete", {"taskId": "up-1"}, native=("up-1",)), router.Pass)
     for params in ({"taskId": "up-2"}, {}, None):
         refused = legacy("tasks/update", params, native=("up-1",))
-        assert refused.kind is Kind.REFUSE and isinstance(refused.error, errors.MethodNotFound)
-    assert modern("tasks/delete", {"taskId": "t"}, modern_upstream=True, theirs=True).kind \
-        is Kind.PASS
-    assert modern("tasks/delete", {"taskId": "t"}, modern_upstream=True).kind is Kind.REFUSE
-    assert modern("tasks/delete", {"taskId": "t"}, theirs=True).kind is Kind.REFUSE
+        assert isinstance(refused, router.Refuse)
+        assert isinstance(refused.error, errors.MethodNotFound)
+    assert isinstance(modern("tasks/delete", {"taskId": "t"}, modern_upstream=True, theirs=True),
+        router.Pass)
+    assert isinstance(modern("tasks/delete", {"taskId": "t"}, modern_upstream=True), router.Refuse)
+    assert isinstance(modern("tasks/delete", {"taskId": "t"}, theirs=True), router.Refuse)
 
 
 def test_legacy_counts_subscriptions_with_a_uri() -> None:
-    assert legacy(mcp.SUBSCRIBE, {"uri": "file:///a"}).kind is Kind.SUBSCRIPTION
-    assert legacy(mcp.UNSUBSCRIBE, {"uri": "file:///a"}).kind is Kind.SUBSCRIPTION
-    assert legacy(mcp.SUBSCRIBE, {"uri": 3}).kind is Kind.PASS  # the server's to refuse
+    assert isinstance(legacy(mcp.SUBSCRIBE, {"uri": "file:///a"}), router.Subscription)
+    assert isinstance(legacy(mcp.UNSUBSCRIBE, {"uri": "file:///a"}), router.Subscription)
+    assert isinstance(legacy(mcp.SUBSCRIBE, {"uri": 3}), router.Pass)  # the server's to refuse
 
 
 def test_core_tasks_requests_are_answered_here_unless_the_upstream_runs_the_task() -> None:
-    assert legacy("tasks/get", {"taskId": "t1"}).serve == "tasks"
-    assert legacy("tasks/list").serve == "tasks"
-    assert legacy("tasks/result", {"taskId": "up-1"}, native=("up-1",)).kind is Kind.PASS
+    assert legacy("tasks/get", {"taskId": "t1"}) == router.ServeTasks()
+    assert legacy("tasks/list") == router.ServeTasks()
+    assert isinstance(legacy("tasks/result", {"taskId": "up-1"}, native=("up-1",)), router.Pass)
     bad = legacy("tasks/get", [1, 2])
-    assert bad.kind is Kind.REFUSE and bad.error is not None and bad.error.code == -32602
+    assert isinstance(bad, router.Refuse) and bad.error.code == -32602
 
 
 def test_core_tools_list_is_augmented_with_task_support() -> None:
-    assert legacy(mcp.TOOLS_LIST) == router.Decision(Kind.AUGMENT, edit="mark_tools")
+    assert legacy(mcp.TOOLS_LIST) == router.Augment("mark_tools")
 
 
 @pytest.mark.parametrize(("params", "kind", "code"), [
-    (call("slow", task={"ttl": 5000}), Kind.TASK, None),
-    (call("auto", task={}), Kind.TASK, None),
-    (call("quick", task={}), Kind.REFUSE, -32601),  # taskSupport forbidden
-    (call("slow", task={"ttl": -1}), Kind.REFUSE, -32602),
-    (call("slow", task=[]), Kind.REFUSE, -32602),
-    (call("must"), Kind.REFUSE, -32601),  # required tools refuse plain calls
-    (call("slow"), Kind.PASS, None),  # the client decides: a plain call is served inline
+    (call("slow", task={"ttl": 5000}), router.TaskCall, None),
+    (call("auto", task={}), router.TaskCall, None),
+    (call("quick", task={}), router.Refuse, -32601),  # taskSupport forbidden
+    (call("slow", task={"ttl": -1}), router.Refuse, -32602),
+    (call("slow", task=[]), router.Refuse, -32602),
+    (call("must"), router.Refuse, -32601),  # required tools refuse plain calls
+    (call("slow"), router.Pass, None),  # the client decides: a plain call is served inline
 ])
-def test_core_tool_calls(params: dict[str, Any], kind: Kind, code: int | None) -> None:
+def test_core_tool_calls(params: dict[str, Any], kind: type[router.LegacyDecision],
+                         code: int | None) -> None:
     decision = legacy(mcp.TOOLS_CALL, params)
-    assert decision.kind is kind
+    assert type(decision) is kind
     if code is not None:
-        assert decision.error is not None and decision.error.code == code
-    if kind is Kind.TASK:
+        assert isinstance(decision, router.Refuse) and decision.error.code == code
+    if isinstance(decision, router.TaskCall):
         assert decision.at_once and decision.policy is not None
         assert decision.ttl == params["task"].get("ttl")
 
@@ -136,49 +138,52 @@ def test_core_task_calls_of_the_upstreams_own_tools_pass() -> None:
 
 # -- modern -------------------------------------------------------------------------------------
 def test_modern_answers_discover_and_listen_here() -> None:
-    assert modern(mcp.DISCOVER).serve == "discover"
-    assert modern(mcp.LISTEN, {"notifications": {}}).serve == "listen"
-    assert modern("prompts/get", {"name": "p"}).kind is Kind.PASS
+    assert modern(mcp.DISCOVER) == router.Discover()
+    assert modern(mcp.LISTEN, {"notifications": {}}) == router.Listen()
+    assert isinstance(modern("prompts/get", {"name": "p"}), router.Pass)
 
 
 def test_modern_tasks_requests_need_the_extension() -> None:
     refused = modern("tasks/get", {"taskId": "t"}, caps={})
-    assert refused.kind is Kind.REFUSE and refused.error is not None
+    assert isinstance(refused, router.Refuse)
     assert refused.error.code == mcp.MISSING_CAPABILITY
-    assert modern("tasks/get", {"taskId": "t"}).serve == "tasks"
+    assert modern("tasks/get", {"taskId": "t"}) == router.ServeTasks()
     # On a modern upstream, only a task of its own that the caller created goes there;
     # any other id is answered here (the gateway's, or as unknown).
-    assert modern("tasks/get", {"taskId": "t"}, modern_upstream=True, theirs=True).kind \
-        is Kind.PASS
-    assert modern("tasks/get", {"taskId": "t"}, modern_upstream=True).serve == "tasks"
+    assert isinstance(modern("tasks/get", {"taskId": "t"}, modern_upstream=True, theirs=True),
+        router.Pass)
+    assert modern("tasks/get", {"taskId": "t"}, modern_upstream=True) == router.ServeTasks()
 
 
 def test_a_retry_with_request_state_resumes_its_parked_call() -> None:
     retry = call("ask", requestState="s", inputResponses={})
-    assert modern(mcp.TOOLS_CALL, retry).kind is Kind.MRTR
+    assert isinstance(modern(mcp.TOOLS_CALL, retry), router.Resume)
     # A modern upstream runs its own rounds: the retry goes to it as it is.
-    assert modern(mcp.TOOLS_CALL, retry, modern_upstream=True).kind is Kind.TASK
+    assert isinstance(modern(mcp.TOOLS_CALL, retry, modern_upstream=True), router.TaskCall)
 
 
 @pytest.mark.parametrize(("tool", "caps", "kind", "at_once"), [
-    ("auto", TASKS_EXT, Kind.TASK, False),  # inline if done within the sync budget
-    ("slow", TASKS_EXT, Kind.TASK, True),
-    ("must", TASKS_EXT, Kind.TASK, True),
-    ("quick", TASKS_EXT, Kind.PASS, False),
-    ("slow", {}, Kind.PASS, False),  # a client without the extension is served inline
-    ("must", {}, Kind.REFUSE, False),  # ... unless the tool requires a task: -32021
+    ("auto", TASKS_EXT, router.TaskCall, False),  # inline if done within the sync budget
+    ("slow", TASKS_EXT, router.TaskCall, True),
+    ("must", TASKS_EXT, router.TaskCall, True),
+    ("quick", TASKS_EXT, router.Pass, False),
+    ("slow", {}, router.Pass, False),  # a client without the extension is served inline
+    ("must", {}, router.Refuse, False),  # ... unless the tool requires a task: -32021
 ])
-def test_modern_tool_calls(tool: str, caps: dict[str, Any], kind: Kind, at_once: bool) -> None:
+def test_modern_tool_calls(tool: str, caps: dict[str, Any], kind: type[router.ModernDecision],
+                           at_once: bool) -> None:
     decision = modern(mcp.TOOLS_CALL, call(tool), caps=caps)
-    assert (decision.kind, decision.at_once) == (kind, at_once)
-    if kind is Kind.REFUSE:
-        assert decision.error is not None and decision.error.code == mcp.MISSING_CAPABILITY
+    assert type(decision) is kind
+    assert (isinstance(decision, router.TaskCall) and decision.at_once) == at_once
+    if kind is router.Refuse:
+        assert isinstance(decision, router.Refuse)
+        assert decision.error.code == mcp.MISSING_CAPABILITY
 
 
 def test_modern_calls_follow_tools_the_upstream_runs_only_as_tasks() -> None:
     cat = catalogue({"research": "required", "maybe": "optional"})
-    assert modern(mcp.TOOLS_CALL, call("research"), caps={}, cat=cat).follow
-    assert not modern(mcp.TOOLS_CALL, call("maybe"), caps={}, cat=cat).follow
+    assert modern(mcp.TOOLS_CALL, call("research"), caps={}, cat=cat) == router.Pass(follow=True)
+    assert modern(mcp.TOOLS_CALL, call("maybe"), caps={}, cat=cat) == router.Pass(follow=False)
 
 
 def test_era_detection_and_version_negotiation() -> None:
@@ -215,5 +220,6 @@ METHODS = st.sampled_from([mcp.TOOLS_CALL, mcp.TOOLS_LIST, mcp.SET_LEVEL, mcp.SU
 def test_any_object_params_get_a_decision_never_an_exception(
         method: str, params: dict[str, Any], core_tasks: bool, upstream: bool) -> None:
     """Params are objects by now (checked at the edge), but their fields may be anything."""
-    assert legacy(method, params, core_tasks=core_tasks, keeps_level=upstream).kind in Kind
-    assert modern(method, params, modern_upstream=upstream).kind in Kind
+    assert isinstance(legacy(method, params, core_tasks=core_tasks, keeps_level=upstream),
+                      router.LegacyDecision)
+    assert isinstance(modern(method, params, modern_upstream=upstream), router.ModernDecision)

@@ -5,6 +5,7 @@ never a session whose task still runs; else the newcomer is refused."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import pytest
 
@@ -13,10 +14,14 @@ from gateway.errors import TooManySessions
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Task, new_id
 from gateway.tasks.store.memory import MemoryStore
+from gateway.upstream.connection import Connection
+from gateway.upstream.mock import MockTransport
 
 
 def session(principal: str) -> Session:
-    return Session("2025-11-25", {}, 0, principal=principal)
+    """A session on an upstream connection that was never started (none is needed here)."""
+    return Session(Connection("mock", MockTransport(lambda _: []), 1.0, Counter()),
+                   "2025-11-25", {}, 0, principal=principal)
 
 
 def running_task(s: Session) -> None:

@@ -1,10 +1,10 @@
 """What a shared store has not taken yet: task changes kept, in order, until it answers.
 
-The promise (DESIGN.md, store incidents): a task whose handle was returned keeps its end. A
-change the store does not take (it is down, or fewer store replicas than
-`store.min_replicas_acked` took it) joins this outbox instead of being lost; while anything
-waits here every later change joins it too, so that changes reach the store in the order
-they were made (and a store that is down costs one timeout, not one per change). The
+The promise (README, Several replicas: nothing acknowledged is lost): a task whose handle
+was returned keeps its end. A change the store does not take (it is down, or fewer store
+replicas than `store.min_replicas_acked` took it) joins this outbox instead of being lost;
+while anything waits here every later change joins it too, so that changes reach the store
+in the order they were made (and a store that is down costs one timeout, not one per change). The
 replica's heartbeat drains it (`flush`), ends first. Meanwhile the replica answers reads of
 those tasks from what waits here.
 

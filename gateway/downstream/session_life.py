@@ -1,0 +1,177 @@
+"""A legacy session's life on this replica, apart from the requests it carries (legacy.py).
+
+Made at initialize within its principal's share of the bounds (here, and across replicas
+when they share a store: resume.py), attached to its upstream connection, found for each
+request or adopted from another replica, renewed while used, and ended: deleted, evicted
+to make room for its own principal, idle, or ended elsewhere (issue 29: bounds belong to
+the principal; docs/architecture.md, "Where a task ends" for what its tasks do then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from gateway import errors
+from gateway.auth.principal import digest
+from gateway.downstream.core_tasks import CoreTasks
+from gateway.downstream.resume import Record, Resumption
+from gateway.downstream.session import Session, SessionStore, idle, refusal
+from gateway.errors import UpstreamError
+from gateway.observability import log
+from gateway.protocol import jsonrpc, mcp
+from gateway.settings import Settings
+from gateway.upstream.isolation import Backend
+
+
+class SessionLife:
+    """One upstream's legacy sessions: made, found or adopted, renewed, ended."""
+
+    def __init__(self, backend: Backend, sessions: SessionStore, conf: Settings,
+                 tasks: CoreTasks, resume: Resumption | None) -> None:
+        self.backend = backend
+        self.sessions = sessions
+        self.tasks = tasks
+        # Replicas sharing a store: sessions' records there, adopted on any replica.
+        self.resume = resume
+        self._adopting: dict[str, asyncio.Lock] = {}
+        self._renewed = time.monotonic()
+        self.by_principal = conf.auth.enabled  # with auth, core tasks are the principal's
+        self.replay = (conf.limits.replay_events, conf.limits.replay_bytes)
+
+    def new(self, version: str, capabilities: dict[str, Any], principal: str,
+            client_info: Any, sid: str | None = None) -> Session:
+        session = Session(self.backend.home(), version, capabilities, *self.replay,
+                          principal=principal, budget=self.sessions.replay, sid=sid)
+        session.client_info = client_info
+        if self.by_principal:
+            session.task_owner = principal
+        return session
+
+    def record_of(self, session: Session) -> Record:
+        return Record(session.principal, self.backend.name, session.version,
+                      session.capabilities, session.client_info)
+
+    # -- made ------------------------------------------------------------------------------
+    async def admit(self, session: Session) -> errors.TooManySessions | None:
+        """Hold the new session here and record it in the shared store; the refusal when
+        its principal holds its share (here, or across replicas) and none of its own
+        sessions here is idle to make room (issue 29: never another principal's)."""
+        try:
+            evicted = self.sessions.add(session)
+        except errors.TooManySessions as exc:
+            return exc
+        if evicted is not None:
+            await self.end(evicted, "evicted")
+        if self.resume is None or await self._recorded(self.resume, session):
+            return None
+        self.sessions.pop(session.id)
+        return refusal(True, self.sessions.per_principal, self.sessions.max_sessions)
+
+    async def _recorded(self, resume: Resumption, session: Session) -> bool:
+        """Its record is kept, the principal's share across replicas allowing, after one of
+        its idle sessions here ended to make room if need be."""
+        record = self.record_of(session)
+        if await resume.open(session.id, record):
+            return True
+        spare = self.sessions.idle_of(session.principal, but=session)
+        if spare is None:
+            return False
+        await self.end(spare, "evicted")
+        return await resume.open(session.id, record)
+
+    async def attach(self, session: Session) -> None:
+        """Its upstream connection (UpstreamError: it holds no place here then)."""
+        try:
+            await self.backend.attach(session, session.conn)
+        except UpstreamError:
+            self.sessions.pop(session.id)
+            raise
+
+    # -- found -----------------------------------------------------------------------------
+    async def find(self, sid: str, principal: str) -> Session | None:
+        """The session `sid` held here, or adopted from the shared store; None when unknown
+        (another principal's included: it must look the same)."""
+        session = self.sessions.get(sid)
+        if session is None and self.resume is not None:
+            session = await self.adopt(self.resume, sid, principal)
+        return session
+
+    async def adopt(self, resume: Resumption, sid: str, principal: str) -> Session | None:
+        """The session `sid` of `principal` that another replica made (it stopped, died, or
+        the balancer sent the client here), held here from now on; None when the store
+        knows no such session of this principal. One adoption at a time per id."""
+        lock = self._adopting.setdefault(sid, asyncio.Lock())
+        try:
+            async with lock:
+                held = self.sessions.get(sid)
+                if held is not None:
+                    return held
+                record = await resume.find(sid, principal)
+                # Adopted meanwhile by a request that came as this lock was let go.
+                held = self.sessions.get(sid)
+                if record is None or held is not None:
+                    return held
+                return await self._adopted(sid, record)
+        finally:
+            if not lock.locked():
+                self._adopting.pop(sid, None)
+
+    async def _adopted(self, sid: str, record: Record) -> Session:
+        session = self.new(record.version, record.capabilities, record.principal,
+                           record.client_info, sid)
+        evicted = self.sessions.add(session)  # TooManySessions: 503, the client retries
+        if evicted is not None:
+            await self.end(evicted, "evicted")
+        await self.attach(session)
+        log.info("session.adopted", session=session.owner[:12], protocol=session.version,
+                 upstream=self.backend.name)
+        self.backend.counters.sessions_adopted += 1
+        return session
+
+    # -- ended -----------------------------------------------------------------------------
+    async def end_elsewhere(self, sid: str, principal: str) -> bool:
+        """DELETE of a session not held here: ended in the store when it is there (held
+        by another replica, or by one gone); False when the store knows no such session."""
+        if self.sessions.get(sid) is not None or self.resume is None or \
+                await self.resume.find(sid, principal) is None:
+            return False
+        await self.resume.end(sid, principal)
+        log.info("session.ended", session=digest("session", sid)[:12], why="deleted",
+                 upstream=self.backend.name)
+        return True
+
+    async def end(self, session: Session, why: str) -> None:
+        """End `session`: cancel its calls upstream, release its process, close its streams.
+        Deleted or evicted, it ends everywhere; idle here, its record expires by itself
+        unless another replica serves it meanwhile."""
+        self.sessions.pop(session.id)
+        if self.resume is not None and why in ("deleted", "evicted"):
+            await self.resume.end(session.id, session.principal)
+        session.closed = True
+        await self.tasks.end(session)
+        for call in list(session.calls.values()):
+            call.conn.cancel(call, "client session ended")
+            call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
+                                                "Session ended"))
+        for uri in session.subscriptions:
+            if session.conn.release(uri):
+                session.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
+        await self.backend.detach(session, session.conn)
+        session.close_streams()
+        log.info("session.ended", session=session.owner[:12], why=why, upstream=self.backend.name)
+
+    async def expire(self) -> None:
+        for session in self.sessions.expired():
+            await self.end(session, "idle")
+        if self.resume is not None:
+            await self._renew(self.resume)
+
+    async def _renew(self, resume: Resumption) -> None:
+        """The records of the sessions used since the last renewal (or whose work runs)
+        live on; those ended on another replica meanwhile (DELETE) end here too."""
+        since, self._renewed = self._renewed, time.monotonic()
+        used = {s.id: s for s in self.sessions.all() if s.last_seen >= since or not idle(s)}
+        for sid in await resume.renew([(s.id, self.record_of(s)) for s in used.values()]):
+            await self.end(used[sid], "ended elsewhere")

@@ -74,11 +74,20 @@ class LegacyEra:
         session = await self.session_of(request)
         if kind == "notification":
             self.on_notification(session, msg)
-            return web.Response(status=202)
-        if kind == "response":
+            resp: web.StreamResponse = web.Response(status=202)
+        elif kind == "response":
             await self.on_reply(session, msg)
-            return web.Response(status=202)
-        return await self.on_request(request, session, msg)
+            resp = web.Response(status=202)
+        else:
+            resp = await self.on_request(request, session, msg)
+        if not resp.prepared:  # an SSE answer's headers are sent: they carry it already
+            # Every answer names its session, so a balancer that learns affinity from
+            # answers (deploy/haproxy.cfg: stick store-response) learns the replica that
+            # adopted it at its first answer, a JSON one or a 202 included. The spec asks
+            # the header of the initialize answer and forbids it on none; clients keep the
+            # id they hold (the same).
+            resp.headers[mcp.H_SESSION] = session.id
+        return resp
 
     async def initialize(self, request: web.Request, msg: Message) -> web.StreamResponse:
         params = msg.get("params")
@@ -301,13 +310,20 @@ class LegacyEra:
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         sid, principal = _session_id(request), principal_of(request).owner
-        if self.sessions.get(sid) is None and self.resume is not None and \
-                await self.resume.find(sid, principal) is not None:
-            await self.resume.end(sid, principal)  # held elsewhere, or by a replica gone
-            log.info("session.ended", session=digest("session", sid)[:12], why="deleted",
-                     upstream=self.backend.name)
-            return web.Response(status=200)
-        session = await self.session_of(request)
+        session = self.sessions.get(sid, principal)
+        if session is None and self.resume is not None:
+            # Another principal's session held here is looked up too: it looks unknown.
+            record = await self.resume.find(sid, principal)
+            if record is not None and not self.sessions.holds(sid):
+                _check_version(request)
+                await self.resume.end(sid, principal)  # held elsewhere, or by a replica gone
+                log.info("session.ended", session=digest("session", sid)[:12],
+                         why="deleted", upstream=self.backend.name)
+                return web.Response(status=200)
+            session = self.sessions.get(sid, principal)  # adopted here meanwhile
+        if session is None:
+            raise _not_found()
+        _check_version(request)
         await self.end(session, "deleted")
         return web.Response(status=200)
 
@@ -350,38 +366,35 @@ class LegacyEra:
     # -- checks ----------------------------------------------------------------------------
     async def session_of(self, request: web.Request) -> Session:
         sid, principal = _session_id(request), principal_of(request).owner
-        session = self.sessions.get(sid)
-        if session is None and self.resume is not None:
+        # A session is bound to the auth context that created it (and so are its tasks):
+        # another principal's is not found. One still being adopted (its upstream not yet
+        # attached) is waited for.
+        session = self.sessions.get(sid, principal)
+        if self.resume is not None and (session is None or session.conn is None):
             session = await self.adopt(sid, principal)
-        # A session is bound to the auth context that created it (and so are its tasks).
-        if session is None or session.principal != principal:
-            raise errors.SessionNotFound("Session not found: it ended or never existed; "
-                                         "initialize a new one")
-        version = request.headers.get(mcp.H_PROTOCOL)
-        # spec (Protocol Version Header): an invalid or unsupported version MUST get 400.
-        if version is not None and version not in mcp.LEGACY_VERSIONS:
-            raise errors.UnsupportedVersion(
-                f"Bad Request: unsupported MCP-Protocol-Version {version}",
-                {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
+        if session is None:
+            raise _not_found()
+        _check_version(request)
         return session
 
     async def adopt(self, sid: str, principal: str) -> Session | None:
         """The session `sid` of `principal` that another replica made (it stopped, died, or
         the balancer sent the client here), held here from now on; None when the store
-        knows no such session of this principal. One adoption at a time per id."""
+        knows no such session of this principal. One adoption at a time per id: requests
+        that come meanwhile wait for it."""
         assert self.resume is not None
         lock = self._adopting.setdefault(sid, asyncio.Lock())
         try:
             async with lock:
-                held = self.sessions.get(sid)
-                if held is not None:
+                held = self.sessions.get(sid, principal)
+                if held is not None:  # adopted by the request that held the lock
                     return held
+                # Read even when another principal's session `sid` is held here: Bob on
+                # Alice's id gets what an unknown id gets (a 503 too, the store down).
                 record = await self.resume.find(sid, principal)
-                # Adopted meanwhile by a request that came as this lock was let go.
-                held = self.sessions.get(sid)
-                if record is None or held is not None:
-                    return held
-                return await self._adopted(sid, record)
+                if self.sessions.holds(sid):  # adopted meanwhile by a request that came
+                    return self.sessions.get(sid, principal)  # as the lock was let go
+                return None if record is None else await self._adopted(sid, record)
         finally:
             if not lock.locked():
                 self._adopting.pop(sid, None)
@@ -401,6 +414,22 @@ class LegacyEra:
                  upstream=self.backend.name)
         self.backend.counters["sessions.adopted"] += 1
         return session
+
+
+def _not_found() -> errors.SessionNotFound:
+    # spec (Session Management): a terminated session MUST get 404; the same words for
+    # an id never made and another principal's.
+    return errors.SessionNotFound("Session not found: it ended or never existed; "
+                                  "initialize a new one")
+
+
+def _check_version(request: web.Request) -> None:
+    version = request.headers.get(mcp.H_PROTOCOL)
+    # spec (Protocol Version Header): an invalid or unsupported version MUST get 400.
+    if version is not None and version not in mcp.LEGACY_VERSIONS:
+        raise errors.UnsupportedVersion(
+            f"Bad Request: unsupported MCP-Protocol-Version {version}",
+            {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
 
 
 def _session_id(request: web.Request) -> str:

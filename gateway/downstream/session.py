@@ -208,12 +208,21 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def get(self, sid: str) -> Session | None:
+    def get(self, sid: str, principal: str) -> Session | None:
+        """`principal`'s session `sid`, used now; None when none is held here, and when it
+        is another principal's: left untouched, so that Bob presenting Alice's id neither
+        keeps her session alive (nor its record renewed) nor moves it in the eviction
+        order, as an unknown id would not (DESIGN.md, Tenancy)."""
         session = self._by_id.get(sid)
-        if session is not None:
-            session.last_seen = time.monotonic()
-            self._by_id.move_to_end(sid)
+        if session is None or session.principal != principal:
+            return None
+        session.last_seen = time.monotonic()
+        self._by_id.move_to_end(sid)
         return session
+
+    def holds(self, sid: str) -> bool:
+        """Whether a session `sid` is held here, whoever's it is."""
+        return sid in self._by_id
 
     def add(self, session: Session) -> Session | None:
         """Store `session`; returns a session of its principal evicted to make room, or

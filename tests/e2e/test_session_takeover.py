@@ -1,0 +1,85 @@
+"""Issue 35's resumable sessions attacked by Bob, who holds one valid token and Alice's
+session id, and checked where Alice's own traffic meets a replica that adopts: real gateway
+replicas on a real Redis server, the shipped HAProxy in front where the balancer matters.
+
+Bob on Alice's session must get exactly what an unknown id gets, on every replica and in
+every state of the store; Alice's requests that race an adoption are served; after an
+adoption the balancer learns the adopting replica."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import signal
+
+from conftest import RedisServer
+from mcp_http import BASIC
+from test_load_balancer import POLICY, balancing
+from test_session_resume import Authed, adopted_elsewhere, counters, holder_of, presenting
+
+CORE = "2025-11-25"
+
+
+async def test_during_a_store_outage_bob_on_alices_session_gets_what_an_unknown_id_gets(
+        group, http) -> None:
+    """With the store down a replica cannot tell an unknown id from a live one it does not
+    hold (a 503: try again); Alice's session held right there must look the same to Bob,
+    not a 404 that says "this one is live here"."""
+    own = RedisServer()
+    own.start()
+    try:
+        (a,) = await group(1, tasks=POLICY, redis=own)
+        alice = Authed(http, a.url, "alice-token")
+        await alice.initialize(version=CORE)
+        own.stop()
+        bob = presenting(http, a.url, "bob-token", alice)
+        unknown = Authed(http, a.url, "bob-token")
+        unknown.session_id, unknown.version = secrets.token_urlsafe(32), CORE
+        for method in ("tools/list", "ping"):
+            on_alices, on_unknown = await bob.op(method), await unknown.op(method)
+            assert on_alices.status == on_unknown.status == 503
+            assert on_alices.body == on_unknown.body
+        async with http.delete(a.url, headers=bob.headers()) as on_alices, \
+                http.delete(a.url, headers=unknown.headers()) as on_unknown:
+            assert on_alices.status == on_unknown.status == 503
+        # Alice's own session goes on where it is held: pass-through needs no store.
+        assert (await alice.op("tools/list")).status == 200
+    finally:
+        own.stop()
+
+
+async def test_requests_racing_an_adoption_are_served(group, http) -> None:
+    """Alice's replica went away; her client's next requests come together to another one
+    (parallel calls, a notification). Those arriving while the adopting replica starts
+    her session's own upstream process must wait for it, not meet a half-made session."""
+    own_process = {"command": BASIC[0], "args": BASIC[1:], "isolation": "client"}
+    a, b = await group(2, tasks=POLICY, upstreams={"main": own_process})
+    alice = Authed(http, a.url, "alice-token")
+    await alice.initialize(version=CORE)
+    elsewhere = presenting(http, b.url, "alice-token", alice)
+
+    async def later(i: int) -> int:
+        await asyncio.sleep(0.02 * i)  # spread over the adopting replica's process start
+        return (await elsewhere.op("tools/list")).status
+    assert await asyncio.gather(*(later(i) for i in range(12))) == [200] * 12
+    assert (await counters(http, b)).get("sessions.adopted") == 1
+
+
+async def test_the_balancer_keeps_an_adopted_session_on_the_adopting_replica(group,
+                                                                           http) -> None:
+    """After the replica holding Alice's session stops, HAProxy (which sticks on the
+    answer's Mcp-Session-Id, deploy/haproxy.cfg) learns the replica that adopted it from
+    that replica's first answer, JSON ones included: one adoption, not one per replica."""
+    replicas = await group(3, tasks=POLICY)
+    async with balancing(replicas) as url:
+        alice = Authed(http, url, "alice-token")
+        await alice.initialize(version=CORE)
+        holder = await holder_of(http, replicas)
+        holder.stop(signal.SIGTERM)
+        for _ in range(6):  # answered as JSON by the gateway itself: ping, tasks/list
+            for method in ("ping", "tasks/list"):
+                reply = await alice.op(method)
+                assert reply.status == 200
+                assert reply.headers.get("Mcp-Session-Id") == alice.session_id
+        others = [r for r in replicas if r is not holder]
+        assert await adopted_elsewhere(http, others) == [1, 0]

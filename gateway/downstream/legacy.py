@@ -7,6 +7,7 @@ spec: mcp-base-2025-06-18.md, Transports > Streamable HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,9 +29,9 @@ from gateway.downstream.boundary import (
     scopes_checked,
 )
 from gateway.downstream.core_tasks import CoreTasks
-from gateway.downstream.resume import Record, Resumption
+from gateway.downstream.resume import ENDED, Record, Resumption, record_key
 from gateway.downstream.session import Session, SessionExchange, SessionStore, idle, refusal
-from gateway.errors import UpstreamError
+from gateway.errors import StoreUnavailable, UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -55,6 +56,9 @@ class LegacyEra:
         # Replicas sharing a store: sessions' records there, adopted on any replica.
         self.resume = resume
         self._adopting: dict[str, asyncio.Lock] = {}
+        self._keys: dict[str, str] = {}  # record key -> id of the sessions held here
+        if resume is not None and engine.replicas is not None:
+            engine.replicas.on_announced(ENDED, self._ended_elsewhere)
         self._renewed = time.monotonic()
         self.by_principal = conf.auth.enabled  # with auth, core tasks are the principal's
         self.headers = UpstreamHeaders(backend, exchanger)
@@ -139,7 +143,10 @@ class LegacyEra:
             return exc
         if evicted is not None:
             await self.end(evicted, "evicted")
-        if self.resume is None or await self._recorded(session):
+        if self.resume is None:
+            return None
+        if await self._recorded(session):
+            self._keys[record_key(session.id)] = session.id
             return None
         self.sessions.pop(session.id)
         return refusal(True, self.sessions.per_principal, self.sessions.max_sessions)
@@ -314,9 +321,9 @@ class LegacyEra:
         if session is None and self.resume is not None:
             # Another principal's session held here is looked up too: it looks unknown.
             record = await self.resume.find(sid, principal)
-            if record is not None and not self.sessions.holds(sid):
+            if record is not None and self.sessions.held(sid) is None:
                 _check_version(request)
-                await self.resume.end(sid, principal)  # held elsewhere, or by a replica gone
+                await self._end_everywhere(sid, principal)  # held elsewhere, or nowhere
                 log.info("session.ended", session=digest("session", sid)[:12],
                          why="deleted", upstream=self.backend.name)
                 return web.Response(status=200)
@@ -332,8 +339,10 @@ class LegacyEra:
         Deleted or evicted, it ends everywhere; idle here, its record expires by itself
         unless another replica serves it meanwhile."""
         self.sessions.pop(session.id)
-        if self.resume is not None and why in ("deleted", "evicted"):
-            await self.resume.end(session.id, session.principal)
+        if self.resume is not None:
+            self._keys.pop(record_key(session.id), None)
+            if why in ("deleted", "evicted"):
+                await self._end_everywhere(session.id, session.principal)
         session.closed = True
         await self.tasks.end(session)
         for call in list(session.calls.values()):
@@ -347,6 +356,23 @@ class LegacyEra:
             await self.backend.detach(session, session.conn)
         session.close_streams()
         log.info("session.ended", session=session.owner[:12], why=why, upstream=self.backend.name)
+
+    async def _end_everywhere(self, sid: str, principal: str) -> None:
+        """Its record goes (no replica adopts it or writes it back), and every replica
+        holding a copy is told to end it now rather than at its next renewal."""
+        assert self.resume is not None
+        await self.resume.end(sid, principal)
+        if self.tasks.engine.replicas is not None:
+            # The store down: the copies end at their next renewal instead.
+            with contextlib.suppress(StoreUnavailable):
+                await self.tasks.engine.replicas.announce(ENDED, record_key(sid))
+
+    async def _ended_elsewhere(self, key: str) -> None:
+        """Another replica ended the session whose record key is `key` (DELETE, eviction)."""
+        sid = self._keys.get(key)
+        session = None if sid is None else self.sessions.held(sid)
+        if session is not None:
+            await self.end(session, "ended elsewhere")
 
     async def expire(self) -> None:
         for session in self.sessions.expired():
@@ -392,7 +418,7 @@ class LegacyEra:
                 # Read even when another principal's session `sid` is held here: Bob on
                 # Alice's id gets what an unknown id gets (a 503 too, the store down).
                 record = await self.resume.find(sid, principal)
-                if self.sessions.holds(sid):  # adopted meanwhile by a request that came
+                if self.sessions.held(sid) is not None:  # adopted meanwhile by a request that came
                     return self.sessions.get(sid, principal)  # as the lock was let go
                 return None if record is None else await self._adopted(sid, record)
         finally:
@@ -410,6 +436,7 @@ class LegacyEra:
         except UpstreamError:
             self.sessions.pop(sid)
             raise
+        self._keys[record_key(sid)] = sid
         log.info("session.adopted", session=session.owner[:12], protocol=session.version,
                  upstream=self.backend.name)
         self.backend.counters["sessions.adopted"] += 1

@@ -28,6 +28,7 @@ from gateway.auth.principal import digest
 from gateway.errors import StoreUnavailable
 from gateway.observability import log
 
+ENDED = "session-ended"  # announced to every replica with the ended session's record key
 RENEW_SLACK_S = 70.0  # more than two reaps (app.REAP_EVERY_S): renewals never come late
 
 
@@ -139,4 +140,4 @@ class Resumption:
             log.warning("session.record_unended", upstream=self.upstream, error=str(exc))
 
 
-__all__ = ["RENEW_SLACK_S", "Record", "Resumption", "SessionRecords", "record_key"]
+__all__ = ["ENDED", "RENEW_SLACK_S", "Record", "Resumption", "SessionRecords", "record_key"]

@@ -220,9 +220,9 @@ class SessionStore:
         self._by_id.move_to_end(sid)
         return session
 
-    def holds(self, sid: str) -> bool:
-        """Whether a session `sid` is held here, whoever's it is."""
-        return sid in self._by_id
+    def held(self, sid: str) -> Session | None:
+        """The session `sid` held here, whoever's it is, untouched."""
+        return self._by_id.get(sid)
 
     def add(self, session: Session) -> Session | None:
         """Store `session`; returns a session of its principal evicted to make room, or

@@ -83,3 +83,44 @@ async def test_the_balancer_keeps_an_adopted_session_on_the_adopting_replica(gro
                 assert reply.headers.get("Mcp-Session-Id") == alice.session_id
         others = [r for r in replicas if r is not holder]
         assert await adopted_elsewhere(http, others) == [1, 0]
+
+
+async def test_a_session_deleted_on_one_replica_ends_at_once_where_a_copy_is_held(group,
+                                                                                 http) -> None:
+    """DELETE ends the session everywhere: a replica holding a copy (it adopted it) is told
+    over the replicas' bus, and stops serving it long before its next renewal would have
+    found the record gone (app.REAP_EVERY_S: 30 s)."""
+    a, b = await group(2, tasks=POLICY)
+    alice = Authed(http, a.url, "alice-token")
+    await alice.initialize(version=CORE)
+    copy = presenting(http, b.url, "alice-token", alice)
+    assert (await copy.op("tools/list")).status == 200  # b holds a copy now
+    async with http.delete(a.url, headers=alice.headers()) as resp:
+        assert resp.status == 200
+    for _ in range(100):  # a bounded wait for the announcement (no speed is asserted)
+        if (await copy.op("ping")).status == 404:
+            break
+        await asyncio.sleep(0.05)
+    assert (await copy.op("ping")).status == 404
+    assert (await presenting(http, a.url, "alice-token", alice).op("ping")).status == 404
+
+
+async def test_bob_deleting_alices_session_gets_404_and_ends_nothing(group, http) -> None:
+    """On the replica holding it, on one holding a copy and on one that never held it: the
+    404 of an unknown id, and Alice's session goes on everywhere."""
+    a, b, c = await group(3, tasks=POLICY)
+    alice = Authed(http, a.url, "alice-token")
+    await alice.initialize(version=CORE)
+    assert (await presenting(http, b.url, "alice-token", alice).op("ping")).status == 200
+    unknown = Authed(http, a.url, "bob-token")
+    unknown.session_id, unknown.version = secrets.token_urlsafe(32), CORE
+    async with http.delete(a.url, headers=unknown.headers()) as resp:
+        assert resp.status == 404
+        expected = await resp.json()
+    for where in (a, b, c):
+        bob = presenting(http, where.url, "bob-token", alice)
+        async with http.delete(where.url, headers=bob.headers()) as resp:
+            assert resp.status == 404 and await resp.json() == expected
+    for where in (a, b, c):
+        assert (await presenting(http, where.url, "alice-token", alice).op("ping")
+                ).status == 200

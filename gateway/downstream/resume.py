@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.auth.principal import digest
+from gateway.downstream.session import made_here
 from gateway.errors import StoreUnavailable
 from gateway.observability import log
 
@@ -108,7 +109,10 @@ class Resumption:
 
     async def find(self, session_id: str, principal: str) -> Record | None:
         """The record of a session of `principal` on this upstream; None for an unknown,
-        ended or expired id, and for another principal's (which must look the same)."""
+        ended or expired id, and for another principal's (which must look the same). An
+        id of a shape no replica makes costs the store nothing."""
+        if not made_here(session_id):
+            return None
         data = await self.records.read(record_key(session_id))
         record = None if data is None else Record.load(data)
         if record is None or record.upstream != self.upstream:

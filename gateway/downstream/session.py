@@ -9,6 +9,7 @@ its streams, and a waiting tasks/result gets the end.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections import Counter, OrderedDict
@@ -30,6 +31,14 @@ from gateway.upstream.correlator import Call, Host
 
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
 MAX_STREAMS = 64  # POST streams kept for resumption per session
+ID_BYTES = 32  # a session id's random bytes
+_ID_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")  # token_urlsafe(ID_BYTES): 43 characters
+
+
+def made_here(sid: str) -> bool:
+    """Whether `sid` has the shape of the ids this gateway makes (an id of another shape
+    was never a session here, nor on any replica)."""
+    return _ID_SHAPE.fullmatch(sid) is not None
 
 
 class Session:
@@ -41,7 +50,7 @@ class Session:
         # spec (Session Management): "globally unique and cryptographically secure", visible
         # ASCII only. 256 random bits, URL-safe base64. `sid`: a session another replica
         # made, adopted here (resume.py).
-        self.id = sid or secrets.token_urlsafe(32)
+        self.id = sid or secrets.token_urlsafe(ID_BYTES)
         self.key = self.id
         # What logs name it by, and (without auth) what its core tasks belong to: a digest,
         # because the id is a bearer secret (the store and the logs must not hold it).

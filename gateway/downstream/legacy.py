@@ -111,7 +111,7 @@ class LegacyEra:
         try:
             session.conn = await self.backend.attach(session)
         except UpstreamError as exc:
-            self.sessions.pop(session.id)
+            await self._unadmit(session)
             return json_response(exc.to_message(msg["id"]), 503)
         assert session.conn.init_result is not None
         log.info("session.created", session=session.owner[:12], protocol=version,
@@ -150,6 +150,16 @@ class LegacyEra:
             return None
         self.sessions.pop(session.id)
         return refusal(True, self.sessions.per_principal, self.sessions.max_sessions)
+
+    async def _unadmit(self, session: Session) -> None:
+        """A session whose client never got its id (its upstream failed it): gone here,
+        and its record with it, so that it holds none of its principal's share across
+        replicas (a few retries in an upstream outage would lock the principal out for
+        a whole idle time)."""
+        self.sessions.pop(session.id)
+        if self.resume is not None:
+            self._keys.pop(record_key(session.id), None)
+            await self.resume.end(session.id, session.principal)
 
     async def _recorded(self, session: Session) -> bool:
         """Its record is kept, the principal's share across replicas allowing, after one of

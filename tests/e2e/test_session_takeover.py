@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import signal
+from typing import Any
 
 from conftest import RedisServer
 from mcp_http import BASIC
@@ -124,3 +125,28 @@ async def test_bob_deleting_alices_session_gets_404_and_ends_nothing(group, http
     for where in (a, b, c):
         assert (await presenting(http, where.url, "alice-token", alice).op("ping")
                 ).status == 200
+
+
+async def test_initializes_that_failed_upstream_take_no_share_of_the_principal(
+        group, http, tmp_path) -> None:
+    """A session whose upstream could not be reached at initialize was never the client's
+    (it got a 503 and no id): its record must not hold one of the principal's sessions
+    across replicas, or a few retries during an upstream outage lock the principal out."""
+    up = tmp_path / "up"
+    up.touch()
+    server = ["/bin/sh", "-c", f'test -e {up} || exit 3; exec "$0" "$@"', *BASIC]
+    own_process = {"command": server[0], "args": server[1:], "isolation": "client"}
+    (a,) = await group(1, tasks=POLICY, upstreams={"main": own_process},
+                       limits={"max_sessions_per_principal": 2})
+    up.unlink()  # each session's own process fails to start from now on
+    def initialize() -> Any:
+        return Authed(http, a.url, "alice-token").op("initialize", {
+            "protocolVersion": CORE, "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}})
+    for _ in range(3):
+        failed = await initialize()
+        assert failed.status == 503 and "Mcp-Session-Id" not in failed.headers
+    up.touch()
+    for _ in range(2):  # her whole share is hers still
+        made = await initialize()
+        assert made.status == 200, made.body

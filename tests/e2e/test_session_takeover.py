@@ -150,3 +150,27 @@ async def test_initializes_that_failed_upstream_take_no_share_of_the_principal(
     for _ in range(2):  # her whole share is hers still
         made = await initialize()
         assert made.status == 200, made.body
+
+
+async def test_without_auth_core_tasks_stay_the_sessions_on_every_replica(group, http,
+                                                                        client) -> None:
+    """No auth: every caller is one anonymous principal, so the session id alone stands
+    for the owner. Another session (on any replica) finds none of its tasks; the same
+    session adopted on another replica finds them all."""
+    a, b = await group(2, tasks=POLICY, auth={"bearer_tokens": []})
+    first, other = client(a.url), client(b.url)
+    for c in (first, other):
+        await c.initialize(version=CORE)
+    made = await first.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 10}, "task": {"ttl": 60_000}}})
+    task_id = made.message["result"]["task"]["taskId"]
+
+    async def ask(c: Any, method: str, params: dict[str, Any]) -> Any:
+        return (await c.send({"jsonrpc": "2.0", "id": 2, "method": method,
+                              "params": params})).message
+    assert (await ask(other, "tasks/get", {"taskId": task_id}))["error"]["code"] == -32602
+    assert (await ask(other, "tasks/list", {}))["result"]["tasks"] == []
+    adopted = client(b.url)
+    adopted.session_id, adopted.version = first.session_id, first.version
+    listed = (await ask(adopted, "tasks/list", {}))["result"]["tasks"]
+    assert [t["taskId"] for t in listed] == [task_id]

@@ -328,6 +328,8 @@ class LegacyEra:
     async def delete(self, request: web.Request) -> web.StreamResponse:
         sid, principal = _session_id(request), principal_of(request).owner
         session = self.sessions.get(sid, principal)
+        if session is not None and session.conn is None and self.resume is not None:
+            session = await self.adopt(sid, principal)  # being adopted here: its end after
         if session is None and self.resume is not None:
             # Another principal's session held here is looked up too: it looks unknown.
             record = await self.resume.find(sid, principal)
@@ -435,7 +437,7 @@ class LegacyEra:
             if not lock.locked():
                 self._adopting.pop(sid, None)
 
-    async def _adopted(self, sid: str, record: Record) -> Session:
+    async def _adopted(self, sid: str, record: Record) -> Session | None:
         session = self._session(record.version, record.capabilities, record.principal, sid)
         session.client_info = record.client_info
         evicted = self.sessions.add(session)  # TooManySessions: 503, the client retries
@@ -446,6 +448,9 @@ class LegacyEra:
         except UpstreamError:
             self.sessions.pop(sid)
             raise
+        if session.closed:  # ended meanwhile (on another replica): its upstream goes too
+            await self.backend.detach(session, session.conn)
+            return None
         self._keys[record_key(sid)] = sid
         log.info("session.adopted", session=session.owner[:12], protocol=session.version,
                  upstream=self.backend.name)

@@ -9,8 +9,10 @@ adoption the balancer learns the adopting replica."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import signal
+from pathlib import Path
 from typing import Any
 
 from conftest import RedisServer
@@ -174,3 +176,38 @@ async def test_without_auth_core_tasks_stay_the_sessions_on_every_replica(group,
     adopted.session_id, adopted.version = first.session_id, first.version
     listed = (await ask(adopted, "tasks/list", {}))["result"]["tasks"]
     assert [t["taskId"] for t in listed] == [task_id]
+
+
+def children(pid: int) -> int:
+    """How many processes `pid` runs now (its upstream servers)."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            count += int(stat.read_text().rpartition(")")[2].split()[1]) == pid
+    return count
+
+
+async def test_a_delete_racing_an_adoption_leaves_no_upstream_behind(group, http) -> None:
+    """Alice's DELETE reaches a replica while it adopts her session (its own upstream
+    process starting): the session ends after the adoption, its process with it, rather
+    than the adoption finishing on an ended session and keeping a process nobody ends."""
+    own_process = {"command": BASIC[0], "args": BASIC[1:], "isolation": "client"}
+    a, b = await group(2, tasks=POLICY, upstreams={"main": own_process})
+    alice = Authed(http, a.url, "alice-token")
+    await alice.initialize(version=CORE)
+    assert b.proc is not None
+    alone = children(b.proc.pid)  # its primary process only
+    elsewhere = presenting(http, b.url, "alice-token", alice)
+
+    async def delete() -> int:
+        await asyncio.sleep(0.05)  # within the adoption's process start
+        async with http.delete(b.url, headers=elsewhere.headers()) as resp:
+            return resp.status
+    listed, deleted = await asyncio.gather(elsewhere.op("tools/list"), delete())
+    assert (listed.status, deleted) == (200, 200)
+    assert (await elsewhere.op("ping")).status == 404
+    for _ in range(100):  # a bounded wait for the process to be reaped
+        if children(b.proc.pid) == alone:
+            break
+        await asyncio.sleep(0.05)
+    assert children(b.proc.pid) == alone

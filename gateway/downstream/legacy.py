@@ -29,7 +29,13 @@ from gateway.downstream.boundary import (
     scopes_checked,
 )
 from gateway.downstream.core_tasks import CoreTasks
-from gateway.downstream.resume import ENDED, Record, Resumption, record_key
+from gateway.downstream.resume import (
+    ENDED,
+    MAX_RECORD_BYTES,
+    Record,
+    Resumption,
+    record_key,
+)
 from gateway.downstream.session import Session, SessionExchange, SessionStore, idle, refusal
 from gateway.errors import StoreUnavailable, UpstreamError
 from gateway.observability import log
@@ -102,6 +108,10 @@ class LegacyEra:
         session = self._session(version, params.get("capabilities") or {},
                                 principal_of(request).owner)
         session.client_info = info = params.get("clientInfo")
+        if not self._keepable(session):
+            return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS, (
+                "Invalid params: the client's capabilities are too large to keep for its "
+                f"session (at most {MAX_RECORD_BYTES} bytes as JSON)")))
         refused = await self._admit(session)
         if refused is not None:
             self.backend.counters["rejections.sessions"] += 1
@@ -128,6 +138,14 @@ class LegacyEra:
         if self.by_principal:
             session.task_owner = principal
         return session
+
+    def _keepable(self, session: Session) -> bool:
+        """Whether the shared store can keep the session's record (its client's info left
+        out when too large); always, without a shared store."""
+        kept = self.record_of(session).kept() if self.resume is not None else None
+        if kept is not None:
+            session.client_info = kept.client_info
+        return self.resume is None or kept is not None
 
     def record_of(self, session: Session) -> Record:
         return Record(session.principal, self.backend.name, session.version,

@@ -19,7 +19,7 @@ With one process (the memory store) there are no records: nobody else could adop
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import orjson
@@ -30,6 +30,9 @@ from gateway.errors import StoreUnavailable
 from gateway.observability import log
 
 ENDED = "session-ended"  # announced to every replica with the ended session's record key
+# A session's record as JSON, at most: the store is every tenant's, and each renewal sends
+# the record again. Clients' capabilities and info take a few hundred bytes.
+MAX_RECORD_BYTES = 8 * 1024
 RENEW_SLACK_S = 70.0  # more than two reaps (app.REAP_EVERY_S): renewals never come late
 
 
@@ -64,6 +67,15 @@ class Record:
         return orjson.dumps({"principal": self.principal, "upstream": self.upstream,
                              "version": self.version, "capabilities": self.capabilities,
                              "clientInfo": self.client_info})
+
+    def kept(self) -> Record | None:
+        """This record as the shared store keeps it: without the client's info when that
+        makes it bigger than MAX_RECORD_BYTES (nothing reads it back but logs); None when
+        its capabilities alone are (they are needed wherever the session is adopted)."""
+        if len(self.dump()) <= MAX_RECORD_BYTES:
+            return self
+        lean = replace(self, client_info=None)
+        return lean if len(lean.dump()) <= MAX_RECORD_BYTES else None
 
     @classmethod
     def load(cls, data: bytes) -> Record | None:
@@ -144,4 +156,5 @@ class Resumption:
             log.warning("session.record_unended", upstream=self.upstream, error=str(exc))
 
 
-__all__ = ["ENDED", "RENEW_SLACK_S", "Record", "Resumption", "SessionRecords", "record_key"]
+__all__ = ["ENDED", "MAX_RECORD_BYTES", "RENEW_SLACK_S", "Record", "Resumption", "SessionRecords",
+           "record_key"]

@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import redis.asyncio as aioredis
 from conftest import RedisServer
 from mcp_http import BASIC
 from test_load_balancer import POLICY, balancing
@@ -211,3 +212,33 @@ async def test_a_delete_racing_an_adoption_leaves_no_upstream_behind(group, http
             break
         await asyncio.sleep(0.05)
     assert children(b.proc.pid) == alone
+
+
+async def test_a_session_record_is_bounded_in_the_shared_store(group, http, redis_server,
+                                                               key_prefix) -> None:
+    """One token must not fill the store every tenant shares (and the renewal traffic of
+    every reap) with megabytes per session: a client's info too big to keep is left out of
+    its record (nothing but logs reads it); capabilities too big to keep are refused with
+    a clear error, before any session is made."""
+    a, b = await group(2, tasks=POLICY)
+    icons = [{"src": "data:image/png;base64," + "A" * 200_000}]
+    alice = Authed(http, a.url, "alice-token")
+    made = await alice.op("initialize", {
+        "protocolVersion": CORE, "capabilities": {},
+        "clientInfo": {"name": "big", "version": "1", "icons": icons}})
+    assert made.status == 200
+    alice.session_id, alice.version = made.headers["Mcp-Session-Id"], CORE
+    # Adopted elsewhere all the same.
+    assert (await presenting(http, b.url, "alice-token", alice).op("ping")).status == 200
+    redis = aioredis.from_url(redis_server.url)
+    try:
+        sizes = [await redis.strlen(k) async for k in redis.scan_iter(f"{key_prefix}s:*")]
+    finally:
+        await redis.aclose()
+    assert len(sizes) == 1 and sizes[0] < 16 * 1024
+    refused = await Authed(http, a.url, "alice-token").op("initialize", {
+        "protocolVersion": CORE, "capabilities": {"experimental": {"blob": "A" * 200_000}},
+        "clientInfo": {"name": "t", "version": "1"}})
+    assert refused.status == 200 and "Mcp-Session-Id" not in refused.headers
+    assert refused.body["error"]["code"] == -32602
+    assert "capabilities" in refused.body["error"]["message"]

@@ -448,8 +448,10 @@ class LegacyEra:
                 # Read even when another principal's session `sid` is held here: Bob on
                 # Alice's id gets what an unknown id gets (a 503 too, the store down).
                 record = await self.resume.find(sid, principal)
-                if self.sessions.held(sid) is not None:  # adopted meanwhile by a request that came
-                    return self.sessions.get(sid, principal)  # as the lock was let go
+                # Adopted meanwhile by a request that came as the lock was let go (or
+                # another principal's, held here: not found).
+                if self.sessions.held(sid) is not None:
+                    return self.sessions.get(sid, principal)
                 return None if record is None else await self._adopted(sid, record)
         finally:
             if not lock.locked():

@@ -25,7 +25,7 @@ from gateway.downstream.boundary import (
     scopes_checked,
 )
 from gateway.downstream.core_tasks import CoreTasks
-from gateway.downstream.resume import Resumption
+from gateway.downstream.resume import MAX_RECORD_BYTES, Resumption
 from gateway.downstream.session import (
     Edit,
     Session,
@@ -71,11 +71,13 @@ class LegacyEra:
         session = await self.session_of(request)
         if kind == "notification":
             self.on_notification(session, msg)
-            return web.Response(status=202)
-        if kind == "response":
+            resp: web.StreamResponse = web.Response(status=202)
+        elif kind == "response":
             await self.on_reply(session, msg)
-            return web.Response(status=202)
-        return await self.on_request(request, session, msg)
+            resp = web.Response(status=202)
+        else:
+            resp = await self.on_request(request, session, msg)
+        return _naming(resp, session)
 
     async def initialize(self, request: web.Request, msg: Message) -> web.StreamResponse:
         params = msg.get("params")
@@ -86,6 +88,10 @@ class LegacyEra:
         info = params.get("clientInfo")
         session = self.life.new(version, params.get("capabilities") or {},
                                 principal_of(request).owner, info)
+        if not self.life.keepable(session):
+            return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS, (
+                "Invalid params: the client's capabilities are too large to keep for its "
+                f"session (at most {MAX_RECORD_BYTES} bytes as JSON)")))
         refused = await self.life.admit(session)
         if refused is not None:
             self.backend.counters.reject("sessions")
@@ -95,6 +101,7 @@ class LegacyEra:
         try:
             await self.life.attach(session)
         except UpstreamError as exc:
+            await self.life.unadmit(session)  # its client never got its id
             return json_response(exc.to_message(msg["id"]), 503)
         assert session.conn.init_result is not None  # attached: it is initialized
         log.info("session.created", session=session.owner[:12], protocol=version,
@@ -259,10 +266,14 @@ class LegacyEra:
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         sid, principal = _session_id(request), principal_of(request).owner
-        if await self.life.end_elsewhere(sid, principal):  # held elsewhere, or by one gone
-            return web.Response(status=200)
-        session = await self.session_of(request)
-        await self.life.end(session, "deleted")
+        found = await self.life.to_end(sid, principal)
+        if found is None:
+            raise _not_found()
+        _check_version(request)
+        if isinstance(found, Session):
+            await self.life.end(found, "deleted")
+        else:  # held by another replica, or by one gone
+            await self.life.end_elsewhere(sid, principal)
         return web.Response(status=200)
 
     async def expire(self) -> None:
@@ -271,18 +282,39 @@ class LegacyEra:
     # -- checks ----------------------------------------------------------------------------
     async def session_of(self, request: web.Request) -> Session:
         sid, principal = _session_id(request), principal_of(request).owner
+        # A session is bound to the auth context that created it (and so are its tasks):
+        # another principal's is not found (SessionLife.find).
         session = await self.life.find(sid, principal)
-        # A session is bound to the auth context that created it (and so are its tasks).
-        if session is None or session.principal != principal:
-            raise errors.SessionNotFound("Session not found: it ended or never existed; "
-                                         "initialize a new one")
-        version = request.headers.get(mcp.H_PROTOCOL)
-        # spec (Protocol Version Header): an invalid or unsupported version MUST get 400.
-        if version is not None and version not in mcp.LEGACY_VERSIONS:
-            raise errors.UnsupportedVersion(
-                f"Bad Request: unsupported MCP-Protocol-Version {version}",
-                {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
+        if session is None:
+            raise _not_found()
+        _check_version(request)
         return session
+
+
+def _naming(resp: web.StreamResponse, session: Session) -> web.StreamResponse:
+    """`resp` naming its session. Every answer does, so a balancer that learns affinity from
+    answers (deploy/haproxy.cfg: stick store-response) learns the replica that adopted it at
+    its first answer, a JSON one or a 202 included. The spec asks the header of the
+    initialize answer and forbids it on none; clients keep the id they hold (the same)."""
+    if not resp.prepared:  # an SSE answer's headers are sent: they carry it already
+        resp.headers[mcp.H_SESSION] = session.id
+    return resp
+
+
+def _not_found() -> errors.SessionNotFound:
+    # spec (Session Management): a terminated session MUST get 404; the same words for
+    # an id never made and another principal's.
+    return errors.SessionNotFound("Session not found: it ended or never existed; "
+                                  "initialize a new one")
+
+
+def _check_version(request: web.Request) -> None:
+    version = request.headers.get(mcp.H_PROTOCOL)
+    # spec (Protocol Version Header): an invalid or unsupported version MUST get 400.
+    if version is not None and version not in mcp.LEGACY_VERSIONS:
+        raise errors.UnsupportedVersion(
+            f"Bad Request: unsupported MCP-Protocol-Version {version}",
+            {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
 
 
 def _not_in_flight(session: Session, client_id: Any) -> None:

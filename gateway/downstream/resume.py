@@ -19,15 +19,20 @@ With one process (the memory store) there are no records: nobody else could adop
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import orjson
 
 from gateway.auth.principal import digest
+from gateway.downstream.session import made_here
 from gateway.errors import StoreUnavailable
 from gateway.observability import log
 
+ENDED = "session-ended"  # announced to every replica with the ended session's record key
+# A session's record as JSON, at most: the store is every tenant's, and each renewal sends
+# the record again. Clients' capabilities and info take a few hundred bytes.
+MAX_RECORD_BYTES = 8 * 1024
 RENEW_SLACK_S = 70.0  # more than two reaps (app.REAP_EVERY_S): renewals never come late
 
 
@@ -62,6 +67,15 @@ class Record:
         return orjson.dumps({"principal": self.principal, "upstream": self.upstream,
                              "version": self.version, "capabilities": self.capabilities,
                              "clientInfo": self.client_info})
+
+    def kept(self) -> Record | None:
+        """This record as the shared store keeps it: without the client's info when that
+        makes it bigger than MAX_RECORD_BYTES (nothing reads it back but logs); None when
+        its capabilities alone are (they are needed wherever the session is adopted)."""
+        if len(self.dump()) <= MAX_RECORD_BYTES:
+            return self
+        lean = replace(self, client_info=None)
+        return lean if len(lean.dump()) <= MAX_RECORD_BYTES else None
 
     @classmethod
     def load(cls, data: bytes) -> Record | None:
@@ -107,7 +121,10 @@ class Resumption:
 
     async def find(self, session_id: str, principal: str) -> Record | None:
         """The record of a session of `principal` on this upstream; None for an unknown,
-        ended or expired id, and for another principal's (which must look the same)."""
+        ended or expired id, and for another principal's (which must look the same). An
+        id of a shape no replica makes costs the store nothing."""
+        if not made_here(session_id):
+            return None
         data = await self.records.read(record_key(session_id))
         record = None if data is None else Record.load(data)
         if record is None or record.upstream != self.upstream:
@@ -139,4 +156,5 @@ class Resumption:
             log.warning("session.record_unended", upstream=self.upstream, error=str(exc))
 
 
-__all__ = ["RENEW_SLACK_S", "Record", "Resumption", "SessionRecords", "record_key"]
+__all__ = ["ENDED", "MAX_RECORD_BYTES", "RENEW_SLACK_S", "Record", "Resumption", "SessionRecords",
+           "record_key"]

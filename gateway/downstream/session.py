@@ -9,6 +9,7 @@ its streams, and a waiting tasks/result gets the end.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections import Counter, OrderedDict
@@ -31,6 +32,14 @@ from gateway.upstream.correlator import Call, Host
 Edit = Callable[[Message], Message]  # a change to an answer on its way back to the client
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
 MAX_STREAMS = 64  # POST streams kept for resumption per session
+ID_BYTES = 32  # a session id's random bytes
+_ID_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")  # token_urlsafe(ID_BYTES): 43 characters
+
+
+def made_here(sid: str) -> bool:
+    """Whether `sid` has the shape of the ids this gateway makes (an id of another shape
+    was never a session here, nor on any replica)."""
+    return _ID_SHAPE.fullmatch(sid) is not None
 
 
 class Session:
@@ -42,7 +51,7 @@ class Session:
         # spec (Session Management): "globally unique and cryptographically secure", visible
         # ASCII only. 256 random bits, URL-safe base64. `sid`: a session another replica
         # made, adopted here (resume.py).
-        self.id = sid or secrets.token_urlsafe(32)
+        self.id = sid or secrets.token_urlsafe(ID_BYTES)
         self.key = self.id
         # What logs name it by, and (without auth) what its core tasks belong to: a digest,
         # because the id is a bearer secret (the store and the logs must not hold it).
@@ -212,12 +221,21 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def get(self, sid: str) -> Session | None:
+    def get(self, sid: str, principal: str) -> Session | None:
+        """`principal`'s session `sid`, used now; None when none is held here, and when it
+        is another principal's: left untouched, so that Bob presenting Alice's id neither
+        keeps her session alive (nor its record renewed) nor moves it in the eviction
+        order, as an unknown id would not (docs/architecture.md, Tenancy)."""
         session = self._by_id.get(sid)
-        if session is not None:
-            session.last_seen = time.monotonic()
-            self._by_id.move_to_end(sid)
+        if session is None or session.principal != principal:
+            return None
+        session.last_seen = time.monotonic()
+        self._by_id.move_to_end(sid)
         return session
+
+    def held(self, sid: str) -> Session | None:
+        """The session `sid` held here, whoever's it is, untouched."""
+        return self._by_id.get(sid)
 
     def add(self, session: Session) -> Session | None:
         """Store `session`; returns a session of its principal evicted to make room, or

@@ -76,6 +76,9 @@ class Replicas:
         self.generation = Generation(replica)  # the store's, and whether it has settled
         self._lease_ms = 10_000  # as the last beat held it
         self.wake: Callable[[], None] = _nothing  # the lease keeper's: beat now
+        # Announcements of other kinds than task changes (a legacy session ended), heard
+        # by whoever holds what they name (downstream/session_life.py).
+        self._hearers: dict[str, list[Callable[[str], Awaitable[None]]]] = {}
 
     def defer_judgement(self, lease_ms: int) -> None:
         """The store was away, or lost the leases: every replica gets a full lease to
@@ -107,9 +110,20 @@ class Replicas:
         await self.bus.listen([EVENTS, f"ctl:{self.replica}"], self._heard,
                               lambda: self.wake())
 
+    def on_announced(self, kind: str, hear: Callable[[str], Awaitable[None]]) -> None:
+        """`hear(key)` at each `announce(kind, key)` of any replica, this one's included."""
+        self._hearers.setdefault(kind, []).append(hear)
+
+    async def announce(self, kind: str, key: str) -> None:
+        """Tell every replica now that `key` of `kind` changed. A replica that misses it
+        (its connection was down) learns it later from the store's records, as it would
+        without the announcement; StoreUnavailable when the store is down."""
+        await self.bus.publish(EVENTS, {"op": kind, "key": key, "from": self.replica})
+
     async def _heard(self, channel: str, msg: dict[str, Any]) -> None:
         task_id = msg.get("task")
         if not isinstance(task_id, str):
+            await self._announced(channel, msg)
             return
         if channel != EVENTS:
             await self._control(task_id, msg)
@@ -117,6 +131,14 @@ class Replicas:
                 self._here.watching(task_id):
             with contextlib.suppress(StoreUnavailable):
                 await self._read_again(task_id)
+
+    async def _announced(self, channel: str, msg: dict[str, Any]) -> None:
+        """An announcement of another kind than a task's change, to those who hear it."""
+        key = msg.get("key")
+        if channel != EVENTS or not isinstance(key, str):
+            return
+        for hear in self._hearers.get(str(msg.get("op")), []):
+            await hear(key)
 
     async def poll(self) -> None:
         """The fallback for announcements lost while a connection was down: watched tasks

@@ -39,7 +39,7 @@ def test_at_the_global_bound_the_newcomers_own_idle_session_makes_room() -> None
     store.add(bob1)
     store.add(bob2)
     assert store.add(session("bob")) is bob1  # Bob's own oldest, not Alice's
-    assert store.get(alice.id) is alice and store.get(bob1.id) is None
+    assert store.get(alice.id, "alice") is alice and store.get(bob1.id, "bob") is None
 
 
 def test_a_principal_with_nothing_idle_is_refused_and_nobody_is_evicted() -> None:
@@ -81,3 +81,15 @@ def test_a_session_whose_task_runs_never_ends_idle() -> None:
     busy.last_seen = quiet.last_seen = time.monotonic() - 120
     assert store.expired() == [quiet]
     assert store.all() == [busy]
+
+
+def test_another_principal_presenting_the_id_neither_gets_nor_keeps_the_session_alive() -> None:
+    """Bob holding Alice's session id gets what an unknown id gets, and his requests do not
+    count as her use: her session still ends idle (and its record is not renewed)."""
+    store = SessionStore(max_sessions=10, idle_s=60)
+    alice = session("alice")
+    store.add(alice)
+    alice.last_seen = time.monotonic() - 120
+    assert store.get(alice.id, "bob") is None
+    assert store.get("never-made", "bob") is None
+    assert store.expired() == [alice]

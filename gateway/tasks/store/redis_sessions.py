@@ -6,7 +6,8 @@ it is a bearer capability) and <group> names an upstream and a principal:
 
     P s:<key>       the record (what downstream/resume.py writes), expiring at the
                     session's idle expiry; renewed while a replica sees it used
-    P sx:<key>      a session ended (DELETE, or evicted): no replica writes it back
+    P sx:<key>      a session ended (DELETE, or evicted): no replica writes it back,
+                    nor reads a record written back under <key> (by the store's operator)
     P sp:<group>    sorted set of the group's sessions, scored by their expiry (ms):
                     `limits.max_sessions_per_principal` across replicas
 
@@ -100,8 +101,12 @@ class RedisSessions:
     @guarded
     async def read(self, key: str) -> bytes | None:
         """The record held under `key`, as it was given to `open`; None when there is none
-        (never made, ended, expired, or refused: it failed its seal)."""
-        held = await self.redis.get(self.key("s", key))
+        (never made, ended, expired, or refused: it failed its seal). An ended session's
+        record is none even if written back (by whoever writes to the store), as long as
+        its end is remembered: one round trip reads both."""
+        held, ended = await self.redis.mget(self.key("s", key), self.key("sx", key))
+        if ended is not None:
+            return None
         if not isinstance(held, bytes) or self.cipher is None:
             return held if isinstance(held, bytes) else None  # replies are not decoded
         plain = self.cipher.decrypt(held, key.encode())

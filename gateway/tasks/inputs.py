@@ -22,7 +22,7 @@ class Inputs:
     def answer(self, run: TaskRun, responses: dict[str, Any]) -> None:
         """Answers by input key; unknown or already answered keys are ignored."""
         for key in [k for k in run.task.inputs if k in responses]:
-            run.answered(key, jsonrpc.result(None, responses[key]))
+            run.answered(key, jsonrpc.result(run.asked[key], responses[key]))
             self.report.answered(run.task, key)
         run.settle()
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
 from gateway.tasks.model import Status, Task
 from gateway.tasks.policy import Policy, queued_poll_ms
@@ -74,7 +74,6 @@ class Consumer(Protocol):
 class UpstreamCall(Protocol):
     """What the engine needs of an upstream call: upstream/ provides it."""
 
-    sink: Consumer  # where the call's messages and response go: the task's run, once adopted
     ticket: Ticket | None  # its place under a concurrency limit, if one applies
 
     def when_running(self, run: Callable[[], None]) -> None:
@@ -83,9 +82,13 @@ class UpstreamCall(Protocol):
     @property
     def upstream(self) -> str: ...
 
+    def redirect(self, sink: Consumer) -> None:
+        """From now on `sink` hears the call: its messages and its response (the task's run,
+        once adopted)."""
+
     def cancel(self, why: str) -> None: ...
 
-    def reply(self, asked_id: Any, msg: Message) -> None:
+    def reply(self, asked_id: RequestId, msg: Message) -> None:
         """Answer a server request the call made (`msg` carries the server's own id)."""
 
 
@@ -98,7 +101,7 @@ class TaskRun:
                  ended: Callable[[TaskRun, Message], None], index: dict[Any, TaskRun]) -> None:
         self.task = task  # the working copy: the freshest state, told to watchers
         self.call: UpstreamCall | None = handover.call  # None once ended (TaskEngine._end)
-        handover.call.sink = self  # the call's messages and response come here from now on
+        handover.call.redirect(self)  # the call's messages and response come here from now on
         self.index = index  # the engine's: id of an input request -> its run
         self.changed = changed
         self.respond = ended

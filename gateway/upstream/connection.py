@@ -12,7 +12,7 @@ from typing import Any
 from gateway.errors import UpstreamError
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
 from gateway.upstream import inbound, native_tasks, wire
 from gateway.upstream.correlator import (
@@ -102,7 +102,7 @@ class Connection:
         """Answer a call in flight with `error`; False if it was answered already."""
         if not self.correlator.drop(call):
             return False
-        call.answer(error.to_message(call.client_id))
+        call.fail(error)
         return True
 
     def pending(self, call: Call) -> bool:
@@ -120,8 +120,7 @@ class Connection:
             if not self.ready and owner is not None:
                 raise UpstreamError(self.name, f"upstream '{self.name}' is not connected",
                                     "down")
-            call = self.correlator.open(msg, owner, sink)
-            call.follow_task, call.ticket = follow_task, ticket
+            call = self.correlator.open(msg, owner, sink, follow_task, ticket)
             headers = self.wire.stamp(msg, call, headers)
             data = jsonrpc.line(msg)
             msg.pop("params", None)
@@ -182,7 +181,19 @@ class Connection:
         with contextlib.suppress(UpstreamError):
             self.transport.write(jsonrpc.line(msg), None, None)
 
-    def reply(self, asked_id: Any, msg: Message, owner: Owner | None) -> bool:
+    def redirect(self, call: Call, sink: Sink, client_id: RequestId | None = None) -> None:
+        """From now on `sink` hears `call` (a task's run, a retry's exchange); its answer
+        goes back under `client_id`, when given."""
+        self.correlator.redirect(call, sink, client_id)
+
+    def park(self, call: Call, sink: Sink) -> None:
+        """`call` waits for its client's input (MRTR), heard by `sink` meanwhile."""
+        self.correlator.park(call, sink)
+
+    def unpark(self, call: Call) -> None:
+        self.correlator.unpark(call)
+
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool:
         """`owner`'s answer to a server-to-client request, back under the original id;
         False when nothing asked `owner` that."""
         if self.wire.reply(asked_id, msg, owner):

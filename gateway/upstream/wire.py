@@ -24,7 +24,7 @@ import base64
 from typing import Any, Protocol
 
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.upstream.correlator import Call, Correlator, Host, Owner, Sink
 
 VERSION = mcp.MODERN_VERSIONS[0]
@@ -78,7 +78,7 @@ class Wire(Protocol):
     def answered(self, call: Call, msg: Message) -> bool:
         """Whether `msg` (a response to `call`) was taken care of here."""
 
-    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> bool:
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool:
         """Whether `owner`'s answer to a server request was taken care of here."""
 
     def forget(self, call: Call) -> None: ...
@@ -110,7 +110,7 @@ class LegacyWire:
     def answered(self, call: Call, msg: Message) -> bool:
         return False
 
-    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> bool:
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool:
         return False
 
     def forget(self, call: Call) -> None:
@@ -174,7 +174,7 @@ class ModernWire:
         """The envelope of the request of `call`; the client's headers and those that
         mirror it. An MRTR request is kept to be sent again."""
         if msg["method"] in mcp.MRTR_METHODS:
-            call.resend = (msg["method"], msg.setdefault("params", {}))
+            call.keep_for_resend(msg["method"], msg.setdefault("params", {}))
         return {**(headers or {}), **self.envelope(msg, call.owner)}
 
     # -- change notifications ---------------------------------------------------------------
@@ -291,10 +291,12 @@ class ModernWire:
             call.sink.on_message(jsonrpc.request(asked_id, request["method"], ask_params))
         return True
 
-    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> bool:
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool:
         """A caller's answer to one of the round's requests; the last one sends the
         request again with every answer and the server's requestState. Only the call's
         owner answers it."""
+        if not isinstance(asked_id, str):
+            return False  # the gateway asks under ids of its own, strings
         entry = self.rounds.get(asked_id)
         if entry is None or entry[0].call.owner is not owner:
             return False

@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Callable, Collection
 from typing import Any
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamDown, UpstreamError, UpstreamShutdown
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
@@ -47,8 +47,7 @@ class Connection:
 
     async def close(self) -> None:
         await self.transport.close()
-        _fail(self.correlator.lose(), UpstreamError(self.name, "the gateway is shutting down",
-                                                    "shutdown"))
+        _fail(self.correlator.lose(), UpstreamShutdown(self.name, "the gateway is shutting down"))
 
     @property
     def ready(self) -> bool:
@@ -118,8 +117,7 @@ class Connection:
         A call whose `ticket` waits in a queue is sent when its turn comes."""
         try:
             if not self.ready and owner is not None:
-                raise UpstreamError(self.name, f"upstream '{self.name}' is not connected",
-                                    "down")
+                raise UpstreamDown(self.name, f"upstream '{self.name}' is not connected")
             call = self.correlator.open(msg, owner, sink, follow_task, ticket)
             headers = self.wire.stamp(msg, call, headers)
             data = jsonrpc.line(msg)
@@ -138,7 +136,7 @@ class Connection:
         try:
             self._send(call, data, headers)
         except UpstreamError as exc:  # the server went away while the call waited
-            call.answer(exc.to_message(call.client_id))
+            call.fail(exc)
 
     def _send(self, call: Call, data: bytes, headers: dict[str, str] | None) -> None:
         """A call's request: in flight from now, unless the transport refuses it."""
@@ -156,7 +154,7 @@ class Connection:
         try:
             self._send(call, jsonrpc.line(msg), self.wire.stamp(msg, call, None))
         except UpstreamError as exc:
-            call.answer(exc.to_message(call.client_id))
+            call.fail(exc)
 
     def cancel(self, call: Call, reason: str) -> None:
         """spec (cancellation): tell the upstream; a late response is then dropped here.
@@ -272,7 +270,7 @@ class Connection:
 
 def _fail(calls: list[Call], error: UpstreamError) -> None:
     for call in calls:
-        call.answer(error.to_message(call.client_id))
+        call.fail(error)
 
 
 MAX_TOOL_PAGES = 20  # of the gateway's own tools/list: enough for any real catalogue

@@ -20,7 +20,12 @@ from typing import Any
 import aiohttp
 
 from gateway import redact
-from gateway.errors import UpstreamError
+from gateway.errors import (
+    UpstreamDown,
+    UpstreamError,
+    UpstreamInitializeFailed,
+    UpstreamSessionLost,
+)
 from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.settings import Upstream as UpstreamConf
@@ -123,8 +128,8 @@ class HttpTransport:
             self._stream.cancel()
             self._stream = None
         log.warning("upstream.session_lost", upstream=self.name, in_flight=self._link.in_flight)
-        self._link.on_lost(UpstreamError(self.name, f"upstream '{self.name}' ended its session",
-                                         "session_lost"), keep=set(self._poster.resending))
+        self._link.on_lost(UpstreamSessionLost(self.name, f"upstream '{self.name}' ended its "
+                                               "session"), keep=set(self._poster.resending))
 
     # -- the HTTP+SSE transport (2024-11-05) --------------------------------------------------
     async def _open_sse_transport(self) -> None:
@@ -133,8 +138,8 @@ class HttpTransport:
             resp, events, self.session.post_url = await sse_client.open_endpoint(
                 self._poster.http, self.url, self.conf.headers)
         except ValueError as exc:
-            raise UpstreamError(self.name, f"upstream '{self.name}' refused initialize (HTTP "
-                                f"{self.session.refused}) and {exc}", "initialize") from None
+            raise UpstreamInitializeFailed(self.name, f"upstream '{self.name}' refused initialize "
+                                           f"(HTTP {self.session.refused}) and {exc}") from None
         self.session.kind = "http+sse"
         log.info("upstream.http_sse_transport", upstream=self.name)
         # This transport's session is its stream: when it ends, the session is lost.
@@ -145,7 +150,7 @@ class HttpTransport:
     def write(self, data: bytes, call: Call | None = None,
               headers: dict[str, str] | None = None) -> None:
         if self._poster is None or self._poster.http.closed:
-            raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")
+            raise UpstreamDown(self.name, f"upstream '{self.name}' is not running")
         task = asyncio.create_task(self._poster.post(data, call, headers))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamNotReady, UpstreamShutdown
 from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.protocol import mcp
@@ -100,12 +100,12 @@ class Backend:
     def stop_calls(self) -> int:
         """The gateway is stopping: every client's call in flight, on any of this upstream's
         processes, is cancelled and answered with an error that says so."""
-        error = UpstreamError(self.name, "the gateway is stopping", "shutdown")
+        error = UpstreamShutdown(self.name, "the gateway is stopping")
         calls = [(conn, call) for conn in list(self.connections)
                  for call in conn.correlator.clients_calls()]
         for conn, call in calls:
             conn.cancel(call, error.message)
-            call.answer(error.to_message(call.client_id))
+            call.fail(error)
         return len(calls)
 
     async def start(self) -> None:
@@ -266,8 +266,8 @@ class PerCall(Backend):
         try:
             proc = await asyncio.wait_for(self._warm.get(), self.conf.startup_timeout_ms / 1000)
         except TimeoutError:
-            raise UpstreamError(self.name, f"no process of upstream '{self.name}' became ready",
-                                "not_ready") from None
+            raise UpstreamNotReady(self.name, f"no process of upstream '{self.name}' became "
+                                   "ready") from None
         proc.attach(owner)
         return proc
 

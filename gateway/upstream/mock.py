@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamDown, UpstreamExited
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.correlator import Call, Host
@@ -40,7 +40,7 @@ class MockTransport:
     def write(self, data: bytes, call: Call | None = None,
               headers: dict[str, str] | None = None) -> None:
         if self.state == "down":
-            raise UpstreamError("mock", "upstream 'mock' is not running", "down")
+            raise UpstreamDown("mock", "upstream 'mock' is not running")
         msg = jsonrpc.loads(data)
         self.written.append(msg)
         self.headers.append(headers)
@@ -55,7 +55,7 @@ class MockTransport:
         """The server goes away: calls in flight fail."""
         assert self.link is not None
         self.state = "down"
-        self.link.on_lost(UpstreamError("mock", f"upstream 'mock' {why}", "exited"))
+        self.link.on_lost(UpstreamExited("mock", f"upstream 'mock' {why}"))
 
     def abort(self, call: Call) -> bool:
         return False

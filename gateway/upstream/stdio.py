@@ -23,7 +23,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from gateway.errors import UpstreamError
+from gateway.errors import (
+    UpstreamDown,
+    UpstreamError,
+    UpstreamExited,
+    UpstreamInitializeFailed,
+    UpstreamStartFailed,
+)
 from gateway.observability import log
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream.correlator import Call
@@ -203,7 +209,7 @@ class StdioTransport:
             text = f"{where}: command '{command}' is not executable"
         else:
             text = f"{where}: command '{command}' could not start: {exc.strerror or exc}"
-        return UpstreamError(self.name, text, "start_failed", command=command)
+        return UpstreamStartFailed(self.name, text, command=command)
 
     async def _initialize(self) -> None:
         """The link's handshake, unless the process exits first."""
@@ -236,9 +242,9 @@ class StdioTransport:
         code, said = self._transport.get_returncode(), list(self._pipes.said)
         # Its stderr may hold what must not leave the gateway (a password it printed): the
         # operator reads it in the log; clients get the exit code.
-        return UpstreamError(self.name, f"upstream '{self.name}' exited during initialize "
-                             f"(code {code}); see the gateway's log", "initialize",
-                             detail=" | ".join(said), exitCode=code)
+        return UpstreamInitializeFailed(self.name, f"upstream '{self.name}' exited during "
+                                        f"initialize (code {code}); see the gateway's log",
+                                        detail=" | ".join(said), exitCode=code)
 
     async def _wait_exit(self) -> int | None:
         assert self._pipes is not None
@@ -257,16 +263,16 @@ class StdioTransport:
         self._stdin = None
         log.warning("upstream.exited", upstream=self.name, code=code,
                     in_flight=self._link.in_flight)
-        self._link.on_lost(UpstreamError(
+        self._link.on_lost(UpstreamExited(
             self.name, f"upstream '{self.name}' exited (code {code}) before answering",
-            "exited", exitCode=code))
+            exitCode=code))
 
     # -- transport -------------------------------------------------------------------------
     def write(self, data: bytes, call: Call | None = None,
               headers: dict[str, str] | None = None) -> None:
         stdin = self._stdin
         if stdin is None or stdin.is_closing():
-            raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")
+            raise UpstreamDown(self.name, f"upstream '{self.name}' is not running")
         assert self._link is not None
         if self._link.in_flight <= 1 and not self._outbox:
             stdin.write(data)  # a whole line; nothing to batch with: no extra loop turn

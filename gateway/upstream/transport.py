@@ -13,7 +13,7 @@ from collections.abc import Collection
 from typing import Any, Protocol
 
 from gateway import redact
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamUnreachable
 from gateway.observability import log
 from gateway.upstream.correlator import Call
 
@@ -33,8 +33,8 @@ async def start_failed(link: Link | None, exc: Exception, failures: int, cap_ms:
     the next attempt. False when there is none (`cap_ms` None: no restarts)."""
     assert link is not None  # a transport starts once it has its link
     fields = {} if url is None else {"url": redact.url(url)}
-    error = exc if isinstance(exc, UpstreamError) else UpstreamError(
-        link.name, f"upstream '{link.name}': {exc or type(exc).__name__}", "unreachable")
+    error = exc if isinstance(exc, UpstreamError) else UpstreamUnreachable(
+        link.name, f"upstream '{link.name}': {exc or type(exc).__name__}")
     delay = None if cap_ms is None else backoff_s(failures, cap_ms)
     if error.detail:
         fields["said"] = error.detail

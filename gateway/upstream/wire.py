@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.upstream.correlator import Call, Correlator, Host, Owner, Sink
 
 VERSION = mcp.MODERN_VERSIONS[0]
+Era = Literal["legacy", "modern"]  # which revision a server speaks (/readyz `era`)
 RELISTEN_S = 1.0  # before opening the listen stream again after the server ended it
 RELISTEN_BATCH_S = 0.05  # subscription changes this close together: one new listen stream
 
@@ -65,7 +66,7 @@ class Wire(Protocol):
     one, and never branches on the era."""
 
     @property
-    def era(self) -> str: ...
+    def era(self) -> Era: ...
 
     @property
     def cancels_by_closing(self) -> bool:
@@ -100,7 +101,7 @@ class Wire(Protocol):
 
 
 class LegacyWire:
-    era = "legacy"
+    era: Final[Era] = "legacy"
     cancels_by_closing = False  # spec 2025-06-18: a closed stream is no cancellation
 
     def stamp(self, msg: Message, call: Call, headers: dict[str, str] | None
@@ -136,7 +137,7 @@ class LegacyWire:
 class ModernWire:
     """What a connection needs to speak to a modern-only server."""
 
-    era = "modern"
+    era: Final[Era] = "modern"
     # spec 2026-07-28 cancellation: over HTTP, closing the request's stream cancels it.
     cancels_by_closing = True
 

@@ -22,16 +22,16 @@ from gateway.upstream.correlator import (
     Sink,
 )
 from gateway.upstream.handshake import IGNORE, Handshake, Opening, Silent
-from gateway.upstream.transport import Transport
+from gateway.upstream.transport import MakeTransport, Transport
 
 
 class Connection:
     """The calls of many callers over one transport; what downstream and the engine use."""
 
-    def __init__(self, name: str, transport: Transport, startup_timeout_s: float,
+    def __init__(self, name: str, transport: MakeTransport, startup_timeout_s: float,
                  counters: Counters, opening: Opening = "auto") -> None:
         self.name = name
-        self.transport = transport
+        self.transport: Transport = transport(self)  # made whole, with its link
         self.startup_timeout_s = startup_timeout_s
         self.counters = counters
         self.correlator = Correlator(self, counters)
@@ -43,7 +43,7 @@ class Connection:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        self.transport.start(self)
+        self.transport.start()
 
     async def close(self) -> None:
         await self.transport.close()

@@ -38,7 +38,7 @@ from gateway.upstream.correlator import Owner
 from gateway.upstream.handshake import Opening
 from gateway.upstream.http import HttpTransport
 from gateway.upstream.stdio import StdioTransport
-from gateway.upstream.transport import Transport
+from gateway.upstream.transport import MakeTransport
 
 
 class Backend:
@@ -86,16 +86,22 @@ class Backend:
         return out or None
 
     def _new(self, restart: bool, opening: Opening | None = None) -> Connection:
-        transport: Transport
-        if self.conf.url is not None:
-            transport = HttpTransport(self.name, self.conf, restart=restart)
-        else:
-            transport = StdioTransport(self.name, self.conf, self.max_message_bytes, restart)
-        conn = Connection(self.name, transport, self.conf.startup_timeout_ms / 1000,
-                          self.counters, opening or self.conf.era)
+        conn = Connection(self.name, self._transport(restart), self.conf.startup_timeout_ms
+                          / 1000, self.counters, opening or self.conf.era)
         conn.on_tools = self.learn_tools
         self.connections.add(conn)
         return conn
+
+    def _transport(self, restart: bool) -> MakeTransport:
+        """How a connection of this upstream makes its transport: HTTP for a `url`, else a
+        process of its `command` (settings.Upstream holds one of them)."""
+        name, conf, url, command = self.name, self.conf, self.conf.url, self.conf.command
+        if url is not None:
+            return lambda link: HttpTransport(link, name, conf, url, restart)
+        if command is None:
+            raise ValueError(f"upstream '{name}' has neither a command nor a url")
+        return lambda link: StdioTransport(link, name, conf, command, self.max_message_bytes,
+                                           restart)
 
     def stop_calls(self) -> int:
         """The gateway is stopping: every client's call in flight, on any of this upstream's

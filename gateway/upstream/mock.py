@@ -24,18 +24,18 @@ Handler = Callable[[Message], list[Message]]
 class MockTransport:
     kind = "mock"
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, link: Link, handler: Handler) -> None:
+        self.link = link
         self.handler = handler
         self.state = "starting"
         self.restarts = 0
         self.written: list[Message] = []  # everything the connection sent, in order
         self.headers: list[dict[str, str] | None] = []
-        self.link: Link | None = None
         self.up: asyncio.Task[str] | None = None
 
-    def start(self, link: Link) -> None:
-        self.link, self.state = link, "initializing"
-        self.up = asyncio.get_running_loop().create_task(link.on_up())
+    def start(self) -> None:
+        self.state = "initializing"
+        self.up = asyncio.get_running_loop().create_task(self.link.on_up())
 
     def write(self, data: bytes, call: Call | None = None,
               headers: dict[str, str] | None = None) -> None:
@@ -48,12 +48,10 @@ class MockTransport:
             self.server_sends(out)
 
     def server_sends(self, msg: Message) -> None:
-        assert self.link is not None
         asyncio.get_running_loop().call_soon(self.link.on_message, jsonrpc.dumps(msg))
 
     def lose(self, why: str = "gone") -> None:
         """The server goes away: calls in flight fail."""
-        assert self.link is not None
         self.state = "down"
         self.link.on_lost(UpstreamExited("mock", f"upstream 'mock' {why}"))
 

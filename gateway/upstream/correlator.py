@@ -498,10 +498,9 @@ class Correlator:
             target = self._target()
             if target is not None and self.tasks.others_live(_principal(target)):
                 target = None  # it may be another principal's task asking: never guess
-        if target is None:
-            return [self._unroutable(msg)]
         owner = target.owner if isinstance(target, Call) else target
-        assert owner is not None
+        if target is None or owner is None:  # (targets are clients' calls: owner is set)
+            return [self._unroutable(msg)]
         if not owner.accepts(method):
             return self._undeclared(msg, target)
         asked_id = self.new_asked_id()

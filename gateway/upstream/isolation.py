@@ -221,12 +221,7 @@ class PerClient(Backend):
         return self._new(restart=True)  # its own process, started when it is attached
 
     async def attach(self, owner: Owner, conn: Connection) -> None:
-        conn.start()
-        try:
-            await conn.wait_ready()
-        except BaseException:
-            await conn.close()
-            raise
+        await _started(conn)
         conn.attach(owner)
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
@@ -286,14 +281,7 @@ class PerCall(Backend):
             self._spawn(self._warm_one(), "warm-up")
 
     async def _warm_one(self) -> None:
-        proc = self._new(restart=False)
-        proc.start()
-        try:
-            await proc.wait_ready()
-        except BaseException:
-            await proc.close()
-            raise
-        self._warm.put_nowait(proc)
+        self._warm.put_nowait(await _started(self._new(restart=False)))
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -305,6 +293,17 @@ class PerCall(Backend):
         if not task.cancelled() and task.exception() is not None:
             log.warning("upstream.pool_spawn_failed", upstream=self.name,
                         error=str(task.exception()))
+
+
+async def _started(conn: Connection) -> Connection:
+    """`conn` started and ready; closed when it never gets there (its process goes)."""
+    conn.start()
+    try:
+        await conn.wait_ready()
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
 
 
 def build(name: str, conf: UpstreamConf, max_message_bytes: int,

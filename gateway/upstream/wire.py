@@ -36,10 +36,12 @@ RELISTEN_BATCH_S = 0.05  # subscription changes this close together: one new lis
 class Round:
     """The answers a caller owes one `input_required` result."""
 
-    __slots__ = ("answers", "call", "missing", "state")
+    __slots__ = ("answers", "call", "missing", "request", "state")
 
-    def __init__(self, call: Call, state: Any, keys: set[str]) -> None:
-        self.call = call  # its `resend` holds the request to send again
+    def __init__(self, call: Call, request: tuple[str, dict[str, Any]], state: Any,
+                 keys: set[str]) -> None:
+        self.call = call
+        self.request = request  # the call's request (method, params), to send again
         self.state = state
         self.missing = keys
         self.answers: dict[str, Any] = {}
@@ -268,19 +270,18 @@ class ModernWire:
             if call.owner is not None and not call.owner.modern:
                 result.pop("resultType", None)
             return False
-        requests = result.get("inputRequests")
-        if call.resend is None or not isinstance(requests, dict) or not requests:
+        requests, resend = result.get("inputRequests"), call.resend
+        if resend is None or not isinstance(requests, dict) or not requests:
             return False
         owner = call.owner
         refused = [r.get("method") for r in requests.values() if not isinstance(r, dict) or
                    owner is None or not owner.accepts(str(r.get("method")))]
-        if refused:  # the caller cannot answer: the call fails, saying what it lacks
+        if refused or owner is None:  # the caller cannot answer: the call fails, saying why
             msg.pop("result")
             msg["error"] = {"code": jsonrpc.INTERNAL_ERROR, "message": (
                 f"the server asks for input the client did not declare ({refused[0]})")}
             return False
-        assert owner is not None
-        this = Round(call, result.get("requestState"), set(requests))
+        this = Round(call, resend, result.get("requestState"), set(requests))
         self.conn.correlator.hold_call(call)
         for key, request in requests.items():
             asked_id = self.conn.correlator.new_asked_id()
@@ -315,8 +316,7 @@ class ModernWire:
         this.answers[key] = result
         this.missing.discard(key)
         if not this.missing:
-            assert this.call.resend is not None
-            method, sent = this.call.resend
+            method, sent = this.request
             params = {k: v for k, v in sent.items()
                       if k not in ("inputResponses", "requestState")}
             params["inputResponses"] = this.answers

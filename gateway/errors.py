@@ -100,7 +100,7 @@ class GatewayError(Exception):
         self.message = message
         self.data = data
 
-    def to_message(self, id_: Any = None) -> jsonrpc.Message:
+    def to_message(self, id_: jsonrpc.RequestId | None = None) -> jsonrpc.Message:
         return jsonrpc.error(id_, self.code, self.message, self.data)
 
 

@@ -35,7 +35,7 @@ import orjson
 from gateway import errors
 from gateway.keyring import Cipher
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.upstream.correlator import Call, Host
 
 STATE_FIELDS = ("inputResponses", "requestState")
@@ -103,7 +103,7 @@ class Parked:
     method: str
     digest: str
     round: int = 0
-    inputs: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    inputs: dict[str, tuple[RequestId, dict[str, Any]]] = field(default_factory=dict)
     response: Message | None = None
     timer: asyncio.TimerHandle | None = None
     done: Callable[[], None] | None = None  # releases the call's process when it is over

@@ -6,7 +6,7 @@ than routing needs.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeGuard
 
 import orjson
 
@@ -69,7 +69,7 @@ def classify(msg: Any) -> Kind | None:
     return None
 
 
-def valid_id(id_: Any) -> bool:
+def valid_id(id_: object) -> TypeGuard[RequestId]:
     # spec (base protocol, Requests): "the ID MUST NOT be null"; strings or integers only.
     return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.protocol import jsonrpc
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.tasks.report import Report
 from gateway.tasks.run import TaskRun
 
@@ -17,7 +17,7 @@ from gateway.tasks.run import TaskRun
 class Inputs:
     def __init__(self, report: Report) -> None:
         self.report = report
-        self.asked: dict[Any, TaskRun] = {}  # id an input request was sent on under -> run
+        self.asked: dict[RequestId, TaskRun] = {}  # id an input request was sent on under -> run
 
     def answer(self, run: TaskRun, responses: dict[str, Any]) -> None:
         """Answers by input key; unknown or already answered keys are ignored."""

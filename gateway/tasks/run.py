@@ -98,7 +98,8 @@ class TaskRun:
     takes_mrtr = False  # a modern-only server's input_required becomes the task's inputs
 
     def __init__(self, task: Task, handover: Handover, changed: Callable[[TaskRun], None],
-                 ended: Callable[[TaskRun, Message], None], index: dict[Any, TaskRun]) -> None:
+                 ended: Callable[[TaskRun, Message], None],
+                 index: dict[RequestId, TaskRun]) -> None:
         self.task = task  # the working copy: the freshest state, told to watchers
         self.call: UpstreamCall | None = handover.call  # None once ended (TaskEngine._end)
         handover.call.redirect(self)  # the call's messages and response come here from now on
@@ -108,7 +109,7 @@ class TaskRun:
         self.fail_on_is_error = handover.fail_on_is_error
         self.done = handover.done  # releases the call's process and slot
         self.relay = handover.relay
-        self.asked: dict[str, Any] = {}  # input key -> the id the server asked under
+        self.asked: dict[str, RequestId] = {}  # input key -> the id the server asked under
         self.keys = 0
         self.used: set[str] = set()  # every key this task ever showed: never reused
         self.timers: list[asyncio.TimerHandle] = []

@@ -39,7 +39,7 @@ def best_of(n: int, run: Callable[[], None], count: int) -> float:
 
 
 async def main(count: int) -> None:
-    conn = Connection("bench", MockTransport(server), 1.0, Counters())
+    conn = Connection("bench", lambda link: MockTransport(link, server), 1.0, Counters())
     conn.start()
     await conn.wait_ready()
     owner, sink = MockOwner("bench", "elicitation"), MockSink()

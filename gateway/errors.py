@@ -30,7 +30,18 @@ the HTTP status that carries it.
     ├── QueueFull                     -32000  503   a concurrency limit's queue is full
     │                                               (legacy sessions: 200; retryAfterMs)
     ├── UpstreamError                 -32603  200   the upstream failed this call (sent as a
-    │                                               JSON-RPC response, so HTTP stays 200)
+    │   │                                           JSON-RPC response, so HTTP stays 200);
+    │   │                                           one kind per data `reason`:
+    │   ├── UpstreamDown                            down: not running, nothing sent
+    │   ├── UpstreamNotReady                        not_ready: not ready in time
+    │   ├── UpstreamStartFailed                     start_failed: its command did not start
+    │   ├── UpstreamUnreachable                     unreachable: its connection failed
+    │   ├── UpstreamConnectionFailed                connection: an HTTP request unanswered
+    │   ├── UpstreamInitializeFailed                initialize: the handshake failed
+    │   ├── UpstreamExited                          exited: its process exited
+    │   ├── UpstreamSessionLost                     session_lost: it ended its session
+    │   ├── UpstreamTimeout                         timeout: request_timeout_ms passed
+    │   └── UpstreamShutdown                        shutdown: the gateway stops
     ├── StoreUnavailable              -32603  503   the shared task store does not answer
     ├── StoreSettling                 -32000  503   the store came back without its records
     │                                               and this id may be one not written back
@@ -89,7 +100,7 @@ class GatewayError(Exception):
         self.message = message
         self.data = data
 
-    def to_message(self, id_: Any = None) -> jsonrpc.Message:
+    def to_message(self, id_: jsonrpc.RequestId | None = None) -> jsonrpc.Message:
         return jsonrpc.error(id_, self.code, self.message, self.data)
 
 
@@ -263,14 +274,24 @@ class QueueFull(GatewayError):
     # Counted by the queues as rejections{reason="queue_full"}, in either era.
 
 
-class UpstreamError(GatewayError):
-    http_status = 200
+# Why an upstream failed a call: the `reason` of its error's data, one per UpstreamError kind.
+UpstreamFailure = Literal["down", "not_ready", "start_failed", "unreachable", "connection",
+                          "initialize", "exited", "session_lost", "timeout", "shutdown"]
 
-    def __init__(self, upstream: str, message: str, reason: str, *, detail: str = "",
-                 **data: Any) -> None:
+
+class UpstreamError(GatewayError):
+    """The upstream failed a call. Raised as one of the kinds below (httpcore's exception
+    tree is the model): each says why in its class, `failure` (the data's `reason`), so the
+    gateway tells them apart by type, never by reading that field back."""
+
+    http_status = 200
+    failure: ClassVar[UpstreamFailure]
+
+    def __init__(self, upstream: str, message: str, *, detail: str = "", **data: Any) -> None:
         # Messages often carry an exception's text, which may quote the upstream's URL: it
         # is shown without credentials (to clients, on /status, in logs).
-        super().__init__(redact.text(message), {"upstream": upstream, "reason": reason, **data})
+        super().__init__(redact.text(message),
+                         {"upstream": upstream, "reason": self.failure, **data})
         # For the operator's log only: what the server said (its stderr may hold secrets,
         # so it never reaches a client).
         self.detail = detail
@@ -278,8 +299,69 @@ class UpstreamError(GatewayError):
     @classmethod
     def timed_out(cls, upstream: str, seconds: float) -> UpstreamError:
         """`request_timeout_ms` passed: the gateway gave up on the call (and cancelled it)."""
-        return cls(upstream, f"upstream '{upstream}' did not answer within {seconds:g} s",
-                   "timeout")
+        return UpstreamTimeout(upstream, f"upstream '{upstream}' did not answer within "
+                               f"{seconds:g} s")
+
+
+class UpstreamDown(UpstreamError):
+    """The upstream is not running (or not connected): nothing was sent."""
+
+    failure = "down"
+
+
+class UpstreamNotReady(UpstreamError):
+    """The upstream did not become ready in time (its state in the data)."""
+
+    failure = "not_ready"
+
+
+class UpstreamStartFailed(UpstreamError):
+    """A stdio server's command could not start (its command in the data)."""
+
+    failure = "start_failed"
+
+
+class UpstreamUnreachable(UpstreamError):
+    """Nothing reached the server: its connection failed before the handshake."""
+
+    failure = "unreachable"
+
+
+class UpstreamConnectionFailed(UpstreamError):
+    """An HTTP request got no answer (refused, dropped, timed out, an HTTP error)."""
+
+    failure = "connection"
+
+
+class UpstreamInitializeFailed(UpstreamError):
+    """The handshake failed: the server refused it, or answered what the gateway does not
+    speak, or exited during it."""
+
+    failure = "initialize"
+
+
+class UpstreamExited(UpstreamError):
+    """The server's process exited before answering (its exit code in the data)."""
+
+    failure = "exited"
+
+
+class UpstreamSessionLost(UpstreamError):
+    """An HTTP server ended its session before answering."""
+
+    failure = "session_lost"
+
+
+class UpstreamTimeout(UpstreamError):
+    """`request_timeout_ms` passed before the server answered."""
+
+    failure = "timeout"
+
+
+class UpstreamShutdown(UpstreamError):
+    """The gateway is stopping: calls in flight end."""
+
+    failure = "shutdown"
 
 
 class StoreUnavailable(GatewayError):

@@ -106,7 +106,7 @@ def failed(resp: web.StreamResponse) -> bool:
     return resp.status >= 400 or resp.get(FAILED, False)
 
 
-def error_response(exc: GatewayError, id_: Any = None) -> web.Response:
+def error_response(exc: GatewayError, id_: jsonrpc.RequestId | None = None) -> web.Response:
     resp = json_response(exc.to_message(id_), exc.http_status)
     if exc.retry_after_s is not None:  # RFC 9110 section 10.2.3: whole seconds
         resp.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))

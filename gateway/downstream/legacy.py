@@ -7,7 +7,7 @@ spec: mcp-base-2025-06-18.md, Transports > Streamable HTTP.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, assert_never
+from typing import assert_never
 
 from aiohttp import web
 
@@ -36,7 +36,7 @@ from gateway.downstream.session_life import SessionLife
 from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.ratelimit import InFlight
 from gateway.settings import Settings
 from gateway.tasks.dialects import Lacking, core
@@ -190,17 +190,17 @@ class LegacyEra:
         # to SSE after one keep-alive interval, and keep-alives flow.
         return await ex.respond(request, json_ok, self.flow)
 
-    def _time(self, ex: SessionExchange, session: Session, client_id: Any, seconds: float
+    def _time(self, ex: SessionExchange, session: Session, client_id: RequestId, seconds: float
               ) -> None:
         ex.timer = asyncio.get_running_loop().call_later(
             seconds, self._timed_out, session, client_id, seconds)
 
-    def _finished(self, session: Session, client_id: Any, used: Connection) -> None:
+    def _finished(self, session: Session, client_id: RequestId, used: Connection) -> None:
         session.calls.pop(client_id, None)
         self.inflight.release(session.principal)
         self.backend.done(session.conn, used)
 
-    def _timed_out(self, session: Session, client_id: Any, seconds: float) -> None:
+    def _timed_out(self, session: Session, client_id: RequestId, seconds: float) -> None:
         call = session.calls.get(client_id)
         if call is None:
             return
@@ -317,7 +317,7 @@ def _check_version(request: web.Request) -> None:
             {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
 
 
-def _not_in_flight(session: Session, client_id: Any) -> None:
+def _not_in_flight(session: Session, client_id: RequestId) -> None:
     if client_id in session.calls:
         raise errors.InvalidRequest(
             f"Invalid Request: id {errors.shown(client_id)} is already in flight")

@@ -17,7 +17,7 @@ from aiohttp import web
 from gateway import errors
 from gateway.downstream import sse
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.tasks.dialects import extension
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Task
@@ -40,7 +40,7 @@ class Listener:
     level: str | None = None
     modern = True
 
-    def __init__(self, sub_id: Any, methods: set[str], uris: set[str], principal: str,
+    def __init__(self, sub_id: RequestId, methods: set[str], uris: set[str], principal: str,
                  task_ids: list[str]) -> None:
         self.key = f"listen-{id(self)}"
         self.sub_id = sub_id

@@ -404,7 +404,7 @@ class ModernEra:
         if isinstance(parked, Elsewhere):
             return await self.handoff.to(parked.replica, parked.url, request, msg)
         call = parked.call
-        call.client_id = msg["id"]
+        call.conn.redirect(call, parked, client_id=msg["id"])  # parked hears it still
         ex = ModernExchange(self, caller, method, parked.digest, sse_ok)
         ex.call, ex.parked, ex.done, ex.policy = call, parked, parked.done, parked.policy
         ex.tool, ex.uri, ex.own_progress = params.get("name"), params.get("uri"), \
@@ -415,7 +415,7 @@ class ModernEra:
             ex.done = None
             self.rounds.ask(ex, parked, msg["id"])
         else:
-            call.sink = ex
+            call.conn.redirect(call, ex)
             ex.start_budget()  # MRTR first, then the call may still become a task
         return await self._respond(request, ex, json_ok)
 

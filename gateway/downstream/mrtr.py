@@ -35,7 +35,7 @@ import orjson
 from gateway import errors
 from gateway.keyring import Cipher
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.upstream.correlator import Call, Host
 
 STATE_FIELDS = ("inputResponses", "requestState")
@@ -103,7 +103,7 @@ class Parked:
     method: str
     digest: str
     round: int = 0
-    inputs: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    inputs: dict[str, tuple[RequestId, dict[str, Any]]] = field(default_factory=dict)
     response: Message | None = None
     timer: asyncio.TimerHandle | None = None
     done: Callable[[], None] | None = None  # releases the call's process when it is over
@@ -178,8 +178,7 @@ class ParkedCalls:
             self.drop(oldest.id, "too many calls of this client waiting for input")
         self._by_id[parked.id] = parked
         self._held[owner] += 1
-        parked.call.sink = parked
-        parked.call.waiting = True
+        parked.conn.park(parked.call, parked)
         parked.timer = asyncio.get_running_loop().call_later(
             self.timeout_s, self.drop, parked.id, "the client never answered")
 
@@ -193,7 +192,7 @@ class ParkedCalls:
             self._held[parked.owner] -= 1
             if self._held[parked.owner] <= 0:
                 del self._held[parked.owner]
-            parked.call.waiting = False
+            parked.conn.unpark(parked.call)
             if parked.timer is not None:
                 parked.timer.cancel()
         return parked

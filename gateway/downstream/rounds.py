@@ -20,7 +20,7 @@ from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
 from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 
 
 class Answerable(Protocol):
@@ -70,7 +70,7 @@ class Rounds:
         return state.get("s")
 
     # -- the gateway's rounds (a legacy server asked for input) ----------------------------
-    def ask(self, ex: Answerable, parked: Parked, client_id: Any) -> None:
+    def ask(self, ex: Answerable, parked: Parked, client_id: RequestId) -> None:
         """Park `parked` for one more round and answer `ex` with the InputRequiredResult
         that says so; or, its principal having no parked call to give way (the gateway's
         bound is others'), cancel the call and answer 429."""

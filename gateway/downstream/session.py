@@ -22,7 +22,7 @@ from gateway.downstream.replay import ReplayBudget
 from gateway.downstream.sse import REPLAY_BYTES, Stream
 from gateway.errors import TooManySessions
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.tasks.dialects import core
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Task
@@ -70,7 +70,7 @@ class Session:
         # The upstream connection that serves it (isolation.py `home`), attached to once
         # the session is admitted.
         self.conn = conn
-        self.calls: dict[Any, Call] = {}  # by the client's request id
+        self.calls: dict[RequestId, Call] = {}  # by the client's request id
         self.replies: OrderedDict[str, Host] = OrderedDict()  # asked id -> who asked
         self.subscriptions: set[str] = set()
         self.tasks: dict[str, SessionTask] = {}  # its running core tasks, by id

@@ -6,7 +6,7 @@ than routing needs.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeGuard
 
 import orjson
 
@@ -22,9 +22,12 @@ Kind = Literal["request", "notification", "response"]
 # gateway wraps what it forwards in a few levels of its own (results, tasks, SSE).
 MAX_DEPTH: Final = 200
 Message = dict[str, Any]
+# spec (base protocol, Requests): an id is a string or an integer, never null (the SDK's
+# `RequestId`). An error about a request the gateway could not read carries a null id.
+RequestId = str | int
 
 
-def request(id_: Any, method: str, params: dict[str, Any] | None = None) -> Message:
+def request(id_: RequestId, method: str, params: dict[str, Any] | None = None) -> Message:
     msg: Message = {"jsonrpc": "2.0", "id": id_, "method": method}
     if params is not None:
         msg["params"] = params
@@ -38,11 +41,11 @@ def notification(method: str, params: dict[str, Any] | None = None) -> Message:
     return msg
 
 
-def result(id_: Any, value: dict[str, Any]) -> Message:
+def result(id_: RequestId, value: dict[str, Any]) -> Message:
     return {"jsonrpc": "2.0", "id": id_, "result": value}
 
 
-def error(id_: Any, code: int, message: str, data: Any = None) -> Message:
+def error(id_: RequestId | None, code: int, message: str, data: Any = None) -> Message:
     err: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         err["data"] = data
@@ -66,7 +69,7 @@ def classify(msg: Any) -> Kind | None:
     return None
 
 
-def valid_id(id_: Any) -> bool:
+def valid_id(id_: object) -> TypeGuard[RequestId]:
     # spec (base protocol, Requests): "the ID MUST NOT be null"; strings or integers only.
     return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.protocol import jsonrpc
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.tasks.report import Report
 from gateway.tasks.run import TaskRun
 
@@ -17,16 +17,17 @@ from gateway.tasks.run import TaskRun
 class Inputs:
     def __init__(self, report: Report) -> None:
         self.report = report
-        self._asked: dict[Any, TaskRun] = {}  # id an input request was sent on under -> run
+        self._asked: dict[RequestId, TaskRun] = {}  # id an input request was sent on under -> run
 
-    def asked(self, run: TaskRun, asked_id: Any) -> None:
+    def asked(self, run: TaskRun, asked_id: RequestId) -> None:
         """`run`'s server asked for input under `asked_id` (a core client answers by it)."""
         self._asked[asked_id] = run
 
     def answer(self, run: TaskRun, responses: dict[str, Any]) -> None:
         """Answers by input key; unknown or already answered keys are ignored."""
         for key in [k for k in run.task.inputs if k in responses]:
-            self._asked.pop(run.answer(key, jsonrpc.result(None, responses[key])), None)
+            # Its id is set to the server's own by `answer`.
+            self._asked.pop(run.answer(key, jsonrpc.result(0, responses[key])), None)
             self.report.answered(run.task, key)
         run.settle()
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
 from gateway.tasks.model import Dialect, Status, Task
 from gateway.tasks.policy import Policy, queued_poll_ms
@@ -71,7 +71,6 @@ class Consumer(Protocol):
 class UpstreamCall(Protocol):
     """What the engine needs of an upstream call: upstream/ provides it."""
 
-    sink: Consumer  # where the call's messages and response go: the task's run, once adopted
     ticket: Ticket | None  # its place under a concurrency limit, if one applies
 
     def when_running(self, run: Callable[[], None]) -> None:
@@ -80,9 +79,13 @@ class UpstreamCall(Protocol):
     @property
     def upstream(self) -> str: ...
 
+    def redirect(self, sink: Consumer) -> None:
+        """From now on `sink` hears the call: its messages and its response (the task's run,
+        once adopted)."""
+
     def cancel(self, why: str) -> None: ...
 
-    def reply(self, asked_id: Any, msg: Message) -> None:
+    def reply(self, asked_id: RequestId, msg: Message) -> None:
         """Answer a server request the call made (`msg` carries the server's own id)."""
 
 
@@ -105,12 +108,12 @@ class TaskRun:
     def __init__(self, task: Task, handover: Handover, hooks: Hooks) -> None:
         self._task = task  # the working copy: the freshest state, told to watchers
         self._call: UpstreamCall | None = handover.call  # None once ended (`finish`)
-        handover.call.sink = self  # the call's messages and response come here from now on
+        handover.call.redirect(self)  # the call's messages and response come here from now on
         self._hooks = hooks
         self._fail_on_is_error = handover.fail_on_is_error
         self._done = handover.done  # releases the call's process and slot
         self._relay = handover.relay
-        self._asked: dict[str, Any] = {}  # input key -> the id the server asked under
+        self._asked: dict[str, RequestId] = {}  # input key -> the id the server asked under
         self._keys = 0
         self._used: set[str] = set()  # every key this task ever showed: never reused
         self._timers: list[asyncio.TimerHandle] = []
@@ -193,7 +196,7 @@ class TaskRun:
         """The ids of the server's input requests still outstanding."""
         return list(self._asked.values())
 
-    def answer(self, key: str, msg: Message) -> Any:
+    def answer(self, key: str, msg: Message) -> RequestId:
         """The client's answer to input `key`, sent upstream under the server's own id
         (returned)."""
         del self._task.inputs[key]

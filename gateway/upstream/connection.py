@@ -9,10 +9,10 @@ import contextlib
 from collections.abc import Callable, Collection
 from typing import Any
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamDown, UpstreamError, UpstreamShutdown
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
 from gateway.upstream import inbound, native_tasks, wire
 from gateway.upstream.correlator import (
@@ -22,16 +22,16 @@ from gateway.upstream.correlator import (
     Sink,
 )
 from gateway.upstream.handshake import IGNORE, Handshake, Opening, Silent
-from gateway.upstream.transport import Transport
+from gateway.upstream.transport import MakeTransport, Transport
 
 
 class Connection:
     """The calls of many callers over one transport; what downstream and the engine use."""
 
-    def __init__(self, name: str, transport: Transport, startup_timeout_s: float,
+    def __init__(self, name: str, transport: MakeTransport, startup_timeout_s: float,
                  counters: Counters, opening: Opening = "auto") -> None:
         self.name = name
-        self.transport = transport
+        self.transport: Transport = transport(self)  # made whole, with its link
         self.startup_timeout_s = startup_timeout_s
         self.counters = counters
         self.correlator = Correlator(self, counters)
@@ -43,12 +43,11 @@ class Connection:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        self.transport.start(self)
+        self.transport.start()
 
     async def close(self) -> None:
         await self.transport.close()
-        _fail(self.correlator.lose(), UpstreamError(self.name, "the gateway is shutting down",
-                                                    "shutdown"))
+        _fail(self.correlator.lose(), UpstreamShutdown(self.name, "the gateway is shutting down"))
 
     @property
     def ready(self) -> bool:
@@ -102,7 +101,7 @@ class Connection:
         """Answer a call in flight with `error`; False if it was answered already."""
         if not self.correlator.drop(call):
             return False
-        call.answer(error.to_message(call.client_id))
+        call.fail(error)
         return True
 
     def pending(self, call: Call) -> bool:
@@ -118,10 +117,8 @@ class Connection:
         A call whose `ticket` waits in a queue is sent when its turn comes."""
         try:
             if not self.ready and owner is not None:
-                raise UpstreamError(self.name, f"upstream '{self.name}' is not connected",
-                                    "down")
-            call = self.correlator.open(msg, owner, sink)
-            call.follow_task, call.ticket = follow_task, ticket
+                raise UpstreamDown(self.name, f"upstream '{self.name}' is not connected")
+            call = self.correlator.open(msg, owner, sink, follow_task, ticket)
             headers = self.wire.stamp(msg, call, headers)
             data = jsonrpc.line(msg)
             msg.pop("params", None)
@@ -139,7 +136,7 @@ class Connection:
         try:
             self._send(call, data, headers)
         except UpstreamError as exc:  # the server went away while the call waited
-            call.answer(exc.to_message(call.client_id))
+            call.fail(exc)
 
     def _send(self, call: Call, data: bytes, headers: dict[str, str] | None) -> None:
         """A call's request: in flight from now, unless the transport refuses it."""
@@ -157,7 +154,7 @@ class Connection:
         try:
             self._send(call, jsonrpc.line(msg), self.wire.stamp(msg, call, None))
         except UpstreamError as exc:
-            call.answer(exc.to_message(call.client_id))
+            call.fail(exc)
 
     def cancel(self, call: Call, reason: str) -> None:
         """spec (cancellation): tell the upstream; a late response is then dropped here.
@@ -182,7 +179,19 @@ class Connection:
         with contextlib.suppress(UpstreamError):
             self.transport.write(jsonrpc.line(msg), None, None)
 
-    def reply(self, asked_id: Any, msg: Message, owner: Owner | None) -> bool:
+    def redirect(self, call: Call, sink: Sink, client_id: RequestId | None = None) -> None:
+        """From now on `sink` hears `call` (a task's run, a retry's exchange); its answer
+        goes back under `client_id`, when given."""
+        self.correlator.redirect(call, sink, client_id)
+
+    def park(self, call: Call, sink: Sink) -> None:
+        """`call` waits for its client's input (MRTR), heard by `sink` meanwhile."""
+        self.correlator.park(call, sink)
+
+    def unpark(self, call: Call) -> None:
+        self.correlator.unpark(call)
+
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool:
         """`owner`'s answer to a server-to-client request, back under the original id;
         False when nothing asked `owner` that."""
         if self.wire.reply(asked_id, msg, owner):
@@ -261,7 +270,7 @@ class Connection:
 
 def _fail(calls: list[Call], error: UpstreamError) -> None:
     for call in calls:
-        call.answer(error.to_message(call.client_id))
+        call.fail(error)
 
 
 MAX_TOOL_PAGES = 20  # of the gateway's own tools/list: enough for any real catalogue

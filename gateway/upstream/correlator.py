@@ -21,13 +21,14 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway.errors import UpstreamError
 from gateway.observability import log, tracing
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
 from gateway.upstream.task_owners import TaskOwners
 
@@ -78,40 +79,101 @@ class Owner(Protocol):
 
 
 class Host(Protocol):
-    """The connection a call runs on, as a call's holder sees it."""
+    """The connection a call runs on, as a call's holder sees it. Who hears a call changes
+    here alone (`redirect`, `park`, `unpark`): a holder hands its call on, it never writes
+    the call's routing."""
 
     name: str
 
     def cancel(self, call: Call, reason: str) -> None: ...
 
-    def reply(self, asked_id: Any, msg: Message, owner: Owner | None) -> bool: ...
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool: ...
+
+    def redirect(self, call: Call, sink: Sink, client_id: RequestId | None = None) -> None:
+        """From now on `sink` hears `call`; its answer goes back under `client_id`, when
+        given (a modern client's retry carries an id of its own)."""
+
+    def park(self, call: Call, sink: Sink) -> None:
+        """`call` waits for its client's input, held by `sink` meanwhile (MRTR)."""
+
+    def unpark(self, call: Call) -> None:
+        """`call`'s client answered: it takes part in routing again."""
 
 
-@dataclass(slots=True, eq=False)
 class Call:
-    """A request forwarded upstream and not yet answered."""
+    """A request forwarded upstream and not yet answered.
 
-    upstream_id: int
-    client_id: Any
-    owner: Owner | None  # None: the gateway's own request (initialize, subscriptions)
-    sink: Sink
-    conn: Host
-    progress_token: Any = None
-    # Parked: waiting between two HTTP requests for its client's input (MRTR). Its tool is
-    # blocked on the answers it asked for, so routing leaves it out while others run.
-    waiting: bool = False
-    started: float = field(default_factory=time.monotonic)
-    # A modern-only upstream may answer input_required: the request, kept to send again.
-    resend: tuple[str, dict[str, Any]] | None = None
-    # Sent as a task of the upstream's own (native_tasks.py): its id once created.
-    follow_task: bool = False
-    upstream_task: str | None = None
-    # tasks/* naming a task of the upstream's own: its id, and whether the answer ends it.
-    task_of: tuple[str, bool] | None = None
-    span: Any = None  # its trace span, when the request that made it is traced
-    # Its place under a concurrency limit (queues.py): sent once it may run, and its slot
-    # given back when it ends.
-    ticket: Ticket | None = None
+    Its routing (the upstream id, the client's id its answer goes back under, the sink
+    that hears it, whether it is parked) is private to upstream/: changed by its
+    correlator, through its connection's verbs (`Host.redirect`, `park`, `unpark`), and
+    read by everyone else through properties. The rest is fixed when it is opened."""
+
+    __slots__ = ("_client_id", "_failure", "_resend", "_sink", "_task_of", "_upstream_id",
+                 "_upstream_task", "_waiting", "conn", "follow_task", "owner",
+                 "progress_token", "span", "ticket")
+
+    def __init__(self, upstream_id: int, client_id: RequestId, owner: Owner | None,
+                 sink: Sink, conn: Host, *, progress_token: RequestId | None = None,
+                 task_of: tuple[str, bool] | None = None, span: Any = None,
+                 follow_task: bool = False, ticket: Ticket | None = None) -> None:
+        self._upstream_id = upstream_id
+        self._client_id = client_id
+        self.owner = owner  # None: the gateway's own request (initialize, subscriptions)
+        self._sink = sink
+        self.conn = conn
+        self.progress_token = progress_token  # the client's, put back on its progress
+        # Parked: waiting between two HTTP requests for its client's input (MRTR). Its tool
+        # is blocked on the answers it asked for, so routing leaves it out while others run.
+        self._waiting = False
+        # A modern-only upstream may answer input_required: the request, kept to send again.
+        self._resend: tuple[str, dict[str, Any]] | None = None
+        # Sent as a task of the upstream's own (native_tasks.py): its id once created.
+        self.follow_task = follow_task
+        self._upstream_task: str | None = None
+        # tasks/* naming a task of the upstream's own: its id, and whether the answer ends it.
+        self._task_of = task_of
+        self.span = span  # its trace span, when the request that made it is traced
+        # Its place under a concurrency limit (queues.py): sent once it may run, and its
+        # slot given back when it ends.
+        self.ticket = ticket
+        self._failure: UpstreamError | None = None  # why the transport failed it, if it did
+
+    @property
+    def upstream_id(self) -> int:
+        return self._upstream_id
+
+    @property
+    def client_id(self) -> RequestId:
+        return self._client_id
+
+    @property
+    def sink(self) -> Sink:
+        return self._sink
+
+    @property
+    def waiting(self) -> bool:
+        return self._waiting
+
+    @property
+    def resend(self) -> tuple[str, dict[str, Any]] | None:
+        return self._resend
+
+    @property
+    def upstream_task(self) -> str | None:
+        return self._upstream_task
+
+    @property
+    def failure(self) -> UpstreamError | None:
+        """The transport's error that ended the call, when one did (not a server's answer)."""
+        return self._failure
+
+    def keep_for_resend(self, method: str, params: dict[str, Any]) -> None:
+        """Keep the request to send again after an input_required round (wire.py)."""
+        self._resend = (method, params)
+
+    def follows(self, task_id: str) -> None:
+        """The upstream made its own task `task_id` of this call (native_tasks.py)."""
+        self._upstream_task = task_id
 
     def answer(self, msg: Message) -> None:
         """The call's answer, or the error that ends it, to its sink (ending its span)."""
@@ -119,7 +181,12 @@ class Call:
             self.end_trace(_error_text(msg))
         if self.ticket is not None:
             self.ticket.release()
-        self.sink.on_response(msg)
+        self._sink.on_response(msg)
+
+    def fail(self, error: UpstreamError) -> None:
+        """End the call with the transport's `error` (kept: `failure`)."""
+        self._failure = error
+        self.answer(error.to_message(self._client_id))
 
     def when_running(self, run: Callable[[], None]) -> None:
         """`run()` once the call is sent: at once, unless it waits in a queue."""
@@ -133,15 +200,19 @@ class Call:
             tracing.end(self.span, error)
             self.span = None
 
-    # -- what the task engine needs of a call (tasks/engine.py: UpstreamCall) ---------------
+    # -- what the task engine needs of a call (tasks/run.py: UpstreamCall) ------------------
     @property
     def upstream(self) -> str:
         return self.conn.name
 
+    def redirect(self, sink: Sink) -> None:
+        """From now on `sink` hears the call (a task's run, once adopted)."""
+        self.conn.redirect(self, sink)
+
     def cancel(self, why: str) -> None:
         self.conn.cancel(self, why)
 
-    def reply(self, asked_id: Any, msg: Message) -> None:
+    def reply(self, asked_id: RequestId, msg: Message) -> None:
         """Answer a server request this call made, as its owner (a task's run answers
         for its client)."""
         self.conn.reply(asked_id, msg, self.owner)
@@ -268,37 +339,48 @@ class Correlator:
         self.audience = Audience()
         self._ids = itertools.count(1)
         self.in_flight: dict[int, Call] = {}
-        self._asked: dict[str, tuple[Any, Owner]] = {}  # our id -> (upstream's id, owner)
+        self._asked: dict[str, tuple[RequestId, Owner]] = {}  # our id -> (upstream's id, owner)
         self.tasks: TaskOwners[Owner] = TaskOwners()  # the upstream's own tasks: whose
 
     # -- downstream -> upstream ------------------------------------------------------------
-    def open(self, msg: Message, owner: Owner | None, sink: Sink) -> Call:
+    def open(self, msg: Message, owner: Owner | None, sink: Sink, follow_task: bool = False,
+             ticket: Ticket | None = None) -> Call:
         """A call for request `msg`: its id and progress token rewritten (not sent yet)."""
-        uid = next(self._ids)
-        call = Call(uid, msg["id"], owner, sink, self.host)
+        uid, client_id, token = next(self._ids), msg["id"], None
         params = msg.get("params")
         if isinstance(params, dict):
             meta = params.get("_meta")
             if isinstance(meta, dict) and "progressToken" in meta:
                 # Tokens from different clients may be equal; the upstream id is unique here.
-                call.progress_token = meta["progressToken"]
+                token = meta["progressToken"]
                 params["_meta"] = {**meta, "progressToken": uid}
         msg["id"] = uid
-        call.task_of = _task_of(msg["method"], params)
-        if owner is not None and (traced := tracing.active()) is not None:
-            call.span = traced.upstream_call(self.host.name, msg)  # a client's call, traced
-        return call
+        traced = tracing.active() if owner is not None else None
+        span = None if traced is None else traced.upstream_call(self.host.name, msg)
+        return Call(uid, client_id, owner, sink, self.host, progress_token=token,
+                    task_of=_task_of(msg["method"], params), span=span,
+                    follow_task=follow_task, ticket=ticket)
 
     def renumber(self, call: Call, method: str, params: dict[str, Any]) -> int:
         """A new upstream id for a call that goes on with another request."""
-        self.in_flight.pop(call.upstream_id, None)
-        call.upstream_id = uid = next(self._ids)
-        call.waiting = False
-        call.task_of = _task_of(method, params)
+        self.in_flight.pop(call._upstream_id, None)
+        call._upstream_id = uid = next(self._ids)
+        call._waiting = False
+        call._task_of = _task_of(method, params)
         meta = params.get("_meta")
         if call.progress_token is not None and isinstance(meta, dict):
             params["_meta"] = {**meta, "progressToken": uid}
         return uid
+
+    # Who hears a call changes here alone (Host.redirect, park, unpark say when).
+    def redirect(self, call: Call, sink: Sink, client_id: RequestId | None = None) -> None:
+        call._sink, call._client_id = sink, call._client_id if client_id is None else client_id
+
+    def park(self, call: Call, sink: Sink) -> None:
+        call._sink, call._waiting = sink, True  # routing leaves it out (see `_target`)
+
+    def unpark(self, call: Call) -> None:
+        call._waiting = False
 
     def sent(self, call: Call) -> None:
         """A call's request is on its way: in flight from now."""
@@ -306,7 +388,7 @@ class Correlator:
 
     def hold_call(self, call: Call) -> None:
         """Keep an answered call as the caller's while its client supplies input."""
-        call.waiting = True
+        call._waiting = True
         self.in_flight[call.upstream_id] = call
 
     def drop(self, call: Call) -> bool:
@@ -320,10 +402,12 @@ class Correlator:
         Tenancy: an answer is accepted only from the principal asked)."""
         return f"gw-{secrets.token_urlsafe(12)}"
 
-    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> Answer | None:
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> Answer | None:
         """`owner`'s answer to a server-to-client request, back under the original id;
         None when nothing asked it, or it was asked of another owner (whose request stays
         open for its own answer)."""
+        if not isinstance(asked_id, str):
+            return None  # the gateway asks under ids of its own, strings (`new_asked_id`)
         entry = self._asked.get(asked_id)
         if entry is None or entry[1] is not owner:
             return None
@@ -365,8 +449,8 @@ class Correlator:
         self.audience.answered(principal)
         result = msg.get("result")
         self.tasks.note(result, principal, call.owner)
-        if call.task_of is not None:
-            task_id, ends = call.task_of
+        if call._task_of is not None:
+            task_id, ends = call._task_of
             if ends or (isinstance(result, dict) and result.get("status") in TERMINAL):
                 self.tasks.ended(task_id)
         return call
@@ -414,10 +498,9 @@ class Correlator:
             target = self._target()
             if target is not None and self.tasks.others_live(_principal(target)):
                 target = None  # it may be another principal's task asking: never guess
-        if target is None:
-            return [self._unroutable(msg)]
         owner = target.owner if isinstance(target, Call) else target
-        assert owner is not None
+        if target is None or owner is None:  # (targets are clients' calls: owner is set)
+            return [self._unroutable(msg)]
         if not owner.accepts(method):
             return self._undeclared(msg, target)
         asked_id = self.new_asked_id()
@@ -545,7 +628,7 @@ def _task_of(method: str, params: Any) -> tuple[str, bool] | None:
     return (task_id, method in TASK_ENDS) if isinstance(task_id, str) else None
 
 
-def _refusal(upstream_id: Any, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> Answer:
+def _refusal(upstream_id: RequestId, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> Answer:
     return Answer(jsonrpc.error(upstream_id, code, why))
 
 

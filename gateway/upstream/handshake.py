@@ -16,7 +16,14 @@ import contextlib
 from typing import Any, Literal, Protocol
 
 from gateway import __version__
-from gateway.errors import UpstreamError, shown
+from gateway.errors import (
+    UpstreamConnectionFailed,
+    UpstreamError,
+    UpstreamInitializeFailed,
+    UpstreamNotReady,
+    UpstreamUnreachable,
+    shown,
+)
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -63,11 +70,10 @@ class Handshake:
         elif self.era == "probe" and await self._probed():
             version = wire.VERSION
         else:
-            reply = await self._ask_initialize()
-            error = reply.get("error")
-            # A server that refused initialize may be a modern one; one never reached is not.
-            if self.era == "auto" and isinstance(error, dict) and not _unreached(error) and \
-                    (await self._probe_modern()).get("result") is not None:
+            reply = await self._ask_initialize()  # UpstreamUnreachable: never reached
+            # A server that refused initialize may be a modern one.
+            if self.era == "auto" and isinstance(reply.get("error"), dict) and \
+                    await self._modern_after_refusal():
                 version = wire.VERSION
             else:
                 version = self._initialized(reply)
@@ -94,11 +100,9 @@ class Handshake:
         if reply.get("result") is not None:
             return wire.VERSION
         error, name = reply.get("error"), self.conn.name
-        if isinstance(error, dict) and _unreached(error):
-            raise UpstreamError(name, str(error.get("message")), "unreachable")
         said = f": {error.get('message', '')}" if isinstance(error, dict) else ""
-        raise UpstreamError(name, f"upstream '{name}' does not speak protocol {wire.VERSION} "
-                            f"(server/discover{said})", "initialize")
+        raise UpstreamInitializeFailed(name, f"upstream '{name}' does not speak protocol "
+                                       f"{wire.VERSION} (server/discover{said})")
 
     def lost(self) -> None:
         """The transport lost the server: not ready until the next handshake."""
@@ -121,8 +125,8 @@ class Handshake:
                                      timeout_s or self.startup_timeout_s)
         if not self.ready:
             state, name = self.conn.transport.state, self.conn.name
-            raise self.starts.down or UpstreamError(
-                name, f"upstream '{name}' is not ready ({state})", "not_ready", state=state)
+            raise self.starts.down or UpstreamNotReady(
+                name, f"upstream '{name}' is not ready ({state})", state=state)
 
     def _reset(self) -> None:
         self.conn.wire.stop()
@@ -139,15 +143,19 @@ class Handshake:
 
     async def _ask(self, method: str, params: dict[str, Any], timeout_s: float | None = None
                    ) -> Message:
-        """The server's answer to one of the handshake's requests."""
+        """The server's answer to one of the handshake's requests; UpstreamUnreachable when
+        the transport failed it before any reached the server."""
         sink = FutureSink()
         call = self.conn.request(jsonrpc.request(0, method, params), None, sink)
         name = self.conn.name
         try:
-            return await asyncio.wait_for(sink.future, timeout_s or self.startup_timeout_s)
+            reply = await asyncio.wait_for(sink.future, timeout_s or self.startup_timeout_s)
+            if isinstance(call.failure, UpstreamConnectionFailed):  # the transport says why
+                raise UpstreamUnreachable(name, call.failure.message)
+            return reply
         except TimeoutError:
-            raise UpstreamError(name, f"upstream '{name}' did not answer {method}",
-                                "initialize") from None
+            raise UpstreamInitializeFailed(
+                name, f"upstream '{name}' did not answer {method}") from None
         finally:  # answered, or abandoned (the process exited meanwhile)
             self.conn.correlator.drop(call)
 
@@ -166,11 +174,23 @@ class Handshake:
             self.conn.send_own(mcp.SUBSCRIBE, {"uri": uri})
         return str(version)
 
+    async def _modern_after_refusal(self) -> bool:
+        """The probe after a refused initialize: True when the server is modern; False (the
+        refusal stands) on any other answer, or when the probe reached nothing."""
+        try:
+            return (await self._probe_modern()).get("result") is not None
+        except UpstreamUnreachable:
+            return False
+
     async def _probe_modern(self, timeout_s: float | None = None) -> Message:
         """server/discover; the reply, whose `result` is kept only when the server speaks
         the modern version (and the connection is then ready, on a `ModernWire`)."""
         modern = self.conn.wire = wire.ModernWire(self.conn)  # the probe carries the envelope
-        reply = await self._ask(mcp.DISCOVER, {}, timeout_s)
+        try:
+            reply = await self._ask(mcp.DISCOVER, {}, timeout_s)
+        except UpstreamUnreachable:
+            self.conn.wire = wire.LegacyWire()
+            raise
         result = reply.get("result")
         if not isinstance(result, dict) or wire.VERSION not in (
                 result.get("supportedVersions") or ()):
@@ -246,23 +266,14 @@ class FutureSink(Silent):
 def _refusal(name: str, reply: Message) -> UpstreamError | None:
     """Why an initialize reply cannot be accepted, if it cannot."""
     result, error = reply.get("result"), reply.get("error")
-    if isinstance(error, dict) and _unreached(error):  # the transport says why
-        return UpstreamError(name, str(error.get("message")), "unreachable")
     if isinstance(error, dict):  # the server's own error answer
-        return UpstreamError(name, f"initialize failed: {error.get('message', '')}",
-                             "initialize")
+        return UpstreamInitializeFailed(name, f"initialize failed: {error.get('message', '')}")
     version = result.get("protocolVersion") if isinstance(result, dict) else None
     if not isinstance(result, dict) or version not in mcp.LEGACY_VERSIONS:
-        return UpstreamError(name, f"upstream '{name}' answered initialize with protocol "
-                             f"version {shown(version)}, which the gateway does not speak",
-                             "initialize")
+        return UpstreamInitializeFailed(name, f"upstream '{name}' answered initialize with "
+                                        f"protocol version {shown(version)}, which the "
+                                        "gateway does not speak")
     return None
-
-
-def _unreached(error: dict[str, Any]) -> bool:
-    """Whether a handshake error is the transport's own (nothing reached the server)."""
-    data = error.get("data")
-    return isinstance(data, dict) and data.get("reason") == "connection"
 
 
 __all__ = ["CONNECTING", "IGNORE", "FutureSink", "Handshake", "Opening", "Silent", "Speaker",

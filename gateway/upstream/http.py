@@ -20,7 +20,12 @@ from typing import Any
 import aiohttp
 
 from gateway import redact
-from gateway.errors import UpstreamError
+from gateway.errors import (
+    UpstreamDown,
+    UpstreamError,
+    UpstreamInitializeFailed,
+    UpstreamSessionLost,
+)
 from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.settings import Upstream as UpstreamConf
@@ -34,20 +39,20 @@ GET_REFUSALS = 5  # 5xx answers to the GET stream in a row, with backoff, before
 
 
 class HttpTransport:
-    def __init__(self, name: str, conf: UpstreamConf, restart: bool = True) -> None:
-        assert conf.url is not None
+    def __init__(self, link: Link, name: str, conf: UpstreamConf, url: str,
+                 restart: bool = True) -> None:
+        self._link = link
         self.name = name
         self.restarts = 0
         self.conf = conf
-        self.url = conf.url
+        self.url = url
         self.restart = restart
-        self.session = ServerSession(conf.url, conf.headers, conf.url)
-        self._poster: Poster | None = None
+        self.session = ServerSession(url, conf.headers, url)
+        self._poster: Poster | None = None  # from start: its HTTP client needs the loop
         self._tasks: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
         self._stream: asyncio.Task[None] | None = None  # the HTTP+SSE transport's stream
         self._posts: dict[int, asyncio.Task[None]] = {}  # by upstream id, to abort them
-        self._link: Link | None = None
 
     @property
     def kind(self) -> str:
@@ -58,14 +63,14 @@ class HttpTransport:
         return self.session.state
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self, link: Link) -> None:
-        self._link = link
+    def start(self) -> None:
         # GET streams may be quiet for hours: only connecting has a deadline (POSTs have
         # read_timeout_ms too, http_post.py).
         http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
             total=None, sock_connect=self.conf.connect_timeout_ms / 1000))
-        self._poster = Poster(self.name, self.conf, self.session, link, http, self.write)
-        self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.name}")
+        poster = self._poster = Poster(self.name, self.conf, self.session, self._link, http,
+                                       self.write)
+        self._task = asyncio.create_task(self._supervise(poster), name=f"upstream:{self.name}")
 
     def status(self) -> dict[str, Any]:
         return {"url": redact.url(self.url), "transport": self.kind}
@@ -82,11 +87,11 @@ class HttpTransport:
                 await _delete(self._poster.http, self.url, self.session.headers())
             await self._poster.http.close()
 
-    async def _supervise(self) -> None:
+    async def _supervise(self, poster: Poster) -> None:
         failures = 0
         while True:
             try:
-                await self._initialize()
+                await self._initialize(poster)
             except (aiohttp.ClientError, UpstreamError, TimeoutError) as exc:
                 self.session.state, failures = "backoff", failures + 1
                 cap_ms = self.conf.restart_backoff_max_ms if self.restart else None
@@ -94,16 +99,15 @@ class HttpTransport:
                     return
                 continue
             failures = 0
-            listener = asyncio.create_task(self._listen())
+            listener = asyncio.create_task(self._listen(poster))
             await self.session.lost.wait()
             listener.cancel()
-            self._on_lost()
+            self._on_lost(poster)
             if not self.restart:
                 return
             self.restarts += 1
 
-    async def _initialize(self) -> None:
-        assert self._link is not None
+    async def _initialize(self, poster: Poster) -> None:
         self.session.begin()
         try:
             self.session.version = await self._link.on_up()
@@ -112,29 +116,27 @@ class HttpTransport:
                 raise
             # spec (Backwards Compatibility): a 4xx to the POST of initialize, and no modern
             # server either: the HTTP+SSE transport, whose GET stream names where to POST.
-            await self._open_sse_transport()
+            await self._open_sse_transport(poster)
             self.session.version = await self._link.on_up()
         self.session.state = "up"
 
-    def _on_lost(self) -> None:
-        assert self._link is not None and self._poster is not None
+    def _on_lost(self, poster: Poster) -> None:
         self.session.state = "restarting"
         if self._stream is not None:
             self._stream.cancel()
             self._stream = None
         log.warning("upstream.session_lost", upstream=self.name, in_flight=self._link.in_flight)
-        self._link.on_lost(UpstreamError(self.name, f"upstream '{self.name}' ended its session",
-                                         "session_lost"), keep=set(self._poster.resending))
+        self._link.on_lost(UpstreamSessionLost(self.name, f"upstream '{self.name}' ended its "
+                                               "session"), keep=set(poster.resending))
 
     # -- the HTTP+SSE transport (2024-11-05) --------------------------------------------------
-    async def _open_sse_transport(self) -> None:
-        assert self._poster is not None and self._link is not None
+    async def _open_sse_transport(self, poster: Poster) -> None:
         try:
             resp, events, self.session.post_url = await sse_client.open_endpoint(
-                self._poster.http, self.url, self.conf.headers)
+                poster.http, self.url, self.conf.headers)
         except ValueError as exc:
-            raise UpstreamError(self.name, f"upstream '{self.name}' refused initialize (HTTP "
-                                f"{self.session.refused}) and {exc}", "initialize") from None
+            raise UpstreamInitializeFailed(self.name, f"upstream '{self.name}' refused initialize "
+                                           f"(HTTP {self.session.refused}) and {exc}") from None
         self.session.kind = "http+sse"
         log.info("upstream.http_sse_transport", upstream=self.name)
         # This transport's session is its stream: when it ends, the session is lost.
@@ -145,7 +147,7 @@ class HttpTransport:
     def write(self, data: bytes, call: Call | None = None,
               headers: dict[str, str] | None = None) -> None:
         if self._poster is None or self._poster.http.closed:
-            raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")
+            raise UpstreamDown(self.name, f"upstream '{self.name}' is not running")
         task = asyncio.create_task(self._poster.post(data, call, headers))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -162,16 +164,15 @@ class HttpTransport:
         post.cancel()
         return True
 
-    async def _listen(self) -> None:
+    async def _listen(self, poster: Poster) -> None:
         """The GET stream: the server's messages that belong to no POST (resumed with
         Last-Event-ID after a drop). None on a modern server (spec 2026-07-28 Streamable
         HTTP: POST only, GET is 405): it speaks on each request's stream and on listen."""
         if self.kind != "streamable-http" or self.session.version in mcp.MODERN_VERSIONS:
             return  # the HTTP+SSE stream is read since initialize
-        assert self._poster is not None and self._link is not None
         reader, refusals = EventReader(), 0
         while True:
-            got = await sse_client.follow(self._poster.http, self.url, self.session.headers(),
+            got = await sse_client.follow(poster.http, self.url, self.session.headers(),
                                           reader, self._link.on_message, None)
             if got.status == 405:
                 return  # the server offers no GET stream (spec allows it)

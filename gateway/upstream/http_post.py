@@ -22,7 +22,7 @@ import aiohttp
 from yarl import URL
 
 from gateway import redact
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamConnectionFailed, UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Upstream as UpstreamConf
@@ -192,7 +192,7 @@ class Poster:
         """A request that got no answer fails now, with a JSON-RPC error that says why."""
         if call is None:
             return
-        error = UpstreamError(self.name, f"upstream '{self.name}': {why}", "connection")
+        error = UpstreamConnectionFailed(self.name, f"upstream '{self.name}': {why}")
         if self.link.on_failed(call, error) and self.session.state == "up":  # else start_failed
             log.warning("upstream.request_failed", upstream=self.name, reason=redact.text(why),
                         method=_method(data) if data else None)

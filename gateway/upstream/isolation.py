@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamNotReady, UpstreamShutdown
 from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.protocol import mcp
@@ -38,7 +38,7 @@ from gateway.upstream.correlator import Owner
 from gateway.upstream.handshake import Opening
 from gateway.upstream.http import HttpTransport
 from gateway.upstream.stdio import StdioTransport
-from gateway.upstream.transport import Transport
+from gateway.upstream.transport import MakeTransport
 
 
 class Backend:
@@ -86,26 +86,32 @@ class Backend:
         return out or None
 
     def _new(self, restart: bool, opening: Opening | None = None) -> Connection:
-        transport: Transport
-        if self.conf.url is not None:
-            transport = HttpTransport(self.name, self.conf, restart=restart)
-        else:
-            transport = StdioTransport(self.name, self.conf, self.max_message_bytes, restart)
-        conn = Connection(self.name, transport, self.conf.startup_timeout_ms / 1000,
-                          self.counters, opening or self.conf.era)
+        conn = Connection(self.name, self._transport(restart), self.conf.startup_timeout_ms
+                          / 1000, self.counters, opening or self.conf.era)
         conn.on_tools = self.learn_tools
         self.connections.add(conn)
         return conn
 
+    def _transport(self, restart: bool) -> MakeTransport:
+        """How a connection of this upstream makes its transport: HTTP for a `url`, else a
+        process of its `command` (settings.Upstream holds one of them)."""
+        name, conf, url, command = self.name, self.conf, self.conf.url, self.conf.command
+        if url is not None:
+            return lambda link: HttpTransport(link, name, conf, url, restart)
+        if command is None:
+            raise ValueError(f"upstream '{name}' has neither a command nor a url")
+        return lambda link: StdioTransport(link, name, conf, command, self.max_message_bytes,
+                                           restart)
+
     def stop_calls(self) -> int:
         """The gateway is stopping: every client's call in flight, on any of this upstream's
         processes, is cancelled and answered with an error that says so."""
-        error = UpstreamError(self.name, "the gateway is stopping", "shutdown")
+        error = UpstreamShutdown(self.name, "the gateway is stopping")
         calls = [(conn, call) for conn in list(self.connections)
                  for call in conn.correlator.clients_calls()]
         for conn, call in calls:
             conn.cancel(call, error.message)
-            call.answer(error.to_message(call.client_id))
+            call.fail(error)
         return len(calls)
 
     async def start(self) -> None:
@@ -215,12 +221,7 @@ class PerClient(Backend):
         return self._new(restart=True)  # its own process, started when it is attached
 
     async def attach(self, owner: Owner, conn: Connection) -> None:
-        conn.start()
-        try:
-            await conn.wait_ready()
-        except BaseException:
-            await conn.close()
-            raise
+        await _started(conn)
         conn.attach(owner)
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
@@ -266,8 +267,8 @@ class PerCall(Backend):
         try:
             proc = await asyncio.wait_for(self._warm.get(), self.conf.startup_timeout_ms / 1000)
         except TimeoutError:
-            raise UpstreamError(self.name, f"no process of upstream '{self.name}' became ready",
-                                "not_ready") from None
+            raise UpstreamNotReady(self.name, f"no process of upstream '{self.name}' became "
+                                   "ready") from None
         proc.attach(owner)
         return proc
 
@@ -280,14 +281,7 @@ class PerCall(Backend):
             self._spawn(self._warm_one(), "warm-up")
 
     async def _warm_one(self) -> None:
-        proc = self._new(restart=False)
-        proc.start()
-        try:
-            await proc.wait_ready()
-        except BaseException:
-            await proc.close()
-            raise
-        self._warm.put_nowait(proc)
+        self._warm.put_nowait(await _started(self._new(restart=False)))
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -299,6 +293,17 @@ class PerCall(Backend):
         if not task.cancelled() and task.exception() is not None:
             log.warning("upstream.pool_spawn_failed", upstream=self.name,
                         error=str(task.exception()))
+
+
+async def _started(conn: Connection) -> Connection:
+    """`conn` started and ready; closed when it never gets there (its process goes)."""
+    conn.start()
+    try:
+        await conn.wait_ready()
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
 
 
 def build(name: str, conf: UpstreamConf, max_message_bytes: int,

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamDown, UpstreamExited
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.upstream.correlator import Call, Host
@@ -24,23 +24,23 @@ Handler = Callable[[Message], list[Message]]
 class MockTransport:
     kind = "mock"
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, link: Link, handler: Handler) -> None:
+        self.link = link
         self.handler = handler
         self.state = "starting"
         self.restarts = 0
         self.written: list[Message] = []  # everything the connection sent, in order
         self.headers: list[dict[str, str] | None] = []
-        self.link: Link | None = None
         self.up: asyncio.Task[str] | None = None
 
-    def start(self, link: Link) -> None:
-        self.link, self.state = link, "initializing"
-        self.up = asyncio.get_running_loop().create_task(link.on_up())
+    def start(self) -> None:
+        self.state = "initializing"
+        self.up = asyncio.get_running_loop().create_task(self.link.on_up())
 
     def write(self, data: bytes, call: Call | None = None,
               headers: dict[str, str] | None = None) -> None:
         if self.state == "down":
-            raise UpstreamError("mock", "upstream 'mock' is not running", "down")
+            raise UpstreamDown("mock", "upstream 'mock' is not running")
         msg = jsonrpc.loads(data)
         self.written.append(msg)
         self.headers.append(headers)
@@ -48,14 +48,12 @@ class MockTransport:
             self.server_sends(out)
 
     def server_sends(self, msg: Message) -> None:
-        assert self.link is not None
         asyncio.get_running_loop().call_soon(self.link.on_message, jsonrpc.dumps(msg))
 
     def lose(self, why: str = "gone") -> None:
         """The server goes away: calls in flight fail."""
-        assert self.link is not None
         self.state = "down"
-        self.link.on_lost(UpstreamError("mock", f"upstream 'mock' {why}", "exited"))
+        self.link.on_lost(UpstreamExited("mock", f"upstream 'mock' {why}"))
 
     def abort(self, call: Call) -> bool:
         return False

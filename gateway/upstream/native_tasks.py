@@ -66,7 +66,7 @@ def follow(conn: Sender, call: Call, msg: Message) -> bool:
     if created is None:
         return False
     task_id = created[0]
-    call.upstream_task = task_id
+    call.follows(task_id)
     conn.resend(call, *result_request(task_id))
     return True
 

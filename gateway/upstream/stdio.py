@@ -21,9 +21,16 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import UpstreamError
+from gateway.errors import (
+    UpstreamDown,
+    UpstreamError,
+    UpstreamExited,
+    UpstreamInitializeFailed,
+    UpstreamStartFailed,
+)
 from gateway.observability import log
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream.correlator import Call
@@ -102,30 +109,37 @@ class _Pipes(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
+@dataclass(slots=True, eq=False)
+class _Process:
+    """One running server process: made whole when it is spawned."""
+
+    transport: asyncio.SubprocessTransport
+    pipes: _Pipes
+    stdin: asyncio.WriteTransport | None  # None once closed (shutdown, or it exited)
+
+
 class StdioTransport:
     """One stdio server process, supervised: restarted when it exits (if `restart`)."""
 
     kind = "stdio"
 
-    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 restart: bool = True) -> None:
+    def __init__(self, link: Link, name: str, conf: UpstreamConf, command: str,
+                 max_message_bytes: int, restart: bool = True) -> None:
+        self._link = link
         self.name = name
         self.state = "starting"
         self.restarts = 0
         self.conf = conf
+        self.command = command
         self.max_message_bytes = max_message_bytes
         self.restart = restart
-        self._transport: asyncio.SubprocessTransport | None = None
-        self._stdin: asyncio.WriteTransport | None = None
-        self._pipes: _Pipes | None = None
+        self._proc: _Process | None = None  # while a process runs
         self._outbox: list[bytes] = []
         self._closing = False
         self._task: asyncio.Task[None] | None = None
-        self._link: Link | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self, link: Link) -> None:
-        self._link = link
+    def start(self) -> None:
         self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.name}")
 
     def status(self) -> dict[str, Any]:
@@ -146,7 +160,7 @@ class StdioTransport:
             failed = await self._run_once()
             if not self.restart or self._closing:
                 self.state = "stopped"
-                if failed is not None and self._link is not None:
+                if failed is not None:
                     self._link.on_down(failed)
                 return
             failures = 0 if time.monotonic() - began > STABLE_AFTER_S else failures + 1
@@ -162,22 +176,20 @@ class StdioTransport:
     async def _run_once(self) -> UpstreamError | None:
         """Start the process and run it until it exits; why it could not start, if so."""
         try:
-            await self._spawn()
-            await self._initialize()
+            proc = self._proc = await self._spawn()
+            await self._initialize(proc)
         except (OSError, UpstreamError) as exc:
             await self._stop_process()
             return exc if isinstance(exc, UpstreamError) else self._spawn_error(exc)
-        self._on_exit(await self._wait_exit())
+        self._on_exit(await self._wait_exit(proc))
         return None
 
-    async def _spawn(self) -> None:
+    async def _spawn(self) -> _Process:
         self.state = "starting"
         loop = asyncio.get_running_loop()
         env = server_env(self.conf)
-        assert self._link is not None
         pipes = _Pipes(self.name, self._link.on_message, self._kill, self.max_message_bytes)
-        command = self.conf.command
-        assert command is not None
+        command = self.command
         try:
             transport, _ = await loop.subprocess_exec(
                 lambda: pipes, command, *self.conf.args,
@@ -186,14 +198,13 @@ class StdioTransport:
                 start_new_session=True)
         except OSError as exc:
             raise self._spawn_error(exc) from None
-        self._transport, self._pipes = transport, pipes
-        self._stdin = transport.get_pipe_transport(0)  # type: ignore[assignment]
         log.info("upstream.spawned", upstream=self.name, pid=transport.get_pid(),
-                 command=self.conf.command)
+                 command=command)
+        return _Process(transport, pipes, transport.get_pipe_transport(0))  # type: ignore[arg-type]
 
     def _spawn_error(self, exc: OSError) -> UpstreamError:
         """What a user must fix, in words: the usual cause is a misspelt command."""
-        command, where = self.conf.command, f"upstream '{self.name}'"
+        command, where = self.command, f"upstream '{self.name}'"
         if isinstance(exc, FileNotFoundError) and exc.filename in (command, None):
             text = (f"{where}: command '{command}' was not found (is it installed and on "
                     "the gateway's PATH?)")
@@ -203,14 +214,13 @@ class StdioTransport:
             text = f"{where}: command '{command}' is not executable"
         else:
             text = f"{where}: command '{command}' could not start: {exc.strerror or exc}"
-        return UpstreamError(self.name, text, "start_failed", command=command)
+        return UpstreamStartFailed(self.name, text, command=command)
 
-    async def _initialize(self) -> None:
+    async def _initialize(self, proc: _Process) -> None:
         """The link's handshake, unless the process exits first."""
-        assert self._pipes is not None and self._link is not None
         self.state = "initializing"
         up = asyncio.ensure_future(self._link.on_up())
-        exited = self._pipes.exited
+        exited = proc.pipes.exited
         both: set[asyncio.Future[Any]] = {up, exited}
         try:
             await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
@@ -225,49 +235,43 @@ class StdioTransport:
         up.cancel()
         with contextlib.suppress(asyncio.CancelledError, UpstreamError):
             await up
-        raise await self._exited_early()
+        raise await self._exited_early(proc)
 
-    async def _exited_early(self) -> UpstreamError:
+    async def _exited_early(self, proc: _Process) -> UpstreamError:
         """The process exited before its handshake: its exit code and its last words on
         stderr (what its user must fix: a missing key, a bad argument) say why."""
-        assert self._pipes is not None and self._transport is not None
         with contextlib.suppress(TimeoutError):  # the pipe may close after the exit
-            await asyncio.wait_for(asyncio.shield(self._pipes.err_closed), STDERR_WAIT_S)
-        code, said = self._transport.get_returncode(), list(self._pipes.said)
+            await asyncio.wait_for(asyncio.shield(proc.pipes.err_closed), STDERR_WAIT_S)
+        code, said = proc.transport.get_returncode(), list(proc.pipes.said)
         # Its stderr may hold what must not leave the gateway (a password it printed): the
         # operator reads it in the log; clients get the exit code.
-        return UpstreamError(self.name, f"upstream '{self.name}' exited during initialize "
-                             f"(code {code}); see the gateway's log", "initialize",
-                             detail=" | ".join(said), exitCode=code)
+        return UpstreamInitializeFailed(self.name, f"upstream '{self.name}' exited during "
+                                        f"initialize (code {code}); see the gateway's log",
+                                        detail=" | ".join(said), exitCode=code)
 
-    async def _wait_exit(self) -> int | None:
-        assert self._pipes is not None
-        assert self._transport is not None
+    async def _wait_exit(self, proc: _Process) -> int | None:
         # Shielded: cancelling the supervisor must not cancel the future shutdown waits on.
-        await asyncio.shield(self._pipes.exited)
-        code = self._transport.get_returncode()
-        _signal_group(self._transport.get_pid(), signal.SIGKILL)  # whatever it left behind
-        self._transport.close()
-        self._transport = None
+        await asyncio.shield(proc.pipes.exited)
+        code = proc.transport.get_returncode()
+        _signal_group(proc.transport.get_pid(), signal.SIGKILL)  # whatever it left behind
+        proc.transport.close()
+        self._proc = None
         return code
 
     def _on_exit(self, code: int | None) -> None:
-        assert self._link is not None
         self.state = "exited"
-        self._stdin = None
         log.warning("upstream.exited", upstream=self.name, code=code,
                     in_flight=self._link.in_flight)
-        self._link.on_lost(UpstreamError(
+        self._link.on_lost(UpstreamExited(
             self.name, f"upstream '{self.name}' exited (code {code}) before answering",
-            "exited", exitCode=code))
+            exitCode=code))
 
     # -- transport -------------------------------------------------------------------------
     def write(self, data: bytes, call: Call | None = None,
               headers: dict[str, str] | None = None) -> None:
-        stdin = self._stdin
+        stdin = self._proc.stdin if self._proc is not None else None
         if stdin is None or stdin.is_closing():
-            raise UpstreamError(self.name, f"upstream '{self.name}' is not running", "down")
-        assert self._link is not None
+            raise UpstreamDown(self.name, f"upstream '{self.name}' is not running")
         if self._link.in_flight <= 1 and not self._outbox:
             stdin.write(data)  # a whole line; nothing to batch with: no extra loop turn
             return
@@ -279,7 +283,7 @@ class StdioTransport:
 
     def _flush(self) -> None:
         chunks, self._outbox = self._outbox, []
-        stdin = self._stdin
+        stdin = self._proc.stdin if self._proc is not None else None
         if stdin is not None and not stdin.is_closing():
             stdin.writelines(chunks)
 
@@ -287,15 +291,16 @@ class StdioTransport:
         return False  # a pipe has no stream per call
 
     def _kill(self) -> None:
-        if self._transport is not None:
-            _signal_group(self._transport.get_pid(), signal.SIGKILL)
+        if self._proc is not None:
+            _signal_group(self._proc.transport.get_pid(), signal.SIGKILL)
 
     async def _stop_process(self) -> None:
         """spec (lifecycle, stdio shutdown): close stdin, wait, then SIGTERM, then SIGKILL."""
-        transport, pipes = self._transport, self._pipes
-        if transport is None or pipes is None:
+        proc = self._proc
+        if proc is None:
             return
-        self._stdin = None
+        transport, pipes = proc.transport, proc.pipes
+        proc.stdin = None
         pid = transport.get_pid()
         with contextlib.suppress(Exception):
             transport.get_pipe_transport(0).close()  # type: ignore[union-attr]
@@ -310,7 +315,7 @@ class StdioTransport:
         # The leader is gone; make sure nothing it started lingers in its group.
         _signal_group(pid, signal.SIGKILL)
         transport.close()
-        self._transport = None
+        self._proc = None
 
 
 # What a stdio server starts with of the gateway's environment, which holds the gateway's

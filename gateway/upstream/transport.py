@@ -9,11 +9,11 @@ nothing of ids, owners or tasks. A new transport (WebSocket, say) is one new mod
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from gateway import redact
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamUnreachable
 from gateway.observability import log
 from gateway.upstream.correlator import Call
 
@@ -26,15 +26,14 @@ def backoff_s(failures: int, cap_ms: int) -> float:
     return min(cap_ms / 1000, FIRST_RETRY_S * 2.0 ** max(failures - 1, 0))
 
 
-async def start_failed(link: Link | None, exc: Exception, failures: int, cap_ms: int | None,
+async def start_failed(link: Link, exc: Exception, failures: int, cap_ms: int | None,
                        url: str | None = None) -> bool:
     """Tell of a failed start: one log line an attempt (why, the URL without credentials,
     when the next attempt is), and those waiting for the link, at once; then wait before
     the next attempt. False when there is none (`cap_ms` None: no restarts)."""
-    assert link is not None  # a transport starts once it has its link
     fields = {} if url is None else {"url": redact.url(url)}
-    error = exc if isinstance(exc, UpstreamError) else UpstreamError(
-        link.name, f"upstream '{link.name}': {exc or type(exc).__name__}", "unreachable")
+    error = exc if isinstance(exc, UpstreamError) else UpstreamUnreachable(
+        link.name, f"upstream '{link.name}': {exc or type(exc).__name__}")
     delay = None if cap_ms is None else backoff_s(failures, cap_ms)
     if error.detail:
         fields["said"] = error.detail
@@ -80,6 +79,8 @@ class Link(Protocol):
 
 
 class Transport(Protocol):
+    """Made whole, with its link (`MakeTransport`): the connection builds its own."""
+
     restarts: int
 
     @property
@@ -90,9 +91,9 @@ class Transport(Protocol):
     def state(self) -> str:
         """starting, initializing, up, backoff, exited, restarting or stopped."""
 
-    def start(self, link: Link) -> None:
+    def start(self) -> None:
         """Connect (or spawn) in the background, and keep doing so (unless told not to
-        restart) until closed."""
+        restart) until closed, telling its link (given when it was made) what happens."""
 
     def write(self, data: bytes, call: Call | None = None,
               headers: dict[str, str] | None = None) -> None:
@@ -108,3 +109,6 @@ class Transport(Protocol):
 
     def status(self) -> dict[str, Any]:
         """What /readyz tells of the link besides state and restarts."""
+
+
+MakeTransport = Callable[[Link], Transport]  # a transport for the connection it is made for

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.upstream.correlator import Call, Correlator, Host, Owner, Sink
 
 VERSION = mcp.MODERN_VERSIONS[0]
+Era = Literal["legacy", "modern"]  # which revision a server speaks (/readyz `era`)
 RELISTEN_S = 1.0  # before opening the listen stream again after the server ended it
 RELISTEN_BATCH_S = 0.05  # subscription changes this close together: one new listen stream
 
@@ -35,10 +36,12 @@ RELISTEN_BATCH_S = 0.05  # subscription changes this close together: one new lis
 class Round:
     """The answers a caller owes one `input_required` result."""
 
-    __slots__ = ("answers", "call", "missing", "state")
+    __slots__ = ("answers", "call", "missing", "request", "state")
 
-    def __init__(self, call: Call, state: Any, keys: set[str]) -> None:
-        self.call = call  # its `resend` holds the request to send again
+    def __init__(self, call: Call, request: tuple[str, dict[str, Any]], state: Any,
+                 keys: set[str]) -> None:
+        self.call = call
+        self.request = request  # the call's request (method, params), to send again
         self.state = state
         self.missing = keys
         self.answers: dict[str, Any] = {}
@@ -65,7 +68,7 @@ class Wire(Protocol):
     one, and never branches on the era."""
 
     @property
-    def era(self) -> str: ...
+    def era(self) -> Era: ...
 
     @property
     def cancels_by_closing(self) -> bool:
@@ -78,7 +81,7 @@ class Wire(Protocol):
     def answered(self, call: Call, msg: Message) -> bool:
         """Whether `msg` (a response to `call`) was taken care of here."""
 
-    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> bool:
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool:
         """Whether `owner`'s answer to a server request was taken care of here."""
 
     def forget(self, call: Call) -> None: ...
@@ -100,7 +103,7 @@ class Wire(Protocol):
 
 
 class LegacyWire:
-    era = "legacy"
+    era: Final[Era] = "legacy"
     cancels_by_closing = False  # spec 2025-06-18: a closed stream is no cancellation
 
     def stamp(self, msg: Message, call: Call, headers: dict[str, str] | None
@@ -110,7 +113,7 @@ class LegacyWire:
     def answered(self, call: Call, msg: Message) -> bool:
         return False
 
-    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> bool:
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool:
         return False
 
     def forget(self, call: Call) -> None:
@@ -136,7 +139,7 @@ class LegacyWire:
 class ModernWire:
     """What a connection needs to speak to a modern-only server."""
 
-    era = "modern"
+    era: Final[Era] = "modern"
     # spec 2026-07-28 cancellation: over HTTP, closing the request's stream cancels it.
     cancels_by_closing = True
 
@@ -174,7 +177,7 @@ class ModernWire:
         """The envelope of the request of `call`; the client's headers and those that
         mirror it. An MRTR request is kept to be sent again."""
         if msg["method"] in mcp.MRTR_METHODS:
-            call.resend = (msg["method"], msg.setdefault("params", {}))
+            call.keep_for_resend(msg["method"], msg.setdefault("params", {}))
         return {**(headers or {}), **self.envelope(msg, call.owner)}
 
     # -- change notifications ---------------------------------------------------------------
@@ -267,19 +270,18 @@ class ModernWire:
             if call.owner is not None and not call.owner.modern:
                 result.pop("resultType", None)
             return False
-        requests = result.get("inputRequests")
-        if call.resend is None or not isinstance(requests, dict) or not requests:
+        requests, resend = result.get("inputRequests"), call.resend
+        if resend is None or not isinstance(requests, dict) or not requests:
             return False
         owner = call.owner
         refused = [r.get("method") for r in requests.values() if not isinstance(r, dict) or
                    owner is None or not owner.accepts(str(r.get("method")))]
-        if refused:  # the caller cannot answer: the call fails, saying what it lacks
+        if refused or owner is None:  # the caller cannot answer: the call fails, saying why
             msg.pop("result")
             msg["error"] = {"code": jsonrpc.INTERNAL_ERROR, "message": (
                 f"the server asks for input the client did not declare ({refused[0]})")}
             return False
-        assert owner is not None
-        this = Round(call, result.get("requestState"), set(requests))
+        this = Round(call, resend, result.get("requestState"), set(requests))
         self.conn.correlator.hold_call(call)
         for key, request in requests.items():
             asked_id = self.conn.correlator.new_asked_id()
@@ -291,10 +293,12 @@ class ModernWire:
             call.sink.on_message(jsonrpc.request(asked_id, request["method"], ask_params))
         return True
 
-    def reply(self, asked_id: str, msg: Message, owner: Owner | None) -> bool:
+    def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool:
         """A caller's answer to one of the round's requests; the last one sends the
         request again with every answer and the server's requestState. Only the call's
         owner answers it."""
+        if not isinstance(asked_id, str):
+            return False  # the gateway asks under ids of its own, strings
         entry = self.rounds.get(asked_id)
         if entry is None or entry[0].call.owner is not owner:
             return False
@@ -312,8 +316,7 @@ class ModernWire:
         this.answers[key] = result
         this.missing.discard(key)
         if not this.missing:
-            assert this.call.resend is not None
-            method, sent = this.call.resend
+            method, sent = this.request
             params = {k: v for k, v in sent.items()
                       if k not in ("inputResponses", "requestState")}
             params["inputResponses"] = this.answers

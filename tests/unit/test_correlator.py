@@ -26,8 +26,8 @@ def legacy_server(msg: Message) -> list[Message]:
 
 
 async def connect(handler: Any = legacy_server) -> tuple[Connection, MockTransport]:
-    transport = MockTransport(handler)
-    conn = Connection("mock", transport, 1.0, Counters())
+    conn = Connection("mock", lambda link: MockTransport(link, handler), 1.0, Counters())
+    transport = conn.transport
     conn.start()
     await conn.wait_ready()
     return conn, transport
@@ -169,8 +169,8 @@ async def test_the_gateway_lists_the_tools_itself_every_page_and_again_on_change
             return [jsonrpc.result(msg["id"], result)]
         return legacy_server(msg)
 
-    transport = MockTransport(server)
-    conn = Connection("mock", transport, 1.0, Counters())
+    conn = Connection("mock", lambda link: MockTransport(link, server), 1.0, Counters())
+    transport = conn.transport
     told: list[list[str]] = []
     conn.on_tools = lambda m: told.append([t["name"] for t in m["result"]["tools"]])
     conn.start()

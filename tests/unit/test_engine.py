@@ -30,6 +30,9 @@ class FakeCall:
     def upstream(self) -> str:
         return "fake"
 
+    def redirect(self, sink: Any) -> None:
+        self.sink = sink
+
     def when_running(self, run: Any) -> None:
         if self.ticket is None:
             run()

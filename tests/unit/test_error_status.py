@@ -3,6 +3,8 @@ against the spec's words, and every path that answers a modern client held to it
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 from gateway import errors
@@ -70,3 +72,17 @@ def test_a_legacy_resource_not_found_is_bridged_with_its_uri() -> None:
     named = jsonrpc.error(5, -32602, "not found", {"uri": "test://its-own"})
     out, _ = shapes.modern_response("resources/read", named, None, 1000, "shared", "test://x")
     assert out["error"]["data"]["uri"] == "test://its-own"
+
+
+def test_each_kind_of_upstream_failure_says_its_own_reason_as_a_json_rpc_response() -> None:
+    """A client reads why an upstream failed in the error's data `reason`: one kind of
+    UpstreamError per reason, each carried at HTTP 200 as the server's answer would be."""
+    kinds = errors.UpstreamError.__subclasses__()
+    assert {k.failure for k in kinds} == set(typing.get_args(errors.UpstreamFailure))
+    assert len({k.failure for k in kinds}) == len(kinds)
+    for kind in kinds:
+        out = kind("main", "it failed", exitCode=3).to_message(7)
+        assert out["id"] == 7 and out["error"]["code"] == jsonrpc.INTERNAL_ERROR
+        assert out["error"]["data"] == {"upstream": "main", "reason": kind.failure,
+                                        "exitCode": 3}
+        assert kind.http_status == 200

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway import redact
-from gateway.errors import StoreUnavailable, UpstreamError
+from gateway.errors import StoreUnavailable, UpstreamConnectionFailed
 
 
 @pytest.mark.parametrize(("given", "shown"), [
@@ -34,7 +34,7 @@ def test_urls_inside_text_are_shown_so() -> None:
 
 
 def test_upstream_errors_never_carry_credentials() -> None:
-    error = UpstreamError("main", "upstream 'main': url='http://u:pw@h/mcp?api_key=k'", "x")
+    error = UpstreamConnectionFailed("main", "upstream 'main': url='http://u:pw@h/mcp?api_key=k'")
     assert error.message == "upstream 'main': url='http://h/mcp'"
     assert "pw" not in str(error.to_message(1)) and "api_key" not in str(error.to_message(1))
 

@@ -88,7 +88,8 @@ async def test_an_answered_streams_replay_goes_after_its_linger() -> None:
 
 def test_a_session_gives_its_bytes_back_when_its_streams_go() -> None:
     budget = ReplayBudget(limit=1 << 30, linger_s=60)
-    conn = Connection("mock", MockTransport(lambda _: []), 1.0, Counter())  # never started
+    conn = Connection("mock", lambda link: MockTransport(link, lambda _: []), 1.0,
+                      Counter())  # never started
     session = Session(conn, "2025-11-25", {}, 10, principal="alice", budget=budget)
     first = session.new_stream()
     first.push(KIB)

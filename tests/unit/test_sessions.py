@@ -20,8 +20,8 @@ from gateway.upstream.mock import MockTransport
 
 def session(principal: str) -> Session:
     """A session on an upstream connection that was never started (none is needed here)."""
-    return Session(Connection("mock", MockTransport(lambda _: []), 1.0, Counter()),
-                   "2025-11-25", {}, 0, principal=principal)
+    conn = Connection("mock", lambda link: MockTransport(link, lambda _: []), 1.0, Counter())
+    return Session(conn, "2025-11-25", {}, 0, principal=principal)
 
 
 def running_task(s: Session) -> None:

@@ -16,7 +16,7 @@ import orjson
 
 from gateway import errors
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.tasks.dialects import task_fields
 from gateway.tasks.model import Dialect, Status, Task
 
@@ -83,7 +83,7 @@ def mark_tools(msg: Message, support: Callable[[str], str]) -> Message:
     return msg
 
 
-def final(task: Task, id_: Any) -> Message:
+def final(task: Task, id_: RequestId) -> Message:
     """tasks/result of a terminal task: exactly what the call returned, result or JSON-RPC
     error; a result carries the related-task `_meta` (spec: Result Retrieval)."""
     related = {RELATED_TASK: {"taskId": task.id}}

@@ -262,16 +262,20 @@ async def test_rate_limits_per_owner_on_task_requests_and_creation(gateway, http
 async def test_a_finished_task_frees_its_call_at_once(url, http) -> None:
     """Issue 11 (memory): once a task has ended, its run and upstream call wait for no
     garbage collector; only the stored record (with the result) stays, until its ttl."""
+    def runs_and_calls() -> dict[int, str]:
+        return {id(o): type(o).__name__ for o in gc.get_objects()
+                if type(o).__name__ in ("TaskRun", "Call")}
+
     gc.collect()
     gc.disable()
     try:
+        before = runs_and_calls()  # earlier tests' in this process are not this gateway's
         ids = [(await call(http, url, "blob", {"bytes": 1 << 20})).body["result"]["taskId"]
                for _ in range(2)]
         for task_id in ids:
             done = await wait_for(http, url, task_id, "completed")
             assert len(done["result"]["content"][0]["text"]) == 1 << 20
-        held = [type(o).__name__ for o in gc.get_objects()
-                if type(o).__name__ in ("TaskRun", "Call")]
+        held = [name for key, name in runs_and_calls().items() if key not in before]
     finally:
         gc.enable()
     assert held == []

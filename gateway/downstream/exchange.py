@@ -57,12 +57,11 @@ class Exchange:
     def on_response(self, msg: Message) -> None:
         self.answer(msg)
 
-    def answer(self, msg: Message, status: int = 200, data: bytes | None = None) -> None:
-        """The request's answer is `msg` (unless it has one already); `data`: its bytes,
-        when the upstream's were kept (spliced: upstream/correlator.py, `Call.answer`)."""
+    def answer(self, msg: Message, status: int = 200) -> None:
+        """The request's answer is `msg` (unless it has one already)."""
         if self.response is not None:
             return
-        self.response, self.status = jsonrpc.dumps(msg) if data is None else data, status
+        self.response, self.status = jsonrpc.dumps(msg), status
         self.failed = "error" in msg
         if self.timer is not None:
             self.timer.cancel()

@@ -146,14 +146,6 @@ class SessionExchange(Exchange):
     def on_response(self, msg: Message) -> None:
         super().on_response(msg if self.edit is None else self.edit(msg))
 
-    def on_spliced(self, msg: Message, data: bytes) -> None:
-        """A pass-through answer as the upstream's bytes, its id replaced: written as they
-        are unless this request's answer is edited."""
-        if self.edit is None:
-            self.answer(msg, data=data)
-        else:
-            self.on_response(msg)
-
     def unstreamable(self, msg: Message) -> None:
         if "id" in msg:
             self.session.deliver(msg)

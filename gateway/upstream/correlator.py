@@ -29,7 +29,6 @@ from gateway.observability import log, tracing
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
-from gateway.protocol.splice import replace_id
 from gateway.queues import Ticket
 from gateway.upstream.task_owners import TaskOwners
 
@@ -176,22 +175,13 @@ class Call:
         """The upstream made its own task `task_id` of this call (native_tasks.py)."""
         self._upstream_task = task_id
 
-    def answer(self, msg: Message, line: bytes | memoryview | None = None) -> None:
-        """The call's answer, or the error that ends it, to its sink (ending its span).
-        `line`: the upstream's own bytes of `msg` when nothing but the id changed; a sink
-        that writes bytes (`on_spliced`) gets them with the id replaced in place, when the
-        splice is certain (protocol/splice.py), so a big answer is not dumped again."""
+    def answer(self, msg: Message) -> None:
+        """The call's answer, or the error that ends it, to its sink (ending its span)."""
         if self.span is not None:  # traced: rare, so untraced answers pay one test
             self.end_trace(_error_text(msg))
         if self.ticket is not None:
             self.ticket.release()
-        spliced = getattr(self._sink, "on_spliced", None) if line is not None else None
-        data = None if spliced is None or line is None else \
-            replace_id(line, self._upstream_id, self._client_id)
-        if spliced is not None and data is not None:
-            spliced(msg, data)
-        else:
-            self._sink.on_response(msg)
+        self._sink.on_response(msg)
 
     def fail(self, error: UpstreamError) -> None:
         """End the call with the transport's `error` (kept: `failure`)."""

@@ -107,39 +107,29 @@ def receive(conn: Receiver, data: bytes | memoryview, via: Call | None = None) -
     if checked is None:
         return False
     try:
-        _dispatch(conn, *checked, via, data)
+        _dispatch(conn, *checked, via)
     except Exception as exc:  # a bug must not take the rest of the read with it
         log.error("upstream.message_failed", upstream=conn.name, error=repr(exc))
     return True
 
 
-def _dispatch(conn: Receiver, msg: Message, kind: Kind, via: Call | None,
-              data: bytes | memoryview) -> None:
+def _dispatch(conn: Receiver, msg: Message, kind: Kind, via: Call | None) -> None:
     if kind == "request":
         act(conn, conn.correlator.server_request(msg, via))
     elif kind == "notification":
         _notification(conn, msg, via)
     else:
-        _response(conn, msg, data)
+        _response(conn, msg)
 
 
-def _response(conn: Receiver, msg: Message, data: bytes | memoryview) -> None:
+def _response(conn: Receiver, msg: Message) -> None:
     call = conn.correlator.response(msg)
-    untouched = _untouched(msg)
     if call is None or conn.wire.answered(call, msg):
         return
     if native_tasks.follow(conn, call, msg):
         return
     msg["id"] = call.client_id
-    call.answer(msg, data if untouched else None)
-
-
-def _untouched(msg: Message) -> bool:
-    """Whether the upstream's bytes of this response are still what goes on, but for its
-    id: a result the wire does not rewrite (a modern server's `resultType`: wire.py,
-    `answered`). Errors are left out: the gateway makes some itself (`check`)."""
-    result = msg.get("result")
-    return isinstance(result, dict) and "resultType" not in result
+    call.answer(msg)
 
 
 def _notification(conn: Receiver, msg: Message, via: Call | None) -> None:

@@ -180,11 +180,7 @@ def check_params(msg: dict[str, Any]) -> None:
 async def _read_body(request: web.Request, max_bytes: int) -> bytes | bytearray:
     """The body, bounded. Unlike `request.read()`, this keeps no cached copy on the request
     for its whole life, and never holds the chunks and their join at once: a proxied
-    multi-MiB body is in memory once, and only until it is parsed. A body of known length
-    (checked against the bound already) is read into one buffer of its size: each chunk is
-    copied once, no buffer regrown."""
-    if request.content_length is not None:
-        return await _read_known(request, request.content_length)
+    multi-MiB body is in memory once, and only until it is parsed."""
     body: bytes | bytearray = await request.content.readany()
     while len(body) <= max_bytes and (chunk := await request.content.readany()):
         if isinstance(body, bytes):
@@ -193,18 +189,6 @@ async def _read_body(request: web.Request, max_bytes: int) -> bytes | bytearray:
     if len(body) > max_bytes:  # chunked bodies carry no Content-Length to check up front
         raise _too_large(max_bytes)
     return body
-
-
-async def _read_known(request: web.Request, size: int) -> bytes | bytearray:
-    first = await request.content.readany()
-    if len(first) >= size:  # all of it in one chunk, the usual case for small bodies
-        return first
-    body, pos = bytearray(size), len(first)
-    body[:pos] = first
-    while pos < size and (chunk := await request.content.readany()):
-        body[pos:pos + len(chunk)] = chunk
-        pos += len(chunk)
-    return body if pos == size else body[:pos]  # cut short: the parser says so
 
 
 def _too_large(limit: int) -> errors.PayloadTooLarge:

@@ -1,11 +1,9 @@
 """The stdio transport: an MCP server as a supervised subprocess.
 
-Framing is newline-delimited JSON: a line that spans several reads keeps its chunks as they
-came and joins them once, at its exact size, when it ends (no buffer regrown and copied per
-chunk). No per-line limit (asyncio's StreamReader.readline stops at 64 KiB, which
-several-MiB messages hit), only a total bound, `limits.max_message_bytes`, past which the
-process is restarted rather than let it grow the gateway's memory. stderr lines are logged
-under the upstream's name.
+Framing is newline-delimited JSON read straight from the pipe into one buffer: no per-line
+limit (asyncio's StreamReader.readline stops at 64 KiB, which several-MiB messages hit), only a
+total bound, `limits.max_message_bytes`, past which the process is restarted rather than let
+it grow the gateway's memory. stderr lines are logged under the upstream's name.
 
 The supervisor spawns, lets its link run the handshake (abandoned if the process exits
 meanwhile), then waits for the process to exit; an exit fails every call in flight at once
@@ -52,17 +50,11 @@ class _Pipes(asyncio.SubprocessProtocol):
         self.on_line = on_line
         self.kill = kill
         self.max_bytes = max_bytes
-        self.parts: list[bytes | memoryview] = []  # a line not yet ended, as it came
-        self.held = 0  # its bytes
+        self.out = bytearray()
         self.err = bytearray()
         self.said: deque[str] = deque(maxlen=STDERR_TAIL)  # its last lines, for a failed start
         self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.err_closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    @property
-    def out(self) -> bytes:
-        """What was read of a line not yet ended."""
-        return b"".join(self.parts)
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
@@ -71,34 +63,26 @@ class _Pipes(asyncio.SubprocessProtocol):
             self._stderr(data)
 
     def _stdout(self, data: bytes) -> None:
-        if not self.parts and data.endswith(b"\n") and data.count(b"\n") == 1:
+        buf = self.out
+        if not buf and data.endswith(b"\n") and data.count(b"\n") == 1:
             self.on_line(data)  # the common case: exactly one whole message
             return
-        nl = data.find(b"\n")
-        if nl < 0:  # a long line goes on: its chunks are kept as they came, not copied
-            self.parts.append(data)
-            self.held += len(data)
-            if self.held > self.max_bytes:
-                log.error("upstream.message_too_large", upstream=self.name, bytes=self.held)
-                self.parts, self.held = [], 0
-                self.kill()
-            return
-        with memoryview(data) as view:  # orjson parses views: no copy of each line
-            if self.parts:  # the end of a long line: joined once, at its exact size
-                self.parts.append(view[:nl])
-                line = b"".join(self.parts)
-                self.parts, self.held = [], 0
-                self.on_line(line)
-            elif nl > 0:
-                self.on_line(view[:nl])
-            pos = nl + 1
-            while (nl := data.find(b"\n", pos)) >= 0:
+        start = len(buf)
+        buf += data
+        pos = 0
+        with memoryview(buf) as view:  # orjson parses views: no copy of each line
+            while (nl := buf.find(b"\n", start)) >= 0:
                 if nl > pos:
                     self.on_line(view[pos:nl])
-                pos = nl + 1
-        if pos < len(data):
-            self.parts.append(data[pos:])
-            self.held = len(data) - pos
+                pos = start = nl + 1
+        if pos == len(buf):
+            self.out = bytearray()  # drop the capacity a big message left behind
+        else:
+            del buf[:pos]
+        if len(self.out) > self.max_bytes:
+            log.error("upstream.message_too_large", upstream=self.name, bytes=len(buf))
+            self.out = bytearray()
+            self.kill()
 
     def _stderr(self, data: bytes) -> None:
         self.err += data

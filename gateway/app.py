@@ -153,7 +153,8 @@ async def _unrouted(request: web.Request) -> web.StreamResponse:
     404; registered last, behind the guard, so that a stranger still gets 401 there (with
     no middleware, nothing else stands in front of it)."""
     allowed = {route.method for resource in request.app.router.resources()
-               if resource.canonical == request.path for route in resource}
+               if resource.canonical == request.path for route in resource
+               if route.method != "*"}  # the catch-all's own, for a path spelled "/{tail}"
     if allowed:
         raise web.HTTPMethodNotAllowed(request.method, allowed)
     raise web.HTTPNotFound()

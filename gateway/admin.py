@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from gateway.downstream.boundary import OPERATOR, json_response
+from gateway.downstream.boundary import OPERATOR, Handler, json_response
 from gateway.downstream.legacy import LegacyEra
 from gateway.errors import AuthCause, Rejection
 from gateway.observability import status_page
@@ -44,11 +45,12 @@ class Admin:
         self.started = time.time()
         metrics.watch(self)
 
-    def routes(self, app: web.Application) -> None:
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.exposition)
-        app.router.add_get("/status", self.status)
+    def routes(self, app: web.Application, guarded: Callable[[Handler], Handler]) -> None:
+        """Each behind the guard (`guarded`): it opens the probes and admits operators."""
+        app.router.add_get("/healthz", guarded(self.healthz))
+        app.router.add_get("/readyz", guarded(self.readyz))
+        app.router.add_get("/metrics", guarded(self.exposition))
+        app.router.add_get("/status", guarded(self.status))
 
     # -- routes ---------------------------------------------------------------------------
     async def healthz(self, _: web.Request) -> web.Response:

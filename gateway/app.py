@@ -56,7 +56,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
     """The gateway as an aiohttp app; `tracing` (else built from `conf.tracing`) is for tests
     that read spans in memory."""
     counters = Counters()
-    app, auth = _guarded_app(conf, counters, _owner_key(conf))
+    app, auth, guard = _guarded_app(conf, counters, _owner_key(conf))
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
@@ -85,10 +85,8 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
         era = LegacyEra(backend, _sessions(limits, replay), conf, engine, policies, inflight,
                         exchanger, _resumption(records, name, limits))
         modern = ModernEra(backend, conf, sealer, engine, policies, inflight, exchanger)
-        endpoint = Endpoint(era, modern, conf.limits.max_body_bytes, metrics, counters, tracing)
-        app.router.add_post(up.path, endpoint.post)
-        app.router.add_get(up.path, endpoint.get, allow_head=False)
-        app.router.add_delete(up.path, endpoint.delete)
+        endpoint = Endpoint(era, modern, guard, limits.max_body_bytes, metrics, counters, tracing)
+        _route(app, up.path, endpoint, guard)
         backends[name] = backend
         eras.append(era)
         moderns.append(modern)
@@ -98,10 +96,19 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
     app[ENGINE] = engine
     app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
-    Admin(backends, eras, engine, lease, counters, metrics, queues).routes(app)
+    Admin(backends, eras, engine, lease, counters, metrics, queues).routes(app, guard.wrap)
+    app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))  # last: see _unrouted
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
     return app
+
+
+def _route(app: web.Application, path: str, endpoint: Endpoint, guard: Guard) -> None:
+    """An MCP path: its POST calls the guard itself (the lean path); GET and DELETE are
+    routed behind it."""
+    app.router.add_post(path, endpoint.post)
+    app.router.add_get(path, guard.wrap(endpoint.get), allow_head=False)
+    app.router.add_delete(path, guard.wrap(endpoint.delete))
 
 
 def _replay(limits: Limits) -> ReplayBudget:
@@ -125,19 +132,32 @@ def _resumption(records: SessionRecords | None, upstream: str, limits: Limits
 
 
 def _guarded_app(conf: Settings, counters: Counters, owner_key: bytes | None
-                 ) -> tuple[web.Application, Authenticator]:
-    """The app behind its guard (origins, authentication), with the protected resource
-    metadata when OAuth is on."""
+                 ) -> tuple[web.Application, Authenticator, Guard]:
+    """The app and its guard (origins, authentication), with the protected resource
+    metadata when OAuth is on. No middleware: each route is registered behind the guard
+    (`Guard.wrap`), and the MCP endpoints' POST calls it first thing (one handler a
+    request, no chain: docs/architecture.md, The request path)."""
     auth = Authenticator(conf.auth, _tool_scopes(conf), owner_key)
     guard = Guard(conf, counters, auth)
     # aiohttp refuses bodies over client_max_size with 413 before we parse them.
-    app = web.Application(middlewares=[guard.middleware],
-                          client_max_size=conf.limits.max_body_bytes)
+    app = web.Application(client_max_size=conf.limits.max_body_bytes)
     app.on_response_prepare.append(guard.on_prepare)
     if auth.resource is not None:
         _serve_metadata(app, auth.resource, [up.path for up in conf.upstreams.values()])
     app.on_cleanup.append(lambda _: auth.close())
-    return app, auth
+    return app, auth, guard
+
+
+async def _unrouted(request: web.Request) -> web.StreamResponse:
+    """What aiohttp answers a request no route takes: 405 with Allow for a known path, else
+    404; registered last, behind the guard, so that a stranger still gets 401 there (with
+    no middleware, nothing else stands in front of it)."""
+    allowed = {route.method for resource in request.app.router.resources()
+               if resource.canonical == request.path for route in resource
+               if route.method != "*"}  # the catch-all's own, for a path spelled "/{tail}"
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+    raise web.HTTPNotFound()
 
 
 def _tool_scopes(conf: Settings) -> frozenset[str]:

@@ -35,6 +35,10 @@ Era = Literal["auto", "legacy", "modern"]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
+# The gateway's own routes (gateway/admin.py; RFC 9728's metadata under /.well-known/).
+GATEWAY_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/status"})
+
+
 class ConfigError(Exception):
     """A configuration problem, worded for one line: `key.path: what is wrong`."""
 
@@ -201,6 +205,10 @@ class Upstream(_Model):
             raise ValueError("give exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
         if not self.path.startswith("/"):
             raise ValueError("'path' must start with '/'")
+        if self.path in GATEWAY_PATHS or self.path.startswith("/.well-known/"):
+            # Those are the gateway's own routes, open to anyone or to operators only
+            # (downstream/boundary.py, Guard): an upstream there would be served as they are.
+            raise ValueError(f"'path' {self.path} is one of the gateway's own routes")
         if self.url is None and (self.headers or self.forward_headers or self.token_exchange):
             raise ValueError("'headers', 'forward_headers' and 'token_exchange' apply to 'url' "
                              "upstreams only")

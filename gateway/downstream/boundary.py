@@ -264,10 +264,46 @@ class Guard:
     def for_operators(request: web.Request) -> bool:
         return request.path in OPERATOR_PATHS or request.path == "/readyz"
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    def wrap(self, handler: Handler) -> Handler:
+        """`handler` behind the guard. Every route is registered so but the MCP endpoints'
+        POST, whose one handler calls `caller` itself: the app has no middleware chain
+        (docs/architecture.md, The request path)."""
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            refused = await self.admit(request)
+            return refused if refused is not None else await handler(request)
+        return guarded
+
+    async def admit(self, request: web.Request) -> web.StreamResponse | None:
+        """None when the request may go on to its route; else the answer it gets."""
         if self.is_open(request):
-            return await handler(request)
+            return None
+        if self.for_operators(request):
+            return self._checked(request) or await self._operator(request)
+        return await self.caller(request)
+
+    async def caller(self, request: web.Request) -> web.StreamResponse | None:
+        """A client's request to an MCP endpoint: None once its Host, headers, Origin and
+        credentials pass (its principal recorded); else the refusal (or a CORS preflight's
+        answer) it gets."""
+        if (refused := self._checked(request)) is not None:
+            return refused
+        try:
+            self.failures.admit(request.remote)
+            principal = await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
+            request[PRINCIPAL] = principal
+            if lacking := principal.lacks(self.auth.required):
+                raise errors.InsufficientScope("this resource", lacking)
+        except errors.TooManyFailures as exc:
+            return self._throttled(request, exc)
+        except errors.Unauthorized as exc:
+            return self._failed(request, exc)
+        except (errors.InsufficientScope, errors.AuthUnavailable) as exc:
+            return self._refuse(exc)
+        return None
+
+    def _checked(self, request: web.Request) -> web.Response | None:
+        """The checks before any credential: Host, headers' bytes, Origin; a CORS
+        preflight is answered here."""
         if (misdirected := self._misdirected(request)) is not None:
             return misdirected
         if (bad := _undecodable(request.headers)) is not None:
@@ -291,21 +327,7 @@ class Guard:
                 "Access-Control-Allow-Headers": request.headers.get(
                     "Access-Control-Request-Headers", CORS_ALLOW_HEADERS),
                 "Access-Control-Max-Age": "86400"})
-        if self.for_operators(request):
-            return await self._operator(request, handler)
-        try:
-            self.failures.admit(request.remote)
-            principal = await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
-            request[PRINCIPAL] = principal
-            if lacking := principal.lacks(self.auth.required):
-                raise errors.InsufficientScope("this resource", lacking)
-        except errors.TooManyFailures as exc:
-            return self._throttled(request, exc)
-        except errors.Unauthorized as exc:
-            return self._failed(request, exc)
-        except (errors.InsufficientScope, errors.AuthUnavailable) as exc:
-            return self._refuse(exc)
-        return await handler(request)
+        return None
 
     def _misdirected(self, request: web.Request) -> web.Response | None:
         """421 when the Host header names a host this gateway does not serve (DNS
@@ -319,7 +341,7 @@ class Guard:
             f"Misdirected Request: this gateway does not serve the host{named} "
             "(security.allowed_hosts)"))
 
-    async def _operator(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _operator(self, request: web.Request) -> web.Response | None:
         """An operator's route: operators only (auth/operators.py); a refusal is audited."""
         try:
             self.failures.admit(request.remote)
@@ -334,7 +356,7 @@ class Guard:
         except errors.AuthUnavailable as exc:
             return self._refuse(exc)
         request[OPERATOR] = True
-        return await handler(request)
+        return None
 
     def _refuse(self, exc: GatewayError) -> web.Response:
         self.counters.refused(exc)

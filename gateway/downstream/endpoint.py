@@ -14,6 +14,7 @@ from aiohttp import web
 from gateway import errors, router
 from gateway.downstream.boundary import (
     ACCEPTS,
+    Guard,
     check_accept,
     check_params,
     error_response,
@@ -31,9 +32,14 @@ from gateway.protocol.jsonrpc import Message
 
 
 class Endpoint:
-    def __init__(self, legacy: LegacyEra, modern: ModernEra, max_body_bytes: int,
+    """POST is the one lean path: a plain handler that calls the guard, reads the message and
+    hands it to its era; the app runs no middleware (docs/architecture.md, The request
+    path). GET and DELETE are routed behind the guard like every other route."""
+
+    def __init__(self, legacy: LegacyEra, modern: ModernEra, guard: Guard, max_body_bytes: int,
                  metrics: Metrics, counters: Counters, tracing: Tracer | None = None
                  ) -> None:
+        self.guard = guard
         self.legacy = legacy
         self.modern = modern
         self.max_body_bytes = max_body_bytes
@@ -43,6 +49,8 @@ class Endpoint:
         self.tracing = tracing
 
     async def post(self, request: web.Request) -> web.StreamResponse:
+        if (refused := await self.guard.caller(request)) is not None:
+            return refused  # not counted as a request: it never reached the endpoint
         started = time.monotonic()
         msg, era = None, "legacy"
         try:

@@ -250,3 +250,21 @@ async def test_allowed_hosts_names_the_hosts_served(gateway, http) -> None:
     anyone = await gateway(tasks=POLICY, security={"allowed_hosts": ["*"]})
     assert (await call(http, anyone, "echo", {"text": "x"},
                        headers={"Host": "evil.example"})).status == 200
+
+
+async def test_a_path_or_method_no_route_takes_still_meets_the_guard(gateway, http) -> None:
+    """Issue 34: the app has no middleware (the MCP POST calls the guard itself); what no
+    route takes is guarded by a last route, so a stranger learns nothing of the routes."""
+    url = await gateway(tasks=POLICY, auth=CLIENTS)
+    base = url.removesuffix("/mcp")
+    for method, target in (("GET", base + "/nowhere"), ("PUT", url), ("POST", base + "/nowhere")):
+        async with http.request(method, target) as resp:
+            assert resp.status == 401, (method, target)
+        async with http.request(method, target, headers={"Host": "evil.example"}) as resp:
+            assert resp.status == 421, (method, target)
+    for path in ("/nowhere", "/{tail}"):  # the last route's own spelling names no route
+        async with http.get(base + path, headers=ALICE) as resp:
+            assert resp.status == 404, path
+    async with http.put(url, headers=ALICE) as resp:
+        assert resp.status == 405 and {"GET", "POST", "DELETE"} <= set(
+            resp.headers["Allow"].split(","))

@@ -68,6 +68,12 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
      "upstreams.m.env.K: environment variable NOPE_NOT_SET is not set"),
     ({"upstreams": {"a": {"command": "x"}, "b": {"command": "y"}}},
      "upstreams 'a' and 'b' share path /mcp"),
+    # Issue 34: an upstream on a route of the gateway's own would be open (the probes, the
+    # metadata) or meet the operators' check instead of the clients'.
+    ({"upstreams": {"m": {"command": "x", "path": "/.well-known/mcp"}}},
+     "upstreams.m: 'path' /.well-known/mcp is one of the gateway's own routes"),
+    ({"upstreams": {"m": {"command": "x", "path": "/status"}}},
+     "upstreams.m: 'path' /status is one of the gateway's own routes"),
     ({"upstreams": {"m": {"command": "x", "headers": {"X-Key": "k"}}}},
      "upstreams.m: 'headers', 'forward_headers' and 'token_exchange' apply to 'url' "
      "upstreams only"),

@@ -274,6 +274,8 @@ class ModernEra:
     async def decide(self, msg: Message, caller: Caller, conn: Connection
                      ) -> router.ModernDecision:
         method, params = msg["method"], msg.get("params") or {}
+        if conn.modern and self.rounds.gateways_own(msg):
+            return router.Resume()  # its call is parked here: see `forward`, `ex.rounds`
         # Only a modern upstream has tasks of its own that tasks/* could name instead.
         theirs = method.startswith(router.TASKS_PREFIX) and conn.modern and \
             conn.correlator.tasks.owns(task_id_of(params), caller.principal)
@@ -296,8 +298,7 @@ class ModernEra:
         ex.tool, ex.uri = params.get("name"), params.get("uri")
         # A modern upstream runs its own MRTR rounds: their fields go to it as they are, but
         # the state is the server's only under the gateway's seal (see `seal_state`).
-        ex.rounds = conn.modern
-        if ex.rounds and "requestState" in params:
+        if conn.modern and "requestState" in params:
             params = {**params, "requestState": self.rounds.open_state(params, caller.principal,
                                                                        method)}
         headers = await self.headers.of(request)  # AuthUnavailable: 503
@@ -307,6 +308,7 @@ class ModernEra:
         except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
             self.inflight.release(caller.principal)
             return json_response(exc.to_message(msg["id"]), 503)
+        ex.rounds = used.modern  # `isolation: call`: a legacy process (Rounds.gateways_own)
         msg["params"] = upstream_params = shapes.to_upstream(params, used.modern)
         if ex.policy is not None and used.modern:
             # The gateway decides about tasks here: the upstream must not make its own.

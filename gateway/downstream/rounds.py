@@ -19,7 +19,7 @@ from gateway import errors
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
 from gateway.observability import log
 from gateway.observability.counters import Counters
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 
 
@@ -68,6 +68,17 @@ class Rounds:
                 state.get("m") != method or state.get("d") != digest(method, params):
             raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
         return state.get("s")
+
+    def gateways_own(self, msg: Message) -> bool:
+        """Whether a retry carries the state of one of the gateway's own rounds (not a
+        modern upstream's). A server of both eras under `isolation: call` answers each
+        tools/call on a legacy process of the pool, whose requests become the gateway's
+        rounds although modern clients reach the server on its modern link."""
+        params = msg.get("params")
+        if msg.get("method") not in mcp.MRTR_METHODS or not isinstance(params, dict) or \
+                "requestState" not in params:
+            return False
+        return "k" not in self.sealer.open(params["requestState"])  # InvalidParams: forged
 
     # -- the gateway's rounds (a legacy server asked for input) ----------------------------
     def ask(self, ex: Answerable, parked: Parked, client_id: RequestId) -> None:

@@ -138,3 +138,24 @@ async def test_an_accepted_notification_is_no_broken_message(gateway, client) ->
             assert text(await legacy.call("protocol_of")).startswith("2025-")
     assert [e for e in events if e["event"] == "upstream.bad_message"] == []
     assert [e for e in events if e["event"] == "upstream.ready"] != []
+
+
+async def test_isolation_call_finishes_a_modern_clients_round(gateway, http) -> None:
+    """Each tools/call goes to a fresh legacy process of the pool, whose request for input
+    becomes the gateway's own round: the modern client's retry finishes it (it was refused
+    as a state the gateway never issued), and Bob's retry with Alice's state does not."""
+    url = await gateway(DUAL, upstream={"isolation": "call", "pool_size": 1}, auth=AUTH)
+    tool = "test_input_required_result_elicitation"
+    asked = (await call(http, url, tool, caps=ASKS, headers=bearer("alice"))
+             ).message["result"]
+    assert asked["resultType"] == "input_required"
+    answer = {"user_name": {"action": "accept", "content": {"name": "Ada"}}}
+    stolen = await call(http, url, tool, caps=ASKS, headers=bearer("bob"),
+                        inputResponses=answer, requestState=asked["requestState"])
+    made_up = await call(http, url, tool, caps=ASKS, headers=bearer("bob"),
+                         inputResponses=answer, requestState="bm90IGEgc3RhdGUgYXQgYWxs")
+    assert stolen.status == made_up.status == 400
+    assert stolen.message["error"]["code"] == made_up.message["error"]["code"] == -32602
+    done = await call(http, url, tool, caps=ASKS, headers=bearer("alice"),
+                      inputResponses=answer, requestState=asked["requestState"])
+    assert text(done) == "Hello, Ada!"

@@ -151,7 +151,17 @@ async def direct_url() -> AsyncIterator[str]:
         await listening(port)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL for a server still draining streams 10 s later (a gateway
+    that outlives the server may hold one open)."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
         proc.wait(10)
 
 

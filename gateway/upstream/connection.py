@@ -40,12 +40,18 @@ class Connection:
         # Told each page of the server's tools/list the gateway asks for itself (after the
         # handshake, and when the server says its list changed); None: never asked.
         self.on_tools: Callable[[Message], object] | None = None
+        self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.transport.start()
 
     async def close(self) -> None:
+        """Once: a session's own process is closed at the session's end and again with
+        its upstream at shutdown."""
+        if self._closed:
+            return
+        self._closed = True
         await self.transport.close()
         _fail(self.correlator.lose(), UpstreamShutdown(self.name, "the gateway is shutting down"))
 

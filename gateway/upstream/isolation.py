@@ -121,9 +121,10 @@ class Backend:
         if self._probe is not None:
             self._probe.cancel()
             await asyncio.gather(self._probe, return_exceptions=True)
-        if self.modern_link is not None:
-            await self.modern_link.close()
-        await self.primary.close()
+        # Every process this upstream started (the primary, the modern link, each
+        # session's and principal's own, the warm pool's): one whose owner never ended it
+        # (a session still open at shutdown) would leave its process or HTTP client behind.
+        await asyncio.gather(*(conn.close() for conn in list(self.connections)))
 
     @property
     def ready(self) -> bool:

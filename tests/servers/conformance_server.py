@@ -508,6 +508,7 @@ low.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_lev
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
         uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[2]),
-                    log_level="warning")
+                    log_level="warning",
+                    timeout_graceful_shutdown=2)  # open streams: don't wait on them
     else:
         server.run("stdio")

@@ -170,7 +170,8 @@ def refuse_initialize_on_stdio() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
         uvicorn.run(ModernOnly(server.streamable_http_app()), host="127.0.0.1",
-                    port=int(sys.argv[2]), log_level="warning")
+                    port=int(sys.argv[2]), log_level="warning",
+                    timeout_graceful_shutdown=2)  # open streams: don't wait on them
     else:
         refuse_initialize_on_stdio()
         server.run("stdio")

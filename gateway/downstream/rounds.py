@@ -112,8 +112,8 @@ class Rounds:
         bad retry (InvalidParams) leaves it waiting for a good one."""
         method, params = msg["method"], msg["params"]
         state = self.sealer.open(params["requestState"])
-        if state.get("o") != principal:
-            raise errors.InvalidParams("Invalid requestState: it was issued to another caller")
+        if state.get("o") != principal:  # as a forged one: Bob learns nothing of Alice's
+            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
         if state.get("m") != method or state.get("d") != digest(method, params):
             raise errors.InvalidParams("Invalid requestState: it was issued for a different "
                                        "request; retry with the original method and params")

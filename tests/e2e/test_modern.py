@@ -177,7 +177,8 @@ async def test_tampered_replayed_and_foreign_states_are_refused(gateway, http) -
     answer = {key: {"action": "accept", "content": {"name": "Ada"}}}
     tampered = state[:-3] + ("AAA" if not state.endswith("AAA") else "BBB")
     for bad, who, why in ((tampered, alice, "integrity"), ("junk", alice, "not a state"),
-                          (state, {"Authorization": "Bearer bob-token"}, "another caller")):
+                          # Bob holding Alice's genuine state: what a forged one gets.
+                          (state, {"Authorization": "Bearer bob-token"}, "not a state")):
         refused = await retry(http, url, bad, answer, who)
         assert refused.status == 400 and refused.body["error"]["code"] == -32602
         assert why in refused.body["error"]["message"]

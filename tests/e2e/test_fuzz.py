@@ -138,6 +138,7 @@ class Gateway:
         self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
         self.ready.set()
         self.loop.run_forever()
+        self.loop.close()  # its self-pipe too: left to the collector, it fails a later test
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)

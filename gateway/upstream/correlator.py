@@ -7,11 +7,8 @@ message belongs to or to an `Owner` when it belongs to no call, `Ask` a client a
 request, `Answer` the upstream, `Refused`); the connection acts on them. It never writes,
 and never calls into a sink or an owner.
 
-A server-to-client request from a legacy upstream names no call. The rule
-(docs/architecture.md, Tenancy; README, Isolation between principals): route it to the one
-owner with calls in flight (its oldest call), or to the only attached owner when nothing is
-in flight; otherwise never guess (that could leak one user's data to another): answer the
-upstream with an error.
+A server-to-client request from a legacy upstream names no call: where such a message may
+go (never guessed) is targeting.py's to say (docs/architecture.md, Tenancy).
 """
 
 from __future__ import annotations
@@ -30,6 +27,7 @@ from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
+from gateway.upstream.targeting import Targeting
 from gateway.upstream.task_owners import TaskOwners
 
 # A principal whose call was answered this recently may still be the one a message of no
@@ -341,6 +339,8 @@ class Correlator:
         self.in_flight: dict[int, Call] = {}
         self._asked: dict[str, tuple[RequestId, Owner]] = {}  # our id -> (upstream's id, owner)
         self.tasks: TaskOwners[Owner] = TaskOwners()  # the upstream's own tasks: whose
+        self.targeting: Targeting[Call, Owner] = Targeting(self.in_flight, self.audience,
+                                                           self.tasks)
 
     # -- downstream -> upstream ------------------------------------------------------------
     def open(self, msg: Message, owner: Owner | None, sink: Sink, follow_task: bool = False,
@@ -377,7 +377,7 @@ class Correlator:
         call._sink, call._client_id = sink, call._client_id if client_id is None else client_id
 
     def park(self, call: Call, sink: Sink) -> None:
-        call._sink, call._waiting = sink, True  # routing leaves it out (see `_target`)
+        call._sink, call._waiting = sink, True  # routing leaves it out (targeting.py)
 
     def unpark(self, call: Call) -> None:
         call._waiting = False
@@ -431,11 +431,12 @@ class Correlator:
     def lose(self, keep: Collection[Call] = ()) -> list[Call]:
         """The link died or is going away: every call in flight is returned (to fail), but
         those in `keep` (to be sent again), and what the server asked is forgotten."""
-        calls = self.in_flight
-        self.in_flight = {uid: c for uid, c in calls.items() if c in keep}
+        lost = {uid: c for uid, c in self.in_flight.items() if c not in keep}
+        for uid in lost:  # in place: targeting reads this very dict
+            del self.in_flight[uid]
         self._asked.clear()
         self.tasks.clear()  # the server's own tasks went with it; a new one reuses their ids
-        return [call for call in calls.values() if call not in keep]
+        return list(lost.values())
 
     # -- upstream -> downstream ------------------------------------------------------------
     def response(self, msg: Message) -> Call | None:
@@ -476,7 +477,7 @@ class Correlator:
         if method == mcp.CANCELLED and isinstance(params, dict):
             return self._forward_cancel(msg, params)
         # logging and anything else: to the one owner it can belong to
-        target = self._came_with(via) or self._labelled(msg) or self._unlabelled()
+        target = self._came_with(via) or self.targeting.for_notification(msg)
         if target is not None:
             owner = target.owner if isinstance(target, Call) else target
             return [Deliver(target, msg)] if owner is None or self._wanted(msg, owner) else []
@@ -493,11 +494,7 @@ class Correlator:
         method = msg["method"]
         if method == mcp.PING:
             return [Answer(jsonrpc.result(msg["id"], {}))]
-        target = self._came_with(via) or self._labelled(msg)
-        if target is None and _related_task(msg) is None:
-            target = self._target()
-            if target is not None and self.tasks.others_live(_principal(target)):
-                target = None  # it may be another principal's task asking: never guess
+        target = self._came_with(via) or self.targeting.for_request(msg)
         owner = target.owner if isinstance(target, Call) else target
         if target is None or owner is None:  # (targets are clients' calls: owner is set)
             return [self._unroutable(msg)]
@@ -540,32 +537,6 @@ class Correlator:
                 return [Deliver(owner, msg)]
         return []
 
-    def _labelled(self, msg: Message) -> Call | Owner | None:
-        """Where a message that names its task (the related-task `_meta`, spec tasks
-        2025-11-25) goes: that task's owner, on its oldest call in flight here, else its
-        session if still attached; None for a task the gateway did not see created."""
-        task_id = _related_task(msg)
-        record = self.tasks.record(task_id) if task_id is not None else None
-        if record is None:
-            return None
-        owner = record.owner
-        calls = self.calls_of(owner)
-        if calls:
-            return next((c for c in calls if not c.waiting), calls[0])
-        return owner if self.audience.owners.get(owner.key) is owner else None
-
-    def _unlabelled(self) -> Call | Owner | None:
-        """The one owner a message that names nothing can be for: `_target`'s, unless
-        another principal's work may have said it (a task of its still live, or a call of
-        its answered moments ago: a late line)."""
-        target = self._target()
-        if target is None:
-            return None
-        principal = _principal(target)
-        if self.tasks.others_live(principal) or self.audience.recent() - {principal}:
-            return None
-        return target
-
     def _wanted(self, msg: Message, owner: Owner) -> bool:
         return _wanted(msg, owner, self.audience.level is not None)
 
@@ -575,22 +546,6 @@ class Correlator:
             return None
         return via
 
-    def _target(self) -> Call | Owner | None:
-        """The call (or owner) an unlabelled upstream message can only belong to, if any.
-
-        Candidates are the calls in flight, oldest first; calls parked waiting for their
-        client's input are left out while any other call runs (their tools are blocked on
-        the answers they asked for). All candidates must share one owner (auth context or
-        legacy session): across owners the gateway never guesses.
-        """
-        owned = [c for c in self.in_flight.values() if c.owner is not None]
-        candidates = [c for c in owned if not c.waiting] or owned
-        if candidates:
-            key = candidates[0].owner.key  # type: ignore[union-attr]
-            if any(c.owner.key != key for c in candidates):  # type: ignore[union-attr]
-                return None
-            return candidates[0]  # dicts keep insertion order: the owner's oldest call
-        return self.audience.only_owner()
 
 
 def _wanted(msg: Message, owner: Owner, levels_set: bool) -> bool:
@@ -605,19 +560,6 @@ def _wanted(msg: Message, owner: Owner, levels_set: bool) -> bool:
     level = params.get("level") if isinstance(params, dict) else None
     return level not in mcp.LOG_LEVELS or \
         mcp.LOG_LEVELS.index(level) >= mcp.LOG_LEVELS.index(owner.level or DEFAULT_LEVEL)
-
-
-def _principal(target: Call | Owner) -> str:
-    owner = target.owner if isinstance(target, Call) else target
-    return owner.principal if owner is not None else ""
-
-
-def _related_task(msg: Message) -> str | None:
-    params = msg.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    related = meta.get(mcp.RELATED_TASK) if isinstance(meta, dict) else None
-    task_id = related.get("taskId") if isinstance(related, dict) else None
-    return task_id if isinstance(task_id, str) else None
 
 
 def _task_of(method: str, params: Any) -> tuple[str, bool] | None:

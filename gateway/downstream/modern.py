@@ -250,7 +250,7 @@ class ModernEra:
             case router.Refuse(error=error):
                 raise error
             case router.Discover():
-                assert conn.init_result is not None
+                assert conn.init_result is not None  # for_principal gave it ready
                 return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
                     conn.init_result, self.ttl_ms, self.scope)))
             case router.ServeTasks():

@@ -104,7 +104,6 @@ class CoreTasks:
         finally:
             if not handed:
                 self.inflight.release(session.principal)
-        assert task is not None  # attach always hands a call over
         return json_response(jsonrpc.result(client_id,
                                             core.created(task, policy.immediate_response)))
 

@@ -88,7 +88,8 @@ class ModernExchange(Exchange):
 
     def on_message(self, msg: Message) -> None:
         if "id" in msg:  # a server request, routed here because this call is in flight
-            self._input(msg)
+            if self.call is not None:  # so it is: none is routed before it is sent
+                self._input(self.call, msg)
         elif msg.get("method") == mcp.PROGRESS:
             if not self.own_progress:
                 super().on_message(msg)
@@ -103,8 +104,8 @@ class ModernExchange(Exchange):
         if self.batch is not None:
             self.batch.cancel()
         self.stop_budget()
-        if self.refused and not self.inputs and "error" in msg:
-            self._missing_capability()  # it failed for want of what the client lacks
+        if self.refused and not self.inputs and "error" in msg and self.call is not None:
+            self._missing_capability(self.call)  # it failed for want of what the client lacks
             return
         if self.rounds:
             self.era.rounds.seal_state(msg, self.caller.principal, self.method, self.digest)
@@ -122,20 +123,18 @@ class ModernExchange(Exchange):
         self.refused[capability] = {}
         self._batch()
 
-    def _missing_capability(self) -> None:
-        assert self.call is not None
-        self.call.conn.cancel(self.call, "the client lacks a capability this call needs")
+    def _missing_capability(self, call: Call) -> None:
+        call.conn.cancel(call, "the client lacks a capability this call needs")
         err = errors.MissingCapability(
             f"Missing required client capability: {', '.join(self.refused)}",
             {"requiredCapabilities": self.refused})
-        self.answer(err.to_message(self.call.client_id), err.http_status)
+        self.answer(err.to_message(call.client_id), err.http_status)
 
-    def _input(self, msg: Message) -> None:
-        assert self.call is not None
+    def _input(self, call: Call, msg: Message) -> None:
         if self.method not in mcp.MRTR_METHODS:  # spec MRTR: only these may ask for input
-            self.call.conn.reply(msg["id"], jsonrpc.error(
+            call.conn.reply(msg["id"], jsonrpc.error(
                 msg["id"], jsonrpc.METHOD_NOT_FOUND, f"{self.method} cannot ask for input"),
-                self.call.owner)
+                call.owner)
             return
         self.inputs.append(msg)
         # spec (tasks extension): resolve MRTR exchanges before creating a task.
@@ -251,7 +250,7 @@ class ModernEra:
             case router.Refuse(error=error):
                 raise error
             case router.Discover():
-                assert conn.init_result is not None
+                assert conn.init_result is not None  # for_principal gave it ready
                 return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
                     conn.init_result, self.ttl_ms, self.scope)))
             case router.ServeTasks():

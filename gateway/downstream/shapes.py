@@ -103,9 +103,7 @@ def hide_tools(msg: dict[str, Any], hidden: Callable[[str], object]) -> dict[str
     """A tools/list answer without the tools for which `hidden(name)` is true (a caller sees
     only the tools its token's scopes let it call)."""
     result = msg.get("result")
-    tools = result.get("tools") if isinstance(result, dict) else None
-    if isinstance(tools, list):
-        assert isinstance(result, dict)
+    if isinstance(result, dict) and isinstance(tools := result.get("tools"), list):
         result["tools"] = [t for t in tools
                            if not (isinstance(t, dict) and hidden(str(t.get("name", ""))))]
     return msg

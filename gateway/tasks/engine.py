@@ -15,8 +15,8 @@ the small `UpstreamCall` protocol (run.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, overload
 
 from gateway.errors import StoreSettling
 from gateway.observability.counters import Counters
@@ -58,6 +58,12 @@ class TaskEngine:
             strand=lambda task: self.end_elsewhere(task, Status.FAILED, STRANDED, keep=False))
 
     # -- adopting ------------------------------------------------------------------------
+    @overload
+    async def adopt(self, intent: Intent,
+                    attach: Callable[[Task], Awaitable[Handover]]) -> Task: ...
+    @overload
+    async def adopt(self, intent: Intent, attach: Attach) -> Task | None: ...
+
     async def adopt(self, intent: Intent, attach: Attach) -> Task | None:
         """The one way a call becomes a task. The task is created, in the store before
         anyone hears of it (spec: a task MUST be retrievable once CreateTaskResult is sent;

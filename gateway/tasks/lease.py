@@ -58,40 +58,39 @@ class Lease:
         return out
 
     async def start(self) -> None:
-        if self.replicas is None:
+        replicas = self.replicas
+        if replicas is None:
             return  # one process: nothing to hold
-        self.replicas.wake = self._wake.set
-        await self._beat()  # a store down at start: pass-through serves, /readyz says so
-        self._tasks = [asyncio.create_task(self._keep()),
-                       asyncio.create_task(self.replicas.listen())]
+        replicas.wake = self._wake.set
+        # A store down at start: pass-through serves, /readyz says so.
+        await self._beat(replicas)
+        self._tasks = [asyncio.create_task(self._keep(replicas)),
+                       asyncio.create_task(replicas.listen())]
 
-    async def _keep(self) -> None:
+    async def _keep(self, replicas: Replicas) -> None:
         while True:
-            await self._pause()
+            await self._pause(replicas)
             try:
-                await self._beat()
-                if self.store_up and self.replicas is not None:
+                await self._beat(replicas)
+                if self.store_up:
                     with contextlib.suppress(StoreUnavailable):
-                        await self.replicas.poll()
+                        await replicas.poll()
             except Exception as exc:  # the heartbeat must outlive any one failure
                 log.error("replica.heartbeat_failed", error=repr(exc))
 
-    async def _pause(self) -> None:
+    async def _pause(self, replicas: Replicas) -> None:
         """Until the next beat: a third of a lease; PROBE_S while the store is away (so
         that its return is seen within a second) or settling after it lost what it held
         (so that the others' write-back is heard soon); at once when woken (a connection
         to the store made again, or a read that found another generation)."""
         period = self.lease_ms / 3000
-        if not self.store_up or (self.replicas is not None and
-                                 self.replicas.generation.settling()):
+        if not self.store_up or replicas.generation.settling():
             period = min(period, PROBE_S)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), period)
         self._wake.clear()
 
-    async def _beat(self) -> None:
-        replicas = self.replicas
-        assert replicas is not None  # started only with a bus
+    async def _beat(self, replicas: Replicas) -> None:
         try:
             held = await replicas.beat(self.lease_ms)
             if not self._recovered:
@@ -104,7 +103,7 @@ class Lease:
                 # After an outage too: a beat that failed may have set the lease again on
                 # a store that had lost it (its write got there, its acknowledgement not).
                 self._rejoin_due = True
-            self._write_back()
+            self._write_back(replicas)
         except StoreUnavailable as exc:
             if self.store_up:
                 log.error("store.unavailable", backend=self.backend, error=exc.message)
@@ -114,12 +113,12 @@ class Lease:
             log.info("store.available", backend=self.backend)
         self.store_up, self.error = True, None
 
-    def _write_back(self) -> None:
+    def _write_back(self, replicas: Replicas) -> None:
         """Beside the heartbeat, which must stay on time whatever there is to write."""
         if self.outbox is not None and (self._writing is None or self._writing.done()):
-            self._writing = asyncio.create_task(self._write(self.outbox))
+            self._writing = asyncio.create_task(self._write(self.outbox, replicas))
 
-    async def _write(self, outbox: Outbox) -> None:
+    async def _write(self, outbox: Outbox, replicas: Replicas) -> None:
         """The store lost this replica's lease, so perhaps its records too: they are
         written back; then what waits in the outbox; then, once all is written, the others
         are told (they answer ids they cannot find with "retry" until then). Tried again
@@ -132,12 +131,11 @@ class Lease:
                 except StoreUnavailable:
                     self._rejoin_due = True
                     raise
-                assert self.replicas is not None  # written back only with a bus
-                self._marked_due = self.replicas.generation.known or None
+                self._marked_due = replicas.generation.known or None
                 log.warning("store.rejoined", replica=self.engine.replica, restored=restored)
             await outbox.flush()
-            if self._marked_due is not None and self.replicas is not None:
-                await self.replicas.rejoined(self._marked_due)
+            if self._marked_due is not None:
+                await replicas.rejoined(self._marked_due)
                 self._marked_due = None
 
     async def stop(self) -> None:

@@ -100,8 +100,7 @@ def connect(url: str | None, sentinels: Sequence[str], master: str) -> aioredis.
     connection to a demoted primary is dropped and made again to the new one)."""
     timeouts: dict[str, Any] = {"socket_connect_timeout": 1, "socket_timeout": 2,
                                 "retry": Retry(ExponentialBackoff(cap=0.2, base=0.02), 2)}
-    if not sentinels:
-        assert url is not None  # settings insist on one of them
+    if url is not None and not sentinels:  # settings insist on one of them
         return aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
             url, max_connections=64, timeout=2, **timeouts))
     # parse_url and Sentinel are untyped in redis-py.

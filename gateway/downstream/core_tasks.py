@@ -32,8 +32,6 @@ from gateway.tasks.engine import (
     Intent,
     StoreFull,
     TaskEngine,
-    TaskExpired,
-    TaskNotFound,
 )
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
@@ -184,13 +182,10 @@ class CoreTasks:
                 ex.on_response(core.final(changed, msg["id"]))
         self.engine.watch(task.id, told)
         try:
-            # An end written before the watch began is read now (it would not be told).
-            told(await self.engine.find(task.id, session.task_owner))
+            # An end written before the watch began is read now (it would not be told);
+            # one forgotten meanwhile is answered as tasks/get would (the dialect's words).
+            told(await handlers.core_lookup(self.engine, task.id, session.task_owner))
             return await ex.respond(request, json_ok, self.flow)
-        except (TaskNotFound, TaskExpired):  # forgotten meanwhile: as tasks/get would say
-            return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS,
-                                               "Failed to retrieve task: Task not found",
-                                               {"taskId": task.id}))
         finally:
             self.engine.unwatch(task.id, told)
 

@@ -156,9 +156,10 @@ class Backend:
         link.start()
         try:
             await link.wait_ready()
-        except UpstreamError as exc:
+        except UpstreamError as exc:  # no answer either way: the next modern request asks again
             await link.close()
-            log.info("upstream.eras", upstream=self.name, modern=False, said=exc.message)
+            self._probe = None
+            log.info("upstream.eras_unknown", upstream=self.name, said=exc.message)
             return None
         except BaseException:  # the gateway stops meanwhile: no process left behind
             await link.close()

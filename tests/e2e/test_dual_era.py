@@ -125,6 +125,18 @@ async def test_a_legacy_only_server_keeps_modern_clients_bridged(gateway, http) 
     assert main["era"] == "legacy" and "modern_link" not in main
 
 
+async def test_a_probe_that_got_no_answer_is_asked_again(gateway, http, tmp_path) -> None:
+    """A server that could not be reached when the first modern request probed it is not
+    taken for a legacy one for good: the next modern request asks again."""
+    down = tmp_path / "down"
+    # The first process (the legacy session's) starts; the probe's does not while `down`.
+    script = f'[ -e "{down}" ] && exit 1; exec "{DUAL[0]}" "{DUAL[1]}"'
+    url = await gateway(["sh", "-c", script], upstream={"startup_timeout_ms": 3000})
+    down.touch()
+    assert text(await call(http, url, "protocol_of")).startswith("2025-")  # bridged
+    down.unlink()
+    assert text(await call(http, url, "protocol_of")) == "2026-07-28"  # asked again
+
 
 async def test_an_accepted_notification_is_no_broken_message(gateway, client) -> None:
     """mcp 2.x answers a notification with 202 labelled application/json and no body: that

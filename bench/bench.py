@@ -202,6 +202,7 @@ async def wait_ready(url: str, timeout_s: float = 20) -> None:
             except aiohttp.ClientConnectionError:
                 pass
             await asyncio.sleep(0.05)
+    raise SystemExit(f"{url} never became ready")  # rather than figures of a dead gateway
 
 
 def free_port() -> int:

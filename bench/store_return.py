@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 import redis.asyncio as aioredis
 
-from bench import free_port
+from bench import free_port, wait_ready
 
 ROOT = Path(__file__).parents[1]
 TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -86,18 +86,6 @@ def replica(root: Path, name: str, store: Store, lease_ms: int
                             env={**os.environ, "PYTHONPATH": str(root)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, f"http://127.0.0.1:{port}/mcp"
-
-
-async def ready(http: aiohttp.ClientSession, url: str) -> None:
-    for _ in range(600):
-        try:
-            async with http.get(url.replace("/mcp", "/readyz")) as resp:
-                if resp.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.05)
-    raise SystemExit(f"{url} never became ready")
 
 
 async def modern(http: aiohttp.ClientSession, url: str, method: str, params: dict[str, Any]
@@ -163,7 +151,7 @@ async def main() -> None:
     try:
         async with aiohttp.ClientSession() as http:
             for url in urls:
-                await ready(http, url)
+                await wait_ready(url, 30)
             for i in range(args.rounds):
                 await asyncio.sleep(1 + i * 0.7)  # a different phase of the beats each round
                 rounds.append(await round_(http, store, urls, names))

@@ -9,7 +9,6 @@ serving process started through `load_isolated` never holds it (bench/README: Me
 
 from __future__ import annotations
 
-import difflib
 import functools
 import ipaddress
 import os
@@ -914,6 +913,8 @@ def _first_problem(exc: ValidationError) -> str:
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] in _UNKNOWN_KEY:
+        import difflib  # a bad file only: not resident in a serving process
+
         msg = f"unknown key `{err['loc'][-1]}`"
         close = difflib.get_close_matches(str(err["loc"][-1]), _keys_at(err["loc"][:-1]), 1)
         if close:

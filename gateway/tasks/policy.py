@@ -4,7 +4,6 @@ then by glob in the order written; each level overrides the defaults field by fi
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict, deque
 from dataclasses import asdict, dataclass, fields
 from fnmatch import fnmatchcase
@@ -89,6 +88,14 @@ def _match(tools: dict[str, TaskPolicyOverride], tool: str
                 (tool, None))
 
 
+def _median(values: deque[float]) -> float:
+    """statistics.median, without the 0.5 MiB resident that module (with decimal and
+    fractions) costs a serving process."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def queued_poll_ms(configured: int, expected_wait_s: float | None) -> int:
     """While a call waits in a queue: half its expected wait, no sooner than configured,
     within POLL_CEILING_MS (a client polls a long queue less often)."""
@@ -113,7 +120,7 @@ class PollAdvisor:
         seen = self.durations.get(tool)
         if not seen or len(seen) < 3:
             return configured
-        median_ms = statistics.median(seen) * 1000
+        median_ms = _median(seen) * 1000
         return int(min(POLL_CEILING_MS, max(POLL_FLOOR_MS, median_ms / 4)))
 
 

@@ -841,7 +841,7 @@ def _adapter() -> TypeAdapter[Settings]:
 
 def load_isolated(build: Callable[[], Settings]) -> Settings:
     """`build()` (which validates: `from_mapping`) run in a forked child, its Settings
-    handed back pickled. Why: importing pydantic and building its validators keeps ~13 MiB
+    handed back pickled. Why: importing pydantic and building its validators keeps ~10 MiB
     resident for the life of a process (bench/README: Memory), and the serving process
     needs only the plain dataclasses. A ConfigError in the child is raised here with the
     same line. Where os.fork is missing, `build()` runs here. Called before any thread
@@ -926,7 +926,7 @@ def _first_problem(exc: ValidationError) -> str:
     return f"{key}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
 
 
-# What pydantic calls a key a settings class does not have (on dataclasses; on models).
+# What pydantic calls a key a settings class does not have (`extra_forbidden`: on models).
 _UNKNOWN_KEY = ("unexpected_keyword_argument", "extra_forbidden")
 
 

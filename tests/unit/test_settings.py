@@ -412,7 +412,7 @@ def isolated(raw: dict[str, object]) -> dict[str, object]:
 
 def test_settings_validated_in_a_child_equal_those_validated_here() -> None:
     """Issue 34: the serving process gets its settings from a forked child (pydantic and
-    its validators stay there, ~13 MiB): the same settings, secrets included and hidden."""
+    its validators stay there, ~10 MiB): the same settings, secrets included and hidden."""
     raw = {"upstreams": {"m": {"command": "x", "tasks": {"defaults": {"mode": "never"}}},
                          "h": {"url": "https://mcp.example.com/mcp", "path": "/h",
                                "token_exchange": {"url": "https://idp.example.com/token",

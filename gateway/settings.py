@@ -14,6 +14,7 @@ import ipaddress
 import os
 import pickle
 import re
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -187,15 +188,15 @@ class TaskPolicyOverride(_Model):
     default."""
 
     mode: TaskMode | None = None
-    sync_budget_ms: Annotated[int | None, Ge(0)] = field(default=None)
-    ttl_ms: Annotated[int | None, Ge(1)] = field(default=None)
-    max_ttl_ms: Annotated[int | None, Ge(1)] = field(default=None)
-    poll_interval_ms: Annotated[int | None, Ge(1)] = field(default=None)
-    timeout_ms: Annotated[int | None, Ge(1)] = field(default=None)
+    sync_budget_ms: Annotated[int | None, Ge(0)] = None
+    ttl_ms: Annotated[int | None, Ge(1)] = None
+    max_ttl_ms: Annotated[int | None, Ge(1)] = None
+    poll_interval_ms: Annotated[int | None, Ge(1)] = None
+    timeout_ms: Annotated[int | None, Ge(1)] = None
     immediate_response: str | None = None
     scopes: list[str] | None = None
-    max_concurrency: Annotated[int | None, Ge(1)] = field(default=None)
-    max_queue: Annotated[int | None, Ge(0)] = field(default=None)
+    max_concurrency: Annotated[int | None, Ge(1)] = None
+    max_queue: Annotated[int | None, Ge(0)] = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -934,17 +935,22 @@ def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
     """The keys the settings know at `loc` (a dict's own keys pass through to its values)."""
     model: Any = Settings
     for part in loc:
+        model = _present(model)
         hints = typing.get_type_hints(model) if _is_model(model) else {}
-        if str(part) not in hints:  # a key of a dict of models: its values are the next model
+        if str(part) in hints:
+            model = hints[str(part)]
+        else:  # a key of a dict of models: its values are the next model
             args = typing.get_args(model)
             model = args[-1] if args else None
-            continue
-        model = hints[str(part)]
-    while not _is_model(model) and typing.get_args(model):  # X | None, dict[str, X]
-        model = next((a for a in typing.get_args(model) if a is not type(None)), None)
-        if typing.get_origin(model) is dict:
-            return []
+    model = _present(model)
     return [f.name for f in fields(model)] if _is_model(model) else []
+
+
+def _present(t: Any) -> Any:
+    """X of `X | None`; any other type as it is."""
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(t) if a is not type(None))
+    return t
 
 
 def _is_model(t: Any) -> bool:

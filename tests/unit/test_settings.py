@@ -63,6 +63,15 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
     ({"upstreams": {"m": {"command": "x"}}, "tasks": {"tools": {"r*": {"max_concurency": 1}}}},
      "tasks.tools.r*.max_concurency: unknown key `max_concurency`; did you mean "
      "`max_concurrency`?"),
+    # Through an optional section (an upstream's `tasks:`), a close key is offered too.
+    ({"upstreams": {"m": {"command": "x", "tasks": {"defaults": {"mod": "never"}}}}},
+     "upstreams.m.tasks.defaults.mod: unknown key `mod`; did you mean `mode`?"),
+    ({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
+        "resource": "https://gw", "issuers": ["https://idp"],
+        "introspection": {"url": "https://idp/i", "client_id": "c", "client_secret": "s",
+                          "requires_audience": False}}}},
+     "auth.oauth.introspection.requires_audience: unknown key `requires_audience`; did you "
+     "mean `require_audience`?"),
     ({"upstreams": {"m": {}}}, "upstreams.m: give exactly one of 'command'"),
     ({"upstreams": {"m": {"command": "x"}}, "listen": {"port": "eighty"}},
      "listen.port: Input should be a valid integer"),

@@ -163,7 +163,7 @@ async def _unrouted(request: web.Request) -> web.StreamResponse:
 def _tool_scopes(conf: Settings) -> frozenset[str]:
     """Every scope a tool policy names (the metadata's scopes_supported)."""
     layers = [conf.tasks] + [u.tasks for u in conf.upstreams.values() if u.tasks is not None]
-    return frozenset(scope for tasks in layers for scope in tasks.defaults.scopes) | {
+    return frozenset(scope for tasks in layers for scope in tasks.defaults.scopes or ()) | {
         scope for tasks in layers for o in tasks.tools.values() for scope in o.scopes or ()}
 
 

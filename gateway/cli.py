@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             needs = f"; set before starting: {', '.join(sorted(set(unset)))}" if unset else ""
             print(f"{args.check_config}: ok ({len(s.upstreams)} upstream(s)){needs}")
             return 0
-        conf = build_settings(args)
+        # Validated in a child process: pydantic never loads into the one that serves.
+        conf = settings.load_isolated(lambda: build_settings(args))
         from gateway.app import serve  # imported late: --check-config stays light and fast
 
         return serve(conf)

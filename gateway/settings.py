@@ -1,38 +1,38 @@
-"""The gateway's configuration: frozen pydantic models of the YAML file (docs/configuration.md),
+"""The gateway's configuration: frozen dataclasses of the YAML file (docs/configuration.md),
 `${VAR}` interpolation, and one-line errors that name the offending key.
 
-Loaded once at start; nothing else reads YAML or the environment for settings.
+Loaded once at start; nothing else reads YAML or the environment for settings. The classes are
+plain stdlib dataclasses, all the gateway reads at run time; pydantic validates a YAML tree into
+them (their constraints are `Annotated` metadata it reads), imported only to validate, so a
+serving process started through `load_isolated` never holds it (bench/README: Memory).
 """
 
 from __future__ import annotations
 
-import difflib
+import functools
 import ipaddress
 import os
+import pickle
 import re
+import types
 import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    StringConstraints,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from annotated_types import Ge, Le, MaxLen, MinLen
 
 from gateway import redact
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
 
 TaskMode = Literal["never", "auto", "always", "required"]
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 Isolation = Literal["shared", "client", "call"]
 Era = Literal["auto", "legacy", "modern"]
-EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 # The gateway's own routes (gateway/admin.py; RFC 9728's metadata under /.well-known/).
@@ -43,164 +43,268 @@ class ConfigError(Exception):
     """A configuration problem, worded for one line: `key.path: what is wrong`."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def doc(text: str) -> dict[str, str]:
+    """A key's meaning, as docs/configuration.md shows it (scripts/config_reference.py)."""
+    return {"doc": text}
 
 
+class _Rule:
+    """A check of one key's value (`before`: a rewrite of it), run where pydantic validates,
+    so that its error names that key. pydantic_core is imported only then."""
+
+    __slots__ = ("before", "rule")
+
+    def __init__(self, rule: Callable[[Any], Any], before: bool = False) -> None:
+        self.rule, self.before = rule, before
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
+        from pydantic_core import core_schema
+
+        wrap = (core_schema.no_info_before_validator_function if self.before
+                else core_schema.no_info_after_validator_function)
+        return wrap(self.rule, handler(source))
+
+
+class Matches:
+    """A string key's regular expression (pydantic's own check and error wording)."""
+
+    __slots__ = ("pattern",)
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
+        return {**handler(source), "pattern": self.pattern}
+
+
+class Secret:
+    """A secret string: its repr hides it (a settings object in a log or a traceback shows
+    `**********`); `get_secret_value()` is the one way to read it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get_secret_value(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Callable[[Any], Any]) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(cls, core_schema.str_schema())
+
+
+def _none_if_empty(value: Any) -> Any:
+    return None if value == "" else value  # `${HOSTNAME:-}` and the like
+
+
+EnvName = Annotated[str, Matches(r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# Left empty (`${VAR:-}` unset), a key reads as not given.
+EmptyIsNull = _Rule(_none_if_empty, before=True)
+
+
+class _Model:
+    """What every settings class shares: unknown keys are refused (pydantic reads this
+    attribute on stdlib dataclasses)."""
+
+    __slots__ = ()
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Listen(_Model):
     """Where the gateway listens for MCP clients."""
 
-    host: str = Field("127.0.0.1",
-        description=("address to bind; beyond loopback it needs auth.bearer_tokens or "
-                     "security.allow_unauthenticated"))
-    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free one)")
-    tls_cert: str | None = Field(None,
-        description=("a PEM certificate (chain) file: serve HTTPS (give tls_key too); null: "
-                     "plain HTTP, TLS ended in front (README, Security)"))
-    tls_key: str | None = Field(None, description="the certificate's PEM private key file")
-    max_header_bytes: int = Field(32 * 1024, ge=8190, le=1 << 20,
-        description=("the longest request line or header a client may send (400 beyond); "
-                     "room for JWTs with many claims (Entra ID tokens with groups pass 8 KiB)"))
-    sse_keepalive_ms: int = Field(15000, ge=100,
-        description=("a comment line on idle SSE streams this often, so proxies keep slow calls "
-                     "open"))
+    host: str = field(default="127.0.0.1",
+        metadata=doc("address to bind; beyond loopback it needs auth.bearer_tokens or "
+            "security.allow_unauthenticated"))
+    port: Annotated[int, Ge(0), Le(65535)] = field(default=8080,
+        metadata=doc("TCP port (0: any free one)"))
+    tls_cert: str | None = field(default=None,
+        metadata=doc("a PEM certificate (chain) file: serve HTTPS (give tls_key too); null: "
+            "plain HTTP, TLS ended in front (README, Security)"))
+    tls_key: str | None = field(default=None,
+        metadata=doc("the certificate's PEM private key file"))
+    max_header_bytes: Annotated[int, Ge(8190), Le(1 << 20)] = field(default=32 * 1024,
+        metadata=doc("the longest request line or header a client may send (400 beyond); "
+            "room for JWTs with many claims (Entra ID tokens with groups pass 8 KiB)"))
+    sse_keepalive_ms: Annotated[int, Ge(100)] = field(default=15000,
+        metadata=doc("a comment line on idle SSE streams this often, so proxies keep slow calls "
+            "open"))
 
-    @model_validator(mode="after")
-    def _tls_pair(self) -> Listen:
+    def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("listen.tls_cert and listen.tls_key go together")
-        return self
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskPolicy(_Model):
     """How calls of a tool become tasks (README: Task modes)."""
 
-    mode: TaskMode = Field("auto",
-        description=("never, auto (a task once sync_budget_ms passes), always or required: "
-                     "README, Task modes"))
-    sync_budget_ms: int = Field(1000, ge=0,
-        description="auto: how long a call may run inline before it becomes a task")
-    ttl_ms: int = Field(600_000, ge=1,
-        description=("how long a task is kept from its creation, unless the client asks for "
-                     "another ttl"))
-    max_ttl_ms: int = Field(3_600_000, ge=1, description="the longest ttl a client may ask for")
-    poll_interval_ms: int = Field(1000, ge=1,
-        description="suggested to clients; adapted to the tool's recent durations")
-    timeout_ms: int | None = Field(None, ge=1,
-        description="a running task fails after this long (null: only its ttl ends it)")
+    mode: TaskMode = field(default="auto",
+        metadata=doc("never, auto (a task once sync_budget_ms passes), always or required: "
+            "README, Task modes"))
+    sync_budget_ms: Annotated[int, Ge(0)] = field(default=1000,
+        metadata=doc("auto: how long a call may run inline before it becomes a task"))
+    ttl_ms: Annotated[int, Ge(1)] = field(default=600_000,
+        metadata=doc("how long a task is kept from its creation, unless the client asks for "
+            "another ttl"))
+    max_ttl_ms: Annotated[int, Ge(1)] = field(default=3_600_000,
+        metadata=doc("the longest ttl a client may ask for"))
+    poll_interval_ms: Annotated[int, Ge(1)] = field(default=1000,
+        metadata=doc("suggested to clients; adapted to the tool's recent durations"))
+    timeout_ms: Annotated[int | None, Ge(1)] = field(default=None,
+        metadata=doc("a running task fails after this long (null: only its ttl ends it)"))
     # Text a 2025-11-25 client may show its model at once when a call becomes a task
     # (CreateTaskResult `_meta["io.modelcontextprotocol/model-immediate-response"]`).
-    immediate_response: str | None = Field(None,
-        description=("text a 2025-11-25 client may show its model at once when a call becomes a "
-                     "task"))
-    scopes: list[str] = Field([],
-        description=("with auth.oauth: scopes a token needs to call the tool (and to see it "
-                     "listed, and to read its tasks)"))
-    max_concurrency: int | None = Field(None, ge=1,
-        description=("calls of the tool running at once on each replica (set for a pattern: "
-                     "shared by the tools it names); the rest wait in a queue, fair across "
-                     "callers (null: no limit)"))
-    max_queue: int = Field(100, ge=0,
-        description="with max_concurrency: calls that may wait; beyond, a call is refused")
+    immediate_response: str | None = field(default=None,
+        metadata=doc("text a 2025-11-25 client may show its model at once when a call becomes a "
+            "task"))
+    scopes: list[str] = field(default_factory=list,
+        metadata=doc("with auth.oauth: scopes a token needs to call the tool (and to see it "
+            "listed, and to read its tasks)"))
+    max_concurrency: Annotated[int | None, Ge(1)] = field(default=None,
+        metadata=doc("calls of the tool running at once on each replica (set for a pattern: "
+            "shared by the tools it names); the rest wait in a queue, fair across "
+            "callers (null: no limit)"))
+    max_queue: Annotated[int, Ge(0)] = field(default=100,
+        metadata=doc("with max_concurrency: calls that may wait; beyond, a call is refused"))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskPolicyOverride(_Model):
     """A tool's own policy: any key of TaskPolicy; a key left out or null takes the
     default."""
 
     mode: TaskMode | None = None
-    sync_budget_ms: int | None = Field(None, ge=0)
-    ttl_ms: int | None = Field(None, ge=1)
-    max_ttl_ms: int | None = Field(None, ge=1)
-    poll_interval_ms: int | None = Field(None, ge=1)
-    timeout_ms: int | None = Field(None, ge=1)
+    sync_budget_ms: Annotated[int | None, Ge(0)] = None
+    ttl_ms: Annotated[int | None, Ge(1)] = None
+    max_ttl_ms: Annotated[int | None, Ge(1)] = None
+    poll_interval_ms: Annotated[int | None, Ge(1)] = None
+    timeout_ms: Annotated[int | None, Ge(1)] = None
     immediate_response: str | None = None
     scopes: list[str] | None = None
-    max_concurrency: int | None = Field(None, ge=1)
-    max_queue: int | None = Field(None, ge=0)
+    max_concurrency: Annotated[int | None, Ge(1)] = None
+    max_queue: Annotated[int | None, Ge(0)] = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tasks(_Model):
     """Task policies: `defaults`, and per tool name in `tools`."""
 
-    defaults: TaskPolicy = Field(TaskPolicy(), description="for every tool")
-    tools: dict[str, TaskPolicyOverride] = Field({},
-        description="per tool name, over the defaults (a key left out or null: the default)")
+    defaults: TaskPolicy = field(default_factory=TaskPolicy,
+        metadata=doc("for every tool"))
+    tools: dict[str, TaskPolicyOverride] = field(default_factory=dict,
+        metadata=doc("per tool name, over the defaults (a key left out or null: the default)"))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamTasks(_Model):
+    """One upstream's task policies, over the global `tasks` field by field: a key left
+    out or null takes the global one."""
+
+    defaults: TaskPolicyOverride = field(default_factory=TaskPolicyOverride,
+        metadata=doc("for every tool of this upstream, over the global `tasks.defaults`"))
+    tools: dict[str, TaskPolicyOverride] = field(default_factory=dict,
+        metadata=doc("per tool name, over the global `tasks.tools` and these defaults"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TokenExchange(_Model):
     """RFC 8693 token exchange: the caller's access token traded for one meant for this
     upstream, so the upstream knows who calls without ever seeing the caller's token."""
 
-    url: str = Field(pattern=r"^https?://", description="the token endpoint that exchanges")
-    client_id: str = Field(min_length=1, description="the gateway's client there")
-    client_secret: SecretStr = Field(description="its secret (HTTP Basic)")
-    audience: str | None = Field(None, description="the upstream, as the server names it")
-    scope: str | None = Field(None, description="scopes asked for the exchanged token")
+    url: Annotated[str, Matches(r"^https?://")] = field(
+        metadata=doc("the token endpoint that exchanges"))
+    client_id: Annotated[str, MinLen(1)] = field(
+        metadata=doc("the gateway's client there"))
+    client_secret: Secret = field(
+        metadata=doc("its secret (HTTP Basic)"))
+    audience: str | None = field(default=None,
+        metadata=doc("the upstream, as the server names it"))
+    scope: str | None = field(default=None,
+        metadata=doc("scopes asked for the exchanged token"))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Upstream(_Model):
     """One MCP server behind the gateway: a stdio program (`command`) or a Streamable HTTP
     URL (`url`)."""
 
-    command: str | None = Field(None,
-        description="a stdio server: the program to run (give command or url)")
-    args: list[str] = Field([], description="its arguments")
-    env: dict[str, str] = Field({},
-        description=("stdio: environment variables set for it (README, Security: it starts "
-                     "with a short default environment, never the gateway's whole one)"))
-    inherit_env: list[EnvName] = Field([],
-        description="stdio: the gateway's environment variables passed on, by name")
-    cwd: str | None = Field(None, description="its working directory")
-    url: str | None = Field(None, description="a Streamable HTTP (or older HTTP+SSE) server's URL")
-    path: str = Field("/mcp", description="where clients reach this upstream on the gateway")
-    isolation: Isolation = Field("shared",
-        description=("shared: one process for all; client: one per session or auth context; "
-                     "call: one per tools/call, from a warm pool"))
-    pool_size: int = Field(2, ge=1, le=64, description="warm processes kept for isolation: call")
-    era: Era = Field("auto",
-        description=("which protocol era the gateway speaks to it: auto finds out (a server "
-                     "of both eras serves modern clients on its modern wire); legacy: "
-                     "initialize only; modern: server/discover only"))
+    command: str | None = field(default=None,
+        metadata=doc("a stdio server: the program to run (give command or url)"))
+    args: list[str] = field(default_factory=list,
+        metadata=doc("its arguments"))
+    env: dict[str, str] = field(default_factory=dict,
+        metadata=doc("stdio: environment variables set for it (README, Security: it starts "
+            "with a short default environment, never the gateway's whole one)"))
+    inherit_env: list[EnvName] = field(default_factory=list,
+        metadata=doc("stdio: the gateway's environment variables passed on, by name"))
+    cwd: str | None = field(default=None,
+        metadata=doc("its working directory"))
+    url: str | None = field(default=None,
+        metadata=doc("a Streamable HTTP (or older HTTP+SSE) server's URL"))
+    path: str = field(default="/mcp",
+        metadata=doc("where clients reach this upstream on the gateway"))
+    isolation: Isolation = field(default="shared",
+        metadata=doc("shared: one process for all; client: one per session or auth context; "
+            "call: one per tools/call, from a warm pool"))
+    pool_size: Annotated[int, Ge(1), Le(64)] = field(default=2,
+        metadata=doc("warm processes kept for isolation: call"))
+    era: Era = field(default="auto",
+        metadata=doc("which protocol era the gateway speaks to it: auto finds out (a server "
+            "of both eras serves modern clients on its modern wire); legacy: "
+            "initialize only; modern: server/discover only"))
     # 120 s: the shipped configs start server-everything with npx, which downloads it at a
     # container's every start (docker.yaml, deploy/) and at a host's first.
-    startup_timeout_ms: int = Field(120_000, ge=100,
-        description=("how long a start (spawn, initialize, an npx download included) may take "
-                     "before waiting callers get an error"))
-    max_concurrency: int | None = Field(None, ge=1,
-        description=("tool calls running on this server at once, on each replica; the rest "
-                     "wait in a queue, fair across callers (null: no limit)"))
-    max_queue: int = Field(1000, ge=0,
-        description="with max_concurrency: calls that may wait; beyond, a call is refused")
+    startup_timeout_ms: Annotated[int, Ge(100)] = field(default=120_000,
+        metadata=doc("how long a start (spawn, initialize, an npx download included) may take "
+            "before waiting callers get an error"))
+    max_concurrency: Annotated[int | None, Ge(1)] = field(default=None,
+        metadata=doc("tool calls running on this server at once, on each replica; the rest "
+            "wait in a queue, fair across callers (null: no limit)"))
+    max_queue: Annotated[int, Ge(0)] = field(default=1000,
+        metadata=doc("with max_concurrency: calls that may wait; beyond, a call is refused"))
     # A default bound, so no call waits for ever on a server that lost it (issue 31): as
     # long as a task is kept by default (tasks.defaults.ttl_ms).
-    request_timeout_ms: int | None = Field(600_000, ge=1,
-        description=("a call not answered by then is cancelled upstream and answered with an "
-                     "error (null: no gateway limit)"))
+    request_timeout_ms: Annotated[int | None, Ge(1)] = field(default=600_000,
+        metadata=doc("a call not answered by then is cancelled upstream and answered with an "
+            "error (null: no gateway limit)"))
     # Streamable HTTP upstreams only:
-    headers: dict[str, str] = Field({}, description="url upstreams: sent with every request")
+    headers: dict[str, str] = field(default_factory=dict,
+        metadata=doc("url upstreams: sent with every request"))
     # Client headers passed on by name. The client's Authorization is not passed unless
     # named here (token passthrough is an anti-pattern: base spec, Security).
-    forward_headers: list[str] = Field([],
-        description=("url upstreams: client headers passed on, by name (Authorization only if "
-                     "named)"))
-    token_exchange: TokenExchange | None = Field(None,
-        description=("url upstreams with auth.oauth: each call carries the caller's token "
-                     "exchanged for this upstream (RFC 8693)"))
-    connect_timeout_ms: int = Field(10_000, ge=1,
-        description="url upstreams: to open a connection")
-    read_timeout_ms: int | None = Field(None, ge=1,
-        description="url upstreams: the longest silence in a reply (null: none)")
-    shutdown_grace_ms: int = Field(2000, ge=0,
-        description=("stdio: after closing its stdin, the wait before SIGTERM, then as long "
-                     "before SIGKILL"))
-    restart_backoff_max_ms: int = Field(10000, ge=10,
-        description="the longest wait between restarts or reconnections (it doubles from 0.1 s)")
-    tasks: Tasks | None = Field(None,
-        description="this upstream's task policy, over the global one")
+    forward_headers: list[str] = field(default_factory=list,
+        metadata=doc("url upstreams: client headers passed on, by name (Authorization only if "
+            "named)"))
+    token_exchange: TokenExchange | None = field(default=None,
+        metadata=doc("url upstreams with auth.oauth: each call carries the caller's token "
+            "exchanged for this upstream (RFC 8693)"))
+    connect_timeout_ms: Annotated[int, Ge(1)] = field(default=10_000,
+        metadata=doc("url upstreams: to open a connection"))
+    read_timeout_ms: Annotated[int | None, Ge(1)] = field(default=None,
+        metadata=doc("url upstreams: the longest silence in a reply (null: none)"))
+    shutdown_grace_ms: Annotated[int, Ge(0)] = field(default=2000,
+        metadata=doc("stdio: after closing its stdin, the wait before SIGTERM, then as long "
+            "before SIGKILL"))
+    restart_backoff_max_ms: Annotated[int, Ge(10)] = field(default=10000,
+        metadata=doc("the longest wait between restarts or reconnections (it doubles from 0.1 s)"))
+    tasks: UpstreamTasks | None = field(default=None,
+        metadata=doc("this upstream's task policy, over the global one"))
 
-    @model_validator(mode="after")
-    def _one_target(self) -> Upstream:
+    def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
         if not self.path.startswith("/"):
@@ -216,67 +320,73 @@ class Upstream(_Model):
             scheme, _, rest = self.url.partition("://")
             if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
                 raise ValueError(f"'url' must be an http:// or https:// URL, not {self.url!r}")
-        return self
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Limits(_Model):
     """Bounds that keep one client, or many, from exhausting the gateway; README: Limits
     says what happens at each."""
 
-    max_tasks: int = Field(10_000, ge=1,
-        description="tasks kept at once, running and finished, all owners")
-    max_tasks_per_owner: int = Field(100, ge=1,
-        description=("tasks kept at once for one principal (all its legacy sessions "
-                     "together)"))
-    max_result_bytes: int = Field(10 * 1024 * 1024, ge=1,
-        description="a bigger result fails its task")
-    max_stored_bytes_per_principal: int = Field(64 * 1024 * 1024, ge=1,
-        description=("bytes of results kept at once for one principal (the memory store; "
-                     "with Redis only max_stored_bytes holds)"))
-    max_stored_bytes: int = Field(256 * 1024 * 1024, ge=1,
-        description="bytes of results kept at once, all tasks")
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024,
-        description="a bigger POST body is refused (413)")
-    max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024,
-        description="one upstream line; a bigger one restarts that server")
-    max_sessions: int = Field(1000, ge=1,
-        description=("legacy sessions at once per upstream; the newcomer's principal's least "
-                     "recently used idle one makes room, else it is refused"))
-    max_sessions_per_principal: int = Field(100, ge=1,
-        description=("legacy sessions at once per upstream for one principal; its least "
-                     "recently used idle one makes room, else it is refused"))
-    session_idle_ms: int = Field(3_600_000, ge=1000,
-        description="a legacy session idle this long ends")
-    replay_events: int = Field(256, ge=0, description="SSE events kept per stream for resume")
-    replay_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="and bytes kept per stream")
-    replay_budget_bytes: int = Field(256 * 1024 * 1024, ge=1024,
-        description=("bytes kept for resume by every legacy session's streams together; "
-                     "over it, the oldest replay of the same principal goes first"))
-    replay_bytes_per_principal: int = Field(64 * 1024 * 1024, ge=1024,
-        description="of them for one principal's streams; over it, its own oldest replay goes")
-    replay_linger_ms: int = Field(60_000, ge=0,
-        description="an answered stream's events are kept this long for a resume, then dropped")
-    slow_reader_ms: int = Field(30_000, ge=100, description="a write waits this long at most")
-    max_parked: int = Field(1000, ge=1,
-        description="calls waiting for a modern client's input, per upstream")
-    max_parked_per_principal: int = Field(100, ge=1,
-        description=("of them for one principal; beyond it that principal's oldest is "
-                     "cancelled"))
-    park_timeout_ms: int = Field(300_000, ge=100, description="then the parked call is cancelled")
-    max_listeners_per_owner: int = Field(16, ge=1,
-        description="subscriptions/listen streams per principal")
-    max_listeners: int = Field(1000, ge=1,
-        description="subscriptions/listen streams per upstream, all principals")
+    max_tasks: Annotated[int, Ge(1)] = field(default=10_000,
+        metadata=doc("tasks kept at once, running and finished, all owners"))
+    max_tasks_per_owner: Annotated[int, Ge(1)] = field(default=100,
+        metadata=doc("tasks kept at once for one principal (all its legacy sessions "
+            "together)"))
+    max_result_bytes: Annotated[int, Ge(1)] = field(default=10 * 1024 * 1024,
+        metadata=doc("a bigger result fails its task"))
+    max_stored_bytes_per_principal: Annotated[int, Ge(1)] = field(default=64 * 1024 * 1024,
+        metadata=doc("bytes of results kept at once for one principal (the memory store; "
+            "with Redis only max_stored_bytes holds)"))
+    max_stored_bytes: Annotated[int, Ge(1)] = field(default=256 * 1024 * 1024,
+        metadata=doc("bytes of results kept at once, all tasks"))
+    max_body_bytes: Annotated[int, Ge(1024)] = field(default=4 * 1024 * 1024,
+        metadata=doc("a bigger POST body is refused (413)"))
+    max_message_bytes: Annotated[int, Ge(1024)] = field(default=64 * 1024 * 1024,
+        metadata=doc("one upstream line; a bigger one restarts that server"))
+    max_sessions: Annotated[int, Ge(1)] = field(default=1000,
+        metadata=doc("legacy sessions at once per upstream; the newcomer's principal's least "
+            "recently used idle one makes room, else it is refused"))
+    max_sessions_per_principal: Annotated[int, Ge(1)] = field(default=100,
+        metadata=doc("legacy sessions at once per upstream for one principal; its least "
+            "recently used idle one makes room, else it is refused"))
+    session_idle_ms: Annotated[int, Ge(1000)] = field(default=3_600_000,
+        metadata=doc("a legacy session idle this long ends"))
+    replay_events: Annotated[int, Ge(0)] = field(default=256,
+        metadata=doc("SSE events kept per stream for resume"))
+    replay_bytes: Annotated[int, Ge(1024)] = field(default=16 * 1024 * 1024,
+        metadata=doc("and bytes kept per stream"))
+    replay_budget_bytes: Annotated[int, Ge(1024)] = field(default=256 * 1024 * 1024,
+        metadata=doc("bytes kept for resume by every legacy session's streams together; "
+            "over it, the oldest replay of the same principal goes first"))
+    replay_bytes_per_principal: Annotated[int, Ge(1024)] = field(default=64 * 1024 * 1024,
+        metadata=doc("of them for one principal's streams; over it, its own oldest replay goes"))
+    replay_linger_ms: Annotated[int, Ge(0)] = field(default=60_000,
+        metadata=doc("an answered stream's events are kept this long for a resume, then dropped"))
+    slow_reader_ms: Annotated[int, Ge(100)] = field(default=30_000,
+        metadata=doc("a write waits this long at most"))
+    max_parked: Annotated[int, Ge(1)] = field(default=1000,
+        metadata=doc("calls waiting for a modern client's input, per upstream"))
+    max_parked_per_principal: Annotated[int, Ge(1)] = field(default=100,
+        metadata=doc("of them for one principal; beyond it that principal's oldest is "
+            "cancelled"))
+    park_timeout_ms: Annotated[int, Ge(100)] = field(default=300_000,
+        metadata=doc("then the parked call is cancelled"))
+    max_listeners_per_owner: Annotated[int, Ge(1)] = field(default=16,
+        metadata=doc("subscriptions/listen streams per principal"))
+    max_listeners: Annotated[int, Ge(1)] = field(default=1000,
+        metadata=doc("subscriptions/listen streams per upstream, all principals"))
     # Per principal (auth context: a legacy session's are its principal's, issue 29), token
     # buckets; a rate of 0 means no limit. The `_per_owner` names stay for compatibility.
-    task_requests_per_s: float = Field(200, ge=0,
-        description="tasks/* requests a second, per principal (0: no limit)")
-    task_requests_burst: int = Field(400, ge=1, description="and in a burst")
-    task_creations_per_s: float = Field(100, ge=0,
-        description="new tasks a second, per principal (0: no limit)")
-    task_creations_burst: int = Field(200, ge=1, description="and in a burst")
-    max_calls_per_owner: int = Field(256, ge=1,
-        description="calls in flight per principal, a running task's call included")
+    task_requests_per_s: Annotated[float, Ge(0)] = field(default=200,
+        metadata=doc("tasks/* requests a second, per principal (0: no limit)"))
+    task_requests_burst: Annotated[int, Ge(1)] = field(default=400,
+        metadata=doc("and in a burst"))
+    task_creations_per_s: Annotated[float, Ge(0)] = field(default=100,
+        metadata=doc("new tasks a second, per principal (0: no limit)"))
+    task_creations_burst: Annotated[int, Ge(1)] = field(default=200,
+        metadata=doc("and in a burst"))
+    max_calls_per_owner: Annotated[int, Ge(1)] = field(default=256,
+        metadata=doc("calls in flight per principal, a running task's call included"))
 
 
 # Asymmetric signatures only: `none` is no signature, and an HS* key would be the issuer's
@@ -285,74 +395,82 @@ SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES2
                       "ES512", "EdDSA")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Introspection(_Model):
     """RFC 7662 token introspection, for opaque (non-JWT) access tokens."""
 
-    url: str = Field(pattern=r"^https?://", description="the introspection endpoint")
-    client_id: str = Field(min_length=1, description="the gateway's client at the server")
-    client_secret: SecretStr = Field(description="its secret (HTTP Basic)")
-    issuer: str | None = Field(None,
-        description=("the one issuer (of `issuers`) this endpoint vouches for; an answer naming "
-                     "another is refused; default: the first of `issuers`"))
-    require_audience: bool = Field(True,
-        description=("an answer must carry `aud` naming `resource` (RFC 8707); false only for "
-                     "a server that never sends `aud` and issues tokens for this gateway alone"))
+    url: Annotated[str, Matches(r"^https?://")] = field(
+        metadata=doc("the introspection endpoint"))
+    client_id: Annotated[str, MinLen(1)] = field(
+        metadata=doc("the gateway's client at the server"))
+    client_secret: Secret = field(
+        metadata=doc("its secret (HTTP Basic)"))
+    issuer: str | None = field(default=None,
+        metadata=doc("the one issuer (of `issuers`) this endpoint vouches for; an answer naming "
+            "another is refused; default: the first of `issuers`"))
+    require_audience: bool = field(default=True,
+        metadata=doc("an answer must carry `aud` naming `resource` (RFC 8707); false only for "
+            "a server that never sends `aud` and issues tokens for this gateway alone"))
 
 
+def _asymmetric(value: list[str]) -> list[str]:
+    for alg in value:
+        if alg not in SIGNING_ALGORITHMS:
+            raise ValueError(f"{alg!r} is not accepted: use asymmetric algorithms among "
+                             f"{', '.join(SIGNING_ALGORITHMS)}")
+    return value
+
+
+def _http_urls(value: list[str]) -> list[str]:
+    for issuer in value:
+        if not issuer.startswith(("https://", "http://")):
+            raise ValueError(f"{issuer!r} is not an http(s) URL")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OAuth(_Model):
     """An OAuth 2.1 resource server (MCP authorization spec): JWT access tokens checked
     against the issuers' keys, opaque ones by introspection."""
 
-    resource: str = Field(pattern=r"^https?://[^#]+$",
-        description=("this gateway's canonical URI: the audience tokens must carry (RFC 8707), "
-                     "and the `resource` of its metadata (RFC 9728)"))
-    issuers: list[str] = Field(min_length=1,
-        description=("accepted token issuers; each one's keys are found by RFC 8414 / OIDC "
-                     "discovery"))
-    scopes: list[str] = Field([], description="scopes every request needs")
-    introspection: Introspection | None = Field(None,
-        description=("{url, client_id, client_secret, issuer, require_audience}: opaque "
-                     "tokens are checked there"))
-    algorithms: list[str] = Field(list(SIGNING_ALGORITHMS),
-        description="accepted JWT signature algorithms (asymmetric ones only)")
-    leeway_s: int = Field(30, ge=0, le=300,
-        description="clock skew allowed on exp and nbf")
-    key_refresh_s: float = Field(30, ge=1,
-        description=("an unknown key id fetches the issuer's keys again at most this often; "
-                     "known keys are fetched again every hour"))
-    fetch_timeout_ms: int = Field(5000, ge=100,
-        description="discovery, keys and introspection requests give up after this long")
-    cache_tokens: int = Field(10_000, ge=0,
-        description="validated tokens remembered (never past their expiry)")
-    admin_scope: str | None = Field(None, min_length=1,
-        description=("a token carrying this scope is an operator: it opens /status, /metrics "
-                     "and /readyz?detail (README, Security)"))
-    allow_http: bool = Field(False,
-        description=("accept http:// issuers, jwks_uri and introspection beyond loopback "
-                     "(keys and tokens then cross the network unprotected)"))
-    require_at_jwt: bool = Field(False,
-        description=("JWTs must carry the header `typ: at+jwt` (RFC 9068 section 4): an ID "
-                     "token or another JWT of the issuer is not taken for an access token"))
+    resource: Annotated[str, Matches(r"^https?://[^#]+$")] = field(
+        metadata=doc("this gateway's canonical URI: the audience tokens must carry (RFC 8707), "
+            "and the `resource` of its metadata (RFC 9728)"))
+    issuers: Annotated[list[str], MinLen(1), _Rule(_http_urls)] = field(
+        metadata=doc("accepted token issuers; each one's keys are found by RFC 8414 / OIDC "
+            "discovery"))
+    scopes: list[str] = field(default_factory=list,
+        metadata=doc("scopes every request needs"))
+    introspection: Introspection | None = field(default=None,
+        metadata=doc("{url, client_id, client_secret, issuer, require_audience}: opaque "
+            "tokens are checked there"))
+    algorithms: Annotated[list[str], _Rule(_asymmetric)] = field(
+        default_factory=lambda: list(SIGNING_ALGORITHMS),
+        metadata=doc("accepted JWT signature algorithms (asymmetric ones only)"))
+    leeway_s: Annotated[int, Ge(0), Le(300)] = field(default=30,
+        metadata=doc("clock skew allowed on exp and nbf"))
+    key_refresh_s: Annotated[float, Ge(1)] = field(default=30,
+        metadata=doc("an unknown key id fetches the issuer's keys again at most this often; "
+            "known keys are fetched again every hour"))
+    fetch_timeout_ms: Annotated[int, Ge(100)] = field(default=5000,
+        metadata=doc("discovery, keys and introspection requests give up after this long"))
+    cache_tokens: Annotated[int, Ge(0)] = field(default=10_000,
+        metadata=doc("validated tokens remembered (never past their expiry)"))
+    admin_scope: Annotated[str, MinLen(1)] | None = field(default=None,
+        metadata=doc("a token carrying this scope is an operator: it opens /status, /metrics "
+            "and /readyz?detail (README, Security)"))
+    allow_http: bool = field(default=False,
+        metadata=doc("accept http:// issuers, jwks_uri and introspection beyond loopback "
+            "(keys and tokens then cross the network unprotected)"))
+    require_at_jwt: bool = field(default=False,
+        metadata=doc("JWTs must carry the header `typ: at+jwt` (RFC 9068 section 4): an ID "
+            "token or another JWT of the issuer is not taken for an access token"))
 
-    @field_validator("algorithms")
-    @classmethod
-    def _asymmetric(cls, value: list[str]) -> list[str]:
-        for alg in value:
-            if alg not in SIGNING_ALGORITHMS:
-                raise ValueError(f"{alg!r} is not accepted: use asymmetric algorithms among "
-                                 f"{', '.join(SIGNING_ALGORITHMS)}")
-        return value
+    def __post_init__(self) -> None:
+        self._https_beyond_loopback()
+        self._introspection_issuer()
 
-    @field_validator("issuers")
-    @classmethod
-    def _urls(cls, value: list[str]) -> list[str]:
-        for issuer in value:
-            if not issuer.startswith(("https://", "http://")):
-                raise ValueError(f"{issuer!r} is not an http(s) URL")
-        return value
-
-    @model_validator(mode="after")
-    def _https_beyond_loopback(self) -> OAuth:
+    def _https_beyond_loopback(self) -> None:
         """Keys and tokens cross to these servers: https, or plain http to this machine
         only, unless `allow_http` says otherwise (RFC 8414 section 2: issuers are https)."""
         where = [(f"issuers.{i}", url) for i, url in enumerate(self.issuers)]
@@ -362,34 +480,32 @@ class OAuth(_Model):
             if not transport_allowed(url, self.allow_http):
                 raise ValueError(f"{key} is plain http beyond loopback: use https, or set "
                                  "auth.oauth.allow_http: true")
-        return self
 
-    @model_validator(mode="after")
-    def _introspection_issuer(self) -> OAuth:
+    def _introspection_issuer(self) -> None:
         """The introspection endpoint vouches for one issuer (an answer naming another is
         refused): one of `issuers`, the first by default."""
         named = self.introspection.issuer if self.introspection else None
         if named is not None and named not in self.issuers:
             raise ValueError(f"introspection.issuer {named!r} is not one of issuers")
-        return self
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Auth(_Model):
     """Who may call: static bearer tokens (each its own owner of tasks and calls), OAuth
     access tokens (owned by their principal), or both."""
 
-    bearer_tokens: list[str] = Field([],
-        description=("accepted tokens (Authorization: Bearer ...); empty and no oauth: no "
-                     "authentication, every caller one anonymous owner"))
-    oauth: OAuth | None = Field(None,
-        description="an OAuth 2.1 resource server: README, OAuth")
-    admin_tokens: list[str] = Field([],
-        description=("operators' tokens (Authorization: Bearer ...): they open /status, /metrics "
-                     "and /readyz?detail, which clients' tokens never do; none here and no "
-                     "oauth.admin_scope: those routes answer loopback peers only"))
-    failures_per_minute: int = Field(60, ge=0,
-        description=("failed authentications a client address may have a minute (as a burst, "
-                     "refilled evenly); beyond it its requests get 429 unchecked (0: no limit)"))
+    bearer_tokens: list[str] = field(default_factory=list,
+        metadata=doc("accepted tokens (Authorization: Bearer ...); empty and no oauth: no "
+            "authentication, every caller one anonymous owner"))
+    oauth: OAuth | None = field(default=None,
+        metadata=doc("an OAuth 2.1 resource server: README, OAuth"))
+    admin_tokens: list[str] = field(default_factory=list,
+        metadata=doc("operators' tokens (Authorization: Bearer ...): they open /status, /metrics "
+            "and /readyz?detail, which clients' tokens never do; none here and no "
+            "oauth.admin_scope: those routes answer loopback peers only"))
+    failures_per_minute: Annotated[int, Ge(0)] = field(default=60,
+        metadata=doc("failed authentications a client address may have a minute (as a burst, "
+            "refilled evenly); beyond it its requests get 429 unchecked (0: no limit)"))
 
     @property
     def enabled(self) -> bool:
@@ -401,89 +517,87 @@ class Auth(_Model):
         return any(self.admin_tokens) or (self.oauth is not None
                                           and self.oauth.admin_scope is not None)
 
-    @model_validator(mode="after")
-    def _admins_are_not_clients(self) -> Auth:
+    def __post_init__(self) -> None:
         if set(filter(None, self.admin_tokens)) & set(self.bearer_tokens):
             raise ValueError("a token is in both auth.admin_tokens and auth.bearer_tokens: "
                              "an operator's token must not be a client's")
-        return self
 
 
+def _host_names(value: list[str] | None) -> list[str] | None:
+    for host in value or ():
+        if not host or "/" in host or "@" in host:
+            raise ValueError(f"{host!r} is not a host name or host:port (no scheme, no path)")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Security(_Model):
     """Browser origins, Host names, requestState sealing, and serving without
     authentication."""
 
-    allowed_origins: list[str] = Field(["http://localhost", "http://127.0.0.1", "http://[::1]"],
-        description="browser Origins served (others get 403); * for any")
+    allowed_origins: list[str] = field(
+        default_factory=lambda: ["http://localhost", "http://127.0.0.1", "http://[::1]"],
+        metadata=doc("browser Origins served (others get 403); * for any"))
     # DNS rebinding: a page on the attacker's name, resolved to 127.0.0.1, is same-origin
     # to the browser (no Origin on its GETs), but its Host header still names the attacker.
-    allowed_hosts: list[str] | None = Field(None,
-        description=("Host header values served (others get 421): a name (any port) or "
-                     "name:port, [::1] for IPv6, * for any; null: localhost, 127.0.0.1 and "
-                     "[::1] when listen.host is loopback, no check beyond it"))
+    allowed_hosts: Annotated[list[str] | None, _Rule(_host_names)] = field(default=None,
+        metadata=doc("Host header values served (others get 421): a name (any port) or "
+            "name:port, [::1] for IPv6, * for any; null: localhost, 127.0.0.1 and "
+            "[::1] when listen.host is loopback, no check beyond it"))
     # Whence the key that seals MRTR requestState (AES-256-GCM), unless replica.secret is
     # set (which it then stands in for). Unset: a random key per start, so states do not
     # survive a restart (their parked calls do not either).
-    request_state_key: str | None = Field(None, min_length=16,
-        description=("seals MRTR requestState (AES-256-GCM) where replica.secret is unset; "
-                     "null: a random key per start"))
+    request_state_key: Annotated[str, MinLen(16)] | None = field(default=None,
+        metadata=doc("seals MRTR requestState (AES-256-GCM) where replica.secret is unset; "
+            "null: a random key per start"))
     # Serve beyond loopback with no bearer token, on purpose (behind a proxy that
     # authenticates, say); without it such a configuration is refused.
-    allow_unauthenticated: bool = Field(False,
-        description=("serve beyond loopback without a bearer token, on purpose (an "
-                     "authenticating proxy in front)"))
-
-    @field_validator("allowed_hosts")
-    @classmethod
-    def _host_names(cls, value: list[str] | None) -> list[str] | None:
-        for host in value or ():
-            if not host or "/" in host or "@" in host:
-                raise ValueError(f"{host!r} is not a host name or host:port (no scheme, no "
-                                 "path)")
-        return value
+    allow_unauthenticated: bool = field(default=False,
+        metadata=doc("serve beyond loopback without a bearer token, on purpose (an "
+            "authenticating proxy in front)"))
 
 
+def _host_ports(value: list[str]) -> list[str]:
+    for item in value:
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{item!r} is not host:port")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Store(_Model):
     """Where tasks live: `memory` (the embedded default, one process) or `redis` (any Redis
     >= 6.2 or Valkey server, shared by every replica)."""
 
-    backend: Literal["memory", "redis"] = Field("memory",
-        description=("memory: embedded, one process; redis: Redis >= 6.2 or Valkey, shared by "
-                     "replicas"))
-    url: str | None = Field(None,
-        description=("redis://host:port/db, rediss:// for TLS (with sentinels: only its "
-                     "credentials and db are used)"))
-    key_prefix: str = Field("mcpgw:", min_length=1,
-        description="prefix of every key the gateway writes")
-    lease_ms: int = Field(10_000, ge=1000, description="then a silent replica is gone")
-    sentinels: list[str] = Field(default_factory=list,
-        description="host:port of Redis Sentinels, which name the primary (then url may go)")
-    sentinel_master: str = Field("mymaster", min_length=1,
-        description="the name the sentinels monitor the primary under")
+    backend: Literal["memory", "redis"] = field(default="memory",
+        metadata=doc("memory: embedded, one process; redis: Redis >= 6.2 or Valkey, shared by "
+            "replicas"))
+    url: str | None = field(default=None,
+        metadata=doc("redis://host:port/db, rediss:// for TLS (with sentinels: only its "
+            "credentials and db are used)"))
+    key_prefix: Annotated[str, MinLen(1)] = field(default="mcpgw:",
+        metadata=doc("prefix of every key the gateway writes"))
+    lease_ms: Annotated[int, Ge(1000)] = field(default=10_000,
+        metadata=doc("then a silent replica is gone"))
+    sentinels: Annotated[list[str], _Rule(_host_ports)] = field(default_factory=list,
+        metadata=doc("host:port of Redis Sentinels, which name the primary (then url may go)"))
+    sentinel_master: Annotated[str, MinLen(1)] = field(default="mymaster",
+        metadata=doc("the name the sentinels monitor the primary under"))
     # spec (tasks extension, durable creation): a handle is returned only once the task is
     # retrievable; under failover that means held by store replicas too (Redis WAIT).
-    min_replicas_acked: int = Field(0, ge=0,
-        description=("store replicas that must hold a task's creation and end before it is "
-                     "acknowledged (Redis WAIT)"))
-    ack_timeout_ms: int = Field(1000, ge=1,
-        description="how long to wait for those acknowledgements")
-    outbox_max_entries: int = Field(10_000, ge=1,
-        description=("task changes kept while the store does not take them; beyond it new "
-                     "tasks are refused"))
-    outbox_max_bytes: int = Field(64 << 20, ge=1024,
-        description="bytes of results kept so (the same rule)")
+    min_replicas_acked: Annotated[int, Ge(0)] = field(default=0,
+        metadata=doc("store replicas that must hold a task's creation and end before it is "
+            "acknowledged (Redis WAIT)"))
+    ack_timeout_ms: Annotated[int, Ge(1)] = field(default=1000,
+        metadata=doc("how long to wait for those acknowledgements"))
+    outbox_max_entries: Annotated[int, Ge(1)] = field(default=10_000,
+        metadata=doc("task changes kept while the store does not take them; beyond it new "
+            "tasks are refused"))
+    outbox_max_bytes: Annotated[int, Ge(1024)] = field(default=64 << 20,
+        metadata=doc("bytes of results kept so (the same rule)"))
 
-    @field_validator("sentinels")
-    @classmethod
-    def _host_ports(cls, value: list[str]) -> list[str]:
-        for item in value:
-            host, _, port = item.rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"{item!r} is not host:port")
-        return value
-
-    @model_validator(mode="after")
-    def _url_for_redis(self) -> Store:
+    def __post_init__(self) -> None:
         if self.backend == "redis":
             if not self.url and not self.sentinels:
                 raise ValueError("store.backend redis needs store.url (redis://host:port/db) "
@@ -491,81 +605,76 @@ class Store(_Model):
             if self.url and self.url.split("://", 1)[0] not in ("redis", "rediss", "unix"):
                 raise ValueError(f"store.url must be a redis://, rediss:// or unix:// URL, "
                                  f"not {self.url.split('://', 1)[0]}://...")
-        return self
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Replica(_Model):
     """This process among several sharing one store."""
 
-    id: str | None = Field(None, min_length=1, max_length=128,
-                           description="default: a random id per process")
+    id: Annotated[Annotated[str, MinLen(1), MaxLen(128)] | None, EmptyIsNull] = field(
+        default=None, metadata=doc("default: a random id per process"))
     # The replicas' shared secret, the same on every replica: the keys that seal their
     # channel messages, the task records in the store (sealed, encrypted) and MRTR
     # requestState, and the keyed digest of owners there, are derived from it (keyring.py).
     # Unset: security.request_state_key; a shared store insists on one of them.
-    secret: str | None = Field(None, min_length=16,
-        description=("the replicas' shared secret, the same on every replica: seals their "
-                     "channel messages, task records in the store and MRTR requestState "
-                     "(null: security.request_state_key; required with store.backend redis)"))
+    secret: Annotated[Annotated[str, MinLen(16)] | None, EmptyIsNull] = field(default=None,
+        metadata=doc("the replicas' shared secret, the same on every replica: seals their "
+            "channel messages, task records in the store and MRTR requestState "
+            "(null: security.request_state_key; required with store.backend redis)"))
     # Where the other replicas reach this one (http://host:port), to hand it an MRTR retry
     # whose call is parked here. Unset: the bind address when it names one (listen.host
     # and port), else such a retry elsewhere is refused (sent afresh).
-    url: str | None = Field(None, pattern=r"^https?://[^/]+$",
-        description=("where the other replicas reach this one (http://host:port), to hand it an "
-                     "MRTR retry (null: listen.host and port, unless a wildcard address)"))
-
-    @field_validator("id", "secret", "url", mode="before")
-    @classmethod
-    def _unset_when_empty(cls, value: Any) -> Any:
-        return None if value == "" else value  # `${HOSTNAME:-}` and the like
+    url: Annotated[Annotated[str, Matches(r"^https?://[^/]+$")] | None, EmptyIsNull] = field(
+        default=None, metadata=doc("where the other replicas reach this one (http://host:port), "
+            "to hand it an MRTR retry (null: listen.host and port, unless a wildcard address)"))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Caching(_Model):
     """Hints on cacheable modern results (spec 2026-07-28, caching). The gateway cannot
     know how fresh an upstream's lists are, so by default they are stale at once."""
 
-    ttl_ms: int = Field(0, ge=0,
-        description="ttlMs hint on cacheable modern results (lists, resources/read)")
-    scope: Literal["public", "private"] = Field("private",
-        description="cache scope hint: public or private")
+    ttl_ms: Annotated[int, Ge(0)] = field(default=0,
+        metadata=doc("ttlMs hint on cacheable modern results (lists, resources/read)"))
+    scope: Literal["public", "private"] = field(default="private",
+        metadata=doc("cache scope hint: public or private"))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tracing(_Model):
     """OpenTelemetry traces, off unless an OTLP endpoint is set (needs the `otel` extra:
     pip install 'mcp-task-gateway[otel]')."""
 
-    otlp_endpoint: str | None = Field(
-        None, description="OTLP/HTTP traces URL, e.g. http://collector:4318/v1/traces")
-    service_name: str = Field("mcp-task-gateway", min_length=1)
-    sample_ratio: float = Field(1.0, ge=0, le=1, description="of traces started here")
-
-    @field_validator("otlp_endpoint", mode="before")
-    @classmethod
-    def _unset_when_empty(cls, value: Any) -> Any:
-        return None if value == "" else value  # `${OTEL_EXPORTER_OTLP_ENDPOINT:-}`
+    otlp_endpoint: Annotated[str | None, EmptyIsNull] = field(default=None,
+        metadata=doc("OTLP/HTTP traces URL, e.g. http://collector:4318/v1/traces"))
+    service_name: Annotated[str, MinLen(1)] = "mcp-task-gateway"
+    sample_ratio: Annotated[float, Ge(0), Le(1)] = field(default=1.0,
+        metadata=doc("of traces started here"))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Logging(_Model):
     """structlog events to stderr."""
 
-    level: Literal["debug", "info", "warning", "error"] = Field("info",
-        description="the least severe event logged")
-    format: Literal["json", "console"] = Field("json",
-        description="json (one object a line) or console (for people)")
+    level: Literal["debug", "info", "warning", "error"] = field(default="info",
+        metadata=doc("the least severe event logged"))
+    format: Literal["json", "console"] = field(default="json",
+        metadata=doc("json (one object a line) or console (for people)"))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings(_Model):
-    listen: Listen = Listen()
-    upstreams: dict[str, Upstream] = Field(min_length=1)
-    tasks: Tasks = Tasks()
-    limits: Limits = Limits()
-    auth: Auth = Auth()
-    security: Security = Security()
-    caching: Caching = Caching()
-    logging: Logging = Logging()
-    store: Store = Store()
-    replica: Replica = Replica()
-    tracing: Tracing = Tracing()
+    listen: Listen = field(default_factory=Listen)
+    upstreams: Annotated[dict[str, Upstream], MinLen(1)]
+    tasks: Tasks = field(default_factory=Tasks)
+    limits: Limits = field(default_factory=Limits)
+    auth: Auth = field(default_factory=Auth)
+    security: Security = field(default_factory=Security)
+    caching: Caching = field(default_factory=Caching)
+    logging: Logging = field(default_factory=Logging)
+    store: Store = field(default_factory=Store)
+    replica: Replica = field(default_factory=Replica)
+    tracing: Tracing = field(default_factory=Tracing)
 
     @property
     def allowed_hosts(self) -> list[str] | None:
@@ -593,16 +702,20 @@ class Settings(_Model):
             return None
         return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
-    @model_validator(mode="after")
-    def _exchange_needs_oauth(self) -> Settings:
+    def __post_init__(self) -> None:
+        self._exchange_needs_oauth()
+        self._authenticated_beyond_loopback()
+        self._strong_tokens_beyond_loopback()
+        self._secret_for_a_shared_store()
+        self._distinct_paths()
+
+    def _exchange_needs_oauth(self) -> None:
         for name, up in self.upstreams.items():
             if up.token_exchange is not None and self.auth.oauth is None:
                 raise ValueError(f"upstreams.{name}.token_exchange needs auth.oauth (there is "
                                  "no caller's token to exchange without it)")
-        return self
 
-    @model_validator(mode="after")
-    def _authenticated_beyond_loopback(self) -> Settings:
+    def _authenticated_beyond_loopback(self) -> None:
         """spec (Streamable HTTP, Security Warning): servers SHOULD implement proper
         authentication; reachable from other machines, the gateway insists on it."""
         if (not _loopback(self.listen.host) and not self.auth.enabled
@@ -612,25 +725,21 @@ class Settings(_Model):
                 "no auth is configured: set auth.bearer_tokens or auth.oauth, bind to "
                 "127.0.0.1, or set security.allow_unauthenticated: true to serve without "
                 "authentication")
-        return self
 
-    @model_validator(mode="after")
-    def _strong_tokens_beyond_loopback(self) -> Settings:
+    def _strong_tokens_beyond_loopback(self) -> None:
         """Static tokens are the only secret between a caller and the gateway: beyond
         loopback, short ones (guessable, or typed by hand) are refused (an empty one is
         none: `${VAR:-}` left unset)."""
         if _loopback(self.listen.host):
-            return self
+            return
         for key in ("bearer_tokens", "admin_tokens"):
             for i, token in enumerate(getattr(self.auth, key)):
                 if 0 < len(token) < MIN_TOKEN_CHARS:
                     raise ValueError(
                         f"auth.{key}.{i} is shorter than {MIN_TOKEN_CHARS} characters, too "
                         "weak beyond loopback (make one: openssl rand -hex 32)")
-        return self
 
-    @model_validator(mode="after")
-    def _secret_for_a_shared_store(self) -> Settings:
+    def _secret_for_a_shared_store(self) -> None:
         """Issue 30: replicas on a shared store without a secret would take any message
         published there, and keep records anyone with the store's password could rewrite."""
         if self.store.backend != "memory" and not self.shared_secret:
@@ -639,16 +748,13 @@ class Settings(_Model):
                 "replica: it seals the replicas' messages and the task records in the store "
                 "(make one: openssl rand -hex 32; on the command line, GATEWAY_SECRET in "
                 "the environment)")
-        return self
 
-    @model_validator(mode="after")
-    def _distinct_paths(self) -> Settings:
+    def _distinct_paths(self) -> None:
         seen: dict[str, str] = {}
         for name, up in self.upstreams.items():
             if up.path in seen:
                 raise ValueError(f"upstreams '{seen[up.path]}' and '{name}' share path {up.path}")
             seen[up.path] = name
-        return self
 
 
 MIN_TOKEN_CHARS = 32  # static tokens served beyond loopback (128 bits as hex)
@@ -718,10 +824,65 @@ def from_mapping(raw: Any, unset: list[str] | None = None) -> Settings:
     environment variables not set here read as placeholders, and are collected there."""
     if not isinstance(raw, dict):
         raise ConfigError("the configuration must be a YAML mapping")
+    tree = interpolate(raw, unset=unset)
+    from pydantic import ValidationError  # only here: a serving process never imports it
+
     try:
-        return Settings.model_validate(interpolate(raw, unset=unset))
+        return _adapter().validate_python(tree)
     except ValidationError as exc:
         raise ConfigError(_first_problem(exc)) from None
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[Settings]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Settings)
+
+
+def load_isolated(build: Callable[[], Settings]) -> Settings:
+    """`build()` (which validates: `from_mapping`) run in a forked child, its Settings
+    handed back pickled. Why: importing pydantic and building its validators keeps ~10 MiB
+    resident for the life of a process (bench/README: Memory), and the serving process
+    needs only the plain dataclasses. A ConfigError in the child is raised here with the
+    same line. Where os.fork is missing, `build()` runs here. Called before any thread
+    starts (a fork copies only the calling thread)."""
+    if not hasattr(os, "fork"):
+        return build()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: validate, answer, and leave without running the parent's exits
+        os.close(read_end)
+        _answer(write_end, build)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read()
+    os.waitpid(pid, 0)
+    if not answer:
+        raise ConfigError("validating the configuration failed: its process ended unanswered")
+    kind, value = pickle.loads(answer)
+    if kind == "error":
+        raise ConfigError(value)
+    if kind == "crash":
+        raise RuntimeError(f"validating the configuration failed in its process:\n{value}")
+    return typing.cast(Settings, value)
+
+
+def _answer(fd: int, build: Callable[[], Settings]) -> typing.NoReturn:
+    code = 0
+    try:
+        reply: tuple[str, Any] = ("ok", build())
+    except ConfigError as exc:
+        reply = ("error", str(exc))
+    except BaseException:  # a bug: its traceback goes to the parent
+        import traceback
+
+        reply, code = ("crash", traceback.format_exc()), 1
+    try:
+        with os.fdopen(fd, "wb") as pipe:
+            pipe.write(pickle.dumps(reply))
+    finally:
+        os._exit(code)
 
 
 def load(path: str | Path) -> Settings:
@@ -749,10 +910,12 @@ def _first_problem(exc: ValidationError) -> str:
     """One line naming the key at fault. An unknown key comes first: it usually explains a
     missing one beside it (`upstream:` for `upstreams:`), and a close known name is offered."""
     errors = exc.errors()
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    err = next((e for e in errors if e["type"] in _UNKNOWN_KEY), errors[0])
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
+    if err["type"] in _UNKNOWN_KEY:
+        import difflib  # a bad file only: not resident in a serving process
+
         msg = f"unknown key `{err['loc'][-1]}`"
         close = difflib.get_close_matches(str(err["loc"][-1]), _keys_at(err["loc"][:-1]), 1)
         if close:
@@ -764,22 +927,31 @@ def _first_problem(exc: ValidationError) -> str:
     return f"{key}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
 
 
+# What pydantic calls a key a settings class does not have (`extra_forbidden`: on models).
+_UNKNOWN_KEY = ("unexpected_keyword_argument", "extra_forbidden")
+
+
 def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
     """The keys the settings know at `loc` (a dict's own keys pass through to its values)."""
     model: Any = Settings
     for part in loc:
-        field = model.model_fields.get(str(part)) if _is_model(model) else None
-        if field is None:  # a key of a dict of models: its values are the next model
+        model = _present(model)
+        hints = typing.get_type_hints(model) if _is_model(model) else {}
+        if str(part) in hints:
+            model = hints[str(part)]
+        else:  # a key of a dict of models: its values are the next model
             args = typing.get_args(model)
             model = args[-1] if args else None
-            continue
-        model = field.annotation
-    while not _is_model(model) and typing.get_args(model):  # X | None, dict[str, X]
-        model = next((a for a in typing.get_args(model) if a is not type(None)), None)
-        if typing.get_origin(model) is dict:
-            return []
-    return list(model.model_fields) if _is_model(model) else []
+    model = _present(model)
+    return [f.name for f in fields(model)] if _is_model(model) else []
+
+
+def _present(t: Any) -> Any:
+    """X of `X | None`; any other type as it is."""
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(t) if a is not type(None))
+    return t
 
 
 def _is_model(t: Any) -> bool:
-    return isinstance(t, type) and issubclass(t, BaseModel)
+    return isinstance(t, type) and is_dataclass(t)

@@ -8,14 +8,12 @@ code. `--check` exits 1 when the committed file differs (a test runs it).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
+from typing import Annotated, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,22 +33,33 @@ refused. Durations are in milliseconds (`_ms`), sizes in bytes.
 def type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is Annotated:
+        return type_name(args[0])
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(type_name(a) for a in args if a is not type(None)) + " or null"
     if origin in (list, dict):
         return f"{origin.__name__}[{', '.join(type_name(a) for a in args)}]"
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if is_section(annotation):
         return "section"
+    if annotation is settings.Secret:
+        return "str (secret)"
     return getattr(annotation, "__name__", str(annotation))
 
 
-def default_of(field: FieldInfo) -> str:
-    if field.is_required():
+def is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+
+
+def default_of(field: dataclasses.Field[Any]) -> str:
+    if field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    elif field.default is not dataclasses.MISSING:
+        value = field.default
+    else:
         return "required"
-    value = field.get_default(call_default_factory=True)
-    if isinstance(value, BaseModel):
+    if dataclasses.is_dataclass(value):
         return "see below"
     if value is None:
         return "null"
@@ -61,46 +70,59 @@ def default_of(field: FieldInfo) -> str:
     return f"`{value}`" if value not in ({}, [], "") else f"`{value!r}`"
 
 
-def bounds(field: FieldInfo) -> str:
+def constraints(annotation: Any) -> list[Any]:
+    """The Annotated metadata of a type, and of the types inside a union."""
+    if typing.get_origin(annotation) is Annotated:
+        return [*annotation.__metadata__, *constraints(typing.get_args(annotation)[0])]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [m for a in typing.get_args(annotation) for m in constraints(a)]
+    return []
+
+
+def bounds(annotation: Any) -> str:
     parts = []
-    for meta in field.metadata:
+    for meta in constraints(annotation):
         for name, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("min_length", "length >=")):
             if getattr(meta, name, None) is not None:
                 parts.append(f"{sign} {getattr(meta, name)}")
     return "; ".join(parts)
 
 
-def section(model: type[BaseModel], path: str, todo: list[tuple[type[BaseModel], str]]
-            ) -> list[str]:
+def section(model: type, path: str, todo: list[tuple[type, str]]) -> list[str]:
     lines = [f"## `{path}`" if path else "## Top level", ""]
-    if model.__doc__ and model.__module__ == settings.__name__:
+    own = model.__doc__ and not model.__doc__.startswith(f"{model.__name__}(")  # not generated
+    if own and model.__module__ == settings.__name__:
         lines += [" ".join(model.__doc__.split()), ""]
     lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
-    for name, field in model.model_fields.items():
-        meaning = "; ".join(x for x in (field.description or "", bounds(field)) if x)
+    hints = typing.get_type_hints(model, include_extras=True)
+    for field in dataclasses.fields(model):
+        name, annotation = field.name, hints[field.name]
+        meaning = "; ".join(x for x in (field.metadata.get("doc", ""), bounds(annotation)) if x)
         key = f"{path}.{name}" if path else name
-        for sub, suffix in nested(field.annotation):
+        for sub, suffix in nested(annotation):
             where = next((at for m, at in todo if m is sub), None)
             if where is None:
                 todo.append((sub, where := key + suffix))
             meaning = "; ".join(x for x in (meaning, f"see `{where}`") if x)
-        lines.append(f"| `{name}` | {type_name(field.annotation)} | {default_of(field)} | "
+        lines.append(f"| `{name}` | {type_name(annotation)} | {default_of(field)} | "
                      f"{meaning} |")
     return [*lines, ""]
 
 
-def nested(annotation: Any) -> list[tuple[type[BaseModel], str]]:
-    """The models inside a field's type, each with the path suffix to it (dict values are
+def nested(annotation: Any) -> list[tuple[type, str]]:
+    """The sections inside a field's type, each with the path suffix to it (dict values are
     named by their key)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if is_section(annotation):
         return [(annotation, "")]
+    if typing.get_origin(annotation) is Annotated:
+        return nested(typing.get_args(annotation)[0])
     suffix = ".<name>" if typing.get_origin(annotation) is dict else ""
     return [(m, suffix + more) for a in typing.get_args(annotation)
             for m, more in nested(a)]
 
 
 def render() -> str:
-    todo: list[tuple[type[BaseModel], str]] = [(settings.Settings, "")]
+    todo: list[tuple[type, str]] = [(settings.Settings, "")]
     out = [HEAD]
     for model, path in todo:  # grows as sections name the models inside them
         out += section(model, path, todo)

@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 
 from gateway import errors, router
 from gateway.protocol import jsonrpc, mcp
-from gateway.settings import Tasks
+from gateway.settings import from_mapping
 from gateway.tasks.dialects import extension
 from gateway.tasks.policy import Policies
 from gateway.upstream.catalogue import Catalogue
 
-POLICIES = Policies(Tasks.model_validate({"tools": {
-    "quick": {"mode": "never"}, "slow": {"mode": "always"}, "must": {"mode": "required"}}}),
+POLICIES = Policies(from_mapping({"upstreams": {"main": {"command": "x"}}, "tasks": {"tools": {
+    "quick": {"mode": "never"}, "slow": {"mode": "always"}, "must": {"mode": "required"}}}}).tasks,
     {})
 TASKS_EXT = {"extensions": {extension.EXTENSION: {}}}
 

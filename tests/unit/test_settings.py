@@ -3,12 +3,14 @@ and one-line errors that name the key."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import loaded_by
 
 from gateway.cli import build_settings, main, parser
 from gateway.settings import ConfigError, Upstream, from_mapping, load, read_raw
@@ -61,6 +63,15 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
     ({"upstreams": {"m": {"command": "x"}}, "tasks": {"tools": {"r*": {"max_concurency": 1}}}},
      "tasks.tools.r*.max_concurency: unknown key `max_concurency`; did you mean "
      "`max_concurrency`?"),
+    # Through an optional section (an upstream's `tasks:`), a close key is offered too.
+    ({"upstreams": {"m": {"command": "x", "tasks": {"defaults": {"mod": "never"}}}}},
+     "upstreams.m.tasks.defaults.mod: unknown key `mod`; did you mean `mode`?"),
+    ({"upstreams": {"m": {"command": "x"}}, "auth": {"oauth": {
+        "resource": "https://gw", "issuers": ["https://idp"],
+        "introspection": {"url": "https://idp/i", "client_id": "c", "client_secret": "s",
+                          "requires_audience": False}}}},
+     "auth.oauth.introspection.requires_audience: unknown key `requires_audience`; did you "
+     "mean `require_audience`?"),
     ({"upstreams": {"m": {}}}, "upstreams.m: give exactly one of 'command'"),
     ({"upstreams": {"m": {"command": "x"}}, "listen": {"port": "eighty"}},
      "listen.port: Input should be a valid integer"),
@@ -352,7 +363,7 @@ def test_the_startup_timeout_default_fits_every_shipped_config() -> None:
     """Issue 33: npx downloads server-everything at a container's every start; no shipped
     file has to raise startup_timeout_ms for it, and config/gateway.yaml, whose values are
     the defaults, shows the default."""
-    default = Upstream.model_fields["startup_timeout_ms"].default
+    default = Upstream(command="x").startup_timeout_ms
     assert default >= 120_000
     for path in SHIPPED:
         for up in read_raw(path)["upstreams"].values():
@@ -374,3 +385,91 @@ def test_the_per_upstream_tasks_example_overrides_the_global_policy(monkeypatch)
     assert policies.for_tool("local", "echo").mode == "never"  # the global tools still hold
     assert policies.for_tool("remote", "anything").mode == "never"
     assert policies.for_tool("remote", "anything").sync_budget_ms == 1000
+
+
+def test_an_upstreams_default_left_null_takes_the_global_one() -> None:
+    """An upstream's `tasks.defaults`, like a tool's policy: a key left out or null takes
+    the global value (docs/configuration.md, `upstreams.<name>.tasks`)."""
+    conf = from_mapping({"upstreams": {"m": {"command": "x", "tasks": {
+        "defaults": {"timeout_ms": None, "sync_budget_ms": 10}}}},
+        "tasks": {"defaults": {"timeout_ms": 5000, "mode": "always"}}})
+    policy = Policies(conf.tasks, {"m": conf.upstreams["m"].tasks}).for_tool("m", "t")
+    assert (policy.timeout_ms, policy.sync_budget_ms, policy.mode) == (5000, 10, "always")
+
+
+# A fresh process, single-threaded as the CLI is when it forks: validates `raw` through
+# load_isolated and says what came back and whether pydantic was loaded here.
+ISOLATED = """
+import json, sys
+from gateway.settings import ConfigError, from_mapping, load_isolated
+raw = json.loads(sys.argv[1])
+try:
+    conf = load_isolated(lambda: from_mapping(raw))
+except ConfigError as exc:
+    print(json.dumps({"error": str(exc), "pydantic": "pydantic" in sys.modules}))
+    raise SystemExit
+loaded = "pydantic" in sys.modules
+print(json.dumps({"equal": conf == from_mapping(raw), "repr": repr(conf), "pydantic": loaded}))
+"""
+
+
+def isolated(raw: dict[str, object]) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", ISOLATED, json.dumps(raw)], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def test_settings_validated_in_a_child_equal_those_validated_here() -> None:
+    """Issue 34: the serving process gets its settings from a forked child (pydantic and
+    its validators stay there, ~10 MiB): the same settings, secrets included and hidden."""
+    raw = {"upstreams": {"m": {"command": "x", "tasks": {"defaults": {"mode": "never"}}},
+                         "h": {"url": "https://mcp.example.com/mcp", "path": "/h",
+                               "token_exchange": {"url": "https://idp.example.com/token",
+                                                  "client_id": "gw",
+                                                  "client_secret": "hunter2-exchange"}}},
+           "auth": {"oauth": {"resource": "https://gw.example.com/mcp",
+                              "issuers": ["https://idp.example.com"],
+                              "introspection": {"url": "https://idp.example.com/introspect",
+                                                "client_id": "gw",
+                                                "client_secret": "hunter2-introspect"}}},
+           "tasks": {"tools": {"slow*": {"mode": "always", "scopes": ["run"]}}},
+           "replica": {"secret": "s" * 32, "id": ""}}
+    answer = isolated(raw)
+    assert answer["equal"] is True and answer["pydantic"] is False
+    assert "hunter2" not in str(answer["repr"]) and "**********" in str(answer["repr"])
+
+
+def test_a_config_error_in_the_child_reaches_the_parent_unchanged() -> None:
+    raw = {"upstreams": {"m": {"command": "x", "pool_size": 0, "poolsize": 1}}}
+    with pytest.raises(ConfigError) as here:
+        from_mapping(raw)
+    answer = isolated(raw)
+    assert answer["error"] == str(here.value)
+    assert str(here.value).startswith("upstreams.m.poolsize: unknown key `poolsize`; did you "
+                                      "mean `pool_size`?")
+    assert answer["pydantic"] is False
+
+
+def test_a_serving_process_never_loads_pydantic() -> None:
+    """The app and the CLI import no pydantic; only validating does (--check-config, or
+    the child of load_isolated)."""
+    code = ("import gateway.cli; from gateway.app import create_app; "
+            "from gateway.settings import from_mapping, load_isolated; "
+            "create_app(load_isolated(lambda: from_mapping({'upstreams': {'m': "
+            "{'command': 'x'}}})))")
+    assert loaded_by(code, ("pydantic", "pydantic_core")) == []
+    assert loaded_by("from gateway.settings import from_mapping; "
+                     "from_mapping({'upstreams': {'m': {'command': 'x'}}})",
+                     ("pydantic",)) == ["pydantic"]
+
+
+def test_a_crash_while_validating_in_the_child_is_no_config_error() -> None:
+    """A bug in validation (not a bad file) reaches the parent as itself, traceback and all,
+    not as a config error line."""
+    code = ("from gateway.settings import load_isolated\n"
+            "load_isolated(lambda: {}['no such key'])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 1
+    assert "RuntimeError: validating the configuration failed in its process" in out.stderr
+    assert "KeyError: 'no such key'" in out.stderr

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from conftest import loaded_by
 
-from gateway.settings import Tasks
+from gateway.settings import from_mapping
 from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
 from gateway.tasks.model import TRANSITIONS, InvalidTransition, Status, Task, iso, new_id
 from gateway.tasks.policy import Policies, PollAdvisor
@@ -250,13 +250,13 @@ async def test_a_full_store_stays_bounded_in_memory() -> None:
 
 
 def test_policy_by_name_glob_and_upstream() -> None:
-    tasks = Tasks.model_validate({
+    conf = from_mapping({"upstreams": {"main": {"command": "x", "tasks": {
+        "defaults": {"sync_budget_ms": 10}, "tools": {"longest": {"mode": "required"}}}}},
+        "tasks": {
         "defaults": {"mode": "auto", "sync_budget_ms": 1000, "max_ttl_ms": 60_000},
         "tools": {"echo": {"mode": "never"}, "long*": {"mode": "always",
-                                                       "poll_interval_ms": 2000}}})
-    local = Tasks.model_validate({"defaults": {"sync_budget_ms": 10},
-                                  "tools": {"longest": {"mode": "required"}}})
-    policies = Policies(tasks, {"main": local, "other": None})
+                                                       "poll_interval_ms": 2000}}}})
+    policies = Policies(conf.tasks, {"main": conf.upstreams["main"].tasks, "other": None})
     assert policies.for_tool("other", "echo").mode == "never"
     long_op = policies.for_tool("other", "longRunning")
     assert (long_op.mode, long_op.poll_interval_ms) == ("always", 2000)

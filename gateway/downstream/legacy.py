@@ -99,16 +99,17 @@ class LegacyEra:
                         reason=refused.message, upstream=self.backend.name)
             return json_response(refused.to_message(msg["id"]), refused.http_status)
         try:
-            await self.life.attach(session)
+            # What the server said when the session was attached: read later, it could be
+            # gone (the process lost meanwhile).
+            server = await self.life.attach(session)
         except UpstreamError as exc:
             await self.life.unadmit(session)  # its client never got its id
             return json_response(exc.to_message(msg["id"]), 503)
-        assert session.conn.init_result is not None  # attached: it is initialized
         log.info("session.created", session=session.owner[:12], protocol=version,
                  upstream=self.backend.name,
                  client=info.get("name") if isinstance(info, dict) else None)
         self.backend.counters.sessions_created += 1
-        result = shapes.initialize_result(session.conn.init_result, version)
+        result = shapes.initialize_result(server, version)
         return json_response(jsonrpc.result(msg["id"], result), headers={mcp.H_SESSION: session.id})
 
     async def on_request(self, request: web.Request, session: Session, msg: Message

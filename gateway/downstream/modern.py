@@ -242,17 +242,17 @@ class ModernEra:
         caller = envelope.check(request, msg, self.backend.catalogue)
         lacking = scopes_checked(request, msg, self.policy)  # InsufficientScope: 403
         try:
-            conn = await self.backend.for_principal(caller.principal)
+            ready = await self.backend.for_principal(caller.principal)
         except errors.UpstreamError as exc:  # it cannot start: 503, as a legacy initialize
             return json_response(exc.to_message(msg["id"]), 503)
+        conn = ready.conn
         decision = await self.decide(msg, caller, conn)
         match decision:
             case router.Refuse(error=error):
                 raise error
-            case router.Discover():
-                assert conn.init_result is not None  # for_principal gave it ready
+            case router.Discover():  # what the server said when found ready
                 return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
-                    conn.init_result, self.ttl_ms, self.scope)))
+                    ready.init_result, self.ttl_ms, self.scope)))
             case router.ServeTasks():
                 self.engine.admit(caller.principal)
                 return json_response(jsonrpc.result(msg["id"], await handlers.extension_request(

@@ -112,13 +112,14 @@ class SessionLife:
         await self.end(spare, "evicted")
         return await resume.open(session.id, record)
 
-    async def attach(self, session: Session) -> None:
-        """Its upstream connection (UpstreamError: it holds no place here then). Ended
-        meanwhile (evicted, deleted, ended elsewhere), it lets that connection go at once:
-        `end` could not (isolation: client, the process would run on for good)."""
+    async def attach(self, session: Session) -> dict[str, Any]:
+        """Its upstream connection, and what the server said of itself when it was attached
+        (UpstreamError: it holds no place here then). Ended meanwhile (evicted, deleted,
+        ended elsewhere), it lets that connection go at once: `end` could not (isolation:
+        client, the process would run on for good)."""
         self._attaching.add(session)
         try:
-            await self.backend.attach(session, session.conn)
+            init_result = await self.backend.attach(session, session.conn)
         except UpstreamError:
             self.sessions.pop(session.id)
             raise
@@ -126,6 +127,7 @@ class SessionLife:
             self._attaching.discard(session)
         if session.closed:
             await self.backend.detach(session, session.conn)
+        return init_result
 
     # -- found -----------------------------------------------------------------------------
     async def find(self, sid: str, principal: str) -> Session | None:

@@ -76,8 +76,9 @@ class Connection:
     async def reachable(self) -> None:
         await self.handshake.reachable()
 
-    async def wait_ready(self, timeout_s: float | None = None) -> None:
-        await self.handshake.wait_ready(timeout_s)
+    async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """What the server said of itself once ready (Handshake.wait_ready)."""
+        return await self.handshake.wait_ready(timeout_s)
 
     def status(self) -> dict[str, Any]:
         return {"state": "ready" if self.ready else self.transport.state, "ready": self.ready,

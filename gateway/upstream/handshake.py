@@ -116,17 +116,20 @@ class Handshake:
             with contextlib.suppress(UpstreamError):
                 await self.wait_ready()
 
-    async def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Wait until initialized. UpstreamError if the start fails (saying why: a command
-        not found, a URL that refuses) or takes longer than `timeout_s`; at once while the
-        transport backs off after a failed start."""
+    async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Wait until initialized: what the server said of itself then (its initialize
+        result, or its discover result made one). Callers answer from this value, never
+        from `init_result` read later: the server may be lost in between. UpstreamError if
+        the start fails (saying why: a command not found, a URL that refuses) or takes
+        longer than `timeout_s`; at once while the transport backs off after a failed start."""
         if not self.ready:
             await self.starts.settle(self.conn.transport.state in CONNECTING,
                                      timeout_s or self.startup_timeout_s)
-        if not self.ready:
+        if self.init_result is None:
             state, name = self.conn.transport.state, self.conn.name
             raise self.starts.down or UpstreamNotReady(
                 name, f"upstream '{name}' is not ready ({state})", state=state)
+        return self.init_result
 
     def _reset(self) -> None:
         self.conn.wire.stop()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import UpstreamError, UpstreamNotReady, UpstreamShutdown
@@ -39,6 +40,16 @@ from gateway.upstream.handshake import Opening
 from gateway.upstream.http import HttpTransport
 from gateway.upstream.stdio import StdioTransport
 from gateway.upstream.transport import MakeTransport
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The connection a modern request goes to, as it was found ready: what its server
+    said of itself then (`init_result`, what server/discover answers from), held even if
+    the connection is lost before the request reads it."""
+
+    conn: Connection
+    init_result: dict[str, Any]
 
 
 class Backend:
@@ -176,18 +187,22 @@ class Backend:
         """The connection a new legacy session will be served by (`attach` it there)."""
         return self.primary
 
-    async def attach(self, owner: Owner, conn: Connection) -> None:
-        """`owner`'s session on `conn`, its `home` (waits until it is initialized)."""
-        await conn.wait_ready()
+    async def attach(self, owner: Owner, conn: Connection) -> dict[str, Any]:
+        """`owner`'s session on `conn`, its `home`, once it is initialized: what the server
+        said of itself then (UpstreamError: not attached, it never got there)."""
+        init_result = await conn.wait_ready()
         conn.attach(owner)
+        return init_result
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
 
-    async def for_principal(self, principal: str) -> Connection:
-        """The connection that serves modern requests of one auth context."""
+    async def for_principal(self, principal: str) -> Ready:
+        """The connection that serves modern requests of one auth context, ready (the
+        modern link may have been lost since it was found: it is waited for too)."""
         await self.primary.wait_ready()
-        return await self.modern_conn() or self.primary
+        conn = await self.modern_conn() or self.primary
+        return Ready(conn, await conn.wait_ready())
 
     async def for_request(self, conn: Connection, owner: Owner, method: str) -> Connection:
         """The connection one request of `owner`, a session attached to `conn`, goes to."""
@@ -205,15 +220,14 @@ class PerClient(Backend):
         super().__init__(name, conf, max_message_bytes, counters, queues)
         self._by_principal: dict[str, Connection] = {}
 
-    async def for_principal(self, principal: str) -> Connection:
+    async def for_principal(self, principal: str) -> Ready:
         proc = self._by_principal.get(principal)
         if proc is None:
             # Its own process, which speaks the modern wire if the server does.
             opening: Opening = "probe" if self.conf.era == "auto" else self.conf.era
             proc = self._by_principal[principal] = self._new(restart=True, opening=opening)
             proc.start()
-        await proc.wait_ready()
-        return proc
+        return Ready(proc, await proc.wait_ready())
 
     async def close(self) -> None:
         await asyncio.gather(*(p.close() for p in self._by_principal.values()))
@@ -222,9 +236,10 @@ class PerClient(Backend):
     def home(self) -> Connection:
         return self._new(restart=True)  # its own process, started when it is attached
 
-    async def attach(self, owner: Owner, conn: Connection) -> None:
-        await _started(conn)
+    async def attach(self, owner: Owner, conn: Connection) -> dict[str, Any]:
+        init_result = await _started(conn)
         conn.attach(owner)
+        return init_result
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
@@ -283,7 +298,9 @@ class PerCall(Backend):
             self._spawn(self._warm_one(), "warm-up")
 
     async def _warm_one(self) -> None:
-        self._warm.put_nowait(await _started(self._new(restart=False)))
+        conn = self._new(restart=False)
+        await _started(conn)
+        self._warm.put_nowait(conn)
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -297,15 +314,15 @@ class PerCall(Backend):
                         error=str(task.exception()))
 
 
-async def _started(conn: Connection) -> Connection:
-    """`conn` started and ready; closed when it never gets there (its process goes)."""
+async def _started(conn: Connection) -> dict[str, Any]:
+    """`conn` started and ready: what its server said of itself; closed when it never
+    gets there (its process goes)."""
     conn.start()
     try:
-        await conn.wait_ready()
+        return await conn.wait_ready()
     except BaseException:
         await conn.close()
         raise
-    return conn
 
 
 def build(name: str, conf: UpstreamConf, max_message_bytes: int,

@@ -6,14 +6,17 @@ over a legacy session). Its rounds' requestState is the caller's alone."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sys
 from collections.abc import AsyncIterator
 
 import pytest
 import structlog
 from conftest import FIXTURE, free_port, served
-from mcp_http import next_event
-from test_modern import call
+from mcp_http import BASIC, next_event
+from test_modern import call, modern
 
 DUAL = [sys.executable, FIXTURE]
 ASKS = {"elicitation": {}}
@@ -136,6 +139,44 @@ async def test_a_probe_that_got_no_answer_is_asked_again(gateway, http, tmp_path
     assert text(await call(http, url, "protocol_of")).startswith("2025-")  # bridged
     down.unlink()
     assert text(await call(http, url, "protocol_of")) == "2026-07-28"  # asked again
+
+
+async def modern_link_ready(http, url: str, ready: bool) -> None:
+    """Until the readiness detail shows the modern link of the upstream `ready` (or not)."""
+    for _ in range(200):
+        async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
+            link = (await resp.json())["upstreams"]["main"].get("modern_link") or {}
+        if link.get("ready") is ready:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the modern link never became ready={ready}")
+
+
+async def test_discover_while_the_modern_link_is_down_is_a_503_never_a_500(
+        gateway, http, tmp_path) -> None:
+    """The modern link's process lost after it was ready, and unable to start again:
+    server/discover answers 503 with the JSON-RPC error of an upstream that cannot start
+    (it read a result the lost link no longer held: a 500), then the server once it is back."""
+    down, pids = tmp_path / "down", tmp_path / "pids"
+    # Unable to start: it exits with code 3 before it reads anything (tests/servers/basic.py).
+    script = (f'[ -e "{down}" ] && BASIC_EXIT_AT_START=3 exec "{DUAL[0]}" "{BASIC[1]}"; '
+              f'echo $$ >> "{pids}"; exec "{DUAL[0]}" "{DUAL[1]}"')
+    url = await gateway(["sh", "-c", script], upstream={"restart_backoff_max_ms": 200})
+    assert (await modern(http, url, "server/discover")).status == 200  # probed: the link
+    primary, link = map(int, pids.read_text().split())
+    down.touch()
+    os.kill(link, signal.SIGKILL)
+    await modern_link_ready(http, url, False)
+    for _ in range(3):  # while it restarts, and while it backs off after failing to
+        reply = await modern(http, url, "server/discover")
+        assert reply.status == 503, reply.body
+        assert reply.body["error"]["data"] == {"upstream": "main", "reason": "initialize",
+                                               "exitCode": 3}
+    down.unlink()
+    await modern_link_ready(http, url, True)
+    reply = await modern(http, url, "server/discover")
+    assert reply.status == 200 and "2026-07-28" in reply.body["result"]["supportedVersions"]
+    os.kill(primary, 0)  # the legacy sessions' process ran on
 
 
 async def test_an_accepted_notification_is_no_broken_message(gateway, client) -> None:

@@ -175,6 +175,41 @@ async def test_an_upstream_that_exits_at_start_says_why(gateway, client, http) -
     assert logged and "no API key given" in logged[0]["said"]
 
 
+async def test_an_upstream_lost_and_unable_to_start_again_is_a_503(gateway, client, http,
+                                                                   tmp_path) -> None:
+    """Ready once, then lost for good: a legacy initialize and a modern call answer 503 with
+    the JSON-RPC error of an upstream that cannot start, never a 500; the failed initialize
+    holds none of its principal's share of sessions (one here), so once the server starts
+    again the next one is a session."""
+    down, pids = tmp_path / "down", tmp_path / "pids"
+    # Unable to start: it exits with code 3 before it reads anything (tests/servers/basic.py).
+    script = (f'[ -e "{down}" ] && export BASIC_EXIT_AT_START=3 || echo $$ >> "{pids}"; '
+              f'exec "{BASIC[0]}" "{BASIC[1]}"')
+    url = await gateway(["sh", "-c", script], upstream={"restart_backoff_max_ms": 200,
+                                                       "era": "legacy"},
+                        limits={"max_sessions_per_principal": 1})
+    down.touch()
+    os.kill(int(pids.read_text()), signal.SIGKILL)
+    for _ in range(200):  # until the gateway has seen it go
+        if (await readyz(http, url))[0] == 503:
+            break
+        await asyncio.sleep(0.05)
+    for _ in range(3):  # while it restarts, and while it backs off after failing to
+        init = await client(url).send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                       "params": {"protocolVersion": "2025-06-18",
+                                                  "capabilities": {}, "clientInfo": {}}})
+        bridged = await call(http, url, "echo", {"text": "hi"}, caps={})
+        for reply in (init, bridged):
+            assert reply.status == 503, reply.body
+            assert reply.body["error"]["data"] == {"upstream": "main", "reason": "initialize",
+                                                   "exitCode": 3}
+    down.unlink()
+    await wait_until_ready(url.removesuffix("/mcp"))
+    legacy = client(url)
+    await legacy.initialize()
+    assert text_of(await legacy.call("echo", {"text": "back"})) == "back"
+
+
 async def test_hundred_concurrent_slow_calls_overlap(gateway, client) -> None:
     mcp = client(await gateway())
     await mcp.initialize()

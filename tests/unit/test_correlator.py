@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
+from gateway.errors import UpstreamNotReady
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -113,6 +116,18 @@ async def test_losing_the_link_fails_every_call_in_flight() -> None:
     transport.lose("exited (code 3)")
     assert [s.responses[0]["error"]["data"]["reason"] for s in sinks] == ["exited"] * 2
     assert not conn.ready and conn.in_flight == 0
+
+
+async def test_waiting_for_readiness_hands_back_what_the_server_said() -> None:
+    """Callers answer initialize and server/discover from what `wait_ready` handed back:
+    a link lost later leaves that answer whole, and a wait on a lost link is an error,
+    never an empty result."""
+    conn, transport = await connect()
+    said = await conn.wait_ready()
+    transport.lose()
+    assert said["serverInfo"] == {"name": "mock"} and conn.init_result is None
+    with pytest.raises(UpstreamNotReady):
+        await conn.wait_ready(timeout_s=0.05)
 
 
 async def test_a_cancelled_call_drops_its_late_answer() -> None:

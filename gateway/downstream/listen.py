@@ -23,6 +23,7 @@ from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Task
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Host
+from gateway.upstream.isolation import Ready
 
 # filter field -> (the notification it selects, the upstream capability that makes it real)
 LIST_FILTERS = {
@@ -94,7 +95,7 @@ class Listeners:
         self.live: set[Listener] = set()
 
     async def listen(self, request: web.Request, msg: Message, caller: Any,
-                     conn: Connection, engine: TaskEngine) -> web.StreamResponse:
+                     ready: Ready, engine: TaskEngine) -> web.StreamResponse:
         wanted = (msg.get("params") or {}).get("notifications") or {}
         if not isinstance(wanted, dict):
             raise errors.InvalidParams("Invalid params: notifications must be an object")
@@ -106,7 +107,9 @@ class Listeners:
             raise errors.TooManyListeners(
                 f"Too many listen streams: the gateway holds its maximum of "
                 f"{self.max_listeners}; retry later")
-        honoured = _honoured(wanted, (conn.init_result or {}).get("capabilities", {}))
+        conn = ready.conn
+        # What the server said it can tell when it was found ready (it may be lost since).
+        honoured = _honoured(wanted, ready.init_result.get("capabilities", {}))
         task_ids = await self._task_ids(wanted, caller, engine)
         if task_ids is not None:
             honoured["taskIds"] = task_ids

@@ -259,7 +259,7 @@ class ModernEra:
                     self.engine, msg["method"], msg.get("params") or {}, caller.principal,
                     lacking or unscoped)))
             case router.Listen():
-                return await self.listeners.listen(request, msg, caller, conn, self.engine)
+                return await self.listeners.listen(request, msg, caller, ready, self.engine)
             case router.Resume():
                 return await self.resume(request, msg, caller)
             case router.Pass() | router.TaskCall():

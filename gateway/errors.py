@@ -289,8 +289,9 @@ class UpstreamError(GatewayError):
 
     def __init__(self, upstream: str, message: str, *, detail: str = "", **data: Any) -> None:
         # Messages often carry an exception's text, which may quote the upstream's URL: it
-        # is shown without credentials (to clients, on /status, in logs).
-        super().__init__(redact.text(message),
+        # is left out, clients read the upstream's name (where it is, and its credentials,
+        # are the operator's: log lines carry its URL without credentials).
+        super().__init__(redact.no_urls(message),
                          {"upstream": upstream, "reason": self.failure, **data})
         # For the operator's log only: what the server said (its stderr may hold secrets,
         # so it never reaches a client).

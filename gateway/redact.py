@@ -1,5 +1,5 @@
-"""URLs as the gateway shows them: on /readyz and /status, in log events and in the error
-messages clients and operators read.
+"""URLs as the gateway shows them: on /readyz and /status and in log events, for operators;
+never in the errors clients read (`no_urls`: a host and port tell the inside of the network).
 
 A configured URL may carry credentials: userinfo (`https://user:password@host/`) or a query
 (`?api_key=...`); a fragment has no business being shown either. Shown, a URL keeps its
@@ -34,4 +34,10 @@ def text(value: str) -> str:
     return _IN_TEXT.sub(lambda m: url(m.group()), value)
 
 
-__all__ = ["text", "url"]
+def no_urls(value: str) -> str:
+    """`value` with every URL in it left out (`<url>` in its place): for what clients read,
+    where even a URL without credentials tells where the gateway's upstreams are."""
+    return _IN_TEXT.sub("<url>", value)
+
+
+__all__ = ["no_urls", "text", "url"]

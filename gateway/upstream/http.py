@@ -25,13 +25,14 @@ from gateway.errors import (
     UpstreamError,
     UpstreamInitializeFailed,
     UpstreamSessionLost,
+    UpstreamUnreachable,
 )
 from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
-from gateway.upstream.http_post import Poster, ServerSession, forgets_session
+from gateway.upstream.http_post import Poster, ServerSession, forgets_session, reason
 from gateway.upstream.sse_client import EventReader
 from gateway.upstream.transport import Link, backoff_s, start_failed
 
@@ -95,7 +96,8 @@ class HttpTransport:
             except (aiohttp.ClientError, UpstreamError, TimeoutError) as exc:
                 self.session.state, failures = "backoff", failures + 1
                 cap_ms = self.conf.restart_backoff_max_ms if self.restart else None
-                if not await start_failed(self._link, exc, failures, cap_ms, url=self.url):
+                if not await start_failed(self._link, self._shown(exc), failures, cap_ms,
+                                          url=self.url):
                     return
                 continue
             failures = 0
@@ -106,6 +108,16 @@ class HttpTransport:
             if not self.restart:
                 return
             self.restarts += 1
+
+    def _shown(self, exc: Exception) -> Exception:
+        """A failed start as its waiting clients read it: aiohttp's words name the host and
+        port, which only the log line has (`said`, and its `url`)."""
+        if not isinstance(exc, aiohttp.ClientError):
+            return exc
+        name = self.name
+        verb = "cannot be reached" if isinstance(exc, aiohttp.ClientConnectorError) else "failed"
+        return UpstreamUnreachable(name, f"upstream '{name}' {verb}: {reason(exc)}",
+                                   detail=redact.text(str(exc)))
 
     async def _initialize(self, poster: Poster) -> None:
         self.session.begin()
@@ -134,9 +146,11 @@ class HttpTransport:
         try:
             resp, events, self.session.post_url = await sse_client.open_endpoint(
                 poster.http, self.url, self.conf.headers)
-        except ValueError as exc:
-            raise UpstreamInitializeFailed(self.name, f"upstream '{self.name}' refused initialize "
-                                           f"(HTTP {self.session.refused}) and {exc}") from None
+        except ValueError as exc:  # where a refused stream pointed: for the log only
+            raise UpstreamInitializeFailed(
+                self.name, f"upstream '{self.name}' refused initialize (HTTP "
+                f"{self.session.refused}) and {exc}",
+                detail=exc.detail if isinstance(exc, sse_client.Refused) else "") from None
         self.session.kind = "http+sse"
         log.info("upstream.http_sse_transport", upstream=self.name)
         # This transport's session is its stream: when it ends, the session is lost.

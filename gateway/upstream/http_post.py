@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -101,17 +102,17 @@ class Poster:
                     await self._again(data, call, extra, gone, again)
                 return
             except aiohttp.ClientConnectorError as exc:  # nothing was sent
-                why, unreached = _unreachable(exc), attempt == CONNECT_ATTEMPTS
+                why, unreached = f"cannot be reached: {reason(exc)}", attempt == CONNECT_ATTEMPTS
                 await asyncio.sleep(0.1 * attempt)
             except TimeoutError:
-                why = f"no reply within read_timeout_ms ({self.conf.read_timeout_ms})"
+                why = f"sent no reply within read_timeout_ms ({self.conf.read_timeout_ms})"
                 if call is not None and self.link.pending(call):
                     with contextlib.suppress(UpstreamError):
                         self.write(jsonrpc.line(jsonrpc.notification(mcp.CANCELLED, {
                             "requestId": call.upstream_id, "reason": why})))
                 break
             except aiohttp.ClientError as exc:
-                why = f"the connection dropped: {exc}"
+                why = f"dropped the connection: {reason(exc)}"
                 if attempt > 1 or _method(data) not in IDEMPOTENT:
                     break
         self.failed(data, call, why)
@@ -123,7 +124,8 @@ class Poster:
         whatever session it held is gone with it; the transport starts again (with backoff,
         not ready meanwhile: /readyz says so) rather than fail every call one by one."""
         if self.session.state == "up":
-            log.warning("upstream.unreachable", upstream=self.name, reason=redact.text(why))
+            log.warning("upstream.unreachable", upstream=self.name, reason=why,
+                        url=redact.url(self.session.post_url))
             self.session.lost.set()
 
     async def _again(self, data: bytes, call: Call | None, extra: dict[str, str] | None,
@@ -135,7 +137,7 @@ class Poster:
         if self.session.session_id == carried:
             self.session.lost.set()
         if call is None or not again:
-            self.failed(data, call, "the server lost the session again")
+            self.failed(data, call, "lost the session again")
             return
         self.resending.add(call)
         try:
@@ -143,7 +145,7 @@ class Poster:
                          and self.session.session_id != carried,
                          self.conf.startup_timeout_ms / 1000)
         except TimeoutError:
-            self.failed(data, call, "the session was lost and no new one began in time")
+            self.failed(data, call, "lost the session and no new one began in time")
             return
         finally:
             self.resending.discard(call)
@@ -162,7 +164,7 @@ class Poster:
                 self.session.refused = resp.status
             if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
                 self.link.on_message(await resp.read(), call)
-            self.failed(data, call, f"HTTP {resp.status}")
+            self.failed(data, call, f"answered HTTP {resp.status}")
         elif resp.status == 202:  # spec (Sending Messages): accepted, no body (mcp 2.x
             pass  # servers still label it application/json, with a length of 0)
         elif resp.content_type == mcp.CT_SSE:  # a POST's stream: what comes on it is its call's
@@ -171,7 +173,7 @@ class Poster:
             await self._resume(reader, call)
         elif resp.content_type == mcp.CT_JSON and not await json_body(
                 resp, lambda msg: self.link.on_message(msg, call)):
-            self.failed(data, call, "its answer is not a JSON-RPC message (an "
+            self.failed(data, call, "answered what is not a JSON-RPC message (an "
                         "application/json body holds one)")
         # else the HTTP+SSE transport, whose answers come on its stream
 
@@ -181,7 +183,7 @@ class Poster:
         attempts = 0
         while call is not None and self.link.pending(call):
             if reader.last_id is None or attempts == RESUME_ATTEMPTS:
-                self.failed(b"", call, "the stream ended before the answer")
+                self.failed(b"", call, "ended the stream before the answer")
                 return
             attempts += 1
             await asyncio.sleep(reader.retry_s)
@@ -189,13 +191,16 @@ class Poster:
                                     reader, self.link.on_message, call)
 
     def failed(self, data: bytes, call: Call | None, why: str) -> None:
-        """A request that got no answer fails now, with a JSON-RPC error that says why."""
+        """A request that got no answer fails now, with a JSON-RPC error that says why
+        (`why`: what the server did, as its clients may read it: never where it is, which
+        the log line has)."""
         if call is None:
             return
-        error = UpstreamConnectionFailed(self.name, f"upstream '{self.name}': {why}")
+        error = UpstreamConnectionFailed(self.name, f"upstream '{self.name}' {why}")
         if self.link.on_failed(call, error) and self.session.state == "up":  # else start_failed
-            log.warning("upstream.request_failed", upstream=self.name, reason=redact.text(why),
-                        method=_method(data) if data else None)
+            log.warning("upstream.request_failed", upstream=self.name, reason=why,
+                        method=_method(data) if data else None,
+                        url=redact.url(self.session.post_url))
 
 
 async def forgotten(resp: aiohttp.ClientResponse) -> bool:
@@ -269,22 +274,40 @@ def _lines(body: bytes) -> list[bytes] | None:
 
 def redirect_refused(upstream: str, resp: aiohttp.ClientResponse) -> str:
     """Why a redirect was not followed, logged (`upstream.redirect_refused`) with where it
-    pointed (its origin only)."""
+    pointed (its origin only); its clients are not told where (README.md, Security model:
+    no internal URL in a client's error)."""
     location = resp.headers.get("Location", "")
     target = URL(resp.url).join(URL(location)).origin() if location else None
     log.warning("upstream.redirect_refused", upstream=upstream, status=resp.status,
                 to=str(target) if target else None)
-    return (f"HTTP {resp.status}: the server redirects to {target or 'elsewhere'}; the "
-            "gateway follows no redirect (its headers for this upstream go to the configured "
-            "URL only): configure the URL it points to")
+    return (f"answered HTTP {resp.status}: the gateway follows no redirect (its headers for "
+            "this upstream go to the configured URL only): configure the URL it points to "
+            "(the gateway's log names it)")
 
 
-def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
-    """Why a connection failed, in the OS's words (aiohttp's own text names its TLS context,
-    "ssl:default", even for a plain http:// URL)."""
-    error = exc.os_error
-    reason = os.strerror(error.errno) if error.errno else (error.strerror or str(error))
-    return f"cannot connect to {exc.host}:{exc.port}: {reason}"
+def reason(exc: aiohttp.ClientError) -> str:
+    """Why a request failed, as a client may read it: the OS's words, or what went wrong
+    with the answer; never the host, port or URL it went to (aiohttp's own text names them,
+    and its TLS context, "ssl:default", even for a plain http:// URL). Who logs it logs
+    where (README.md, Security model: no internal URL in a client's error)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return _os_reason(exc.os_error)
+    if isinstance(exc, aiohttp.ClientOSError) and exc.errno:  # e.g. reset by peer
+        return _os_reason(exc)
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"HTTP {exc.status}: {exc.message}" if exc.message else f"HTTP {exc.status}"
+    return redact.no_urls(str(exc)) or type(exc).__name__
+
+
+def _os_reason(error: OSError) -> str:
+    """The OS's words for `error`, not its text: asyncio's names the address ("Connect call
+    failed ('10.0.3.4', 8080)"), a certificate's the host it was not valid for."""
+    if isinstance(error, ssl.SSLError):
+        return f"TLS failed ({error.reason or type(error).__name__})"
+    if error.errno is not None and error.errno > 0:
+        return os.strerror(error.errno)
+    # The resolver's (negative) codes: its own words, which name no address.
+    return error.strerror if isinstance(error.strerror, str) else type(error).__name__
 
 
 async def _until(holds: Callable[[], bool], timeout_s: float) -> None:

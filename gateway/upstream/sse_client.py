@@ -18,6 +18,16 @@ from gateway.protocol import mcp
 RETRY_S = 1.0  # before resuming a stream, unless the server said otherwise (`retry:`)
 
 
+class Refused(ValueError):
+    """An HTTP+SSE stream the gateway does not take: why, as clients may read it, and
+    `detail` for the operator's log only (where it pointed: no client learns the inside of
+    the network, README.md, Security model)."""
+
+    def __init__(self, why: str, detail: str = "") -> None:
+        super().__init__(why)
+        self.detail = detail
+
+
 class EventReader:
     """Reads one SSE stream after another, remembering the last event id and `retry:`."""
 
@@ -89,18 +99,18 @@ async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, st
 
 async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
                         ) -> tuple[aiohttp.ClientResponse, AsyncIterator[tuple[str, bytes]], str]:
-    """The HTTP+SSE stream, its events, and the URL its endpoint event names; ValueError
+    """The HTTP+SSE stream, its events, and the URL its endpoint event names; Refused
     saying what is missing or refused."""
     resp = await http.get(url, headers={**headers, "Accept": mcp.CT_SSE}, allow_redirects=False)
     if resp.status != 200 or resp.content_type != mcp.CT_SSE:
         resp.release()
-        raise ValueError(f"offers no HTTP+SSE stream (HTTP {resp.status})")
+        raise Refused(f"offers no HTTP+SSE stream (HTTP {resp.status})")
     events = EventReader().events(resp)
     try:
         async for event, data in events:
             if event == "endpoint":
                 return resp, events, same_origin(url, urljoin(url, data.decode().strip()))
-        raise ValueError("its SSE stream named no endpoint")
+        raise Refused("its SSE stream named no endpoint")
     except BaseException:
         resp.release()
         raise
@@ -109,10 +119,11 @@ async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[
 def same_origin(configured: str, endpoint: str) -> str:
     """`endpoint`, if it has the configured URL's scheme, host and port: the gateway's
     headers for this upstream (credentials among them) go nowhere else (the MCP SDKs refuse
-    another origin too); ValueError otherwise."""
-    if URL(endpoint).origin() != URL(configured).origin():
-        raise ValueError(f"its endpoint event names another origin "
-                         f"({URL(endpoint).origin()}), where the gateway does not post")
+    another origin too); Refused otherwise."""
+    origin = URL(endpoint).origin()
+    if origin != URL(configured).origin():
+        raise Refused("its endpoint event names another origin, where the gateway does not "
+                      "post", detail=f"endpoint event named {origin}")
     return endpoint
 
 

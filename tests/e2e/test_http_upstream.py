@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import structlog
+from aiohttp import web
 from conftest import free_port, listening, serve_fixture, served, wait_until_ready
 from mcp import Client
 from mcp_http import BASIC, next_event, text_of
@@ -138,16 +140,67 @@ async def test_a_request_on_a_posts_stream_goes_to_that_posts_caller(gateway, cl
     assert text_of(await busy).startswith("computed in 2")
 
 
-async def test_an_unreachable_http_upstream_is_reported_not_hung(gateway, client, http) -> None:
-    url = await gateway(url=f"http://127.0.0.1:{free_port()}/mcp", wait_ready=False)
-    await asyncio.sleep(0.5)
-    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
-        assert resp.status == 503
-        assert (await resp.json())["upstreams"]["main"]["ready"] is False
-    reply = await asyncio.wait_for(client(url).send({
-        "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}}}), 5)
-    assert reply.status == 503 and "cannot connect" in reply.body["error"]["message"]
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}}}
+
+
+def located(where: str, events: list[dict]) -> list[dict]:
+    """The log events of an upstream that name `where` (its host and port)."""
+    return [e for e in events if e["event"].startswith("upstream.") and where in repr(e)]
+
+
+@pytest.fixture(params=["closed port", "unknown name", "TLS to plain HTTP"])
+async def unreachable(request, aiohttp_server) -> tuple[str, str, str]:
+    """An upstream URL that cannot be reached: its host, its port, and the reason."""
+    if request.param == "closed port":
+        return "127.0.0.1", str(free_port()), "Connection refused"
+    if request.param == "unknown name":  # RFC 2606: .invalid never resolves
+        return "upstream-x.invalid", str(free_port()), ""  # the resolver's words vary
+    plain = await aiohttp_server(web.Application())
+    return "https://127.0.0.1", str(plain.port), "TLS failed (WRONG_VERSION_NUMBER)"
+
+
+async def test_an_unreachable_http_upstream_is_named_not_located(gateway, client, http,
+                                                                 unreachable) -> None:
+    """Both eras read the upstream's name and the OS's reason, not where it is (one token
+    would learn the inside of the network); the operator's log has its host and port."""
+    host, port, why = unreachable
+    where = f"{host.removeprefix('https://')}:{port}"
+    with structlog.testing.capture_logs() as events:
+        url = await gateway(url=f"{host if '//' in host else 'http://' + host}:{port}/mcp",
+                            wait_ready=False)
+        await asyncio.sleep(0.5)
+        async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
+            assert resp.status == 503
+            assert (await resp.json())["upstreams"]["main"]["ready"] is False
+        legacy = await asyncio.wait_for(client(url).send(INITIALIZE), 5)
+        bridged = await asyncio.wait_for(modern(http, url, "tools/list"), 5)
+    for reply in (legacy, bridged):
+        assert reply.status == 503, reply.body
+        message = reply.body["error"]["message"]
+        assert message.startswith("upstream 'main' cannot be reached: ") and why in message
+        shown = json.dumps(reply.body)
+        assert where.split(":")[0] not in shown and port not in shown, shown
+    assert located(where, events)
+
+
+async def test_an_http_upstream_gone_away_is_named_not_located(gateway, client, http) -> None:
+    """The server stops after it was ready: the call in flight and the next ones (both eras)
+    fail naming the upstream, not its host and port, which the operator's log names."""
+    with structlog.testing.capture_logs() as events:
+        async with basic_http() as base:
+            url = await gateway(url=base + "/mcp")
+            mcp = client(url)
+            await mcp.initialize()
+            where = base.removeprefix("http://")
+        legacy = (await mcp.call("echo", {"text": "hi"})).message
+        bridged = (await modern(http, url, "tools/list")).body
+    for body in (legacy, bridged):
+        message = body["error"]["message"]
+        assert message.startswith("upstream 'main' ") and "Connection refused" in message
+        assert where.split(":")[0] not in json.dumps(body)
+        assert where.split(":")[1] not in json.dumps(body)
+    assert located(where, events)
 
 
 # -- basic.py over HTTP (tests/servers/basic_http.py): server messages only on the GET stream

@@ -387,9 +387,9 @@ class StoreSettling(GatewayError):
     code = SERVER_ERROR
     http_status = 503
 
-    def __init__(self, wait_s: float) -> None:
-        self.retry_after_s = wait_s
-        super().__init__("The task store is being restored after an incident and this task "
+    def __init__(self, wait_s: float, what: str = "this task") -> None:
+        self.retry_after_s = wait_s  # `what`: a list's may lack "some tasks"
+        super().__init__(f"The task store is being restored after an incident and {what} "
                          "may not be back yet; retry shortly",
                          {"reason": "store_settling", "retryAfterMs": max(1, round(
                              wait_s * 1000))})

@@ -118,13 +118,20 @@ class TaskEngine:
         raise TaskNotFound(task_id)
 
     async def owned(self, owner: str, dialect: Dialect) -> list[Task]:
-        """The owner's tasks of one dialect, oldest first (running ones as they are now)."""
+        """The owner's tasks of one dialect, oldest first (running ones as they are now);
+        StoreSettling instead while a shared store that lost its records is being written
+        back: the list could lack tasks not written back yet."""
         now = self._clock()
         out = []
         for stored in await self._store.owned_by(owner):
             here = self._local.task(stored.id)
             if stored.dialect == dialect and (here is not None or not stored.due(now)):
                 out.append(stored if here is None else here)
+        # Asked after the read: a store that lost its records before it, or while it was
+        # read, shows then (README, store incidents: a client that misses a task in its
+        # list may conclude it is gone).
+        if self.replicas is not None and await self.replicas.unsettled():
+            raise StoreSettling(self.replicas.generation.retry_after_s(), "some tasks")
         return out
 
     def running(self, *, ending: bool = True) -> list[Task]:

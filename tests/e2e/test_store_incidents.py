@@ -8,19 +8,23 @@ acknowledged creation or end (store.min_replicas_acked)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from conftest import RedisServer, Replica, free_port
+from mcp_http import read
 from prometheus_client.parser import text_string_to_metric_families
-from test_modern import ask_round, retry
+from test_modern import ask_round, headers_for, retry
 from test_replicas import ALICE, BOB, ready_is
-from test_tasks import call, tasks_op, wait_for
+from test_tasks import TASKS, call, tasks_op, wait_for
 
 
 async def outbox(http: aiohttp.ClientSession, replica: Replica) -> float:
@@ -295,14 +299,27 @@ async def _alike(ask: Any, task_id: str) -> tuple[Any, ...]:
     return bobs
 
 
-async def test_a_live_task_never_reads_not_found_when_the_store_restarts_empty(
-        group, http, client, key_prefix) -> None:
-    """Issue 33: the store restarts empty while Alice's tasks run on replica a (the default
-    lease: a beats every 3.3 s). Her modern task and her core task (tasks are the
-    principal's: read from her session on b), polled on b throughout, read as themselves or
-    "retry" (503, Retry-After), never "Task not found", and end with their right results.
-    Bob, asking for her ids meanwhile in either era, gets exactly what he gets for ids that
-    never existed: "retry" while the store settles, "not found" after."""
+@dataclass
+class Incident:
+    """Alice's modern and core tasks (4 s sleeps) run on replica a when the store restarts
+    empty (the default lease: a beats every 3.3 s); she asks from her session on b (tasks
+    are the principal's), Bob from his."""
+
+    b: Replica
+    modern_id: str
+    alice_on_b: Any
+    bob: Any
+    core_id: str = ""
+
+    async def legacy(self, session: Any, method: str, params: dict[str, Any]) -> Any:
+        who = BOB if session is self.bob else ALICE
+        return await session.send({"jsonrpc": "2.0", "id": 1, "method": method,
+                                   "params": params}, **who)
+
+
+@contextlib.asynccontextmanager
+async def store_restarted_empty(group: Any, http: aiohttp.ClientSession, client: Any,
+                                key_prefix: str) -> AsyncIterator[Incident]:
     own = RedisServer()  # no persistence: it comes back empty
     own.start()
     try:
@@ -314,15 +331,27 @@ async def test_a_live_task_never_reads_not_found_when_the_store_restarts_empty(
         for session in (alice, alice_on_b):
             await session.initialize({}, version="2025-11-25", headers=ALICE)
         await bob.initialize({}, version="2025-11-25", headers=BOB)
-
-        async def legacy(session: Any, method: str, params: dict[str, Any]) -> Any:
-            who = BOB if session is bob else ALICE
-            return await session.send({"jsonrpc": "2.0", "id": 1, "method": method,
-                                       "params": params}, **who)
-        core_id = (await legacy(alice, "tools/call", {"name": "sleep", "arguments": {
-            "ms": 4000}, "task": {}})).body["result"]["task"]["taskId"]
+        incident = Incident(b, modern_id, alice_on_b, bob)
+        incident.core_id = (await incident.legacy(alice, "tools/call", {
+            "name": "sleep", "arguments": {"ms": 4000}, "task": {}})
+                            ).body["result"]["task"]["taskId"]
         own.stop()
         own.start()  # back at once, with nothing
+        yield incident
+    finally:
+        own.stop()
+
+
+async def test_a_live_task_never_reads_not_found_when_the_store_restarts_empty(
+        group, http, client, key_prefix) -> None:
+    """Issue 33: the store restarts empty while Alice's tasks run on replica a. Her modern
+    task and her core task, polled on b throughout, read as themselves or "retry" (503,
+    Retry-After), never "Task not found", and end with their right results. Bob, asking for
+    her ids meanwhile in either era, gets exactly what he gets for ids that never existed:
+    "retry" while the store settles, "not found" after."""
+    async with store_restarted_empty(group, http, client, key_prefix) as incident:
+        b, modern_id, core_id = incident.b, incident.modern_id, incident.core_id
+        alice_on_b, bob, legacy = incident.alice_on_b, incident.bob, incident.legacy
         seen: list[str] = []
         bobs: list[tuple[Any, ...]] = []
         while True:
@@ -346,14 +375,74 @@ async def test_a_live_task_never_reads_not_found_when_the_store_restarts_empty(
         # Both eras answered Bob "retry" while the store settled, as for any unknown id.
         assert {(shape[0], shape[1]) for shape in bobs} >= {(503, -32000)}
         # Settled: an id that never existed is "not found" again, Bob's look-ups too.
-        unknown = await tasks_op(http, b.url, "tasks/get", "never-a-task-id", BOB)
-        for _ in range(300):
-            if unknown.status != 503:
-                break
-            await asyncio.sleep(0.1)
-            unknown = await tasks_op(http, b.url, "tasks/get", "never-a-task-id", BOB)
+        unknown = await settled(http, b)
         assert unknown.body["error"]["message"] == "Task not found"
         assert _shape(await tasks_op(http, b.url, "tasks/get", modern_id, BOB)) == \
             _shape(unknown)
-    finally:
-        own.stop()
+
+
+async def settled(http: aiohttp.ClientSession, b: Replica) -> Any:
+    """Once b has settled: its answer to an id that never existed."""
+    unknown = await tasks_op(http, b.url, "tasks/get", "never-a-task-id", BOB)
+    for _ in range(300):
+        if unknown.status != 503:
+            break
+        await asyncio.sleep(0.1)
+        unknown = await tasks_op(http, b.url, "tasks/get", "never-a-task-id", BOB)
+    return unknown
+
+
+def _listed(reply: Any) -> Any:
+    """A list's answer as a client reads it: "retry" (the store settling: 503, -32000,
+    Retry-After), or the task ids a legacy tasks/list (200) holds."""
+    if reply.status == 503:
+        return _answer(reply)
+    assert reply.status == 200, reply.body
+    return [task["taskId"] for task in reply.body["result"]["tasks"]]
+
+
+async def listen_on(http: aiohttp.ClientSession, url: str, task_ids: list[str],
+                    who: dict[str, str]) -> Any:
+    """A modern subscriptions/listen on `task_ids`: "retry", or the task ids its
+    acknowledgment says it follows (the stream is closed then)."""
+    params = {"notifications": {"taskIds": task_ids}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": TASKS}}
+    body = {"jsonrpc": "2.0", "id": "s", "method": "subscriptions/listen", "params": params}
+    async with http.post(url, json=body, headers={
+            **headers_for("subscriptions/listen", params), **who}) as resp:
+        if resp.content_type == "application/json":
+            return _answer(await read(resp))
+        while not (line := (await asyncio.wait_for(resp.content.readline(), 5)).decode()
+                   ).startswith("data:"):
+            pass
+    return json.loads(line[5:])["params"]["notifications"]["taskIds"]
+
+
+async def test_task_lists_read_retry_while_the_store_settles_then_whole(
+        group, http, client, key_prefix) -> None:
+    """What the store lost is not listed until it is written back: while it settles, a
+    legacy tasks/list and a modern listen on task ids answer "retry" (503, Retry-After) as a
+    look-up does, never a list without Alice's tasks; settled, her lists are whole. Bob's
+    never hold her tasks: "retry" alike, then his own (none)."""
+    async with store_restarted_empty(group, http, client, key_prefix) as incident:
+        b, ids = incident.b, [incident.modern_id]
+        whole = [[incident.core_id], [], ids, []]  # Alice's and Bob's, each era
+
+        async def lists() -> list[Any]:
+            return [_listed(await incident.legacy(incident.alice_on_b, "tasks/list", {})),
+                    _listed(await incident.legacy(incident.bob, "tasks/list", {})),
+                    await listen_on(http, b.url, ids, ALICE),
+                    await listen_on(http, b.url, ids, BOB)]
+        seen = [await lists()]
+        for _ in range(300):
+            if seen[-1] == whole:
+                break
+            await asyncio.sleep(0.1)
+            seen.append(await lists())
+        assert "retry" in seen[0]  # asked before a had written its tasks back
+        for answers in seen:  # each "retry" (or the store away a moment) or whole, never
+            # a list short of a task
+            assert all(got in ("retry", "unavailable", full)
+                       for got, full in zip(answers, whole, strict=True)), answers
+        assert seen[-1] == whole

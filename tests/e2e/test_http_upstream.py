@@ -196,8 +196,8 @@ async def test_an_http_upstream_gone_away_is_named_not_located(gateway, client, 
         legacy = (await mcp.call("echo", {"text": "hi"})).message
         bridged = (await modern(http, url, "tools/list")).body
     for body in (legacy, bridged):
-        message = body["error"]["message"]
-        assert message.startswith("upstream 'main' ") and "Connection refused" in message
+        # Refused, or not connected (its GET stream may tell first): the upstream's name.
+        assert body["error"]["message"].startswith("upstream 'main' "), body
         assert where.split(":")[0] not in json.dumps(body)
         assert where.split(":")[1] not in json.dumps(body)
     assert located(where, events)

@@ -8,19 +8,22 @@ drift from what the gateway really holds.
 
 Label values stay bounded whatever clients send: methods outside the protocol's own become
 "other", and tool names outside the upstream's tools/list catalogue become "other".
+
+Events are plain counts here (no lock, no import of prometheus_client on the request path);
+prometheus_client renders them, with the state read from `Live`, when /metrics is first
+scraped (gateway/observability/exposition.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Protocol
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
-from gateway.errors import AuthCause, Rejection
+from gateway.observability.series import Counted, Live, Timed
 from gateway.protocol import mcp
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER = "other"
@@ -29,77 +32,65 @@ REQUEST_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10
 TASK_BUCKETS = (.1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 QUEUE_BUCKETS = (.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
-
-class Live(Protocol):
-    """The state the gauges show, read at each scrape."""
-
-    def tasks_live(self) -> dict[str, int]: ...  # status -> tasks this replica runs
-    def store_bytes(self) -> int: ...
-    def store_outbox(self) -> int: ...  # task changes the shared store has not taken yet
-    def upstreams(self) -> dict[str, tuple[bool, int]]: ...  # name -> (up, restarts)
-    def sessions(self) -> int: ...
-    def rejections(self) -> dict[tuple[Rejection, AuthCause | None], int]: ...  # -> count
-    def queues(self) -> dict[tuple[str, str], int]: ...  # (upstream, tool) -> calls waiting
-
-
 class Metrics:
     def __init__(self, known_tool: Callable[[str, str], bool] = lambda _u, _t: False,
                  named: Collection[str] = ()) -> None:
-        self.registry = CollectorRegistry()
         self.known_tool = known_tool  # (upstream, tool): listed by that upstream
         self.named = frozenset(named)  # tool names and patterns the settings name
-        # (upstream, method, era, ok) -> its counter and histogram: bounded, as the labels are
-        self._series: dict[tuple[str, str, str, bool], tuple[Counter, Histogram]] = {}
-        r = self.registry
-        self.requests = Counter(
+        self.live: Live | None = None
+        self._registry: CollectorRegistry | None = None  # built at the first scrape
+        self.requests = Counted(
             "mcp_gateway_requests", "MCP requests served, by upstream, method, era, outcome",
-            ["upstream", "method", "era", "outcome"], registry=r)
-        self.request_duration = Histogram(
+            ("upstream", "method", "era", "outcome"))
+        self.request_duration = Timed(
             "mcp_gateway_request_duration_seconds", "Time to answer an MCP request",
-            ["upstream", "method"], buckets=REQUEST_BUCKETS, registry=r)
-        self.tasks_created = Counter(
+            ("upstream", "method"), REQUEST_BUCKETS)
+        self.tasks_created = Counted(
             "mcp_gateway_tasks_created", "Tasks created by this replica",
-            ["upstream", "tool", "dialect"], registry=r)
-        self.tasks_finished = Counter(
+            ("upstream", "tool", "dialect"))
+        self.tasks_finished = Counted(
             "mcp_gateway_tasks_finished", "Tasks this replica ran to an end, by status",
-            ["upstream", "tool", "status"], registry=r)
-        self.task_duration = Histogram(
+            ("upstream", "tool", "status"))
+        self.task_duration = Timed(
             "mcp_gateway_task_duration_seconds", "How long tasks ran, creation to end",
-            ["upstream", "tool"], buckets=TASK_BUCKETS, registry=r)
-
+            ("upstream", "tool"), TASK_BUCKETS)
         # Labelled by the limit's name: a tool pattern from the settings, or "*" for a
         # server's own limit (bounded whatever clients send).
-        self.queue_wait = Histogram(
+        self.queue_wait = Timed(
             "mcp_gateway_queue_wait_seconds", "How long calls waited for a concurrency slot",
-            ["upstream", "tool"], buckets=QUEUE_BUCKETS, registry=r)
+            ("upstream", "tool"), QUEUE_BUCKETS)
+
+    @property
+    def families(self) -> tuple[Counted | Timed, ...]:
+        return (self.requests, self.request_duration, self.tasks_created,
+                self.tasks_finished, self.task_duration, self.queue_wait)
 
     def watch(self, live: Live) -> None:
-        self.registry.register(_LiveCollector(live, self.lane))
+        self.live = live
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        from gateway.observability import exposition  # prometheus_client: scrapes only
+
+        if self._registry is None:
+            self._registry = exposition.registry(self.families, self.live, self.lane)
+        return exposition.render(self._registry)
 
     # -- events ---------------------------------------------------------------------------
     def request(self, upstream: str, method: str, era: str, ok: bool, seconds: float) -> None:
-        key = (upstream, method if method in mcp.METHODS else OTHER, era, ok)
-        series = self._series.get(key)
-        if series is None:  # labels() costs ~2 µs a call: each pair is looked up once
-            series = self._series[key] = (
-                self.requests.labels(*key[:3], "ok" if ok else "error"),
-                self.request_duration.labels(*key[:2]))
-        series[0].inc()
-        series[1].observe(seconds)
+        method = method if method in mcp.METHODS else OTHER
+        self.requests.inc((upstream, method, era, "ok" if ok else "error"))
+        self.request_duration.observe((upstream, method), seconds)
 
     def task_created(self, upstream: str, tool: str, dialect: str) -> None:
-        self.tasks_created.labels(upstream, self._tool(upstream, tool), dialect).inc()
+        self.tasks_created.inc((upstream, self._tool(upstream, tool), dialect))
 
     def task_finished(self, upstream: str, tool: str, status: str, seconds: float) -> None:
         tool = self._tool(upstream, tool)
-        self.tasks_finished.labels(upstream, tool, status).inc()
-        self.task_duration.labels(upstream, tool).observe(seconds)
+        self.tasks_finished.inc((upstream, tool, status))
+        self.task_duration.observe((upstream, tool), seconds)
 
     def queue_waited(self, upstream: str, label: str, seconds: float) -> None:
-        self.queue_wait.labels(upstream, self.lane(upstream, label)).observe(seconds)
+        self.queue_wait.observe((upstream, self.lane(upstream, label)), seconds)
 
     def lane(self, upstream: str, label: str) -> str:
         """A concurrency limit's label: "*" (the server's), a pattern from the settings, or
@@ -110,54 +101,3 @@ class Metrics:
 
     def _tool(self, upstream: str, tool: str) -> str:
         return tool if self.known_tool(upstream, tool) else OTHER
-
-
-class _LiveCollector(Collector):
-    def __init__(self, live: Live, lane: Callable[[str, str], str]) -> None:
-        self.live = live
-        self.lane = lane
-
-    def collect(self) -> Iterator[Metric]:
-        live = self.live
-        yield _gauge("mcp_gateway_tasks_live", "Tasks this replica runs now, by status",
-                     ["status"], ((s, n) for s, n in live.tasks_live().items()))
-        yield _gauge("mcp_gateway_store_bytes", "Bytes of results the task store holds",
-                     [], [((), live.store_bytes())])
-        yield _gauge("mcp_gateway_store_outbox",
-                     "Task changes kept until the shared store takes them", [],
-                     [((), live.store_outbox())])
-        ups = live.upstreams()
-        yield _gauge("mcp_gateway_upstream_up", "1 when the upstream is initialized",
-                     ["upstream"], ((n, int(up)) for n, (up, _) in ups.items()))
-        restarts = CounterMetricFamily("mcp_gateway_upstream_restarts",
-                                       "Times the upstream was started again",
-                                       labels=["upstream"])
-        for name, (_, count) in ups.items():
-            restarts.add_metric([name], count)
-        yield restarts
-        yield _gauge("mcp_gateway_sessions", "Live legacy sessions", [],
-                     [((), live.sessions())])
-        rejections = CounterMetricFamily("mcp_gateway_rejections",
-                                         "Requests refused, by reason (and cause, for auth)",
-                                         labels=["reason", "cause"])
-        for (reason, cause), count in live.rejections().items():
-            rejections.add_metric([reason, cause or ""], count)
-        yield rejections
-        depth = GaugeMetricFamily("mcp_gateway_queue_depth",
-                                  "Calls waiting for a concurrency slot",
-                                  labels=["upstream", "tool"])
-        depths: dict[tuple[str, str], int] = {}
-        for (upstream, label), waiting in live.queues().items():
-            key = (upstream, self.lane(upstream, label))
-            depths[key] = depths.get(key, 0) + waiting
-        for labels, waiting in depths.items():
-            depth.add_metric(list(labels), waiting)
-        yield depth
-
-
-def _gauge(name: str, doc: str, labels: list[str],
-           values: Iterable[tuple[str | tuple[()], int]]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=labels)
-    for label, value in values:
-        family.add_metric([label] if isinstance(label, str) else [], value)
-    return family

@@ -372,9 +372,11 @@ class StoreUnavailable(GatewayError):
     http_status = 503
 
     def __init__(self, detail: str) -> None:
-        super().__init__(f"The task store is unavailable ({redact.text(detail)}); try again "
-                         "shortly",
+        # Clients read that the store is away, not where it is (a Redis error names its host
+        # and port), as with upstreams; the operator's log (`store.unavailable`) has `detail`.
+        super().__init__("The task store is unavailable; try again shortly",
                          {"reason": "store_unavailable"})
+        self.detail = redact.text(detail)
 
 
 class StoreSettling(GatewayError):

@@ -106,8 +106,8 @@ class Lease:
             self._write_back(replicas)
         except StoreUnavailable as exc:
             if self.store_up:
-                log.error("store.unavailable", backend=self.backend, error=exc.message)
-            self.store_up, self.error = False, exc.message
+                log.error("store.unavailable", backend=self.backend, error=exc.detail)
+            self.store_up, self.error = False, exc.detail  # operators only: /readyz?detail, /status
             return
         if not self.store_up:
             log.info("store.available", backend=self.backend)

@@ -104,6 +104,12 @@ class Poster:
             except aiohttp.ClientConnectorError as exc:  # nothing was sent
                 why, unreached = f"cannot be reached: {reason(exc)}", attempt == CONNECT_ATTEMPTS
                 await asyncio.sleep(0.1 * attempt)
+            except aiohttp.ConnectionTimeoutError:  # no connection: nothing was sent either
+                # One attempt: each waits connect_timeout_ms, more would hold the caller.
+                why = ("cannot be reached: no connection within connect_timeout_ms "
+                       f"({self.conf.connect_timeout_ms})")
+                unreached = True
+                break
             except TimeoutError:
                 why = f"sent no reply within read_timeout_ms ({self.conf.read_timeout_ms})"
                 if call is not None and self.link.pending(call):

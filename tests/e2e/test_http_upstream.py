@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -182,6 +183,27 @@ async def test_an_unreachable_http_upstream_is_named_not_located(gateway, client
         shown = json.dumps(reply.body)
         assert where.split(":")[0] not in shown and port not in shown, shown
     assert located(where, events)
+
+
+async def test_an_http_upstream_that_never_accepts_is_unreachable_not_silent(gateway, client,
+                                                                          http) -> None:
+    """A connection that never completes (a full accept queue: its SYNs are dropped) ends
+    after connect_timeout_ms as an upstream that cannot be reached, in both eras; it used to
+    read "sent no reply within read_timeout_ms (None)", a request that was never sent."""
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):  # the one place in its queue
+            url = await gateway(url=f"http://127.0.0.1:{port}/mcp", wait_ready=False,
+                                upstream={"connect_timeout_ms": 300})
+            legacy = await asyncio.wait_for(client(url).send(INITIALIZE), 10)
+            bridged = await asyncio.wait_for(modern(http, url, "tools/list"), 10)
+    for reply in (legacy, bridged):
+        assert reply.status == 503, reply.body
+        assert reply.body["error"]["message"] == (
+            "upstream 'main' cannot be reached: no connection within connect_timeout_ms (300)")
+        assert str(port) not in json.dumps(reply.body)
 
 
 async def test_an_http_upstream_gone_away_is_named_not_located(gateway, client, http) -> None:

@@ -14,6 +14,7 @@ import ipaddress
 import os
 import pickle
 import re
+import signal
 import types
 import typing
 from collections.abc import Callable
@@ -209,13 +210,42 @@ class Tasks(_Model):
         metadata=doc("per tool name, over the defaults (a key left out or null: the default)"))
 
 
+# TaskPolicy's keys whose null means "none": no timeout, no immediate response, no limit.
+NULLABLE_POLICY_KEYS = frozenset({"timeout_ms", "immediate_response", "max_concurrency"})
+
+
+def _keys_given(raw: Any) -> Any:
+    """Which keys an upstream's `tasks.defaults` names, null ones included: a null there
+    clears the global value (tasks/policy.py), so "left out" and "null" differ."""
+    if not isinstance(raw, dict):
+        return raw
+    if "given" in raw:
+        raise ValueError("unknown key `given`")
+    for key in raw.keys() - NULLABLE_POLICY_KEYS:
+        if raw[key] is None and key in {f.name for f in fields(TaskPolicy)}:
+            nullable = ", ".join(sorted(NULLABLE_POLICY_KEYS))
+            raise ValueError(f"`{key}` cannot be null (only {nullable} can: a null "
+                             "clears the global value)")
+    return {**raw, "given": frozenset(raw)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamDefaults(TaskPolicyOverride):
+    """An upstream's `tasks.defaults`: a tool's policy, except that a key given as null
+    clears the global value (`timeout_ms: null`: this upstream's tasks have no timeout)."""
+
+    given: frozenset[str] = field(default=frozenset(), metadata={"internal": True})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamTasks(_Model):
     """One upstream's task policies, over the global `tasks` field by field: a key left
-    out or null takes the global one."""
+    out takes the global one; in `defaults`, a null clears it."""
 
-    defaults: TaskPolicyOverride = field(default_factory=TaskPolicyOverride,
-        metadata=doc("for every tool of this upstream, over the global `tasks.defaults`"))
+    defaults: Annotated[UpstreamDefaults, _Rule(_keys_given, before=True)] = field(
+        default_factory=UpstreamDefaults,
+        metadata=doc("for every tool of this upstream, over the global `tasks.defaults` (a "
+                     "null timeout_ms, immediate_response or max_concurrency clears it)"))
     tools: dict[str, TaskPolicyOverride] = field(default_factory=dict,
         metadata=doc("per tool name, over the global `tasks.tools` and these defaults"))
 
@@ -246,14 +276,14 @@ class Upstream(_Model):
         metadata=doc("a stdio server: the program to run (give command or url)"))
     args: list[str] = field(default_factory=list,
         metadata=doc("its arguments"))
-    env: dict[str, str] = field(default_factory=dict,
+    env: dict[str, str] = field(repr=False, default_factory=dict,
         metadata=doc("stdio: environment variables set for it (README, Security: it starts "
             "with a short default environment, never the gateway's whole one)"))
     inherit_env: list[EnvName] = field(default_factory=list,
         metadata=doc("stdio: the gateway's environment variables passed on, by name"))
     cwd: str | None = field(default=None,
         metadata=doc("its working directory"))
-    url: str | None = field(default=None,
+    url: str | None = field(default=None, repr=False,  # it may carry a user and password
         metadata=doc("a Streamable HTTP (or older HTTP+SSE) server's URL"))
     path: str = field(default="/mcp",
         metadata=doc("where clients reach this upstream on the gateway"))
@@ -282,7 +312,7 @@ class Upstream(_Model):
         metadata=doc("a call not answered by then is cancelled upstream and answered with an "
             "error (null: no gateway limit)"))
     # Streamable HTTP upstreams only:
-    headers: dict[str, str] = field(default_factory=dict,
+    headers: dict[str, str] = field(repr=False, default_factory=dict,
         metadata=doc("url upstreams: sent with every request"))
     # Client headers passed on by name. The client's Authorization is not passed unless
     # named here (token passthrough is an anti-pattern: base spec, Security).
@@ -320,6 +350,10 @@ class Upstream(_Model):
             scheme, _, rest = self.url.partition("://")
             if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
                 raise ValueError(f"'url' must be an http:// or https:// URL, not {self.url!r}")
+            if "@" in rest.split("/", 1)[0] and "authorization" in map(str.lower, self.headers):
+                # Two credentials for one request: aiohttp refuses to send it at all.
+                raise ValueError("'url' carries a user and password and 'headers' an "
+                                 "Authorization: give one of them")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -494,12 +528,12 @@ class Auth(_Model):
     """Who may call: static bearer tokens (each its own owner of tasks and calls), OAuth
     access tokens (owned by their principal), or both."""
 
-    bearer_tokens: list[str] = field(default_factory=list,
+    bearer_tokens: list[str] = field(repr=False, default_factory=list,
         metadata=doc("accepted tokens (Authorization: Bearer ...); empty and no oauth: no "
             "authentication, every caller one anonymous owner"))
     oauth: OAuth | None = field(default=None,
         metadata=doc("an OAuth 2.1 resource server: README, OAuth"))
-    admin_tokens: list[str] = field(default_factory=list,
+    admin_tokens: list[str] = field(repr=False, default_factory=list,
         metadata=doc("operators' tokens (Authorization: Bearer ...): they open /status, /metrics "
             "and /readyz?detail, which clients' tokens never do; none here and no "
             "oauth.admin_scope: those routes answer loopback peers only"))
@@ -547,7 +581,7 @@ class Security(_Model):
     # Whence the key that seals MRTR requestState (AES-256-GCM), unless replica.secret is
     # set (which it then stands in for). Unset: a random key per start, so states do not
     # survive a restart (their parked calls do not either).
-    request_state_key: Annotated[str, MinLen(16)] | None = field(default=None,
+    request_state_key: Annotated[str, MinLen(16)] | None = field(default=None, repr=False,
         metadata=doc("seals MRTR requestState (AES-256-GCM) where replica.secret is unset; "
             "null: a random key per start"))
     # Serve beyond loopback with no bearer token, on purpose (behind a proxy that
@@ -573,7 +607,7 @@ class Store(_Model):
     backend: Literal["memory", "redis"] = field(default="memory",
         metadata=doc("memory: embedded, one process; redis: Redis >= 6.2 or Valkey, shared by "
             "replicas"))
-    url: str | None = field(default=None,
+    url: str | None = field(default=None, repr=False,
         metadata=doc("redis://host:port/db, rediss:// for TLS (with sentinels: only its "
             "credentials and db are used)"))
     key_prefix: Annotated[str, MinLen(1)] = field(default="mcpgw:",
@@ -617,10 +651,11 @@ class Replica(_Model):
     # channel messages, the task records in the store (sealed, encrypted) and MRTR
     # requestState, and the keyed digest of owners there, are derived from it (keyring.py).
     # Unset: security.request_state_key; a shared store insists on one of them.
-    secret: Annotated[Annotated[str, MinLen(16)] | None, EmptyIsNull] = field(default=None,
-        metadata=doc("the replicas' shared secret, the same on every replica: seals their "
-            "channel messages, task records in the store and MRTR requestState "
-            "(null: security.request_state_key; required with store.backend redis)"))
+    secret: Annotated[Annotated[str, MinLen(16)] | None, EmptyIsNull] = field(
+        default=None, repr=False, metadata=doc("the replicas' shared secret, the same on "
+            "every replica: seals their channel messages, task records in the store and "
+            "MRTR requestState (null: security.request_state_key; required with "
+            "store.backend redis)"))
     # Where the other replicas reach this one (http://host:port), to hand it an MRTR retry
     # whose call is parked here. Unset: the bind address when it names one (listen.host
     # and port), else such a retry elsewhere is refused (sent afresh).
@@ -855,17 +890,29 @@ def load_isolated(build: Callable[[], Settings]) -> Settings:
         os.close(read_end)
         _answer(write_end, build)
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        answer = pipe.read()
-    os.waitpid(pid, 0)
-    if not answer:
-        raise ConfigError("validating the configuration failed: its process ended unanswered")
-    kind, value = pickle.loads(answer)
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            answer = pipe.read()
+    except BaseException:  # interrupted (Ctrl-C, a signal): the child goes too
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    status = os.waitpid(pid, 0)[1]
+    try:
+        kind, value = pickle.loads(answer)
+    except (pickle.UnpicklingError, EOFError, ValueError):  # killed, not a config error
+        raise RuntimeError("validating the configuration failed: its process ended "
+                           f"unanswered ({_ended(status)})") from None
     if kind == "error":
         raise ConfigError(value)
     if kind == "crash":
         raise RuntimeError(f"validating the configuration failed in its process:\n{value}")
     return typing.cast(Settings, value)
+
+
+def _ended(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
 def _answer(fd: int, build: Callable[[], Settings]) -> typing.NoReturn:
@@ -943,7 +990,8 @@ def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
             args = typing.get_args(model)
             model = args[-1] if args else None
     model = _present(model)
-    return [f.name for f in fields(model)] if _is_model(model) else []
+    return [f.name for f in fields(model) if not f.metadata.get("internal")
+            ] if _is_model(model) else []
 
 
 def _present(t: Any) -> Any:

@@ -96,6 +96,8 @@ def section(model: type, path: str, todo: list[tuple[type, str]]) -> list[str]:
     lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
     hints = typing.get_type_hints(model, include_extras=True)
     for field in dataclasses.fields(model):
+        if field.metadata.get("internal"):  # filled by the gateway, not a key of the file
+            continue
         name, annotation = field.name, hints[field.name]
         meaning = "; ".join(x for x in (field.metadata.get("doc", ""), bounds(annotation)) if x)
         key = f"{path}.{name}" if path else name

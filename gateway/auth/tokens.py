@@ -31,7 +31,7 @@ from gateway.auth.introspection import Introspector
 from gateway.auth.keys import IssuerKeys
 from gateway.auth.principal import Principal
 from gateway.errors import AuthCause, Unauthorized, shown
-from gateway.settings import OAuth
+from gateway.settings import SIGNING_ALGORITHMS, OAuth
 
 MAX_CACHE_S = 300.0
 REFUSED_CACHE_S = 10.0  # a refused token is refused again without a check this long
@@ -60,7 +60,8 @@ class AccessTokens:
         self.conf = conf
         self.issuers = {i: IssuerKeys(i, fetcher, conf.key_refresh_s, conf.allow_http)
                         for i in conf.issuers}
-        self.algorithms = frozenset(conf.algorithms)
+        # Never `none` nor HS*, whatever built the settings (from_mapping refuses them too).
+        self.algorithms = frozenset(conf.algorithms) & frozenset(SIGNING_ALGORITHMS)
         self.audience = sorted({conf.resource, conf.resource.rstrip("/")})
         self.introspector = (Introspector(conf.introspection, conf, fetcher)
                              if conf.introspection is not None else None)

@@ -61,8 +61,9 @@ class Policies:
         merged = asdict(self.tasks.defaults)
         local = self.per_upstream.get(upstream)
         layers: list[Tasks | UpstreamTasks] = [self.tasks, *([local] if local else [])]
-        if local is not None:  # the upstream's defaults, over the global ones
-            merged.update(_given(local.defaults))
+        if local is not None:  # the upstream's defaults, over the global ones (a null
+            # given there clears the global value: `timeout_ms: null`, no timeout)
+            merged.update({key: getattr(local.defaults, key) for key in local.defaults.given})
         merged["lane"] = tool  # a limit of the defaults: each tool has its own
         for layer in layers:
             pattern, override = _match(layer.tools, tool)

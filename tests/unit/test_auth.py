@@ -97,3 +97,14 @@ def test_an_address_is_refused_once_it_spent_its_failures() -> None:
     for _ in range(1000):
         unlimited.failed("10.0.0.1")
     unlimited.admit("10.0.0.1")
+
+
+def test_tokens_never_accept_none_or_hs_algorithms_however_the_settings_were_built() -> None:
+    """from_mapping refuses `none` and HS*; settings built another way (an embedder, a test)
+    still get only asymmetric algorithms."""
+    from gateway.auth.fetch import Fetcher
+    from gateway.auth.tokens import AccessTokens
+
+    conf = OAuth(resource="https://gw.example.com/mcp", issuers=["https://idp.example.com"],
+                 algorithms=["none", "HS256", "RS256"])
+    assert AccessTokens(conf, Fetcher(1)).algorithms == {"RS256"}

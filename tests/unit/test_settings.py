@@ -4,8 +4,11 @@ and one-line errors that name the key."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +76,9 @@ def test_interface_md_shape_loads(monkeypatch) -> None:
      "auth.oauth.introspection.requires_audience: unknown key `requires_audience`; did you "
      "mean `require_audience`?"),
     ({"upstreams": {"m": {}}}, "upstreams.m: give exactly one of 'command'"),
+    ({"upstreams": {"m": {"url": "https://u:pw@h.example/mcp",
+                          "headers": {"Authorization": "Bearer t"}}}},
+     "upstreams.m: 'url' carries a user and password and 'headers' an Authorization"),
     ({"upstreams": {"m": {"command": "x"}}, "listen": {"port": "eighty"}},
      "listen.port: Input should be a valid integer"),
     ({"upstreams": {"m": {"command": "x", "env": {"K": "${NOPE_NOT_SET}"}}}},
@@ -387,14 +393,22 @@ def test_the_per_upstream_tasks_example_overrides_the_global_policy(monkeypatch)
     assert policies.for_tool("remote", "anything").sync_budget_ms == 1000
 
 
-def test_an_upstreams_default_left_null_takes_the_global_one() -> None:
-    """An upstream's `tasks.defaults`, like a tool's policy: a key left out or null takes
-    the global value (docs/configuration.md, `upstreams.<name>.tasks`)."""
-    conf = from_mapping({"upstreams": {"m": {"command": "x", "tasks": {
-        "defaults": {"timeout_ms": None, "sync_budget_ms": 10}}}},
+def test_an_upstreams_default_given_as_null_clears_the_global_one() -> None:
+    """An upstream's `tasks.defaults` over the global ones: a key left out takes the global
+    value; a null clears it where a policy may have none (`timeout_ms: null`: no timeout
+    for this upstream's tasks, as before the settings were dataclasses); elsewhere a null
+    is refused."""
+    conf = from_mapping({"upstreams": {
+        "m": {"command": "x", "tasks": {"defaults": {"timeout_ms": None, "sync_budget_ms": 10}}},
+        "n": {"command": "x", "path": "/n", "tasks": {"defaults": {"sync_budget_ms": 20}}}},
         "tasks": {"defaults": {"timeout_ms": 5000, "mode": "always"}}})
-    policy = Policies(conf.tasks, {"m": conf.upstreams["m"].tasks}).for_tool("m", "t")
-    assert (policy.timeout_ms, policy.sync_budget_ms, policy.mode) == (5000, 10, "always")
+    policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
+    cleared, kept = policies.for_tool("m", "t"), policies.for_tool("n", "t")
+    assert (cleared.timeout_ms, cleared.sync_budget_ms, cleared.mode) == (None, 10, "always")
+    assert (kept.timeout_ms, kept.sync_budget_ms, kept.mode) == (5000, 20, "always")
+    with pytest.raises(ConfigError, match=r"upstreams.m.tasks.defaults: `mode` cannot be null"):
+        from_mapping({"upstreams": {"m": {"command": "x", "tasks": {"defaults": {
+            "mode": None}}}}})
 
 
 # A fresh process, single-threaded as the CLI is when it forks: validates `raw` through
@@ -463,13 +477,70 @@ def test_a_serving_process_never_loads_pydantic() -> None:
                      ("pydantic",)) == ["pydantic"]
 
 
+def test_a_validating_child_killed_is_reported_as_killed_not_as_a_config_error() -> None:
+    """The OOM killer (say) takes the child: the parent says so, with no config error's exit
+    code (2) that would send an operator looking for a mistake in the file."""
+    stderr = failed_isolated("os.kill(os.getpid(), signal.SIGKILL)")
+    assert "process ended unanswered (killed by signal 9)" in stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_an_interrupted_start_leaves_no_validating_child(tmp_path: Path) -> None:
+    """Ctrl-C while the child still reads the file (a FIFO nobody writes): the child goes
+    with the parent, rather than waiting on, orphaned."""
+    fifo = tmp_path / "gateway.yaml"
+    os.mkfifo(fifo)
+    parent = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(fifo)],
+                              cwd=ROOT, stderr=subprocess.DEVNULL)
+    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+    child = ""
+    for _ in range(200):  # until the child is forked
+        if child := children.read_text().strip():
+            break
+        time.sleep(0.05)
+    assert child, "no validating child was forked"
+    parent.send_signal(signal.SIGINT)
+    parent.wait(10)
+    for _ in range(100):
+        if not Path(f"/proc/{child}").exists():
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(
+        f"/proc/{child}/stat").read_text().split(")")[1][:3]  # gone, or only a zombie
+
+
 def test_a_crash_while_validating_in_the_child_is_no_config_error() -> None:
     """A bug in validation (not a bad file) reaches the parent as itself, traceback and all,
     not as a config error line."""
-    code = ("from gateway.settings import load_isolated\n"
-            "load_isolated(lambda: {}['no such key'])")
+    stderr = failed_isolated("{}['no such key']")
+    assert "RuntimeError: validating the configuration failed in its process" in stderr
+    assert "KeyError: 'no such key'" in stderr
+
+
+def failed_isolated(build: str) -> str:
+    """The stderr of a fresh process whose load_isolated ran `build` in its child: it must
+    exit 1 (a fault, not a config error's 2)."""
+    code = ("import os, signal\nfrom gateway.settings import load_isolated\n"
+            f"load_isolated(lambda: {build})")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True)
     assert out.returncode == 1
-    assert "RuntimeError: validating the configuration failed in its process" in out.stderr
-    assert "KeyError: 'no such key'" in out.stderr
+    return out.stderr
+
+
+def test_the_settings_repr_shows_no_secret() -> None:
+    """A settings object in a traceback with its locals (an error tracker, say) or a debug
+    print shows none of the gateway's secrets or an upstream's credentials."""
+    secrets = {"bearer": "TOKEN-" + "a" * 40, "admin": "ADMIN-" + "b" * 40,
+               "replica": "REPLICA-" + "c" * 20, "state": "STATE-" + "d" * 20,
+               "store": "STOREPW", "env": "ENVSECRET", "url": "URLPW", "header": "HDRSECRET"}
+    conf = from_mapping({
+        "auth": {"bearer_tokens": [secrets["bearer"]], "admin_tokens": [secrets["admin"]]},
+        "replica": {"secret": secrets["replica"]},
+        "security": {"request_state_key": secrets["state"]},
+        "store": {"backend": "redis", "url": f"redis://:{secrets['store']}@h:6379/0"},
+        "upstreams": {"a": {"command": "x", "env": {"K": secrets["env"]}},
+                      "b": {"url": f"https://u:{secrets['url']}@h/mcp", "path": "/b",
+                            "headers": {"X-Key": secrets["header"]}}}})
+    shown = repr(conf)
+    assert [name for name, value in secrets.items() if value in shown] == []

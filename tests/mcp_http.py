@@ -92,6 +92,19 @@ class McpHttp:
         return await self.send({"jsonrpc": "2.0", "id": next(self.ids), "method": "tools/call",
                                 "params": params}, **headers)
 
+    async def call_answering(self, name: str, arguments: dict[str, Any],
+                             content: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A call whose server asks this client for input on the call's own SSE stream:
+        the request it asked (an elicitation, accepted with `content`) and the final
+        answer read from that stream."""
+        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": name, "arguments": arguments}}
+        async with self.http.post(self.url, json=body, headers=self.headers()) as stream:
+            asked = await next_event(stream)
+            await self.send({"jsonrpc": "2.0", "id": asked["id"],
+                             "result": {"action": "accept", "content": content}})
+            return asked, await next_event(stream)
+
 
 async def next_event(resp: aiohttp.ClientResponse, timeout_s: float = 5.0) -> dict[str, Any]:
     """The next data event of an SSE response still streaming (a GET stream, a slow call)."""

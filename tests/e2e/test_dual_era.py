@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 import structlog
 from conftest import FIXTURE, free_port, served
-from mcp_http import BASIC, next_event
+from mcp_http import BASIC
 from test_modern import call, modern
 
 DUAL = [sys.executable, FIXTURE]
@@ -61,14 +61,9 @@ async def test_modern_clients_meet_the_server_itself_legacy_ones_a_session(
     legacy = client(url)
     await legacy.initialize(ASKS, version="2025-11-25")
     assert text(await legacy.call("protocol_of")).startswith("2025-")
-    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": "test_input_required_result_elicitation", "arguments": {}}}
-    async with http.post(legacy.url, json=body, headers=legacy.headers()) as stream:
-        request = await next_event(stream)
-        assert request["method"] == "elicitation/create"
-        await legacy.send({"jsonrpc": "2.0", "id": request["id"],
-                           "result": {"action": "accept", "content": {"name": "Grace"}}})
-        final = await next_event(stream)
+    request, final = await legacy.call_answering("test_input_required_result_elicitation",
+                                                 {}, {"name": "Grace"})
+    assert request["method"] == "elicitation/create"
     assert final["result"]["content"][0]["text"] == "Hello, Grace!"
     async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
         main = (await resp.json())["upstreams"]["main"]

@@ -129,14 +129,9 @@ async def test_a_request_on_a_posts_stream_goes_to_that_posts_caller(gateway, cl
     await bystander.initialize({"elicitation": {}})
     busy = asyncio.create_task(bystander.call("slow_compute", {"seconds": 2}))
     await asyncio.sleep(0.3)
-    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": "test_elicitation", "arguments": {"message": "Name?"}}}
-    async with http.post(asker.url, json=body, headers=asker.headers()) as stream:
-        asked = await next_event(stream)
-        assert asked["method"] == "elicitation/create"
-        await asker.send({"jsonrpc": "2.0", "id": asked["id"],
-                          "result": {"action": "accept", "content": {"response": "Ada"}}})
-        final = await next_event(stream)
+    asked, final = await asker.call_answering("test_elicitation", {"message": "Name?"},
+                                              {"response": "Ada"})
+    assert asked["method"] == "elicitation/create"
     assert final["id"] == 7 and "Ada" in final["result"]["content"][0]["text"]
     assert text_of(await busy).startswith("computed in 2")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import aiohttp
@@ -34,7 +35,7 @@ from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
 from gateway.upstream.http_post import Poster, ServerSession, forgets_session, reason
 from gateway.upstream.sse_client import EventReader
-from gateway.upstream.transport import Link, backoff_s, start_failed
+from gateway.upstream.transport import STABLE_AFTER_S, Link, backoff_s, start_failed
 
 GET_REFUSALS = 5  # 5xx answers to the GET stream in a row, with backoff, before giving up
 
@@ -89,7 +90,7 @@ class HttpTransport:
             await self._poster.http.close()
 
     async def _supervise(self, poster: Poster) -> None:
-        failures = 0
+        failures = short = 0  # failed starts; sessions lost soon after they began
         while True:
             try:
                 await self._initialize(poster)
@@ -100,7 +101,7 @@ class HttpTransport:
                                           url=self.url):
                     return
                 continue
-            failures = 0
+            failures, began = 0, time.monotonic()
             listener = asyncio.create_task(self._listen(poster))
             await self.session.lost.wait()
             listener.cancel()
@@ -108,6 +109,13 @@ class HttpTransport:
             if not self.restart:
                 return
             self.restarts += 1
+            # A session lost soon after it began (a GET stream that says "no such session"
+            # to every new one, say) is begun again after a backoff, as a process that keeps
+            # exiting is (stdio.py): not thousands of times a second. Callers wait meanwhile
+            # (the state is "restarting").
+            short = short + 1 if time.monotonic() - began < STABLE_AFTER_S else 0
+            if short:
+                await asyncio.sleep(backoff_s(short, self.conf.restart_backoff_max_ms))
 
     def _shown(self, exc: Exception) -> Exception:
         """A failed start as its waiting clients read it: aiohttp's words name the host and

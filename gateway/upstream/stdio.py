@@ -34,9 +34,8 @@ from gateway.errors import (
 from gateway.observability import log
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream.correlator import Call
-from gateway.upstream.transport import Link, backoff_s, start_failed
+from gateway.upstream.transport import STABLE_AFTER_S, Link, backoff_s, start_failed
 
-STABLE_AFTER_S = 10.0  # a process that lived this long resets the backoff
 STDERR_TAIL, STDERR_LINE = 5, 300  # lines (and characters a line) told of a failed start
 STDERR_WAIT_S = 0.5  # for the stderr pipe to close once the process exited
 

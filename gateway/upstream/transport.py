@@ -18,6 +18,7 @@ from gateway.observability import log
 from gateway.upstream.correlator import Call
 
 FIRST_RETRY_S = 0.1
+STABLE_AFTER_S = 10.0  # a process (or an HTTP session) that lived this long resets the backoff
 
 
 def backoff_s(failures: int, cap_ms: int) -> float:

@@ -213,6 +213,19 @@ async def test_a_refused_get_stream_is_not_asked_for_every_second(gateway, http,
         assert await gets(http, base) == expected
 
 
+async def test_a_session_lost_as_soon_as_begun_is_begun_again_with_backoff(gateway, http
+                                                                           ) -> None:
+    """A server whose GET stream says "no such session" to every new session: the gateway
+    begins sessions again with backoff, as it restarts a process that keeps exiting (it
+    re-initialized some 1,300 times a second, failing every call in flight each time)."""
+    async with unruly("forgetful") as base:
+        url = await gateway(url=base + "/mcp", wait_ready=False)
+        await asyncio.sleep(2)
+        assert await gets(http, base) <= 8  # 0.1 + 0.2 + 0.4 + 0.8 s of backoff: ~5
+        async with http.get(url.replace("/mcp", "/healthz")) as resp:
+            assert resp.status == 200
+
+
 async def test_a_listen_answer_of_chunked_json_lines_is_heard_line_by_line(gateway, http
                                                                            ) -> None:
     """A modern server that answers subscriptions/listen as chunked application/json, a

@@ -2,7 +2,7 @@
 """A Streamable HTTP server that gets the wire wrong in the ways seen in the field, for the
 gateway's tests (issue 31). Standard aiohttp, no SDK.
 
-Usage: unruly_http.py PORT [legacy|modern]
+Usage: unruly_http.py PORT [legacy|modern|forgetful]
 - legacy: initialize gives a session. Tools: two_lines (an application/json answer of two
   JSON lines: a log notification, then the response), garbage (an application/json answer
   that is no JSON at all), pretty (its response pretty-printed over many lines, streamed
@@ -10,7 +10,8 @@ Usage: unruly_http.py PORT [legacy|modern]
 - modern: 2026-07-28 only (initialize is 404 -32601): server/discover, tools/list, and
   subscriptions/listen answered as chunked application/json, a message a line, held open;
   the tool change sends tools list_changed to every listener.
-Both: GET /mcp is 400 with a body that does not speak of any session, as some servers
+- forgetful: legacy, but GET /mcp answers every session "400: no such session" at once.
+Others: GET /mcp is 400 with a body that does not speak of any session, as some servers
 answer a GET they do not serve; GET /gets tells how many GETs /mcp had.
 """
 
@@ -116,14 +117,15 @@ async def modern(request: web.Request, msg: dict) -> web.StreamResponse:
 
 async def post(request: web.Request) -> web.StreamResponse:
     msg = await request.json()
-    return await (legacy if MODE == "legacy" else modern)(request, msg)
+    return await (modern if MODE == "modern" else legacy)(request, msg)
 
 
 async def get(request: web.Request) -> web.Response:
     global gets
     gets += 1
+    said = "No valid session ID provided" if MODE == "forgetful" else "GET is not served here"
     return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
-        "code": -32000, "message": "Bad Request: GET is not served here"}}, status=400)
+        "code": -32000, "message": f"Bad Request: {said}"}}, status=400)
 
 
 async def count(request: web.Request) -> web.Response:

@@ -924,7 +924,8 @@ def _answer(fd: int, build: Callable[[], Settings]) -> typing.NoReturn:
     except BaseException:  # a bug: its traceback goes to the parent
         import traceback
 
-        reply, code = ("crash", traceback.format_exc()), 1
+        # A validator's bug may quote a value (a store URL, its password): shown redacted.
+        reply, code = ("crash", redact.text(traceback.format_exc())), 1
     try:
         with os.fdopen(fd, "wb") as pipe:
             pipe.write(pickle.dumps(reply))

@@ -362,7 +362,7 @@ class ModernEra:
             return
         except errors.StoreUnavailable as exc:  # the extension lets the gateway answer inline
             self.backend.counters.tasks_inline_store_unavailable += 1
-            log.warning("task.store_unavailable", tool=tool, reason=exc.message,
+            log.warning("task.store_unavailable", tool=tool, reason=exc.detail,
                         upstream=self.backend.name)
             return
         except errors.TooManyRequests as exc:  # the extension lets the gateway answer inline

@@ -139,11 +139,6 @@ class TaskEngine:
         being written left out, as it is written anyway)."""
         return self._local.tasks(ending=ending)
 
-    async def knows(self, task_id: Any) -> bool:
-        """Whether `task_id` is (or lately was) a task of this gateway, whoever owns it."""
-        return isinstance(task_id, str) and (self._local.holds(task_id)
-                                             or await self._store.knows(task_id))
-
     # -- from the client ----------------------------------------------------------------------
     async def answer(self, task: Task, responses: dict[str, Any]) -> None:
         """Answers go upstream under the server's own ids; unknown or already answered keys

@@ -105,10 +105,11 @@ class Poster:
                 why, unreached = f"cannot be reached: {reason(exc)}", attempt == CONNECT_ATTEMPTS
                 await asyncio.sleep(0.1 * attempt)
             except aiohttp.ConnectionTimeoutError:  # no connection: nothing was sent either
-                # One attempt: each waits connect_timeout_ms, more would hold the caller.
+                # One attempt: each waits connect_timeout_ms, more would hold the caller. The
+                # session stays: a full accept queue fails this call, not the calls of
+                # others whose streams still flow.
                 why = ("cannot be reached: no connection within connect_timeout_ms "
                        f"({self.conf.connect_timeout_ms})")
-                unreached = True
                 break
             except TimeoutError:
                 why = f"sent no reply within read_timeout_ms ({self.conf.read_timeout_ms})"

@@ -5,12 +5,12 @@ never a session whose task still runs; else the newcomer is refused."""
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 import pytest
 
 from gateway.downstream.session import Session, SessionStore, SessionTask
 from gateway.errors import TooManySessions
+from gateway.observability.counters import Counters
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Task, new_id
 from gateway.tasks.store.memory import MemoryStore
@@ -20,7 +20,7 @@ from gateway.upstream.mock import MockTransport
 
 def session(principal: str) -> Session:
     """A session on an upstream connection that was never started (none is needed here)."""
-    conn = Connection("mock", lambda link: MockTransport(link, lambda _: []), 1.0, Counter())
+    conn = Connection("mock", lambda link: MockTransport(link, lambda _: []), 1.0, Counters())
     return Session(conn, "2025-11-25", {}, 0, principal=principal)
 
 

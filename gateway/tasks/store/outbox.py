@@ -80,7 +80,7 @@ class Outbox:
                 return await self._put(task)
             except StoreUnavailable as exc:
                 log.warning("store.outbox_started", task=task.id, status=str(task.status),
-                            error=exc.message)
+                            error=exc.detail)
         held = self._pending.get(task.id)
         if isinstance(held, Task) and held.terminal:
             return False  # compare-and-set, as the store would: a terminal record stays

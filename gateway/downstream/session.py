@@ -111,7 +111,8 @@ class Session:
         return stream
 
     def _counted(self, stream: Stream) -> Stream:
-        stream.resumable = True  # a session's streams resume with Last-Event-ID
+        # A session's streams resume with Last-Event-ID; primed for the versions that expect it.
+        stream.resumable = self.version in mcp.PRIMED_VERSIONS
         if self.budget is not None:
             self.budget.enter(stream, self.principal)
         return stream

@@ -7,6 +7,9 @@ from typing import Any, Final
 # Legacy era: the initialize handshake. Newest first; the first is what the gateway offers.
 LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 LATEST_LEGACY: Final = LEGACY_VERSIONS[0]
+# spec 2025-11-25 (SSE polling): streams open with a priming event of empty data; clients of
+# older versions may read that empty data as a JSON message and fail (the SDKs prime only these).
+PRIMED_VERSIONS: Final = frozenset({"2025-11-25"})
 
 # Modern era: no handshake; every request carries its version in `_meta`.
 MODERN_VERSIONS: Final = ("2026-07-28",)

@@ -253,10 +253,11 @@ async def test_a_sessions_sse_streams_are_primed_with_an_id_and_retry(gateway, c
                                                                       ) -> None:
     """spec 2025-11-25 (SSE polling, SEP-1699 SHOULDs): a legacy session's SSE stream opens
     with an event of an id and empty data, and a `retry`; resuming after that id replays
-    the stream from its start. A modern stream (not resumable) has none."""
+    the stream from its start. A modern stream (not resumable) has none, nor a session of
+    an older version (its client may read the empty data as a message)."""
     url = await gateway(listen={"sse_keepalive_ms": 100})
     legacy = client(url)
-    await legacy.initialize()
+    await legacy.initialize(version="2025-11-25")
     body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
             "params": {"name": "sleep", "arguments": {"ms": 400}}}
     async with http.post(url, json=body, headers=legacy.headers()) as resp:
@@ -272,6 +273,13 @@ async def test_a_sessions_sse_streams_are_primed_with_an_id_and_retry(gateway, c
     reply = await call(http, url, "sleep", {"ms": 400}, headers={
         "Accept": "text/event-stream, application/json"})
     assert b"retry:" not in reply.raw and reply.message["result"]["content"][0]["text"]
+    older = client(url)
+    await older.initialize(version="2025-06-18")
+    async with http.post(url, json=body, headers=older.headers()) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        raw = await resp.read()
+    assert b"retry:" not in raw and b"data: \n" not in raw
+    assert parse_sse(raw)[0][-1]["result"]["content"][0]["text"] == "slept 400"
 
 
 MODERN_SERVER = [sys.executable, str(Path(__file__).parents[1] / "servers" / "modern_server.py")]

@@ -273,7 +273,7 @@ class ModernEra:
     async def decide(self, msg: Message, caller: Caller, conn: Connection
                      ) -> router.ModernDecision:
         method, params = msg["method"], msg.get("params") or {}
-        if conn.modern and self.rounds.gateways_own(msg):
+        if conn.modern and self.rounds.gateways_own(msg, caller.principal):
             return router.Resume()  # its call is parked here: see `forward`, `ex.rounds`
         # Only a modern upstream has tasks of its own that tasks/* could name instead.
         theirs = method.startswith(router.TASKS_PREFIX) and conn.modern and \

@@ -63,22 +63,27 @@ class Sealer:
         body = orjson.dumps({**payload, "exp": int(time.time() + self.ttl_s)})
         return _b64(self.cipher.encrypt(body, AAD))
 
-    def open(self, token: Any) -> dict[str, Any]:
-        """The payload of a genuine, unexpired state; InvalidParams for anything else."""
+    def open(self, token: Any, owner: str) -> dict[str, Any]:
+        """The payload of a genuine, unexpired state issued to `owner`; InvalidParams for
+        anything else. Garbled, tampered and another principal's states get one answer, the
+        owner checked before the expiry: Bob learns nothing of Alice's (not even whether it
+        has expired)."""
         try:
             sealed = _unb64(token) if isinstance(token, str) else None
         except (binascii.Error, ValueError):
             sealed = None
-        if sealed is None or len(sealed) < MIN_STATE_BYTES:
-            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
-        body = self.cipher.decrypt(sealed, AAD)
-        if body is None:
-            raise errors.InvalidParams("Invalid requestState: integrity check failed")
-        payload: dict[str, Any] = orjson.loads(body)  # we wrote it: it parses
+        body = None if sealed is None or len(sealed) < MIN_STATE_BYTES else \
+            self.cipher.decrypt(sealed, AAD)
+        payload: dict[str, Any] = {} if body is None else orjson.loads(body)  # ours: it parses
+        if payload.get("o") != owner:
+            raise errors.InvalidParams(NOT_ISSUED)
         if payload.get("exp", 0) < time.time():
             raise errors.InvalidParams("Invalid requestState: it has expired; send the "
                                        "request again without it")
         return payload
+
+
+NOT_ISSUED = "Invalid requestState: not a state this gateway issued"
 
 
 def digest(method: str, params: dict[str, Any]) -> str:

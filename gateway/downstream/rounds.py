@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway import errors
-from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
+from gateway.downstream.mrtr import NOT_ISSUED, Parked, ParkedCalls, Sealer, digest
 from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
@@ -63,13 +63,13 @@ class Rounds:
         """The server's own state inside a retry's requestState. Another principal's
         state, or one issued for another request, is refused as any state this gateway
         did not issue."""
-        state = self.sealer.open(params["requestState"])  # InvalidParams: forged, expired
-        if state.get("k") != "up" or state.get("o") != principal or \
-                state.get("m") != method or state.get("d") != digest(method, params):
-            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
+        state = self.sealer.open(params["requestState"], principal)  # forged, expired
+        if state.get("k") != "up" or state.get("m") != method or \
+                state.get("d") != digest(method, params):
+            raise errors.InvalidParams(NOT_ISSUED)
         return state.get("s")
 
-    def gateways_own(self, msg: Message) -> bool:
+    def gateways_own(self, msg: Message, principal: str) -> bool:
         """Whether a retry carries the state of one of the gateway's own rounds (not a
         modern upstream's). A server of both eras under `isolation: call` answers each
         tools/call on a legacy process of the pool, whose requests become the gateway's
@@ -78,7 +78,7 @@ class Rounds:
         if msg.get("method") not in mcp.MRTR_METHODS or not isinstance(params, dict) or \
                 "requestState" not in params:
             return False
-        return "k" not in self.sealer.open(params["requestState"])  # InvalidParams: forged
+        return "k" not in self.sealer.open(params["requestState"], principal)  # or forged
 
     # -- the gateway's rounds (a legacy server asked for input) ----------------------------
     def ask(self, ex: Answerable, parked: Parked, client_id: RequestId) -> None:
@@ -111,9 +111,7 @@ class Rounds:
         or where it is parked. Every check happens before the parked call is touched, so a
         bad retry (InvalidParams) leaves it waiting for a good one."""
         method, params = msg["method"], msg["params"]
-        state = self.sealer.open(params["requestState"])
-        if state.get("o") != principal:  # as a forged one: Bob learns nothing of Alice's
-            raise errors.InvalidParams("Invalid requestState: not a state this gateway issued")
+        state = self.sealer.open(params["requestState"], principal)
         if state.get("m") != method or state.get("d") != digest(method, params):
             raise errors.InvalidParams("Invalid requestState: it was issued for a different "
                                        "request; retry with the original method and params")

@@ -13,27 +13,30 @@ from gateway.errors import InvalidParams
 
 def test_a_sealed_state_opens_to_its_payload() -> None:
     sealer = Sealer(b"k" * 32, ttl_s=60)
-    payload = sealer.open(sealer.seal(p="abc", r=2, o="owner"))
+    payload = sealer.open(sealer.seal(p="abc", r=2, o="owner"), "owner")
     assert (payload["p"], payload["r"], payload["o"]) == ("abc", 2, "owner")
 
 
-@pytest.mark.parametrize(("token", "why"), [
-    (None, "not a state"), ("", "not a state"), (42, "not a state"), ("é", "not a state"),
-    ("a.b.c", "not a state"), ("e30.AAAA", "not a state"), ("no-dot", "not a state"),
-    ("A" * 40, "integrity"),
-])
-def test_foreign_shapes_are_refused(token, why) -> None:
-    with pytest.raises(InvalidParams, match=why):
-        Sealer(b"k" * 32, 60).open(token)
+@pytest.mark.parametrize("token", [
+    None, "", 42, "é", "a.b.c", "e30.AAAA", "no-dot", "A" * 40])
+def test_foreign_shapes_are_refused(token) -> None:
+    with pytest.raises(InvalidParams, match="not a state this gateway issued"):
+        Sealer(b"k" * 32, 60).open(token, "owner")
 
 
-def test_another_key_or_a_flipped_bit_fails_integrity() -> None:
-    token = Sealer(b"k" * 32, 60).seal(p="x")
-    with pytest.raises(InvalidParams, match="integrity"):
-        Sealer(b"j" * 32, 60).open(token)
+def test_another_key_a_flipped_bit_or_another_owner_get_what_a_forged_state_gets() -> None:
+    """Tampered, sealed elsewhere or another principal's: one answer, the same as junk's,
+    and for another principal's even once it expired (Bob learns nothing of Alice's)."""
+    token = Sealer(b"k" * 32, 60).seal(p="x", o="alice")
     flipped = token[:20] + ("A" if token[20] != "A" else "B") + token[21:]
-    with pytest.raises(InvalidParams, match="integrity"):
-        Sealer(b"k" * 32, 60).open(flipped)
+    expired = Sealer(b"k" * 32, -5).seal(p="x", o="alice")
+    for sealer, state, who in ((Sealer(b"j" * 32, 60), token, "alice"),
+                               (Sealer(b"k" * 32, 60), flipped, "alice"),
+                               (Sealer(b"k" * 32, 60), token, "bob"),
+                               (Sealer(b"k" * 32, 60), expired, "bob")):
+        with pytest.raises(InvalidParams) as refused:
+            sealer.open(state, who)
+        assert refused.value.message == "Invalid requestState: not a state this gateway issued"
 
 
 def test_a_state_tells_the_client_nothing() -> None:
@@ -52,7 +55,7 @@ def test_a_state_tells_the_client_nothing() -> None:
 def test_expired_states_are_refused() -> None:
     sealer = Sealer(b"k" * 32, ttl_s=-5)
     with pytest.raises(InvalidParams, match="expired"):
-        sealer.open(sealer.seal(p="x"))
+        sealer.open(sealer.seal(p="x", o="owner"), "owner")
 
 
 def test_digest_ignores_envelope_and_mrtr_fields_only() -> None:

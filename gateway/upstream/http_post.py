@@ -245,17 +245,26 @@ async def json_body(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], boo
 
 
 async def _json_lines(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], bool]) -> bool:
-    buffer, ok = b"", True
+    buffer, ok = bytearray(), True
     async for chunk in resp.content.iter_any():
         buffer += chunk
         # A chunk that ends a line may end a message (a body pretty-printed over many lines
-        # is one JSON document, whole only at its last line).
-        if buffer.endswith(b"\n") and (messages := _messages(buffer)) is not None:
+        # is one JSON document, whole only at its last line). Parsing is tried only when
+        # that line begins at the margin with a bracket (a message a line, or a document's
+        # closing one): a pretty-printed body is parsed once or twice, not at every line.
+        if buffer.endswith(b"\n") and _at_margin(buffer) and \
+                (messages := _messages(bytes(buffer))) is not None:
             ok = all([deliver(m) for m in messages]) and ok
-            buffer = b""
-    if buffer.strip():
-        ok = all([deliver(m) for m in _messages(buffer) or [buffer]]) and ok
+            buffer = bytearray()
+    if rest := bytes(buffer).strip():
+        ok = all([deliver(m) for m in _messages(rest) or [rest]]) and ok
     return ok
+
+
+def _at_margin(buffer: bytearray) -> bool:
+    """Whether the last whole line of `buffer` opens or closes a JSON value at its margin."""
+    last = buffer.rfind(b"\n", 0, len(buffer) - 1) + 1
+    return bytes(buffer[last:last + 1]) in (b"{", b"}", b"[", b"]")
 
 
 def _messages(buffer: bytes) -> list[bytes] | None:

@@ -236,6 +236,11 @@ class UpstreamDefaults(TaskPolicyOverride):
 
     given: frozenset[str] = field(default=frozenset(), metadata={"internal": True})
 
+    def __post_init__(self) -> None:
+        if not self.given:  # built in code, not from a file: the keys it sets are given
+            object.__setattr__(self, "given", frozenset(
+                f.name for f in fields(TaskPolicyOverride) if getattr(self, f.name) is not None))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamTasks(_Model):

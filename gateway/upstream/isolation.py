@@ -229,10 +229,6 @@ class PerClient(Backend):
             proc.start()
         return Ready(proc, await proc.wait_ready())
 
-    async def close(self) -> None:
-        await asyncio.gather(*(p.close() for p in self._by_principal.values()))
-        await super().close()
-
     def home(self) -> Connection:
         return self._new(restart=True)  # its own process, started when it is attached
 
@@ -270,9 +266,7 @@ class PerCall(Backend):
             if task.get_name() == "warm-up":  # retirements run to the end: no orphans
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        while not self._warm.empty():
-            await self._warm.get_nowait().close()
-        await super().close()
+        await super().close()  # the warm ones too: every connection it made
 
     def status(self) -> dict[str, Any]:
         return {**super().status(), "warm": self._warm.qsize()}

@@ -544,3 +544,12 @@ def test_the_settings_repr_shows_no_secret() -> None:
                             "headers": {"X-Key": secrets["header"]}}}})
     shown = repr(conf)
     assert [name for name, value in secrets.items() if value in shown] == []
+
+
+def test_an_upstreams_defaults_built_in_code_count_the_keys_they_set() -> None:
+    """Not only a file's: `UpstreamDefaults(mode="always")` made by an embedder or a test
+    sets the mode (it was silently ignored, `given` being filled by validation only)."""
+    from gateway.settings import Tasks, UpstreamDefaults, UpstreamTasks
+
+    upstream = UpstreamTasks(defaults=UpstreamDefaults(mode="always"))
+    assert Policies(Tasks(), {"m": upstream}).for_tool("m", "t").mode == "always"

@@ -77,7 +77,8 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
     store, bus, records = _store(conf, replica)
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
                         conf.replica_url or "")
-    policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()})
+    policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()},
+                        {n: u.request_timeout_ms for n, u in conf.upstreams.items()})
     replay = _replay(limits)
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, conf.limits.max_message_bytes, counters, queues)

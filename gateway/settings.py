@@ -143,6 +143,13 @@ class Listen(_Model):
     sse_keepalive_ms: Annotated[int, Ge(100)] = field(default=15000,
         metadata=doc("a comment line on idle SSE streams this often, so proxies keep slow calls "
             "open"))
+    # 5 s: under the Inspector's 10 s request timeout (reset on progress) and far under the
+    # SDKs' 60 s, with room for a slow hop; one small event a quiet call each time.
+    progress_heartbeat_ms: Annotated[int, Ge(0)] = field(default=5000,
+        metadata=doc("a quiet call whose request carried a progressToken hears "
+            "notifications/progress this often (values always increasing, the server's own "
+            "included; 0: never), so clients that reset their timeout on progress wait for "
+            "long calls"))
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -159,14 +166,17 @@ class TaskPolicy(_Model):
     sync_budget_ms: Annotated[int, Ge(0)] = field(default=1000,
         metadata=doc("auto: how long a call may run inline before it becomes a task"))
     ttl_ms: Annotated[int, Ge(1)] = field(default=600_000,
-        metadata=doc("how long a task is kept from its creation, unless the client asks for "
-            "another ttl"))
+        metadata=doc("how long a task's result is kept, unless the client asks another ttl: "
+            "a task's ttl is its time bound (timeout_ms) plus this, so no running task "
+            "expires first"))
     max_ttl_ms: Annotated[int, Ge(1)] = field(default=3_600_000,
-        metadata=doc("the longest ttl a client may ask for"))
+        metadata=doc("the longest ttl a task gets, whatever its time bound and the client "
+            "asked (set it low and a long run expires at it)"))
     poll_interval_ms: Annotated[int, Ge(1)] = field(default=1000,
         metadata=doc("suggested to clients; adapted to the tool's recent durations"))
     timeout_ms: Annotated[int | None, Ge(1)] = field(default=None,
-        metadata=doc("a running task fails after this long (null: only its ttl ends it)"))
+        metadata=doc("a running task fails after this long, from when its call runs (null: "
+            "the upstream's request_timeout_ms; both null: only max_ttl_ms ends it)"))
     # Text a 2025-11-25 client may show its model at once when a call becomes a task
     # (CreateTaskResult `_meta["io.modelcontextprotocol/model-immediate-response"]`).
     immediate_response: str | None = field(default=None,
@@ -232,7 +242,8 @@ def _keys_given(raw: Any) -> Any:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamDefaults(TaskPolicyOverride):
     """An upstream's `tasks.defaults`: a tool's policy, except that a key given as null
-    clears the global value (`timeout_ms: null`: this upstream's tasks have no timeout)."""
+    clears the global value (`timeout_ms: null`: this upstream's tasks are bounded by its
+    request_timeout_ms only)."""
 
     given: frozenset[str] = field(default=frozenset(), metadata={"internal": True})
 
@@ -315,7 +326,8 @@ class Upstream(_Model):
     # long as a task is kept by default (tasks.defaults.ttl_ms).
     request_timeout_ms: Annotated[int | None, Ge(1)] = field(default=600_000,
         metadata=doc("a call not answered by then is cancelled upstream and answered with an "
-            "error (null: no gateway limit)"))
+            "error; a task's call fails then unless its tool sets timeout_ms (null: no "
+            "gateway limit)"))
     # Streamable HTTP upstreams only:
     headers: dict[str, str] = field(repr=False, default_factory=dict,
         metadata=doc("url upstreams: sent with every request"))

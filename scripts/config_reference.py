@@ -27,6 +27,22 @@ Generated from `gateway/settings.py` by `scripts/config_reference.py`; do not ed
 Keys are snake_case; `${VAR}` and `${VAR:-default}` in any string are read from the
 environment; `mcp-task-gateway --check-config FILE` validates a file. Unknown keys are
 refused. Durations are in milliseconds (`_ms`), sizes in bytes.
+
+## Long calls: how the timing defaults fit together
+
+- `listen.sse_keepalive_ms` (15 s): a quiet response stream carries a comment this often,
+  so a hop that cuts a connection quiet for 30 s or 60 s (nginx's and most load balancers'
+  default) never cuts a slow call. Keep it under half your shortest hop timeout.
+- `listen.progress_heartbeat_ms` (5 s): comments reset no client's own timer; a progress
+  notification does, for clients that reset their timeout on progress (the TypeScript
+  SDK's `resetTimeoutOnProgress`, the Inspector by default). 5 s is under the Inspector's
+  10 s request timeout and far under the SDKs' 60 s, with room for a slow hop; each beat
+  is one small event on a call that is quiet anyway. Only calls whose request carried a
+  `progressToken` hear it.
+- A task's ttl is its time bound (the tool's `timeout_ms`, else the upstream's
+  `request_timeout_ms`) plus the ttl its client asked (else `tasks.defaults.ttl_ms`), within
+  `max_ttl_ms`: a running task never expires on a client's guess of how long the tool takes
+  (the Python SDK 1.x asks 60 s). With the defaults: 600 s + 600 s, under the 1 h cap.
 """
 
 

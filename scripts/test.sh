@@ -7,8 +7,8 @@
 #     last one with the 2025-11-25 tasks client);
 #   - .test-envs/k8s: checkov and kubernetes-validate (its Kubernetes schemas bundled), which
 #     check deploy/kubernetes offline and pin many libraries of their own;
-#   - a Redis-compatible server with Sentinel and HAProxy for the replica tests, Chromium for
-#     the status page's, podman (with runc) and mmdebstrap to build and run the container
+#   - a Redis-compatible server with Sentinel and HAProxy for the replica tests, nginx for the
+#     long calls' (a hop that cuts quiet connections), Chromium for the status page's, podman (with runc) and mmdebstrap to build and run the container
 #     image (Debian's packages, when one of them is not on PATH);
 #   - ruff, mypy --strict, then pytest (extra arguments go to pytest).
 set -euo pipefail
@@ -22,8 +22,8 @@ apt_install() {  # Debian's packages, reading the package lists afresh if they a
 }
 if ! { command -v redis-server || command -v valkey-server; } >/dev/null || \
         ! command -v redis-sentinel >/dev/null || ! command -v haproxy >/dev/null || \
-        ! command -v chromium >/dev/null; then
-    apt_install redis-server redis-sentinel haproxy chromium
+        ! command -v chromium >/dev/null || ! command -v nginx >/dev/null; then
+    apt_install redis-server redis-sentinel haproxy chromium nginx-light
 fi
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || \
         ! command -v mmdebstrap >/dev/null; then

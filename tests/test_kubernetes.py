@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.settings import load
+from gateway.settings import Limits, Listen, load
 
 ROOT = Path(__file__).parents[1]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -67,7 +67,8 @@ def validate(*paths: Path) -> subprocess.CompletedProcess[str]:
 @needs_tools
 def test_every_manifest_passes_the_kubernetes_schemas(tmp_path: Path) -> None:
     files = manifests()
-    assert {p.name for p in files} == {"deployment.yaml", "namespace.yaml", "valkey.yaml"}
+    assert {p.name for p in files} == {"deployment.yaml", "namespace.yaml", "valkey.yaml",
+                                       "ingress-nginx.yaml"}
     done = validate(*files)
     assert done.returncode == 0, done.stdout + done.stderr
     passed = re.findall(r"passed for resource (\S+)", done.stdout)
@@ -130,6 +131,26 @@ def test_checkov_finds_nothing_but_the_skips_it_is_told_why() -> None:
                      if k.startswith("checkov.io/skip")]
             assert {n.split("=", 1)[0] for n in notes} == SKIPPED
             assert all(len(n.split("=", 1)[1]) > 20 for n in notes), notes
+
+
+def test_the_ingress_example_outlasts_keepalives_and_takes_what_the_gateway_takes() -> None:
+    """Its timeouts match the gateway's (README, Long calls): a quiet stream hears a
+    keep-alive comment every sse_keepalive_ms, well within the ingress's read timeout;
+    its body bound is the gateway's; it routes to the Service's named port."""
+    ingress = named("Ingress", "mcp-task-gateway")
+    notes = ingress["metadata"]["annotations"]
+    keepalive_s = Listen().sse_keepalive_ms / 1000
+    for timeout in ("proxy-read-timeout", "proxy-send-timeout"):
+        assert int(notes[f"nginx.ingress.kubernetes.io/{timeout}"]) >= 4 * keepalive_s
+    assert notes["nginx.ingress.kubernetes.io/proxy-body-size"] == \
+        f"{Limits().max_body_bytes >> 20}m"
+    assert notes["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"  # SSE as it comes
+    (rule,) = ingress["spec"]["rules"]
+    (path,) = rule["http"]["paths"]
+    service = named("Service", "mcp-task-gateway")
+    assert path["backend"]["service"] == {
+        "name": service["metadata"]["name"], "port": {"name": service["spec"]["ports"][0][
+            "name"]}}
 
 
 def test_the_gateway_runs_three_replicas_probed_unprivileged_and_bounded() -> None:

@@ -2,7 +2,8 @@
 
 It answers with plain JSON when the response comes first, and switches to an SSE stream when
 related messages (progress, logs) come before it, or when the call outlives one keep-alive
-interval (so intermediaries see bytes on slow calls).
+interval (so intermediaries see bytes on slow calls). A call whose request carried a
+progress token has a heartbeat (heartbeat.py): quiet, it still tells its client it runs.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from aiohttp import web
 
 from gateway.downstream import sse
 from gateway.downstream.boundary import FAILED, JSON_HEADERS
+from gateway.downstream.heartbeat import Heartbeat
 from gateway.protocol import jsonrpc
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
+from gateway.queues import Ticket
 
 
 class Exchange:
-    __slots__ = ("_wake", "done", "early", "failed", "headers", "new_stream", "response",
-                 "sse_ok", "status", "stream", "timer")
+    __slots__ = ("_wake", "beat", "done", "early", "failed", "headers", "new_stream",
+                 "response", "sse_ok", "status", "stream", "timer")
     takes_mrtr = False  # a modern-only upstream's input_required becomes server requests
 
     def __init__(self, sse_ok: bool, new_stream: Callable[[], sse.Stream],
@@ -37,9 +40,24 @@ class Exchange:
         self._wake: asyncio.Future[bool] | None = None
         self.done: Callable[[], None] | None = None  # called once, when the response is in
         self.timer: asyncio.TimerHandle | None = None
+        self.beat: Heartbeat | None = None
+
+    def heartbeat(self, token: RequestId | None, flow: sse.Flow, ticket: Ticket | None
+                  ) -> None:
+        """Progress for the client's `token` while the call is quiet, saying whether it
+        runs or waits behind others under its `ticket` (none without a token, or for a
+        client that takes no SSE: it could not hear it)."""
+        if token is not None and flow.heartbeat_s and self.sse_ok and self.response is None:
+            waiting = None if ticket is None else lambda: ticket.ahead
+            self.beat = Heartbeat(token, flow.heartbeat_s, self._deliver, waiting)
 
     # -- Sink ------------------------------------------------------------------------------
     def on_message(self, msg: Message) -> None:
+        if self.beat is not None:
+            self.beat.heard(msg)
+        self._deliver(msg)
+
+    def _deliver(self, msg: Message) -> None:
         if self.stream is not None:
             self.stream.push(jsonrpc.dumps(msg))
         elif self.sse_ok:
@@ -65,6 +83,8 @@ class Exchange:
         self.failed = "error" in msg
         if self.timer is not None:
             self.timer.cancel()
+        if self.beat is not None:
+            self.beat.stop()
         if self.done is not None:
             self.done()
         if self.stream is not None:

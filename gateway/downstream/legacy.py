@@ -185,6 +185,7 @@ class LegacyEra:
             raise
         session.calls[client_id] = call
         ex.done = lambda: self._finished(session, client_id, conn)
+        ex.heartbeat(call.progress_token, self.flow, ticket)
         if (seconds := self.request_timeout_s) is not None:  # from when it runs, not queued
             call.when_running(lambda: self._time(ex, session, client_id, seconds))
         # A call that waits in a queue keeps its request open meanwhile: the exchange turns

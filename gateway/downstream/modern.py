@@ -307,15 +307,7 @@ class ModernEra:
         except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
             self.inflight.release(caller.principal)
             return json_response(exc.to_message(msg["id"]), 503)
-        ex.rounds = used.modern  # `isolation: call`: a legacy process (Rounds.gateways_own)
-        msg["params"] = upstream_params = shapes.to_upstream(params, used.modern)
-        if ex.policy is not None and used.modern:
-            # The gateway decides about tasks here: the upstream must not make its own.
-            caller.capabilities = extension.without(caller.capabilities)
-        if decision.follow:
-            native_tasks.ask_for_task(upstream_params)
-        if ex.policy is not None:
-            ex.own_progress = watch_progress(upstream_params)
+        self._shape(ex, msg, params, used, decision.follow)
         try:
             ticket = queue_ticket(self.backend, caller.principal, msg, self.policy)  # 503
             ex.call = used.request(msg, caller, ex, headers, decision.follow, ticket)
@@ -326,12 +318,30 @@ class ModernEra:
             self._done(caller, conn, used)
             raise
         ex.done = lambda: self._done(caller, conn, used)
+        if not ex.own_progress:  # the client's own token: a quiet call tells it it runs
+            ex.heartbeat(ex.call.progress_token, self.flow, ticket)
         # A call that must wait its turn is a task at once for a caller that can take one.
         if (task is not None and task.at_once) or (ticket is not None and ticket.queued):
             await self.to_task(ex)
         else:
             ex.start_budget()
         return await self._respond(request, ex, json_ok)
+
+    @staticmethod
+    def _shape(ex: ModernExchange, msg: Message, params: dict[str, Any], used: Connection,
+               follow: bool) -> None:
+        """`msg` as the connection `used` takes it: its params in that upstream's era, the
+        tasks extension kept from a modern upstream where the gateway decides about tasks,
+        and progress asked for where the call may become a task."""
+        ex.rounds = used.modern  # `isolation: call`: a legacy process (Rounds.gateways_own)
+        msg["params"] = upstream_params = shapes.to_upstream(params, used.modern)
+        if ex.policy is not None and used.modern:
+            # The gateway decides about tasks here: the upstream must not make its own.
+            ex.caller.capabilities = extension.without(ex.caller.capabilities)
+        if follow:
+            native_tasks.ask_for_task(upstream_params)
+        if ex.policy is not None:
+            ex.own_progress = watch_progress(upstream_params)
 
     def _done(self, caller: Caller, conn: Connection, used: Connection) -> None:
         """The call is over (answered, or its task ended): its process and its slot go."""
@@ -393,6 +403,8 @@ class ModernEra:
             # frees, which may not run for a long time on a quiet gateway, and meanwhile the
             # answer stays held (many MiB for a big result a slow reader never took).
             ex.call = None
+            if ex.beat is not None:  # nobody hears it any more (the stream closed)
+                ex.beat.stop()
 
     # -- MRTR ------------------------------------------------------------------------------
     async def resume(self, request: web.Request, msg: Message, caller: Caller

@@ -51,15 +51,18 @@ class Budget(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Flow:
-    """How streams are paced: keep-alive comments when idle, and how long one write may wait
-    for a slow reader before that reader is cut off."""
+    """How streams are paced: keep-alive comments when idle, how long one write may wait
+    for a slow reader before that reader is cut off, and how often a quiet call with a
+    progress token hears a heartbeat (0: never)."""
 
     keepalive_s: float
     slow_s: float
+    heartbeat_s: float = 0.0
 
     @classmethod
     def of(cls, conf: Settings) -> Flow:
-        return cls(conf.listen.sse_keepalive_ms / 1000, conf.limits.slow_reader_ms / 1000)
+        return cls(conf.listen.sse_keepalive_ms / 1000, conf.limits.slow_reader_ms / 1000,
+                   conf.listen.progress_heartbeat_ms / 1000)
 
 
 class Stream:

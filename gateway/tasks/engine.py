@@ -93,16 +93,16 @@ class TaskEngine:
 
     # -- finding ------------------------------------------------------------------------------
     async def find(self, task_id: Any, owner: str) -> Task:
-        """The owner's task; TaskExpired (its ttl passed: the engine's call, whatever the
-        store still holds), or TaskNotFound for unknown and foreign ids; StoreSettling for
-        those instead while a shared store that lost its records is being written back."""
+        """The owner's task; past its ttl (the engine's call, whatever the store still
+        holds) as it lapsed (`Task.lapsed`: a terminal status) while its id is remembered;
+        TaskExpired for one forgotten lately, TaskNotFound for unknown and foreign ids;
+        StoreSettling for those instead while a shared store that lost its records is being
+        written back."""
         if isinstance(task_id, str):
             here = self._local.task(task_id)
             task = here if here is not None else await self._store.get(task_id)
             if task is not None and here is None and task.due(now := self._clock()):
-                if task.owner == owner and task.remembered(now):
-                    raise TaskExpired(task_id)
-                task = None
+                task = task.lapsed() if task.remembered(now) else None
             if task is not None and task.owner == owner:
                 if here is not None or self.replicas is None:
                     return task

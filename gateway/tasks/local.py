@@ -4,10 +4,11 @@ timed, stopped and ended here) and who here hears of tasks' changes.
 A run's changes are told to watchers at once and written to the store behind (one write
 per burst, in order); an end is written first and told after, compare-and-set, so nobody
 hears of a result the store does not hold. A running task ends by its response, by
-cancel, by `timeout_ms`, or when its ttl passes (spec: a task MAY be deleted after its
-ttl, whatever its status): its call is cancelled upstream, its process released, its
-watchers told (a waiting tasks/result answers, a listen stream is notified), and only then
-is its record forgotten. The engine (engine.py) decides; this keeps its runs.
+cancel, by its time bound (`timeout_ms`), or when its ttl passes first (spec: a task MAY be
+deleted after its ttl, whatever its status): its call is cancelled upstream, its process
+released, its watchers told (a waiting tasks/result answers, a listen stream is notified),
+and its record is left for the store to forget as it forgets every expired one. The engine
+(engine.py) decides; this keeps its runs.
 """
 
 from __future__ import annotations
@@ -131,10 +132,12 @@ class Local:
         return await self._commit(run, final)
 
     async def _expire(self, run: TaskRun) -> None:
+        """Its ttl passed first (`max_ttl_ms` below its time bound): the call is cancelled
+        and the task ends failed; its record stays for the store to forget like any
+        expired one, so its id reads failed meanwhile (`Task.lapsed`), not an error."""
         ttl = run.task.ttl_ms
         task = await self._stop(run, Status.FAILED, f"expired: its ttl of {ttl} ms passed",
                                 f"Task expired: its ttl of {ttl} ms passed before it finished")
-        await self._store.delete(task.id, expired=True)
         audit("task.expired", task)
 
     async def _commit(self, run: TaskRun, final: Task) -> Task:

@@ -39,15 +39,27 @@ class Policy:
         return Limit(upstream, self.lane, self.max_concurrency, self.max_queue)
 
     def ttl(self, requested: int | None) -> int:
-        """The TTL a task gets: what was asked (or the default), clamped to the maximum."""
+        """The ttl a task gets (issue 40): what was asked (or `ttl_ms`) as the retention
+        of its result, counted from the latest its run can end (`timeout_ms`), so no
+        running task expires on a client's guess of how long the tool takes (the Python
+        SDK 1.x asks 60 s whatever the tool); `max_ttl_ms` is the hard cap. spec
+        2025-11-25 (Task Creation): a receiver MAY override the requested ttl and MUST
+        report the actual one (the task answers carry it). With no time bound at all a
+        run may last up to the cap, so the cap is its ttl."""
         wanted = self.ttl_ms if requested is None or requested <= 0 else requested
-        return min(wanted, self.max_ttl_ms)
+        if self.timeout_ms is None:
+            return self.max_ttl_ms
+        return min(self.timeout_ms + wanted, self.max_ttl_ms)
 
 
 class Policies:
-    def __init__(self, tasks: Tasks, per_upstream: dict[str, UpstreamTasks | None]) -> None:
+    def __init__(self, tasks: Tasks, per_upstream: dict[str, UpstreamTasks | None],
+                 request_timeouts: dict[str, int | None] | None = None) -> None:
         self.tasks = tasks
         self.per_upstream = per_upstream
+        # Each upstream's `request_timeout_ms`: a task's time bound where its tool sets no
+        # `timeout_ms` (a task's call is bounded like an inline one).
+        self.request_timeouts = request_timeouts or {}
         # Settings never change: remember answers (tool names come from clients: bounded).
         self._known: LRUCache[tuple[str, str], Policy] = LRUCache(4096)
 
@@ -72,6 +84,8 @@ class Policies:
                 if override.max_concurrency is not None:
                     merged["lane"] = pattern  # the tools it names share the limit
         merged["scopes"] = frozenset(merged["scopes"])
+        if merged["timeout_ms"] is None:
+            merged["timeout_ms"] = self.request_timeouts.get(upstream)
         return Policy(**merged)
 
 

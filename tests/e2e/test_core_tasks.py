@@ -172,10 +172,13 @@ async def test_cancel_while_running_and_after_completion(url, client) -> None:
     assert gone["error"]["code"] == -32800
 
 
-async def test_a_task_outliving_its_ttl_ends_and_lets_go(url, client, http) -> None:
-    """The issue's reproduction: a ttl shorter than the tool. The waiting tasks/result
-    answers at the ttl (it never hangs), the upstream call is cancelled, and the result
-    that would have come is never counted against the store."""
+async def test_a_task_outliving_its_ttl_ends_and_lets_go(gateway, client, http) -> None:
+    """A ttl shorter than the tool, by the operator's cap (a client's own ttl no longer
+    ends a run: issue 40). The waiting tasks/result answers at the ttl (it never hangs), the
+    upstream call is cancelled, the task then reads failed, and the result that would have
+    come is never counted against the store."""
+    url = await gateway(tasks={**POLICY, "defaults": {**POLICY["defaults"],
+                                                      "max_ttl_ms": 300}})
     c = await session(client, url)
     before = json.loads((await c.call("cancelled")).message["result"]["content"][0]["text"])
     task_id = (await as_task(c, "sleep", {"ms": 1500}, {"ttl": 300}))["result"]["task"][
@@ -184,8 +187,8 @@ async def test_a_task_outliving_its_ttl_ends_and_lets_go(url, client, http) -> N
     assert "expired" in answer["error"]["message"]
     after = json.loads((await c.call("cancelled")).message["result"]["content"][0]["text"])
     assert len(after) == len(before) + 1  # the upstream got notifications/cancelled
-    gone = await request(c, "tasks/get", {"taskId": task_id})
-    assert gone["error"]["message"] == "Failed to retrieve task: Task has expired"
+    gone = (await request(c, "tasks/get", {"taskId": task_id}))["result"]
+    assert gone["status"] == "failed" and gone["statusMessage"].startswith("expired")
     await asyncio.sleep(1.5)  # past the moment the sleep would have answered
     async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
         tasks = (await resp.json())["tasks"]

@@ -44,7 +44,8 @@ async def test_typescript_sdk_tasks(gateway) -> None:
     seen = await transcript(str(NODE_BIN / "node"), str(HERE / "node" / "tasks.mjs"), url,
                             env=node_env())
     check_common(seen)
-    assert seen["sleep"][0] == ["created", "working", 600_000]
+    # The time bound (request_timeout_ms, 600 s) plus ttl_ms (600 s): issue 40.
+    assert seen["sleep"][0] == ["created", "working", 1_200_000]
     assert seen["sleep"][-1] == ["result", "slept 300", "related"]
     assert json.loads(seen["ask"][-1][1])["content"] == {"name": "Ada"}
     assert seen["asked"][0][0] == "Name?"
@@ -60,7 +61,7 @@ async def test_python_sdk_1_30_tasks(gateway) -> None:
     url = await gateway(tasks=POLICY)
     seen = await transcript(str(MCP130), str(HERE / "clients" / "mcp130_tasks.py"), url)
     check_common(seen)
-    assert seen["created"] == ["working", 30_000]
+    assert seen["created"] == ["working", 630_000]  # the time bound + the 30 s asked
     assert seen["polled"] == "completed" and seen["result"] == ["slept 300", True]
     assert seen["answered"] == {"name": "Grace"} and seen["asked"][0][0] == "Who?"
     assert seen["pages"] == [50, 3]  # 3 before, 50 in a loop

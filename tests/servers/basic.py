@@ -122,12 +122,13 @@ async def call_tool(params: dict) -> dict:
         return text(json.dumps(reply))
     if name == "roots":
         return text(json.dumps(await ask("roots/list", {})))
-    if name == "progress":
-        steps = int(args.get("steps", 3))
+    if name == "progress":  # quiet for wait_ms, then steps from `start`, delay_ms apart
+        steps, start = int(args.get("steps", 3)), int(args.get("start", 1))
+        await asyncio.sleep(args.get("wait_ms", 0) / 1000)
         for i in range(1, steps + 1):
             if token is not None:
                 send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
-                    "progressToken": token, "progress": i, "total": steps,
+                    "progressToken": token, "progress": start + i - 1, "total": steps,
                     "message": f"step {i}"}})
             await asyncio.sleep(args.get("delay_ms", 20) / 1000)
         return text(f"done {steps}")

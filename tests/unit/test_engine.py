@@ -10,7 +10,7 @@ import pytest
 
 from gateway.protocol import jsonrpc
 from gateway.queues import Limit, Queues, Ticket
-from gateway.tasks.engine import Handover, Intent, TaskEngine, TaskExpired, TaskNotFound
+from gateway.tasks.engine import Handover, Intent, TaskEngine, TaskNotFound
 from gateway.tasks.model import Status, Task
 from gateway.tasks.policy import Policy
 from gateway.tasks.store import StoreFull
@@ -49,7 +49,9 @@ class FakeCall:
 
 
 def policy(ttl_ms: int = 60_000, timeout_ms: int | None = None) -> Policy:
-    return Policy("always", 0, ttl_ms, 3_600_000, 500, timeout_ms)
+    """A policy whose tasks live `ttl_ms` whatever their time bound: the operator's cap
+    (max_ttl_ms) set to it, so a run can expire (Policy.ttl)."""
+    return Policy("always", 0, ttl_ms, ttl_ms, 500, timeout_ms)
 
 
 def intent(ttl_ms: int = 60_000, timeout_ms: int | None = None) -> Intent:
@@ -153,9 +155,10 @@ async def test_expiry_while_running_cancels_releases_and_returns_the_bytes(
     assert call.cancelled and released and not engine.running()
     call.sink.on_response(jsonrpc.result(7, {"content": ["x" * 500]}))
     await settled()
-    assert store.stored_bytes() == 0 and len(store) == 0
-    with pytest.raises(TaskExpired):
-        await engine.find(task.id, "me")
+    assert store.stored_bytes() == 0  # its record stays for the store's sweep, ended
+    lapsed = await engine.find(task.id, "me")  # a terminal status, so a poll loop ends
+    assert lapsed.status is Status.FAILED and lapsed.error is not None
+    assert "ttl of 30 ms passed" in lapsed.error["message"]
     with pytest.raises(TaskNotFound):
         await engine.find(task.id, "someone else")
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import loaded_by
 
 from gateway.settings import from_mapping
-from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
+from gateway.tasks.engine import TaskEngine, TaskNotFound
 from gateway.tasks.model import TRANSITIONS, InvalidTransition, Status, Task, iso, new_id
 from gateway.tasks.policy import Policies, PollAdvisor
 from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
@@ -96,6 +96,12 @@ async def add(store: TaskStore, owner: str, ttl_ms: int | None = 10_000,
     return t
 
 
+def assert_lapsed(task: Task) -> None:
+    """How a task past its ttl reads to its owner while remembered (Task.lapsed)."""
+    assert task.status is Status.FAILED and task.result is None
+    assert task.status_message is not None and task.status_message.startswith("expired")
+
+
 async def test_store_bounds_refuse_and_never_evict_live_tasks(make_store) -> None:
     clock = Clock()
     store = make_store(clock)
@@ -111,8 +117,8 @@ async def test_store_bounds_refuse_and_never_evict_live_tasks(make_store) -> Non
     clock.now += 11
     for owner in "cde":
         await add(store, owner)  # expired ones made room for three
-    with pytest.raises(TaskExpired):  # the engine says so, whatever the store still holds
-        await TaskEngine(store, clock=clock).find(a1.id, "a")
+    # The engine says so, whatever the store still holds: failed, its result gone.
+    assert_lapsed(await TaskEngine(store, clock=clock).find(a1.id, "a"))
 
 
 async def quota_task(store: TaskStore, owner: str, quota: str) -> Task:
@@ -164,8 +170,8 @@ async def test_a_running_task_is_never_dropped_by_the_store(make_store) -> None:
     clock.now += 2
     await store.sweep()
     assert await store.knows(running.id)  # the engine ends it, not the store
-    with pytest.raises(TaskExpired):  # yet nobody reads it past its ttl
-        await TaskEngine(store, clock=clock).find(running.id, "a")
+    # Yet nobody reads it running past its ttl: it reads failed.
+    assert_lapsed(await TaskEngine(store, clock=clock).find(running.id, "a"))
 
 
 async def test_ids_are_unguessable_and_foreign_ids_look_unknown(make_store) -> None:
@@ -182,8 +188,7 @@ async def test_expired_tasks_say_so_for_a_while_then_are_unknown(make_store) -> 
     engine = TaskEngine(store, clock=clock)
     clock.now += 2
     await store.sweep()
-    with pytest.raises(TaskExpired):
-        await engine.find(t.id, "a")
+    assert_lapsed(await engine.find(t.id, "a"))  # a terminal status: a poll loop ends
     with pytest.raises(TaskNotFound):  # and to anyone else, unknown
         await engine.find(t.id, "b")
     clock.now += 3600
@@ -264,8 +269,24 @@ def test_policy_by_name_glob_and_upstream() -> None:
     assert policies.for_tool("main", "x").sync_budget_ms == 10
     assert policies.for_tool("main", "longest").mode == "required"
     assert policies.for_tool("main", "longer").mode == "always"
-    assert long_op.ttl(None) == 60_000 and long_op.ttl(10) == 10
-    assert long_op.ttl(10**9) == 60_000  # clamped to max_ttl_ms
+    # No time bound (no timeout_ms, no request_timeout_ms given here): the cap.
+    assert long_op.ttl(None) == 60_000 and long_op.ttl(10) == 60_000
+
+
+def test_a_task_lives_its_time_bound_plus_the_ttl_asked() -> None:
+    """Issue 40: the ttl a client asks is its result's retention after the latest its run
+    can end (the tool's timeout_ms, else the upstream's request_timeout_ms), within the
+    operator's max_ttl_ms; never a running task expired on the client's guess."""
+    conf = from_mapping({"upstreams": {"main": {"command": "x", "request_timeout_ms": 90_000}},
+                         "tasks": {"defaults": {"ttl_ms": 30_000, "max_ttl_ms": 3_600_000},
+                                   "tools": {"quick": {"timeout_ms": 5000},
+                                             "capped": {"max_ttl_ms": 50_000}}}})
+    policies = Policies(conf.tasks, {"main": None}, {"main": 90_000})
+    assert policies.for_tool("main", "quick").ttl(1000) == 6000
+    assert policies.for_tool("main", "slow").timeout_ms == 90_000  # the upstream's bound
+    assert policies.for_tool("main", "slow").ttl(60_000) == 150_000
+    assert policies.for_tool("main", "slow").ttl(None) == 120_000  # + ttl_ms
+    assert policies.for_tool("main", "capped").ttl(60_000) == 50_000  # the hard cap
 
 
 def test_poll_interval_learns_from_durations() -> None:

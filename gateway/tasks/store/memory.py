@@ -57,7 +57,9 @@ class MemoryStore:
         self._per_owner: Counter[str] = Counter()
         self._bytes = 0
         self._bytes_of: Counter[str] = Counter()  # result bytes held, by whom they count
-        self._expired: TTLCache[str, str] = TTLCache(max_tasks, EXPIRED_MEMORY_S, timer=clock)
+        # Tasks forgotten as expired, without their results: read as they lapsed (the
+        # engine's `Task.lapsed`) a while longer, as Redis keeps an expired hash.
+        self._expired: TTLCache[str, Task] = TTLCache(max_tasks, EXPIRED_MEMORY_S, timer=clock)
         self._due_in: defaultdict[int, list[str]] = defaultdict(list)  # second -> task ids
         self._seconds: list[int] = []  # heap of the keys of _due_in
         self.requests = 0  # to another process: none
@@ -92,11 +94,12 @@ class MemoryStore:
         self._due_in[second].append(task_id)
 
     async def get(self, task_id: str) -> Task | None:
-        task = self._tasks.get(task_id)
+        task = self._tasks.get(task_id) or self._expired.get(task_id)
         return None if task is None else task.copy()
 
     async def expired_owner(self, task_id: str) -> str | None:
-        return self._expired.get(task_id)
+        task = self._expired.get(task_id)
+        return None if task is None else task.owner
 
     async def owned_by(self, owner: str) -> list[Task]:
         return [t.copy() for t in self._tasks.values() if t.owner == owner]
@@ -145,7 +148,7 @@ class MemoryStore:
             del self._per_owner[whose]
             self._bytes_of.pop(whose, None)
         if expired:
-            self._expired[task_id] = task.owner
+            self._expired[task_id] = replace(task, result=None, size=0)
 
     async def sweep(self) -> int:
         """Finished tasks past their ttl go; a running one stays for the engine to end (its

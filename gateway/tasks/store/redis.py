@@ -236,7 +236,8 @@ class RedisStore:
         """An announcement heard on the bus (`msg` loses what it carried): another
         replica's running record is kept while `fresh()` (the bus's subscription that heard
         it is current: redis_bus.py), an end among the finished records; a change that came
-        without its record makes the kept one stale."""
+        without its record makes the kept one stale, and read tasks forgotten to make room
+        (`gone`) are kept no more."""
         task_id, live, end = msg.get("task"), msg.pop("live", None), msg.pop("end", None)
         if msg.get("from") == self.replica:
             return

@@ -186,6 +186,7 @@ class Gateway:
                                    "poll_interval_ms": 200},
                       "tools": {"echo": {"mode": "never"}}},
             "limits": {"max_tasks": 100_000, "max_tasks_per_owner": 100_000,
+                       "max_finished_tasks_per_owner": 100_000,
                        "task_creations_per_s": 10_000,
                        "task_creations_burst": 10_000, "task_requests_per_s": 10_000,
                        "task_requests_burst": 10_000},

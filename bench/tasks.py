@@ -78,6 +78,7 @@ def task_gateway(port: int, tasks: int, **limits: int) -> dict:
             "upstreams": {"main": {"command": SERVER[0], "args": SERVER[1:]}},
             "tasks": {"defaults": {"mode": "always", "ttl_ms": 3_600_000}},
             "limits": {"max_tasks": tasks + 10, "max_tasks_per_owner": tasks + 10,
+                       "max_finished_tasks_per_owner": tasks + 10,
                        "task_requests_per_s": 0, "task_creations_per_s": 0, **limits},
             "logging": {"level": "warning"}}
 

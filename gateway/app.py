@@ -206,6 +206,7 @@ def _store(conf: Settings, replica: str
     limits, store = conf.limits, conf.store
     bounds = (limits.max_tasks, limits.max_tasks_per_owner, limits.max_result_bytes,
               limits.max_stored_bytes)
+    mine, held = limits.max_stored_bytes_per_principal, limits.max_finished_tasks_per_owner
     if store.backend == "redis":
         # Imported here: redis-py (and what it pulls in: hiredis, cryptography, OpenTelemetry
         # where installed) costs a one-process gateway ~20 MiB resident for nothing.
@@ -216,10 +217,11 @@ def _store(conf: Settings, replica: str
         shared = RedisStore(store.url, store.key_prefix, *bounds, replica=replica,
                             sentinels=store.sentinels, master=store.sentinel_master,
                             min_acked=store.min_replicas_acked, secret=_shared_secret(conf),
-                            ack_timeout_ms=store.ack_timeout_ms)
+                            ack_timeout_ms=store.ack_timeout_ms,
+                            max_bytes_per_owner=mine, max_held_per_owner=held)
         return (Outbox(shared, store.outbox_max_entries, store.outbox_max_bytes),
                 RedisBus(shared), RedisSessions(shared.link, _shared_secret(conf)))
-    return (MemoryStore(*bounds, max_bytes_per_owner=limits.max_stored_bytes_per_principal),
+    return (MemoryStore(*bounds, max_bytes_per_owner=mine, max_held_per_owner=held),
             None, None)
 
 

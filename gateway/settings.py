@@ -381,13 +381,18 @@ class Limits(_Model):
     max_tasks: Annotated[int, Ge(1)] = field(default=10_000,
         metadata=doc("tasks kept at once, running and finished, all owners"))
     max_tasks_per_owner: Annotated[int, Ge(1)] = field(default=100,
-        metadata=doc("tasks kept at once for one principal (all its legacy sessions "
-            "together)"))
+        metadata=doc("running tasks at once for one principal (all its legacy sessions "
+            "together); a new one is refused"))
+    max_finished_tasks_per_owner: Annotated[int, Ge(1)] = field(default=1000,
+        metadata=doc("tasks kept at once for one principal, finished and running (a "
+            "running one keeps the place it will finish in); beyond it tasks whose results "
+            "it read make room, the first read first, else a new task is refused"))
     max_result_bytes: Annotated[int, Ge(1)] = field(default=10 * 1024 * 1024,
         metadata=doc("a bigger result fails its task"))
     max_stored_bytes_per_principal: Annotated[int, Ge(1)] = field(default=64 * 1024 * 1024,
-        metadata=doc("bytes of results kept at once for one principal (the memory store; "
-            "with Redis only max_stored_bytes holds)"))
+        metadata=doc("bytes of results kept at once for one principal; beyond it results "
+            "it read make room, the first read first, else a new task is refused (and a "
+            "result that still does not fit fails its task)"))
     max_stored_bytes: Annotated[int, Ge(1)] = field(default=256 * 1024 * 1024,
         metadata=doc("bytes of results kept at once, all tasks"))
     max_body_bytes: Annotated[int, Ge(1024)] = field(default=4 * 1024 * 1024,

@@ -13,6 +13,7 @@ spec: tasks-2025-11-25.md. Wire shapes live in tasks/dialects/core.py.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, assert_never
 
@@ -153,6 +154,7 @@ class CoreTasks:
                                           lacking)
         bound = session.tasks.get(task.id)
         if task.terminal:
+            await self.engine.delivered(task.id)
             return json_response(core.final(task, msg["id"]))
         if bound is None:  # the principal's, made in another session or on another replica
             return await self._await_end(request, session, msg, task)
@@ -168,6 +170,7 @@ class CoreTasks:
         finally:
             if waiter in bound.waiters:
                 bound.waiters.remove(waiter)
+            await self._delivered(task.id, ex)
 
     async def _await_end(self, request: web.Request, session: Session, msg: Message,
                          task: Task) -> web.StreamResponse:
@@ -188,6 +191,14 @@ class CoreTasks:
             return await ex.respond(request, json_ok, self.flow)
         finally:
             self.engine.unwatch(task.id, told)
+            await self._delivered(task.id, ex)
+
+    async def _delivered(self, task_id: str, ex: SessionExchange) -> None:
+        """A tasks/result answered with the task's end (not left by its client before it):
+        the result was read (README, Limits: read results make room)."""
+        if ex.response is not None:
+            with contextlib.suppress(errors.StoreUnavailable):
+                await self.engine.delivered(task_id)
 
     # -- session life ------------------------------------------------------------------------
     def opened_get(self, session: Session) -> None:

@@ -140,6 +140,13 @@ class TaskEngine:
         return self._local.tasks(ending=ending)
 
     # -- from the client ----------------------------------------------------------------------
+    async def delivered(self, task_id: str) -> None:
+        """The owner has had the result of `task_id`, ended (core tasks/result answered it,
+        an extension tasks/get showed it): it may now leave before its ttl to make room
+        for its principal's newer tasks (README, Limits). Call it for a finished task only:
+        a shared store writes the mark once (a round trip on its first read)."""
+        await self._store.read(task_id)
+
     async def answer(self, task: Task, responses: dict[str, Any]) -> None:
         """Answers go upstream under the server's own ids; unknown or already answered keys
         are ignored; the task works again once nothing is outstanding."""

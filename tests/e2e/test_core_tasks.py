@@ -119,6 +119,28 @@ async def test_full_store_answers_internal_error(gateway, client) -> None:
     assert full["error"]["code"] == -32603 and "maximum of 1 tasks" in full["error"]["message"]
 
 
+async def test_a_client_that_fetches_its_results_keeps_getting_tasks(gateway,
+                                                                     client) -> None:
+    """Issue 40: tasks/result marks a result read, so the task makes room for the next one
+    once the client holds its maximum; a task whose result was never fetched never does."""
+    url = await gateway(tasks=POLICY, limits={"max_finished_tasks_per_owner": 3})
+    c = await session(client, url)
+    ids = []
+    for _ in range(6):
+        created = await as_task(c, "sleep", {"ms": 10})
+        ids.append(created["result"]["task"]["taskId"])
+        final = await request(c, "tasks/result", {"taskId": ids[-1]})
+        assert final["result"]["content"][0]["text"] == "slept 10"
+    unread = [(await as_task(c, "sleep", {"ms": 10}))["result"]["task"]["taskId"]
+              for _ in range(3)]  # the last one read made room for the third
+    full = await as_task(c, "sleep", {"ms": 10})
+    assert "none of them finished with its result read" in full["error"]["message"]
+    for task_id in unread:  # kept, whatever came after
+        assert (await wait_for(c, task_id, "completed"))["status"] == "completed"
+    gone = await request(c, "tasks/get", {"taskId": ids[0]})  # read and evicted: unknown
+    assert gone["error"]["message"] == "Failed to retrieve task: Task not found"
+
+
 async def test_list_pages_and_ownership(url, client) -> None:
     c = await session(client, url)
     ids = [(await as_task(c, "sleep", {"ms": 0}))["result"]["task"][

@@ -165,6 +165,43 @@ async def test_a_full_store_answers_inline(gateway, http) -> None:
         assert (await resp.json())["counters"]["tasks.inline_store_full"] >= 1
 
 
+def store_of(request: pytest.FixtureRequest, backend: str) -> dict[str, Any]:
+    """A gateway's `store` and `replica` keys for `backend` (Redis: the test server)."""
+    if backend == "memory":
+        return {}
+    return {"store": {"backend": "redis", "url": request.getfixturevalue("redis_server").url,
+                      "key_prefix": request.getfixturevalue("key_prefix")},
+            "replica": {"secret": "a secret every replica shares"}}
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("reads", [True, False], ids=["reads", "never-reads"])
+async def test_an_owner_that_reads_its_results_keeps_getting_tasks(
+        gateway, http, request, backend, reads) -> None:
+    """Issue 40: without auth (one anonymous principal) 300 slow calls, 50 at a time, with
+    50 running and 100 held at most. An owner that reads each result (a tasks/get that
+    shows it) gets a task for every call, its read tasks making room; one that never reads
+    gets tasks until it holds 100, then inline answers, as documented."""
+    limits = {"max_tasks_per_owner": 50, "max_finished_tasks_per_owner": 100,
+              "task_requests_per_s": 0, "task_creations_per_s": 0}
+    url = await gateway(tasks=POLICY, limits=limits, **store_of(request, backend))
+    kinds: list[str] = []
+    for _ in range(6):
+        # 1 s: well past the sync budget, so a call never answers before its task exists
+        replies = await asyncio.gather(*(call(http, url, "sleep", {"ms": 1000})
+                                         for _ in range(50)))
+        results = [r.body["result"] for r in replies]
+        kinds += [r["resultType"] for r in results]
+        if reads:
+            for task in (r for r in results if r["resultType"] == "task"):
+                done = await wait_for(http, url, task["taskId"], "completed")
+                assert done["result"]["content"][0]["text"] == "slept 1000"
+        else:
+            await asyncio.sleep(1.2)  # they end meanwhile, unread
+    expected = ["task"] * 300 if reads else ["task"] * 100 + ["complete"] * 200
+    assert kinds == expected
+
+
 async def test_expired_tasks_say_so(gateway, http) -> None:
     """A ttl of 300 ms asked by the operator's cap (no client asks one here): past it the
     finished task reads failed, saying so, its result gone (a poll loop ends on it)."""

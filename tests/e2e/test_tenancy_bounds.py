@@ -75,6 +75,46 @@ async def test_many_sessions_of_one_token_share_one_task_quota(gateway, open_ses
     assert (await wait_for(alice, running["taskId"], "completed"))["status"] == "completed"
 
 
+async def fetched(c: McpHttp, method: str, task_id: str) -> dict[str, Any]:
+    """tasks/result or tasks/get of `task_id` (a test whose `request` is pytest's)."""
+    return await request(c, method, {"taskId": task_id})
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_bob_at_his_result_bytes_never_blocks_or_evicts_alice(
+        gateway, open_session, backend, request) -> None:
+    """Issue 40: per-principal result bytes hold on Redis as in memory. Bob fills his share
+    with results he has not read: a result past it fails, his unread ones stay; Alice's
+    results still fit, and her read one is not evicted for Bob; once Bob reads his, the
+    first he read makes room for his next."""
+    store = {"store": {"backend": "redis", "url": request.getfixturevalue("redis_server").url,
+                       "key_prefix": request.getfixturevalue("key_prefix")},
+             "replica": {"secret": "a secret every replica shares"}} if backend == "redis" \
+        else {}
+    url = await gateway(tasks={**POLICY, "tools": {"blob": {"mode": "always"}}},
+                        limits={"max_stored_bytes_per_principal": 30_000}, **store, **TOKENS)
+    alice, bob = await open_session(url, "alice"), await open_session(url, "bob")
+    mine = (await as_task(alice, "blob", {"bytes": 1000}))["result"]["task"]["taskId"]
+    await wait_for(alice, mine, "completed")
+    assert "result" in await fetched(alice, "tasks/result", mine)  # read
+
+    async def blob(who: McpHttp, size: int, status: str = "completed") -> dict[str, Any]:
+        task = (await as_task(who, "blob", {"bytes": size}))["result"]["task"]
+        return await wait_for(who, task["taskId"], status)
+
+    bobs = [(await blob(bob, 14_000))["taskId"] for _ in range(2)]
+    over = await blob(bob, 5000, "failed")  # 33,000 bytes: none of his read to make room
+    assert "this client's share of the result storage (30000 bytes) is full" in \
+        over["statusMessage"]
+    assert (await blob(alice, 1000))["status"] == "completed"  # Alice's results still fit
+    for task_id in bobs:
+        assert "result" in await fetched(bob, "tasks/result", task_id)
+    assert (await blob(bob, 5000))["status"] == "completed"  # his first read one made room
+    assert "Task not found" in error_of(await fetched(bob, "tasks/get", bobs[0]))
+    assert "result" in await fetched(bob, "tasks/get", bobs[1])
+    assert (await wait_for(alice, mine, "completed"))["status"] == "completed"
+
+
 async def test_many_sessions_of_one_token_share_one_creation_rate(gateway,
                                                                   open_session) -> None:
     url = await start(gateway, task_creations_per_s=0.01, task_creations_burst=3)

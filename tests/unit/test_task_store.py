@@ -380,10 +380,12 @@ def test_only_a_shared_store_loads_redis() -> None:
     assert loaded_by(code % shared, ("redis",)) == ["redis"]
 
 
-async def test_one_principals_results_fill_its_own_share_only() -> None:
-    """The memory store: Bob's big results fill his share of the result bytes, and
-    Alice's result still fits (before, Bob filled the whole store and her task failed)."""
-    store = MemoryStore(100, 100, 100, 300, clock=Clock(), max_bytes_per_owner=150)
+async def test_one_principals_results_fill_its_own_share_only(make_store) -> None:
+    """Bob's big results fill his share of the result bytes, and Alice's result still fits
+    (before, Bob filled the whole store and her task failed); Redis as the memory store
+    (before, it held the global bound only)."""
+    store = make_store(Clock(), max_tasks=100, max_per_owner=100, max_stored_bytes=300,
+                       max_bytes_per_owner=150)
     bobs = [await add(store, "bob", status=Status.WORKING) for _ in range(3)]
     for t in bobs[:2]:
         t.size = 75
@@ -394,8 +396,108 @@ async def test_one_principals_results_fill_its_own_share_only() -> None:
     alice = await add(store, "alice", status=Status.WORKING)
     alice.size = 100
     assert await store.save(alice)
+    with pytest.raises(StoreFull, match="this client's share"):  # full: no new task
+        await add(store, "bob", status=Status.WORKING)
+    assert await add(store, "alice", status=Status.WORKING)  # hers is not
     await store.delete(bobs[0].id)  # his bytes come back to him
     assert await store.save(bobs[2])
+
+
+async def done(store: TaskStore, owner: str, size: int = 0) -> Task:
+    """A task ended with a result of `size` bytes."""
+    t = await add(store, owner, status=Status.WORKING)
+    t.size = size
+    t.move(Status.COMPLETED, now=time.time())
+    assert await store.save(t)
+    return t
+
+
+async def test_read_results_make_room_for_their_principal_the_first_read_first(
+        make_store) -> None:
+    """Issue 40: a principal holds at most max_held tasks, running and finished; its
+    finished tasks whose results it read make room, the first read first; an unread one
+    never does, and an evicted id is unknown (not "expired")."""
+    clock = Clock()
+    store = make_store(clock, max_tasks=100, max_per_owner=2, max_held_per_owner=4)
+    engine = TaskEngine(store, clock=clock)
+    t1, t2, t3 = [await done(store, "a") for _ in range(3)]
+    running = await add(store, "a", status=Status.WORKING)
+    with pytest.raises(StoreFull, match="holds its maximum of 4 tasks, none of them"):
+        await add(store, "a")
+    await store.read(running.id)  # a running task has no result to read: no mark
+    await store.read(t3.id)
+    await store.read(t1.id)
+    await store.read(t3.id)  # a second read keeps its place
+    fourth = await done(store, "a")  # t3, read first, made room
+    assert await store.get(t3.id) is None and not await store.knows(t3.id)
+    with pytest.raises(TaskNotFound):
+        await engine.find(t3.id, "a")
+    fifth = await done(store, "a")  # then t1
+    assert await store.get(t1.id) is None
+    assert {t.id for t in await store.owned_by("a")} == {t2.id, running.id, fourth.id,
+                                                         fifth.id}
+    with pytest.raises(StoreFull, match="none of them finished with its result read"):
+        await add(store, "a")  # nothing read is left: t2 and the others stay
+    await add(store, "b")  # another principal is untouched by a's bound
+    running.move(Status.COMPLETED, now=time.time())
+    assert await store.save(running)
+    await store.read(running.id)  # read once finished: now it makes room
+    await add(store, "a")
+    assert await store.get(running.id) is None and await store.get(t2.id) is not None
+
+
+async def test_running_tasks_are_bounded_apart_from_finished_ones(make_store) -> None:
+    """max_tasks_per_owner counts a principal's running tasks; an end gives the slot back
+    while the finished task stays, counted among those it holds."""
+    store = make_store(Clock(), max_tasks=100, max_per_owner=2, max_held_per_owner=10)
+    first = await add(store, "a", status=Status.WORKING)
+    await add(store, "a", status=Status.WORKING)
+    with pytest.raises(StoreFull, match="maximum of 2 tasks running"):
+        await add(store, "a", status=Status.WORKING)
+    first.move(Status.COMPLETED, now=time.time())
+    assert await store.save(first)
+    await add(store, "a", status=Status.WORKING)
+    assert len(await store.owned_by("a")) == 3
+
+
+async def test_a_result_over_the_share_evicts_read_ones_of_its_principal_only(
+        make_store) -> None:
+    """A result that passes its principal's share makes room among that principal's read
+    results, the first read first: never Alice's, never an unread one; when they cannot
+    free enough, nothing is evicted and the result is refused."""
+    store = make_store(Clock(), max_tasks=100, max_per_owner=100, max_result_bytes=200,
+                       max_stored_bytes=400, max_bytes_per_owner=200)
+    alice = await done(store, "alice", 100)
+    await store.read(alice.id)
+    older, old, unread = [await done(store, "bob", n) for n in (60, 60, 50)]
+    await store.read(older.id)
+    await store.read(old.id)
+    new = await add(store, "bob", status=Status.WORKING)
+    new.size = 80  # 170 + 80 > 200: 50 bytes to free
+    new.move(Status.COMPLETED, now=time.time())
+    assert await store.save(new)
+    assert await store.get(older.id) is None  # read first: it alone went
+    assert all([await store.get(t.id) for t in (old, unread, alice)])
+    big = await add(store, "bob", status=Status.WORKING)
+    big.size = 190  # 190 + 190 - 200: more than `old`, his only read one, frees
+    with pytest.raises(ResultTooLarge, match="this client's share"):
+        await store.save(big)
+    assert await store.get(old.id) is not None  # refused: nothing was evicted
+    assert store.stored_bytes() == 100 + 60 + 50 + 80
+
+
+async def test_results_past_their_ttl_give_their_principals_share_back(make_store) -> None:
+    clock = Clock()
+    store = make_store(clock, max_tasks=100, max_per_owner=100, max_held_per_owner=2,
+                       max_bytes_per_owner=100)
+    await done(store, "bob", 100)
+    with pytest.raises(StoreFull, match="share"):
+        await add(store, "bob")
+    clock.now += 11
+    await store.sweep()
+    await done(store, "bob", 100)  # the expired one's bytes and place came back
+    with pytest.raises(StoreFull, match="share"):
+        await add(store, "bob")
 
 
 @pytest.fixture

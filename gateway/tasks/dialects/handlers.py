@@ -85,6 +85,8 @@ async def extension_request(engine: TaskEngine, method: str, params: dict[str, A
     """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
     task = await _lookup(engine, task_id_of(params), owner, extension.NAME, lacking)
     if method == "tasks/get":
+        if task.terminal:  # its result (or error) inlined: its owner has it now
+            await engine.delivered(task.id)
         return {**extension.detailed(task), "resultType": "complete"}
     if method == "tasks/update":
         responses = params.get("inputResponses")

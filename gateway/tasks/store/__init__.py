@@ -3,13 +3,28 @@ replicas sharing a store find each other: the `ReplicaBus` (a single process has
 
 A store is pure storage (the MCP SDK's rule: no execution): it keeps copies of records, never
 the engine's working objects, so the memory store and a shared one behave alike. It enforces
-the bounds of `limits.*` (live tasks in all and per owner, bytes of one result and of all)
-and refuses rather than evicting a task that has not expired. Status changes are
-compare-and-set against the transition table (model.py): a terminal record stays terminal,
-whoever writes last. Whether a task has expired is the engine's judgement (`Task.due`, by
-its clock): a store hands out what it holds, forgets finished tasks past their ttl when the
-engine sweeps (or, on Redis, when the server drops the key EXPIRED_MEMORY_S later), and
-never drops a running task (the engine ends it: cancels the call, tells the watchers).
+the bounds of `limits.*`, one contract for both:
+
+- in all: tasks held (`max_tasks`), bytes of results and errors (`max_stored_bytes`);
+- per principal (a task counts against `Task.counted_as`): its running tasks
+  (`max_tasks_per_owner`), the tasks it holds, running and finished
+  (`max_finished_tasks_per_owner`: a running task holds the place it will finish in), the
+  bytes of its results (`max_stored_bytes_per_principal`);
+- bytes of one result (`max_result_bytes`).
+
+Where a creation or a result meets a bound, the principal's own finished tasks whose results
+it has had (`read`) make room, the first read first; where they cannot, the creation is
+refused (StoreFull) or the result (ResultTooLarge), and nothing is evicted. A running task,
+a result nobody has read and another principal's task are never evicted: a returned handle
+keeps its result until its ttl unless its owner has read it. An evicted id is unknown from
+then on (not "expired": its ttl did not pass, and its owner has its result).
+
+Status changes are compare-and-set against the transition table (model.py): a terminal
+record stays terminal, whoever writes last. Whether a task has expired is the engine's
+judgement (`Task.due`, by its clock): a store hands out what it holds, forgets finished tasks
+past their ttl when the engine sweeps (or, on Redis, when the server drops the key
+EXPIRED_MEMORY_S later), and never drops a running task (the engine ends it: cancels the
+call, tells the watchers).
 
 Replicas sharing a store each hold a lease on the bus (`beat`); a task records the replica
 that runs it, and the running tasks of a replica whose lease has gone are `stranded`: the
@@ -43,6 +58,17 @@ class ResultTooLarge(Exception):
     """A result or error over `max_result_bytes`, or beyond what all results may take."""
 
 
+def held_full(bound: int) -> str:
+    """Why a principal whose held tasks are at their bound gets no new one."""
+    return (f"this client holds its maximum of {bound} tasks, none of them finished with its "
+            "result read (a task whose result was read makes room)")
+
+
+def share_full(bound: int) -> str:
+    """Why a principal whose share of the result storage is full gets no new task."""
+    return f"this client's share of the result storage ({bound} bytes) is full"
+
+
 class TaskStore(Protocol):
     @property
     def requests(self) -> int:
@@ -50,8 +76,9 @@ class TaskStore(Protocol):
         store)."""
 
     async def create(self, task: Task) -> None:
-        """Keep a new record, before anyone hears of its task; StoreFull when a bound is
-        reached."""
+        """Keep a new record, before anyone hears of its task, its principal's read tasks
+        making room where they must; StoreFull when a bound is reached all the same (the
+        message names it)."""
 
     async def get(self, task_id: str) -> Task | None:
         """A copy of the record as held (past its ttl too, until forgotten), or None."""
@@ -72,7 +99,14 @@ class TaskStore(Protocol):
         read may have been stale. ResultTooLarge when `task.size` bytes
         cannot be kept. A shared store announces the change to the other replicas (the
         events channel: `{"task": id, "from": replica}`, with the record where it is small:
-        `live` or `end`) in the same round trip, as it announces a creation."""
+        `live` or `end`) in the same round trip, as it announces a creation. Bytes over a
+        bound are made room for as at creation."""
+
+    async def read(self, task_id: str) -> None:
+        """Its owner has had the result of `task_id`, finished (tasks/result answered, a
+        tasks/get showed it): it may now leave before its ttl to make room for its
+        principal's newer tasks, the first read first. Nothing for a running or unknown
+        task; a shared store writes the mark once (at most a round trip a replica)."""
 
     async def restore(self, tasks: list[Task]) -> int:
         """Write `tasks` as they are where the store lacks them (a shared store that came
@@ -153,4 +187,5 @@ class ReplicaBus(Protocol):
         the store may have restarted."""
 
 
-__all__ = ["EVENTS", "Beat", "Handler", "ReplicaBus", "ResultTooLarge", "StoreFull", "TaskStore"]
+__all__ = ["EVENTS", "Beat", "Handler", "ReplicaBus", "ResultTooLarge", "StoreFull", "TaskStore",
+           "held_full", "share_full"]

@@ -1,11 +1,17 @@
 """The bounded in-memory task store: the embedded default, for one process.
 
-Bounds (limits.*): live tasks in all (`max_tasks`), per principal (`max_tasks_per_owner`,
-counted against `Task.counted_as`: a legacy session's tasks count against its principal), bytes
-of one result (`max_result_bytes`) and of all results (`max_stored_bytes`). A full store
-refuses new tasks and never evicts a task that has not expired. Finished tasks past their
-ttl are swept (on every create, and by the app's reaper); for a while after that their id
-answers "expired", then "not found". Coroutines only by signature: nothing here waits.
+Bounds (limits.*; the store's contract, __init__.py): tasks in all (`max_tasks`) and of
+all results (`max_stored_bytes`); per principal (counted against `Task.counted_as`: a legacy
+session's tasks count against its principal) its running tasks (`max_tasks_per_owner`), the
+tasks it holds, running and finished (`max_finished_tasks_per_owner`), and its results'
+bytes (`max_stored_bytes_per_principal`); bytes of one result (`max_result_bytes`). Where a
+bound is reached, the principal's own finished tasks whose results it has read (`read`)
+make room, the first read first; a store that cannot make room so refuses the new task, and
+never evicts a running task nor a result nobody has read. Finished tasks past their ttl are
+swept (on every create, and by the app's reaper); for a while after that their record is
+kept without its result (it reads as it lapsed: failed, saying it expired), then "not
+found" (an evicted one: "not found" at once). Coroutines only by signature: nothing here
+waits.
 
 Memory: a store may hold 100,000 finished tasks, so what it keeps is compact (a few hundred
 bytes a task): names shared by every task of a tool or owner are interned, an empty inputs
@@ -27,7 +33,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from gateway.tasks.model import EXPIRED_MEMORY_S, TRANSITIONS, Task
-from gateway.tasks.store import ResultTooLarge, StoreFull
+from gateway.tasks.store import ResultTooLarge, StoreFull, held_full, share_full
 
 _NO_INPUTS: dict[str, Any] = {}  # shared by kept records; never handed out (get returns copies)
 
@@ -44,9 +50,13 @@ def _kept(task: Task) -> Task:
 class MemoryStore:
     def __init__(self, max_tasks: int, max_per_owner: int, max_result_bytes: int,
                  max_stored_bytes: int, clock: Callable[[], float] = time.time,
-                 max_bytes_per_owner: int | None = None) -> None:
+                 max_bytes_per_owner: int | None = None,
+                 max_held_per_owner: int | None = None) -> None:
+        """`max_per_owner` bounds a principal's running tasks; `max_held_per_owner` (by
+        default the same) those it holds, finished ones too."""
         self.max_tasks = max_tasks
         self.max_per_owner = max_per_owner
+        self.max_held_per_owner = max_held_per_owner or max_per_owner
         self.max_result_bytes = max_result_bytes
         self.max_stored_bytes = max_stored_bytes
         # A principal's share of the result bytes: one client's big results fill its own
@@ -54,7 +64,11 @@ class MemoryStore:
         self.max_bytes_per_owner = max_bytes_per_owner or max_stored_bytes
         self.clock = clock
         self._tasks: dict[str, Task] = {}
-        self._per_owner: Counter[str] = Counter()
+        self._per_owner: Counter[str] = Counter()  # tasks held, by whom they count
+        self._running_of: Counter[str] = Counter()  # of them, those not finished
+        # Finished tasks whose results were read, by whom they count, the first read first:
+        # what makes room for that principal's newer tasks.
+        self._read_of: defaultdict[str, dict[str, None]] = defaultdict(dict)
         self._bytes = 0
         self._bytes_of: Counter[str] = Counter()  # result bytes held, by whom they count
         # Tasks forgotten as expired, without their results: read as they lapsed (the
@@ -72,16 +86,49 @@ class MemoryStore:
 
     async def create(self, task: Task) -> None:
         await self.sweep()
-        if len(self._tasks) >= self.max_tasks:
+        whose = task.counted_as
+        if self._running_of[whose] >= self.max_per_owner:
+            raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks "
+                            "running")
+        # Room for one more task, in all and the principal's, and a result share not full.
+        victims, freed = self._room(whose, max(len(self._tasks) - self.max_tasks,
+                                               self._per_owner[whose] - self.max_held_per_owner
+                                               ) + 1,
+                                    self._bytes_of[whose] - self.max_bytes_per_owner + 1)
+        if len(victims) <= len(self._tasks) - self.max_tasks:
             raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
-        if self._per_owner[task.counted_as] >= self.max_per_owner:
-            raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks")
+        if len(victims) <= self._per_owner[whose] - self.max_held_per_owner:
+            raise StoreFull(held_full(self.max_held_per_owner))
+        if freed <= self._bytes_of[whose] - self.max_bytes_per_owner:
+            raise StoreFull(share_full(self.max_bytes_per_owner))
+        await self._evict(victims)
         self._put(task)
+
+    def _room(self, whose: str, tasks: int, size: int, spare: str = "") -> tuple[list[str], int]:
+        """The principal's read tasks (`spare` aside) that make room for `tasks` more tasks
+        and `size` more bytes, the first read first, and the bytes they free; all of them
+        where they do not make room enough (the caller then refuses, evicting nothing)."""
+        victims: list[str] = []
+        freed = 0
+        for task_id in self._read_of.get(whose, ()):
+            if len(victims) >= tasks and freed >= size:
+                break
+            if task_id != spare:
+                victims.append(task_id)
+                freed += self._tasks[task_id].size
+        return victims, freed
+
+    async def _evict(self, victims: list[str]) -> None:
+        """Read tasks forgotten before their ttl: their ids are unknown from now on."""
+        for task_id in victims:
+            await self.delete(task_id)
 
     def _put(self, task: Task) -> None:
         """A record it lacks, kept and counted."""
         self._tasks[task.id] = _kept(task)
         self._per_owner[task.counted_as] += 1
+        if not task.terminal:
+            self._running_of[task.counted_as] += 1
         self._bytes += task.size
         self._bytes_of[task.counted_as] += task.size
         if task.expires_at is not None:
@@ -109,9 +156,16 @@ class MemoryStore:
         if held is None or (held.status is not task.status
                             and task.status not in TRANSITIONS[held.status]):
             return False  # compare-and-set: a terminal record stays terminal
-        self._account(task.counted_as, held.size, task.size)
+        await self._account(task, held.size)
+        if task.terminal and not held.terminal:
+            self._running_of[task.counted_as] -= 1
         self._tasks[task.id] = _kept(task)
         return True
+
+    async def read(self, task_id: str) -> None:
+        task = self._tasks.get(task_id)
+        if task is not None and task.terminal:
+            self._read_of[task.counted_as].setdefault(task_id)
 
     async def restore(self, tasks: list[Task]) -> int:
         """Nothing is ever lost here; records it lacks are kept as they are all the same."""
@@ -123,16 +177,23 @@ class MemoryStore:
     def kept(self) -> list[Task]:
         return []  # this is the store: nothing beside it
 
-    def _account(self, whose: str, old: int, new: int) -> None:
+    async def _account(self, task: Task, old: int) -> None:
+        """`task`'s bytes, which were `old`, counted; its principal's read tasks make room
+        where its share or the store is full; ResultTooLarge where they cannot."""
+        whose, new = task.counted_as, task.size
         if new > self.max_result_bytes:
             raise ResultTooLarge(f"the result is {new} bytes; the gateway keeps at most "
                                  f"{self.max_result_bytes} bytes per task")
-        if self._bytes_of[whose] - old + new > self.max_bytes_per_owner:
+        mine = self._bytes_of[whose] - old + new - self.max_bytes_per_owner
+        every = self._bytes - old + new - self.max_stored_bytes
+        victims, freed = self._room(whose, 0, max(mine, every), spare=task.id)
+        if freed < mine:
             raise ResultTooLarge(f"this client's share of the result storage "
                                  f"({self.max_bytes_per_owner} bytes) is full")
-        if self._bytes - old + new > self.max_stored_bytes:
+        if freed < every:
             raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
                                  "bytes) is full")
+        await self._evict(victims)
         self._bytes += new - old
         self._bytes_of[whose] += new - old
 
@@ -143,10 +204,17 @@ class MemoryStore:
         self._bytes -= task.size
         whose = task.counted_as
         self._per_owner[whose] -= 1
+        if not task.terminal:
+            self._running_of[whose] -= 1
         self._bytes_of[whose] -= task.size
+        read = self._read_of.get(whose)
+        if read is not None:
+            read.pop(task_id, None)
         if self._per_owner[whose] <= 0:
             del self._per_owner[whose]
             self._bytes_of.pop(whose, None)
+            self._running_of.pop(whose, None)
+            self._read_of.pop(whose, None)
         if expired:
             self._expired[task_id] = replace(task, result=None, size=0)
 

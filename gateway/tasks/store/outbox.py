@@ -22,6 +22,7 @@ save the store cannot apply to a record it lacks becomes a restore).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 
 from gateway.errors import StoreUnavailable
@@ -160,6 +161,13 @@ class Outbox:
 
     async def knows(self, task_id: str) -> bool:
         return task_id in self._pending or await self.store.knows(task_id)
+
+    async def read(self, task_id: str) -> None:
+        """A mark the store does not take is let go: the task then stays until its ttl (and
+        one whose end waits here is not finished there yet)."""
+        if task_id not in self._pending:
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.read(task_id)
 
     # -- the rest is the store's ------------------------------------------------------------
     async def restore(self, tasks: list[Task]) -> int:

@@ -8,10 +8,17 @@ Keys, under `store.key_prefix` (P):
                        the task's ttl, so that its id answers "expired" meanwhile
     P live             sorted set of every task held, scored by the end of its ttl (ms):
                        what `limits.max_tasks` counts
-    P o:<owner>        the same, per owner: core tasks/list; and `max_tasks_per_owner` for
-                       a task counted against its owner
-    P q:<principal>    the same, per principal, for tasks counted against another than
-                       their owner (a legacy session's, against its principal: Task.quota)
+    P o:<owner>        the same, per owner: core tasks/list
+    P w:<principal>    the same, per principal (Task.counted_as: a legacy session's tasks
+                       count against its principal), its running tasks:
+                       `max_tasks_per_owner`
+    P k:<principal>    and its finished ones: with its running ones,
+                       `max_finished_tasks_per_owner`
+    P r:<principal>    of those, the ones whose result was read, scored by the order of
+                       first reads (P reads counts them): what makes room
+    P z:<principal>, P b:<principal>
+                       bytes of each of its results or errors, and their sum:
+                       `max_stored_bytes_per_principal`
     P sizes, P bytes   bytes of each result or error held, and their sum: `max_stored_bytes`
     P run:<replica>    the tasks a replica runs; P replicas: every replica with such a set
     P lease:<replica>  (redis_bus.py)
@@ -41,12 +48,13 @@ from cachetools import LRUCache
 
 from gateway.keyring import derive
 from gateway.tasks.model import Task
-from gateway.tasks.store import ResultTooLarge, StoreFull
+from gateway.tasks.store import EVENTS, ResultTooLarge, StoreFull, held_full, share_full
 from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded, text
 from gateway.tasks.store.redis_scripts import Scripts
 from gateway.tasks.store.vault import Stored, Vault
 
 FINISHED_CACHE_BYTES = 32 << 20
+MARKED_ENTRIES = 100_000
 RUNNING_CACHE_BYTES = 16 << 20
 ANNOUNCED_BYTES = 64 << 10  # records up to this size travel whole in their announcement
 RESTORE_BATCH = 200
@@ -73,15 +81,21 @@ class RedisStore:
                  max_result_bytes: int, max_stored_bytes: int, replica: str = "",
                  clock: Callable[[], float] = time.time, *, sentinels: Sequence[str] = (),
                  master: str = "mymaster", min_acked: int = 0, ack_timeout_ms: int = 1000,
-                 secret: bytes | None = None) -> None:
+                 secret: bytes | None = None, max_bytes_per_owner: int | None = None,
+                 max_held_per_owner: int | None = None) -> None:
         """`secret`: replica.secret, whence the keys that seal channel messages and
-        records (vault.py); without it neither is sealed (settings insist on one)."""
+        records (vault.py); without it neither is sealed (settings insist on one).
+        `max_per_owner` bounds a principal's running tasks, `max_held_per_owner` (by default
+        the same) those it holds, finished ones too; `max_bytes_per_owner` (by default
+        `max_stored_bytes`) its results' bytes."""
         self.url = url
         self.replica = replica  # the writer named in announcements
         self.max_tasks = max_tasks
         self.max_per_owner = max_per_owner
+        self.max_held_per_owner = max_held_per_owner or max_per_owner
         self.max_result_bytes = max_result_bytes
         self.max_stored_bytes = max_stored_bytes
+        self.max_bytes_per_owner = max_bytes_per_owner or max_stored_bytes
         self.clock = clock
         self.link = RedisLink(url, prefix, sentinels=sentinels, master=master,
                               min_acked=min_acked, ack_timeout_ms=ack_timeout_ms,
@@ -89,7 +103,11 @@ class RedisStore:
         self.stored = Stored(None if secret is None else Vault(secret))
         self.redis = self.link.redis
         self.key = self.link.key
-        self._scripts = Scripts(self.link, max_tasks, max_per_owner, max_stored_bytes, clock)
+        self._scripts = Scripts(self.link, max_tasks, max_per_owner, max_stored_bytes, clock,
+                                max_held_per_owner=self.max_held_per_owner,
+                                max_bytes_per_owner=self.max_bytes_per_owner)
+        # Finished tasks whose reads this replica wrote: read again, no round trip.
+        self._marked: LRUCache[str, bool] = LRUCache(MARKED_ENTRIES)
         # Finished records read, written or announced lately (a terminal record never
         # changes; it only goes at its ttl, which reads check), bounded in bytes.
         self._finished: LRUCache[str, Task] = LRUCache(FINISHED_CACHE_BYTES,
@@ -113,7 +131,8 @@ class RedisStore:
         rec, _ = _encode(task)
         kept, _, seal = self.stored.close(task, rec, b"")
         try:
-            refused = await self._scripts.create(task, kept, seal, self._announcement(task, rec))
+            refused, gone = await self._scripts.create(task, kept, seal,
+                                                       self._announcement(task, rec))
         except NotAcked:
             with contextlib.suppress(*DOWN):  # not durable: no handle, so no record
                 await self._forget(task.id, expired=False)
@@ -121,7 +140,13 @@ class RedisStore:
         if refused == 1:
             raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
         if refused == 2:
-            raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks")
+            raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks "
+                            "running")
+        if refused == 3:
+            raise StoreFull(held_full(self.max_held_per_owner))
+        if refused == 4:
+            raise StoreFull(share_full(self.max_bytes_per_owner))
+        await self._evicted(gone)
 
     async def get(self, task_id: str) -> Task | None:
         task = self._finished.get(task_id)
@@ -165,14 +190,35 @@ class RedisStore:
                                  f"{self.max_result_bytes} bytes per task")
         rec, res = _encode(task)
         kept, res, seal = self.stored.close(task, rec, res)
-        saved, self._bytes = await self._scripts.save(task, kept, res, seal,
-                                                      self._announcement(task, rec))
+        saved, self._bytes, gone = await self._scripts.save(task, kept, res, seal,
+                                                            self._announcement(task, rec))
         if saved == -1:
             raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
                                  "bytes) is full")
+        if saved == -2:
+            raise ResultTooLarge(share_full(self.max_bytes_per_owner))
         if saved and task.terminal:  # read here next, most likely: no round trip then
             self._finished[task.id] = task.copy()
+        await self._evicted(gone)
         return bool(saved)
+
+    async def _evicted(self, gone: list[str]) -> None:
+        """Read tasks the store forgot to make room: not kept here, nor by the other
+        replicas once they hear of it (a replica that misses it serves its copy, which its
+        owner has read, until its ttl)."""
+        if not gone:
+            return
+        for task_id in gone:
+            self._finished.pop(task_id, None)
+            self._marked.pop(task_id, None)
+        with contextlib.suppress(*DOWN):  # the store took it: a lost message costs a copy
+            await self.redis.publish(self.key(EVENTS), self.link.seal.close(orjson.dumps(
+                {"gone": gone, "from": self.replica})))
+
+    @guarded
+    async def read(self, task_id: str) -> None:
+        if task_id not in self._marked and await self._scripts.read(task_id):
+            self._marked[task_id] = True
 
     def _announcement(self, task: Task, rec: bytes) -> bytes:
         """What a write tells the other replicas: the task changed, and how it is now when
@@ -190,9 +236,16 @@ class RedisStore:
         """An announcement heard on the bus (`msg` loses what it carried): another
         replica's running record is kept while `fresh()` (the bus's subscription that heard
         it is current: redis_bus.py), an end among the finished records; a change that came
-        without its record makes the kept one stale."""
+        without its record makes the kept one stale, and read tasks forgotten to make room
+        (`gone`) are kept no more."""
         task_id, live, end = msg.get("task"), msg.pop("live", None), msg.pop("end", None)
-        if msg.get("from") == self.replica or not isinstance(task_id, str):
+        if msg.get("from") == self.replica:
+            return
+        gone = msg.get("gone")
+        if isinstance(gone, list):  # read tasks forgotten to make room
+            for evicted in gone:
+                self._finished.pop(str(evicted), None)
+        if not isinstance(task_id, str):
             return
         self._running.pop(task_id, None)
         if isinstance(live, dict):
@@ -225,6 +278,7 @@ class RedisStore:
 
     async def _forget(self, task_id: str, *, expired: bool) -> None:
         self._finished.pop(task_id, None)
+        self._marked.pop(task_id, None)
         self._bytes = await self._scripts.delete(task_id, expired=expired)
 
     @guarded

@@ -36,10 +36,6 @@ class TaskNotFound(KeyError):
     """Unknown, or another owner's (which must look exactly the same)."""
 
 
-class TaskExpired(KeyError):
-    """The owner's task, forgotten at its ttl a short while ago."""
-
-
 class TaskEngine:
     def __init__(self, store: TaskStore, counters: Counters | None = None,
                  admission: Admission | None = None, replica: str = "",
@@ -95,9 +91,8 @@ class TaskEngine:
     async def find(self, task_id: Any, owner: str) -> Task:
         """The owner's task; past its ttl (the engine's call, whatever the store still
         holds) as it lapsed (`Task.lapsed`: a terminal status) while its id is remembered;
-        TaskExpired for one forgotten lately, TaskNotFound for unknown and foreign ids;
-        StoreSettling for those instead while a shared store that lost its records is being
-        written back."""
+        TaskNotFound for unknown and foreign ids, and once forgotten; StoreSettling for
+        those instead while a shared store that lost its records is being written back."""
         if isinstance(task_id, str):
             here = self._local.task(task_id)
             task = here if here is not None else await self._store.get(task_id)
@@ -107,8 +102,6 @@ class TaskEngine:
                 if here is not None or self.replicas is None:
                     return task
                 return await self.replicas.unless_stranded(task)
-            if await self._store.expired_owner(task_id) == owner:
-                raise TaskExpired(task_id)
             if self.replicas is not None and await self.replicas.unsettled():
                 # The store lost what it held and its replica may not have written this
                 # task back yet: "not found" would tell a poller to give up on a live task.
@@ -224,4 +217,4 @@ class TaskEngine:
         return await self._local.settle(timeout_s)
 
 
-__all__ = ["Handover", "Intent", "StoreFull", "TaskEngine", "TaskExpired", "TaskNotFound"]
+__all__ = ["Handover", "Intent", "StoreFull", "TaskEngine", "TaskNotFound"]

@@ -43,9 +43,9 @@ class Switched(MemoryStore):
         self._check()
         return await super().get(task_id)
 
-    async def delete(self, task_id: str, *, expired: bool = False) -> None:
+    async def delete(self, task_id: str) -> None:
         self._check()
-        await super().delete(task_id, expired=expired)
+        await super().delete(task_id)
 
     async def restore(self, tasks: list[Task]) -> int:
         self._check()
@@ -152,13 +152,11 @@ async def test_a_deletion_waits_its_turn(store) -> None:
     task = await made(outbox)
     store.down = True
     assert await outbox.save(ended(task))
-    await outbox.delete(task.id, expired=True)
+    await outbox.delete(task.id)
     assert await outbox.get(task.id) is None
     store.down = False
     await outbox.flush()
-    gone = await store.get(task.id)  # remembered a while as it ended, its result dropped
-    assert gone is not None and gone.result is None and not await store.owned_by("me")
-    assert await store.expired_owner(task.id) == "me"
+    assert await store.get(task.id) is None and not await store.owned_by("me")
 
 
 async def test_reads_list_what_waits_over_the_store(store) -> None:

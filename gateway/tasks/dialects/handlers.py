@@ -12,7 +12,7 @@ import orjson
 
 from gateway import errors
 from gateway.tasks.dialects import Lacking, check_scopes, core, extension, task_id_of, unscoped
-from gateway.tasks.engine import TaskEngine, TaskExpired, TaskNotFound
+from gateway.tasks.engine import TaskEngine, TaskNotFound
 from gateway.tasks.model import Dialect, Task
 
 
@@ -102,12 +102,10 @@ async def extension_request(engine: TaskEngine, method: str, params: dict[str, A
 async def _lookup(engine: TaskEngine, task_id: Any, owner: str, dialect: Dialect,
                   lacking: Lacking, wording: str = "") -> Task:
     """The owner's task of `dialect` (a task renders only in the dialect it was created
-    in); -32602 for unknown, expired, foreign or other-dialect ids, each dialect in its own
+    in); -32602 for unknown, forgotten, foreign or other-dialect ids, each dialect in its own
     `wording`; InsufficientScope (403) when the caller may not use its tool."""
     try:
         task: Task | None = await engine.find(task_id, owner)
-    except TaskExpired:
-        raise errors.InvalidParams(f"{wording}Task has expired", {"taskId": task_id}) from None
     except TaskNotFound:
         task = None
     if task is None or task.dialect != dialect:

@@ -81,11 +81,9 @@ class TaskStore(Protocol):
         message names it)."""
 
     async def get(self, task_id: str) -> Task | None:
-        """A copy of the record as held (past its ttl too, until forgotten), or None."""
-
-    async def expired_owner(self, task_id: str) -> str | None:
-        """The owner of a task forgotten lately as expired (`delete(expired=True)`, or a
-        sweep), else None: it then answers "expired", not "not found"."""
+        """A copy of the record as held, or None. Past its ttl too, for EXPIRED_MEMORY_S
+        more (its result may be gone by then): the engine reads it as it lapsed, failed and
+        saying so, so a client's poll loop ends on a terminal status."""
 
     async def owned_by(self, owner: str) -> list[Task]:
         """Copies of the owner's records, oldest first (past their ttl too, until
@@ -118,11 +116,12 @@ class TaskStore(Protocol):
         """Copies of finished records this process keeps beside the store (read, written or
         announced lately), to write again where the store lost them."""
 
-    async def delete(self, task_id: str, *, expired: bool = False) -> None:
-        """Forget a record (`expired`: remembered a while as expired)."""
+    async def delete(self, task_id: str) -> None:
+        """Forget a record now (a task never handed out: its call could not be opened)."""
 
     async def sweep(self) -> int:
-        """Forget finished tasks past their ttl; how many went."""
+        """Finished tasks past their ttl leave the bounds (their records kept a while for
+        `get`, without their results); how many went."""
 
     async def knows(self, task_id: str) -> bool:
         """Whether `task_id` is (or lately was) a task here, whoever owns it."""

@@ -144,9 +144,6 @@ class MemoryStore:
         task = self._tasks.get(task_id) or self._expired.get(task_id)
         return None if task is None else task.copy()
 
-    async def expired_owner(self, task_id: str) -> str | None:
-        task = self._expired.get(task_id)
-        return None if task is None else task.owner
 
     async def owned_by(self, owner: str) -> list[Task]:
         return [t.copy() for t in self._tasks.values() if t.owner == owner]
@@ -197,10 +194,14 @@ class MemoryStore:
         self._bytes += new - old
         self._bytes_of[whose] += new - old
 
-    async def delete(self, task_id: str, *, expired: bool = False) -> None:
+    async def delete(self, task_id: str) -> None:
+        self._drop(task_id)
+
+    def _drop(self, task_id: str) -> Task | None:
+        """Forget a record and give back what it took of every bound; the record."""
         task = self._tasks.pop(task_id, None)
         if task is None:
-            return
+            return None
         self._bytes -= task.size
         whose = task.counted_as
         self._per_owner[whose] -= 1
@@ -215,8 +216,7 @@ class MemoryStore:
             self._bytes_of.pop(whose, None)
             self._running_of.pop(whose, None)
             self._read_of.pop(whose, None)
-        if expired:
-            self._expired[task_id] = replace(task, result=None, size=0)
+        return task
 
     async def sweep(self) -> int:
         """Finished tasks past their ttl go; a running one stays for the engine to end (its
@@ -227,8 +227,9 @@ class MemoryStore:
                 task = self._tasks.get(task_id)
                 if task is None:
                     continue
-                if task.terminal:
-                    await self.delete(task_id, expired=True)
+                if task.terminal:  # remembered a while without its result (`_expired`)
+                    self._expired[task_id] = replace(task, result=None, size=0)
+                    self._drop(task_id)
                     gone += 1
                 else:
                     later.append(task_id)

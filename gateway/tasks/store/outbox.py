@@ -34,9 +34,7 @@ from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
 
 @dataclass(frozen=True, slots=True)
 class _Forget:
-    """A deletion waiting its turn (`expired`: remembered a while as expired)."""
-
-    expired: bool
+    """A deletion waiting its turn."""
 
 
 Entry = Task | _Forget
@@ -95,13 +93,13 @@ class Outbox:
         return await self.store.save(task) or bool(await self.store.restore([task])) or \
             await self.store.save(task)
 
-    async def delete(self, task_id: str, *, expired: bool = False) -> None:
+    async def delete(self, task_id: str) -> None:
         if not self._pending:
             try:
-                return await self.store.delete(task_id, expired=expired)
+                return await self.store.delete(task_id)
             except StoreUnavailable:
                 pass
-        self._keep(task_id, _Forget(expired))
+        self._keep(task_id, _Forget())
 
     def _keep(self, task_id: str, entry: Entry) -> None:
         old = self._pending.get(task_id)
@@ -125,7 +123,7 @@ class Outbox:
 
     async def _write(self, task_id: str, entry: Entry) -> None:
         if isinstance(entry, _Forget):
-            await self.store.delete(task_id, expired=entry.expired)
+            await self.store.delete(task_id)
             return
         try:
             saved = await self._put(entry)
@@ -156,8 +154,6 @@ class Outbox:
                 tasks[task_id] = held.copy()
         return sorted(tasks.values(), key=lambda t: t.created_at)
 
-    async def expired_owner(self, task_id: str) -> str | None:
-        return await self.store.expired_owner(task_id)
 
     async def knows(self, task_id: str) -> bool:
         return task_id in self._pending or await self.store.knows(task_id)

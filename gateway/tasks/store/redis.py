@@ -135,7 +135,7 @@ class RedisStore:
                                                        self._announcement(task, rec))
         except NotAcked:
             with contextlib.suppress(*DOWN):  # not durable: no handle, so no record
-                await self._forget(task.id, expired=False)
+                await self._forget(task.id)
             raise
         if refused == 1:
             raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
@@ -165,11 +165,6 @@ class RedisStore:
     @guarded
     async def _read(self, task_id: str) -> Task | None:
         return self.stored.open(task_id, await self.redis.hmget(self.key("t", task_id), *HELD))
-
-    @guarded
-    async def expired_owner(self, task_id: str) -> str | None:
-        owner = await self.redis.get(self.key("gone", task_id))
-        return None if owner is None else text(owner)
 
     @guarded
     async def owned_by(self, owner: str) -> list[Task]:
@@ -273,13 +268,13 @@ class RedisStore:
         return [t.copy() for t in list(self._finished.values()) if not self._due(t)]
 
     @guarded
-    async def delete(self, task_id: str, *, expired: bool = False) -> None:
-        await self._forget(task_id, expired=expired)
+    async def delete(self, task_id: str) -> None:
+        await self._forget(task_id)
 
-    async def _forget(self, task_id: str, *, expired: bool) -> None:
+    async def _forget(self, task_id: str) -> None:
         self._finished.pop(task_id, None)
         self._marked.pop(task_id, None)
-        self._bytes = await self._scripts.delete(task_id, expired=expired)
+        self._bytes = await self._scripts.delete(task_id)
 
     @guarded
     async def sweep(self) -> int:
@@ -288,7 +283,7 @@ class RedisStore:
 
     @guarded
     async def knows(self, task_id: str) -> bool:
-        return bool(await self.redis.exists(self.key("t", task_id), self.key("gone", task_id)))
+        return bool(await self.redis.exists(self.key("t", task_id)))
 
     def stored_bytes(self) -> int:
         """Of every replica, as of this replica's last write or sweep."""

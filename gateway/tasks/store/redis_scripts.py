@@ -75,9 +75,9 @@ end
 
 # Forgetting a task, and making room by forgetting a principal's read tasks.
 _FORGET = _PRUNE + """
--- Forget a task: its hash, its place in every index and bound (`expired`: its owner is
--- remembered `remember` ms, so that its id answers "expired").
-local function forget(p, id, expired, remember)
+-- Forget a task: its hash, its place in every index and bound. (A task past its ttl is
+-- not forgotten so: its hash lingers until its own expiry, read as it lapsed.)
+local function forget(p, id)
   local t = p .. 't:' .. id
   local held = redis.call('HMGET', t, 'owner', 'replica', 'quota')
   if not held[1] then return end
@@ -100,7 +100,6 @@ local function forget(p, id, expired, remember)
     redis.call('DECRBY', k.bytes, mine)
     redis.call('HDEL', k.sizes, id)
   end
-  if expired then redis.call('SET', p .. 'gone:' .. id, held[1], 'PX', remember) end
 end
 
 -- The principal's read tasks (`spare` aside), the first read first, that make room for
@@ -143,7 +142,7 @@ local victims, freed = room(p, c, math.max(over_all, over_held) + 1, over_bytes 
 if #victims <= over_all then return {1} end
 if #victims <= over_held then return {3} end
 if freed <= over_bytes then return {4} end
-for _, id in ipairs(victims) do forget(p, id, false, 0) end
+for _, id in ipairs(victims) do forget(p, id) end
 redis.call('HSET', KEYS[2], 'status', ARGV[6], 'owner', ARGV[7], 'replica', ARGV[8],
            'rec', ARGV[9], 'quota', ARGV[12], 'seal', ARGV[13])
 if ARGV[10] ~= '' then redis.call('PEXPIREAT', KEYS[2], ARGV[10]) end
@@ -187,7 +186,7 @@ if new ~= old then
   if freed < mine then return {-2, total} end
   if freed < every then return {-1, total} end
   for _, id in ipairs(victims) do
-    forget(p, id, false, 0)
+    forget(p, id)
     table.insert(out, id)
   end
   total = redis.call('INCRBY', KEYS[4], new - old)
@@ -243,9 +242,9 @@ end
 return 1
 """
 
-# KEYS: t:<id>, bytes; ARGV: id, expired, remember ms, prefix
+# KEYS: t:<id>, bytes; ARGV: id, prefix
 _DELETE = _FORGET + """
-forget(ARGV[4], ARGV[1], ARGV[2] == '1', ARGV[3])
+forget(ARGV[2], ARGV[1])
 return tonumber(redis.call('GET', KEYS[2]) or '0')
 """
 
@@ -374,13 +373,11 @@ class Scripts:
                      "0" if task.terminal else "1", task.quota, seal, self._link.prefix,
                      task.counted_as)
 
-    async def delete(self, task_id: str, *, expired: bool) -> int:
-        """Forget a record (`expired`: its owner remembered a while); the bytes all
-        results take now."""
+    async def delete(self, task_id: str) -> int:
+        """Forget a record; the bytes all results take now."""
         key = self._key
-        return int(await self._delete(
-            keys=[key("t", task_id), key("bytes")],
-            args=[task_id, "1" if expired else "0", _ms(EXPIRED_MEMORY_S), self._link.prefix]))
+        return int(await self._delete(keys=[key("t", task_id), key("bytes")],
+                                      args=[task_id, self._link.prefix]))
 
     async def sweep(self) -> tuple[int, int]:
         """Tasks whose ttl passed leave the bounds: how many, and the bytes all results

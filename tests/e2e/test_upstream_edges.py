@@ -248,13 +248,15 @@ async def test_a_server_that_ends_every_stream_is_resumed_a_bounded_number_of_ti
 
 
 async def test_a_refused_resume_fails_its_call_saying_so(gateway, client) -> None:
-    """A server whose answer's stream ended early and that refuses the GET resuming it (a
-    400 that does not speak of the session): the call fails at once with its status."""
+    """A server whose answer's stream ended early, or dropped mid-stream after an event id,
+    and that refuses the GET resuming it (a 400 that does not speak of the session): the
+    call fails at once with its status (a drop was 'dropped the connection', not resumed)."""
     async with unruly() as base:
         legacy = client(await gateway(url=base + "/mcp"))
         await legacy.initialize()
-        error = (await asyncio.wait_for(legacy.call("closed"), 10)).message["error"]
-        assert "refused to resume the answer's stream (HTTP 400)" in error["message"]
+        for tool in ("closed", "dropped"):
+            error = (await asyncio.wait_for(legacy.call(tool), 10)).message["error"]
+            assert "refused to resume the answer's stream (HTTP 400)" in error["message"]
         assert text_of(await legacy.call("two_lines")) == "two lines"  # the session serves on
 
 

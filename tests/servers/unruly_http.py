@@ -7,8 +7,9 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|closing]
   JSON lines: a log notification, then the response), garbage (an application/json answer
   that is no JSON at all), pretty (its response pretty-printed over many lines, streamed
   without a length, a line a chunk), hang (never answers), closed (an SSE answer that
-  primes an event id, with `retry: 10`, and ends before the answer), unprimed (an SSE
-  answer that ends before the answer without any event id).
+  primes an event id, with `retry: 10`, and ends before the answer), dropped (the same,
+  but its connection is cut mid-stream), unprimed (an SSE answer that ends before the
+  answer without any event id).
 - modern: 2026-07-28 only (initialize is 404 -32601): server/discover, tools/list, and
   subscriptions/listen answered as chunked application/json, a message a line, held open;
   the tool change sends tools list_changed to every listener.
@@ -60,6 +61,13 @@ async def legacy_call(request: web.Request, rid: object, name: str) -> web.Strea
         return web.Response(body=b"<html>oops</html>\n", content_type="application/json")
     if name == "hang":
         await asyncio.Event().wait()
+    if name == "dropped":
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b"id: d-1\nretry: 10\ndata: \n\n")
+        assert request.transport is not None
+        request.transport.close()  # no last chunk: the client reads a broken body
+        return resp
     if name in ("closed", "unprimed"):
         return await ended_early(request, b"id: c-1\nretry: 10\ndata: \n\n" if name == "closed"
                                  else b": an SSE comment, no event\n\n")
@@ -91,7 +99,7 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
         return web.Response(status=202)
     if method == "tools/list":
         return web.json_response(result(rid, tools("two_lines", "garbage", "pretty", "hang",
-                                                    "closed", "unprimed")))
+                                                    "closed", "dropped", "unprimed")))
     if method == "tools/call":
         return await legacy_call(request, rid, msg["params"]["name"])
     return web.json_response(result(rid, {}))

@@ -562,7 +562,9 @@ class SessionEvents(EventStore):
         return stream
 
 
-RETRY_MS = 500  # the `retry` of every priming event
+# The `retry` of every priming event: the 1 s a client waits when a server names none, so
+# a dropped GET stream is asked for again no sooner than before (a restart takes a while).
+RETRY_MS = 1000
 _admit = StreamableHTTPSessionManager._admit_session
 
 

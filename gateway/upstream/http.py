@@ -187,13 +187,17 @@ class HttpTransport:
         return True
 
     async def _listen(self, poster: Poster) -> None:
-        """The GET stream: the server's messages that belong to no POST (resumed with
-        Last-Event-ID after a drop). None on a modern server (spec 2026-07-28 Streamable
-        HTTP: POST only, GET is 405): it speaks on each request's stream and on listen."""
+        """The GET stream: the server's messages that belong to no POST, resumed with
+        Last-Event-ID after the server's `retry` when it ends (spec: the server MAY close it
+        at any time; SEP-1699 polling). None on a modern server (spec 2026-07-28 Streamable
+        HTTP: POST only, GET is 405): it speaks on each request's stream and on listen. One
+        that ends STALLED_RESUMES streams in a row at once with nothing new is not asked
+        again (upstream.get_stream_ended): a stream that lived STABLE_AFTER_S was working."""
         if self.kind != "streamable-http" or self.session.version in mcp.MODERN_VERSIONS:
             return  # the HTTP+SSE stream is read since initialize
-        reader, refusals = EventReader(), 0
+        reader, refusals, stalled = EventReader(), 0, 0
         while True:
+            news, began = reader.news, time.monotonic()
             got = await sse_client.follow(poster.http, self.url, self.session.headers(),
                                           reader, self._link.on_message, None)
             if got.status == 405:
@@ -204,14 +208,29 @@ class HttpTransport:
                 return
             if got.status is not None and got.status != 200:
                 refusals += 1
-                if got.status < 500 or refusals == GET_REFUSALS:
-                    log.warning("upstream.get_stream_refused", upstream=self.name,
-                                status=got.status, attempts=refusals)
-                    return  # it will not give one: asking each second helps nobody
-                await asyncio.sleep(backoff_s(refusals, self.conf.restart_backoff_max_ms))
+                if not await self._refused(got.status, refusals):
+                    return
                 continue
             refusals = 0
+            moved = reader.news > news or time.monotonic() - began >= STABLE_AFTER_S
+            stalled = 0 if moved else stalled + 1
+            if stalled == sse_client.STALLED_RESUMES:
+                log.warning("upstream.get_stream_ended", upstream=self.name, attempts=stalled,
+                            reason="the server ended its GET stream at once each time, "
+                            "with nothing new")
+                return
             await asyncio.sleep(reader.retry_s)
+
+    async def _refused(self, status: int, refusals: int) -> bool:
+        """After the GET stream's `refusals`-th refusal in a row, whether to ask again (after
+        a backoff): a 4xx, or GET_REFUSALS 5xx, say it will not give one, and asking each
+        second helps nobody."""
+        if status < 500 or refusals == GET_REFUSALS:
+            log.warning("upstream.get_stream_refused", upstream=self.name, status=status,
+                        attempts=refusals)
+            return False
+        await asyncio.sleep(backoff_s(refusals, self.conf.restart_backoff_max_ms))
+        return True
 
 
 async def _delete(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> None:

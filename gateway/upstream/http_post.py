@@ -4,10 +4,12 @@ spec: mcp-base-2025-06-18.md, Streamable HTTP. Each message is its own POST, ans
 JSON, an SSE stream (what comes on it belongs to the POST's call), or 202. Failures: a POST
 that cannot connect is tried again (nothing was sent); one whose connection drops after
 sending is tried again only for read-only methods; otherwise its call fails at once with a
-JSON-RPC error. An SSE answer that ends early is resumed with `Last-Event-ID` when the
-server gave event ids. A 404 to a POST that carried the session id means the server forgot
-the session: the session is lost (the transport starts another) and the request goes once
-more on the new one.
+JSON-RPC error. An SSE answer that ends (or drops) before the answer is resumed by GET with
+`Last-Event-ID` when the server gave event ids, after its `retry`, while resumes bring
+something new (the bounds: sse_client.py); a server that gave none fails the call at once.
+A 404 to a POST that carried the session id means the server forgot the session: the
+session is lost (the transport starts another) and the request goes once more on the new
+one.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from gateway.upstream.transport import Link
 
 CONNECT_ATTEMPTS = 3  # a POST that could not connect sent nothing: safe to try again
 SESSION_WORDS = 4096  # bytes of a 400's body looked at for a word of the session
-RESUME_ATTEMPTS = 5  # GETs with Last-Event-ID for one answer whose stream ended early
 # Requests that change nothing on the server: sent again once when the connection drops
 # after they went out (others could run twice).
 IDEMPOTENT = frozenset({mcp.PING, "tools/list", "prompts/list", "prompts/get",
@@ -176,7 +177,11 @@ class Poster:
             pass  # servers still label it application/json, with a length of 0)
         elif resp.content_type == mcp.CT_SSE:  # a POST's stream: what comes on it is its call's
             reader = EventReader()
-            await sse_client.read(reader, resp, self.link.on_message, call)
+            try:
+                await sse_client.read(reader, resp, self.link.on_message, call)
+            except aiohttp.ClientError:
+                if reader.last_id is None:
+                    raise  # nothing to resume from: the POST failed (`post` says how)
             await self._resume(reader, call)
         elif resp.content_type == mcp.CT_JSON and not await json_body(
                 resp, lambda msg: self.link.on_message(msg, call)):
@@ -185,17 +190,50 @@ class Poster:
         # else the HTTP+SSE transport, whose answers come on its stream
 
     async def _resume(self, reader: EventReader, call: Call | None) -> None:
-        """spec (Resumability): a stream that ended before the answer is picked up again with
-        Last-Event-ID; a server that gave no event ids cannot resume, and the call fails."""
-        attempts = 0
-        while call is not None and self.link.pending(call):
-            if reader.last_id is None or attempts == RESUME_ATTEMPTS:
-                self.failed(b"", call, "ended the stream before the answer")
+        """spec (Resumability and Redelivery; 2025-11-25, SEP-1699 polling): a stream that
+        ended before its call's answer is picked up by a GET carrying Last-Event-ID, after
+        the server's `retry`. The server replays only the stream that ended, so what comes
+        on it is this call's alone (`via`), and it is read until the answer came (servers
+        keep a resumed stream open after it). A server that gave no event id cannot be
+        resumed; one that refuses a resume, or ends STALLED_RESUMES in a row that brought
+        nothing new, fails the call saying so."""
+        if call is None:
+            return
+        stalled = 0
+        while self.link.pending(call):
+            if reader.last_id is None:
+                self.failed(b"", call, "ended the answer's stream before the answer, with no "
+                            "event id to resume it from")
                 return
-            attempts += 1
+            if stalled == sse_client.STALLED_RESUMES:
+                self.failed(b"", call, "kept ending the answer's stream before the answer: "
+                            f"{stalled} resumes with Last-Event-ID in a row brought nothing")
+                return
             await asyncio.sleep(reader.retry_s)
-            await sse_client.follow(self.http, self.session.url, self.session.headers(),
-                                    reader, self.link.on_message, call)
+            news = reader.news
+            why = await self._follow(reader, call)
+            if why is not None:
+                self.failed(b"", call, why)
+                return
+            stalled = 0 if reader.news > news else stalled + 1
+
+    async def _follow(self, reader: EventReader, call: Call) -> str | None:
+        """One resume of `call`'s stream, read until it ends or the call is answered; why the
+        call fails, when the server refused it (a 5xx or a failed connection is tried again,
+        as one that brought nothing)."""
+        if not self.link.pending(call):
+            return None  # answered, or failed, while waiting the `retry`
+        log.debug("upstream.stream_resuming", upstream=self.name, last_event_id=reader.last_id,
+                  retry_s=reader.retry_s)
+        got = await sse_client.follow(self.http, self.session.url, self.session.headers(),
+                                      reader, self.link.on_message, call,
+                                      done=lambda: not self.link.pending(call),
+                                      limits=self.timeout)
+        if got.status is None or got.status == 200 or got.status >= 500:
+            return None
+        if self.session.session_id is not None and forgets_session(got.status, got.body):
+            self.session.lost.set()
+        return f"refused to resume the answer's stream (HTTP {got.status})"
 
     def failed(self, data: bytes, call: Call | None, why: str) -> None:
         """A request that got no answer fails now, with a JSON-RPC error that says why

@@ -1,6 +1,17 @@
-"""Reading server-sent events from an upstream: the event stream itself, and the endpoint
-event of the 2024-11-05 HTTP+SSE transport (spec 2025-06-18 Streamable HTTP, Backwards
-Compatibility: its GET stream names where to POST and carries every answer)."""
+"""Reading server-sent events from an upstream: the event stream itself, following a stream
+again after it ended, and the endpoint event of the 2024-11-05 HTTP+SSE transport (spec
+2025-06-18 Streamable HTTP, Backwards Compatibility: its GET stream names where to POST and
+carries every answer).
+
+Resuming (spec 2025-06-18 Streamable HTTP, Resumability and Redelivery; 2025-11-25, SEP-1699
+polling): a server that gave its events ids may end a stream at any time, and the client
+resumes it with a GET carrying `Last-Event-ID`, after the server's `retry`. The gateway
+waits that `retry`, held between RETRY_MIN_S (a `retry: 0` would reconnect in a busy loop)
+and RETRY_MAX_S (a huge one would hold the call past any use); 1 s when the server named
+none. A stream that ends STALLED_RESUMES times in a row bringing nothing new (no message, no
+new event id) is given up (its caller says why); any resume that brings something resets
+the count: a server polling a long call primes every resumed stream with a new id, and is
+followed until the answer (or request_timeout_ms)."""
 
 from __future__ import annotations
 
@@ -16,6 +27,8 @@ from yarl import URL
 from gateway.protocol import mcp
 
 RETRY_S = 1.0  # before resuming a stream, unless the server said otherwise (`retry:`)
+RETRY_MIN_S, RETRY_MAX_S = 0.1, 30.0  # what a server's `retry:` is held to
+STALLED_RESUMES = 5  # resumes in a row that brought nothing new, then the stream is given up
 
 
 class Refused(ValueError):
@@ -29,11 +42,14 @@ class Refused(ValueError):
 
 
 class EventReader:
-    """Reads one SSE stream after another, remembering the last event id and `retry:`."""
+    """Reads one SSE stream after another, remembering the last event id and `retry:`, and
+    counting what moved it on (`news`: messages and new event ids), by which a resume that
+    brought nothing is told from one that did."""
 
     def __init__(self) -> None:
         self.last_id: str | None = None
         self.retry_s = RETRY_S
+        self.news = 0
 
     async def events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, bytes]]:
         event, data = "message", list[bytes]()
@@ -42,6 +58,7 @@ class EventReader:
             if not line:
                 payload = b"\n".join(data)
                 if payload:  # an event with no data only primes the id (spec: polling)
+                    self.news += 1
                     yield event, payload
                 event, data = "message", []
                 continue
@@ -51,17 +68,21 @@ class EventReader:
                 data.append(value)
             elif name == b"event":
                 event = value.decode()
-            elif name == b"id":
-                self.last_id = value.decode()
+            elif name == b"id" and (seen := value.decode()) != self.last_id:
+                self.last_id, self.news = seen, self.news + 1
             elif name == b"retry" and value.isdigit():
-                self.retry_s = int(value) / 1000
+                self.retry_s = min(max(int(value) / 1000, RETRY_MIN_S), RETRY_MAX_S)
 
 
 async def read(reader: EventReader, resp: aiohttp.ClientResponse,
-               on_message: Callable[[bytes, Any], object], via: Any) -> None:
-    """Every message of one stream to `on_message`, with the call it belongs to (`via`)."""
+               on_message: Callable[[bytes, Any], object], via: Any,
+               done: Callable[[], bool] | None = None) -> None:
+    """Every message of one stream to `on_message`, with the call it belongs to (`via`),
+    until the stream ends or, if given, `done()` holds after a message."""
     async for _, data in reader.events(resp):
         on_message(data, via)
+        if done is not None and done():
+            return
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +99,19 @@ REFUSAL_BYTES = 4096  # of a refused GET's body, kept to say why
 
 
 async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str],
-                 reader: EventReader, on_message: Callable[[bytes, Any], object], via: Any
-                 ) -> Got:
+                 reader: EventReader, on_message: Callable[[bytes, Any], object], via: Any,
+                 done: Callable[[], bool] | None = None,
+                 limits: aiohttp.ClientTimeout | None = None) -> Got:
     """GET `url` as an event stream, resumed after the reader's last event id, and read it
-    to its end."""
+    to its end (or until `done()`: see `read`); `limits`, if given, over the session's."""
     wanted = {**headers, "Accept": mcp.CT_SSE}
     if reader.last_id is not None:
         wanted[mcp.H_LAST_EVENT] = reader.last_id
     try:
-        async with http.get(url, headers=wanted, allow_redirects=False) as resp:
+        async with http.get(url, headers=wanted, allow_redirects=False,
+                            timeout=limits or http.timeout) as resp:
             if resp.status == 200:
-                await read(reader, resp, on_message, via)
+                await read(reader, resp, on_message, via, done)
                 return Got(200)
             return Got(resp.status, body=await resp.content.read(REFUSAL_BYTES))
     except aiohttp.ClientConnectorError:

@@ -22,6 +22,7 @@ from test_modern import modern
 from test_sdk_modern import on_elicit
 from test_sdk_python import session_transcript
 from test_tasks import wait_for
+from test_tenancy import TOKENS, As
 
 
 async def test_python_sdk_transcript_matches_through_an_http_upstream(gateway,
@@ -355,3 +356,27 @@ async def test_an_answer_stream_closed_early_is_resumed_with_last_event_id(gatew
         assert text_of(await asyncio.wait_for(mcp.call("sleep", {"ms": 200}), 10)) == \
             "slept 200"
         assert text_of(await mcp.call("echo", {"text": "resumed"})) == "resumed"
+
+
+async def test_each_principals_resumed_stream_reaches_only_their_call(gateway, direct_url,
+                                                                      http) -> None:
+    """Issue 40: the fixture over HTTP polls as SEP-1699 has it: `reconnect_and_log` closes
+    its call's stream, then logs and answers, which only a GET with the stream's
+    Last-Event-ID brings. Alice and Bob call it at once over one shared upstream session:
+    each gets their own answer and log line (they come on the resumed stream, which is
+    the call's), nothing of the other's."""
+    url = await gateway(url=direct_url, auth={"bearer_tokens": list(TOKENS.values())})
+    alice, bob = As(http, url, "alice"), As(http, url, "bob")
+    for who in (alice, bob):
+        await who.initialize(version="2025-11-25")
+    replies = await asyncio.wait_for(asyncio.gather(
+        *(c.call("reconnect_and_log", {"word": c.who}) for c in (alice, bob))), 20)
+    for who, reply in zip(("alice", "bob"), replies, strict=True):
+        assert text_of(reply) == f"answer for {who}"
+        logs = [e["params"]["data"] for e in reply.events if e.get("method") ==
+                "notifications/message"]
+        assert logs == [f"log for {who}"], (who, reply.events)
+    # The conformance scenario's tool (server-sse-polling), whose answer the suite does not
+    # check when the gateway answers with JSON.
+    assert text_of(await alice.call("test_reconnection")).startswith(
+        "Reconnection test completed successfully.")

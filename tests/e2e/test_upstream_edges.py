@@ -10,6 +10,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from test_http_upstream import basic_http
 from test_modern import call, envelope, headers_for, modern
 
 from gateway.settings import from_mapping
+from gateway.upstream import sse_client
 
 
 @pytest.fixture(params=["stdio", "http"])
@@ -211,6 +213,51 @@ async def test_a_refused_get_stream_is_not_asked_for_every_second(gateway, http,
         await gateway(url=base + "/mcp")
         await asyncio.sleep(2.5)  # what used to be two more GETs
         assert await gets(http, base) == expected
+
+
+async def counts(http, base: str) -> tuple[int, int]:
+    """unruly_http's GETs of /mcp: all of them, and those that resumed with Last-Event-ID."""
+    async with http.get(base + "/gets") as resp:
+        seen = await resp.json()
+    return int(seen["gets"]), int(seen["resumes"])
+
+
+async def test_a_server_that_ends_every_stream_is_resumed_a_bounded_number_of_times(
+        gateway, client, http) -> None:
+    """Issue 40: a server that primes an event id, then ends the answer's stream and every
+    resume of it at once with nothing new: the call fails after STALLED_RESUMES resumes with
+    Last-Event-ID, saying why (it waited for request_timeout_ms, 10 min by default). The
+    session's GET stream, ended the same way, is asked for as often, then left alone."""
+    async with unruly("closing") as base:
+        legacy = client(await gateway(url=base + "/mcp"))
+        await legacy.initialize()
+        start = time.monotonic()
+        error = (await asyncio.wait_for(legacy.call("closed"), 10)).message["error"]
+        assert time.monotonic() - start < 5  # 5 resumes, `retry: 10` held to 100 ms
+        assert "kept ending the answer's stream before the answer" in error["message"]
+        assert f"{sse_client.STALLED_RESUMES} resumes with Last-Event-ID" in error["message"]
+        assert error["data"] == {"upstream": "main", "reason": "connection"}
+        assert (await counts(http, base))[1] == sse_client.STALLED_RESUMES
+        # A stream that gave no event id cannot be resumed: its call fails at once.
+        error = (await legacy.call("unprimed")).message["error"]
+        assert "with no event id to resume it from" in error["message"]
+        await asyncio.sleep(1)
+        gets, resumes = await counts(http, base)
+        assert resumes == sse_client.STALLED_RESUMES
+        assert gets - resumes == sse_client.STALLED_RESUMES  # the session's GET stream
+
+
+async def test_a_refused_resume_fails_its_call_saying_so(gateway, client) -> None:
+    """A server whose answer's stream ended early, or dropped mid-stream after an event id,
+    and that refuses the GET resuming it (a 400 that does not speak of the session): the
+    call fails at once with its status (a drop was 'dropped the connection', not resumed)."""
+    async with unruly() as base:
+        legacy = client(await gateway(url=base + "/mcp"))
+        await legacy.initialize()
+        for tool in ("closed", "dropped"):
+            error = (await asyncio.wait_for(legacy.call(tool), 10)).message["error"]
+            assert "refused to resume the answer's stream (HTTP 400)" in error["message"]
+        assert text_of(await legacy.call("two_lines")) == "two lines"  # the session serves on
 
 
 async def test_a_session_lost_as_soon_as_begun_is_begun_again_with_backoff(gateway, http

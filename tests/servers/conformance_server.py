@@ -6,6 +6,9 @@ both eras (mcp 2.x serves the era a client opens with: initialize, or a request 
 modern _meta): the tools that ask the client do so with input_required rounds on a modern
 request and with server-to-client requests on a legacy session. `stdio` (default) serves it
 behind the gateway; `http PORT` serves it directly over Streamable HTTP, as the baseline.
+Over HTTP it polls as SEP-1699 (2025-11-25) has it: every SSE stream opens with a priming
+event (an id, `retry`), and `test_reconnection` closes its call's stream before it answers,
+so the client must GET with Last-Event-ID for the answer (scenario server-sse-polling).
 """
 
 import asyncio
@@ -17,6 +20,8 @@ import mcp_types as types
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
@@ -41,6 +46,23 @@ def test_simple_text() -> list[Any]:
 def test_header_param(
         region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
     return f"region={region}"
+
+
+async def close_after_priming(ctx: Context) -> None:
+    """Close the call's stream (a no-op over stdio, and for clients before 2025-11-25) once
+    its priming event is out: the SDK writes that event while the tool runs, and a stream
+    closed at once may end before it, leaving the client no id to resume from."""
+    await asyncio.sleep(0.05)
+    await ctx.close_sse_stream()
+
+
+@server.tool(description="Tests SSE stream disconnection and client reconnection (SEP-1699): "
+             "the server closes the stream mid-call and answers after the client reconnects")
+async def test_reconnection(ctx: Context) -> list[Any]:
+    await close_after_priming(ctx)
+    await asyncio.sleep(0.1)
+    return [text("Reconnection test completed successfully. If you received this, the client "
+                 "properly reconnected after stream closure.")]
 
 
 @server.tool(description="Tests image content response")
@@ -82,6 +104,14 @@ async def test_tool_with_logging(ctx: Context) -> list[Any]:
     for message in ("Tool execution started", "Tool processing data", "Tool execution completed"):
         await _log(ctx, message)
     return [text("Tool with logging executed successfully")]
+
+
+@server.tool(description="Closes its stream, then logs and answers `word` (after a resume)")
+async def reconnect_and_log(word: str, ctx: Context) -> str:
+    await close_after_priming(ctx)
+    await _log(ctx, f"log for {word}")  # stored for the stream's replay
+    await asyncio.sleep(0.1)
+    return f"answer for {word}"
 
 
 @server.tool(description="Tests tool that reports progress notifications")
@@ -505,10 +535,55 @@ low.add_request_handler("resources/subscribe", types.SubscribeRequestParams, sub
 low.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
 low.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
 
+
+# -- Over HTTP: SEP-1699 polling (priming events with `retry`, replay after Last-Event-ID).
+class SessionEvents(EventStore):
+    """One session's events, kept for replay after a Last-Event-ID. The SDK names a stream
+    by its request id, so one store for all sessions would give a session the events of
+    another's request of the same id: each session has its own (`_with_events`)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []  # (event id, stream id, message)
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        event_id = f"e{len(self.events) + 1}"
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback
+                                  ) -> str | None:
+        at = next((i for i, (e, _, _) in enumerate(self.events) if e == last_event_id), None)
+        if at is None:
+            return None
+        stream = self.events[at][1]
+        for event_id, stream_id, message in self.events[at + 1:]:
+            if stream_id == stream and message is not None:  # None: a priming event
+                await send_callback(EventMessage(message, event_id))
+        return stream
+
+
+# The `retry` of every priming event: the 1 s a client waits when a server names none, so
+# a dropped GET stream is asked for again no sooner than before (a restart takes a while).
+RETRY_MS = 1000
+_admit = StreamableHTTPSessionManager._admit_session
+
+
+def _with_events(self: StreamableHTTPSessionManager, requestor: Any) -> Any:
+    transport = _admit(self, requestor)
+    if transport is not None:
+        transport._event_store = SessionEvents()
+    return transport
+
+
+def serve_http(port: int) -> None:
+    StreamableHTTPSessionManager._admit_session = _with_events  # type: ignore[method-assign]
+    uvicorn.run(server.streamable_http_app(retry_interval=RETRY_MS), host="127.0.0.1",
+                port=port, log_level="warning",
+                timeout_graceful_shutdown=2)  # open streams: don't wait on them
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
-        uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[2]),
-                    log_level="warning",
-                    timeout_graceful_shutdown=2)  # open streams: don't wait on them
+        serve_http(int(sys.argv[2]))
     else:
         server.run("stdio")

@@ -2,17 +2,23 @@
 """A Streamable HTTP server that gets the wire wrong in the ways seen in the field, for the
 gateway's tests (issue 31). Standard aiohttp, no SDK.
 
-Usage: unruly_http.py PORT [legacy|modern|forgetful]
+Usage: unruly_http.py PORT [legacy|modern|forgetful|closing]
 - legacy: initialize gives a session. Tools: two_lines (an application/json answer of two
   JSON lines: a log notification, then the response), garbage (an application/json answer
   that is no JSON at all), pretty (its response pretty-printed over many lines, streamed
-  without a length, a line a chunk), hang (never answers).
+  without a length, a line a chunk), hang (never answers), closed (an SSE answer that
+  primes an event id, with `retry: 10`, and ends before the answer), dropped (the same,
+  but its connection is cut mid-stream), unprimed (an SSE answer that ends before the
+  answer without any event id).
 - modern: 2026-07-28 only (initialize is 404 -32601): server/discover, tools/list, and
   subscriptions/listen answered as chunked application/json, a message a line, held open;
   the tool change sends tools list_changed to every listener.
 - forgetful: legacy, but GET /mcp answers every session "400: no such session" at once.
+- closing: legacy, but every GET /mcp (the session's stream, or a resume with Last-Event-ID)
+  is an SSE stream that ends at once with nothing new (a `retry: 10` only).
 Others: GET /mcp is 400 with a body that does not speak of any session, as some servers
-answer a GET they do not serve; GET /gets tells how many GETs /mcp had.
+answer a GET they do not serve; GET /gets tells how many GETs /mcp had (`gets`), and how
+many of them carried a Last-Event-ID (`resumes`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from aiohttp import web
 
 MODE = sys.argv[2] if len(sys.argv) > 2 else "legacy"
 VERSION = "2026-07-28"
-gets = 0
+gets = resumes = 0
 listeners: list[asyncio.Queue[dict]] = []
 
 
@@ -55,11 +61,30 @@ async def legacy_call(request: web.Request, rid: object, name: str) -> web.Strea
         return web.Response(body=b"<html>oops</html>\n", content_type="application/json")
     if name == "hang":
         await asyncio.Event().wait()
+    if name == "dropped":
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b"id: d-1\nretry: 10\ndata: \n\n")
+        assert request.transport is not None
+        request.transport.close()  # no last chunk: the client reads a broken body
+        return resp
+    if name in ("closed", "unprimed"):
+        return await ended_early(request, b"id: c-1\nretry: 10\ndata: \n\n" if name == "closed"
+                                 else b": an SSE comment, no event\n\n")
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     resp.enable_chunked_encoding()
     await resp.prepare(request)
     for part in json.dumps(result(rid, text("pretty")), indent=2).splitlines(keepends=True):
         await resp.write(part.encode())
+    await resp.write_eof()
+    return resp
+
+
+async def ended_early(request: web.Request, first: bytes) -> web.StreamResponse:
+    """An SSE stream that sends `first` and ends, with no answer."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(first)
     await resp.write_eof()
     return resp
 
@@ -73,7 +98,8 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
     if rid is None:
         return web.Response(status=202)
     if method == "tools/list":
-        return web.json_response(result(rid, tools("two_lines", "garbage", "pretty", "hang")))
+        return web.json_response(result(rid, tools("two_lines", "garbage", "pretty", "hang",
+                                                    "closed", "dropped", "unprimed")))
     if method == "tools/call":
         return await legacy_call(request, rid, msg["params"]["name"])
     return web.json_response(result(rid, {}))
@@ -120,16 +146,19 @@ async def post(request: web.Request) -> web.StreamResponse:
     return await (modern if MODE == "modern" else legacy)(request, msg)
 
 
-async def get(request: web.Request) -> web.Response:
-    global gets
+async def get(request: web.Request) -> web.StreamResponse:
+    global gets, resumes
     gets += 1
+    resumes += "Last-Event-ID" in request.headers
+    if MODE == "closing":
+        return await ended_early(request, b"retry: 10\n\n")
     said = "No valid session ID provided" if MODE == "forgetful" else "GET is not served here"
     return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
         "code": -32000, "message": f"Bad Request: {said}"}}, status=400)
 
 
 async def count(request: web.Request) -> web.Response:
-    return web.json_response({"gets": gets})
+    return web.json_response({"gets": gets, "resumes": resumes})
 
 
 app = web.Application()

@@ -283,14 +283,17 @@ http {{
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
       proxy_buffering off;
       proxy_cache off;
-      # proxy_read_timeout: nginx's default, 60s
+      proxy_read_timeout {read_timeout};
     }}
   }}
 }}
 """
 
 
-def start_nginx(gateway_url: str, folder: Path) -> tuple[subprocess.Popen[bytes], str, int]:
+def start_nginx(gateway_url: str, folder: Path, read_timeout: str = "60s"
+                ) -> tuple[subprocess.Popen[bytes], str, int]:
+    """nginx in front of `gateway_url`, cutting a response quiet for `read_timeout` (nginx's
+    default: 60 s); its process, the URL through it, and its port."""
     binary = shutil.which("nginx") or "/usr/sbin/nginx"
     if not Path(binary).exists():
         raise SystemExit("needs nginx (apt-get install nginx-light)")
@@ -298,7 +301,8 @@ def start_nginx(gateway_url: str, folder: Path) -> tuple[subprocess.Popen[bytes]
     d = folder / "nginx"
     d.mkdir()
     upstream = gateway_url.split("//", 1)[1].split("/", 1)[0]
-    (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=port, upstream=upstream))
+    (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=port, upstream=upstream,
+                                                    read_timeout=read_timeout))
     proc = subprocess.Popen([binary, "-p", str(d), "-e", str(d / "error.log"),
                              "-c", str(d / "nginx.conf")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -10,20 +10,22 @@ import contextlib
 import itertools
 import json
 import shutil
-import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
-from conftest import MCP130, NODE_BIN, free_port, listening, node_env
+from conftest import MCP130, NODE_BIN, listening, node_env
 from mcp_http import text_of
 from test_http_upstream import basic_http
 from test_modern import call, modern
 from test_sdk_core_tasks import transcript
 from test_tasks import TASKS
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+from long_calls import start_nginx
 
 HERE = Path(__file__).parents[1]
 HEARTBEAT = {"progress_heartbeat_ms": 500}
@@ -163,44 +165,17 @@ async def test_an_expired_task_reads_failed_in_both_dialects(gateway, http, clie
 
 
 # -- a hop that cuts quiet connections -------------------------------------------------------
-NGINX_CONF = """
-daemon off; worker_processes 1; pid {dir}/nginx.pid; error_log {dir}/error.log;
-events {{}}
-http {{
-  access_log off;
-  client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;
-  fastcgi_temp_path {dir}/fastcgi; uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{
-      proxy_pass http://{upstream};
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host $host;
-      proxy_buffering off;
-      proxy_read_timeout 3s;
-    }}
-  }}
-}}
-"""
-
-
 @contextlib.asynccontextmanager
 async def nginx_before(url: str) -> AsyncIterator[str]:
-    """nginx (Debian's nginx-light) in front of the gateway at `url`, cutting a response
-    quiet for 3 s; yields the same URL through it."""
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not Path(nginx).exists():
+    """nginx (Debian's nginx-light, as bench/long_calls.py runs it) in front of the gateway
+    at `url`, cutting a response quiet for 3 s; yields the same URL through it."""
+    if not (shutil.which("nginx") or Path("/usr/sbin/nginx").exists()):
         pytest.fail("nginx is missing: run scripts/test.sh (it installs nginx-light)")
-    parts, port = urlsplit(url), free_port()
     with tempfile.TemporaryDirectory() as folder:
-        conf = Path(folder) / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(dir=folder, port=port, upstream=parts.netloc))
-        proc = subprocess.Popen([nginx, "-p", folder, "-c", str(conf), "-e", "stderr"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc, front, port = start_nginx(url, Path(folder), read_timeout="3s")
         try:
             await listening(port)
-            yield f"http://127.0.0.1:{port}{parts.path}"
+            yield front
         finally:
             proc.terminate()
             proc.wait(10)

@@ -13,6 +13,8 @@ Clients, each with its defaults, as a user would call it:
               and `call_tool`: its default mode (it probes, so the modern era on this gateway)
   ts-sdk      the TypeScript SDK (tests/node, 1.32.2): `client.callTool` with its default
               request timeout (60 s)
+  ts-sdk-progress  the same with `{onprogress, resetTimeoutOnProgress: true}` (the SDK then
+              sends a progressToken; a progress notification resets its 60 s timer)
   inspector   the MCP Inspector CLI: `npx @modelcontextprotocol/inspector --cli URL
               --transport http --method tools/call ...` (installed outside the repo)
   curl        a legacy session by hand: initialize, initialized, tools/call with
@@ -57,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CLIENTS = ["py-tasks", "py-inline", "ts-sdk", "inspector", "curl"]
+CLIENTS = ["py-tasks", "py-inline", "ts-sdk", "ts-sdk-progress", "inspector", "curl"]
 HOPS = ["direct", "nginx"]
 GRACE_S = 45  # a cell with no answer by its length + this (from its start) is killed
 ACCEPT = "application/json, text/event-stream"
@@ -186,13 +188,16 @@ const client = new Client({ name: "long-calls", version: "1.0.0" });
 await client.connect(new StreamableHTTPClientTransport(new URL(url)));
 const began = performance.now();
 const elapsed_s = () => Math.round((performance.now() - began) / 10) / 100;
-let out;
+let out, progress = 0;
+const options = process.env.LC_PROGRESS
+  ? { onprogress: () => { progress += 1; }, resetTimeoutOnProgress: true } : undefined;
 try {
-  const r = await client.callTool({ name: "sleep", arguments: { ms } });
+  const r = await client.callTool({ name: "sleep", arguments: { ms } }, undefined, options);
   out = { ok: !r.isError, elapsed_s: elapsed_s(), text: r.content.map((c) => c.text).join(" ") };
 } catch (e) {
   out = { ok: false, elapsed_s: elapsed_s(), error: `${e.constructor.name}: ${e.message}` };
 }
+if (options) out.progress_heard = progress;
 console.log(JSON.stringify(out));
 await client.close().catch(() => {});
 process.exit(0);
@@ -324,11 +329,12 @@ def client_argv(client: str, url: str, ms: int, args: argparse.Namespace
         return [str(args.mcp130), me, "--drive", client, url, str(ms)], env, None
     if client == "py-inline":
         return [sys.executable, me, "--drive", client, url, str(ms)], env, None
-    if client == "ts-sdk":
+    if client in ("ts-sdk", "ts-sdk-progress"):
         if not (args.node_dir / "node_modules" / "@modelcontextprotocol" / "sdk").exists():
             return f"no TypeScript SDK in {args.node_dir} (npm ci there)"
+        progress = {"LC_PROGRESS": "1"} if client == "ts-sdk-progress" else {}
         return (["node", "--input-type=module", "-e", TS_CLIENT],
-                {**env, "LC_URL": url, "LC_MS": str(ms)}, args.node_dir)
+                {**env, "LC_URL": url, "LC_MS": str(ms), **progress}, args.node_dir)
     if client == "inspector":
         if not (args.inspector / "node_modules" / ".bin" / "mcp-inspector").exists():
             return f"no MCP Inspector in {args.inspector} (npm install there)"

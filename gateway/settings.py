@@ -143,7 +143,7 @@ class Listen(_Model):
     sse_keepalive_ms: Annotated[int, Ge(100)] = field(default=15000,
         metadata=doc("a comment line on idle SSE streams this often, so proxies keep slow calls "
             "open"))
-    # 5 s: under the Inspector's 10 s request timeout (reset on progress) and far under the
+    # 5 s: under the Inspector UI's 10 s request timeout (reset on progress) and far under the
     # SDKs' 60 s, with room for a slow hop; one small event a quiet call each time.
     progress_heartbeat_ms: Annotated[int, Ge(0)] = field(default=5000,
         metadata=doc("a quiet call whose request carried a progressToken hears "

@@ -35,8 +35,8 @@ refused. Durations are in milliseconds (`_ms`), sizes in bytes.
   default) never cuts a slow call. Keep it under half your shortest hop timeout.
 - `listen.progress_heartbeat_ms` (5 s): comments reset no client's own timer; a progress
   notification does, for clients that reset their timeout on progress (the TypeScript
-  SDK's `resetTimeoutOnProgress`, the Inspector by default). 5 s is under the Inspector's
-  10 s request timeout and far under the SDKs' 60 s, with room for a slow hop; each beat
+  SDK's `resetTimeoutOnProgress`, the Inspector's web UI by default). 5 s is under the
+  Inspector UI's 10 s request timeout and far under the SDKs' 60 s, with room for a slow hop; each beat
   is one small event on a call that is quiet anyway. Only calls whose request carried a
   `progressToken` hear it.
 - A task's ttl is its time bound (the tool's `timeout_ms`, else the upstream's

@@ -108,6 +108,14 @@ class Exchange:
 
     async def respond(self, request: web.Request, json_ok: bool, flow: sse.Flow
                       ) -> web.StreamResponse:
+        try:
+            return await self._respond(request, json_ok, flow)
+        finally:  # answered, or its client gone: nobody is left to hear a heartbeat
+            if self.beat is not None:
+                self.beat.stop()
+
+    async def _respond(self, request: web.Request, json_ok: bool, flow: sse.Flow
+                       ) -> web.StreamResponse:
         if json_ok:
             if self.response is None and not self.early:
                 await self._wait(flow.keepalive_s if self.sse_ok else None)

@@ -2,9 +2,10 @@
 
 Clients give up on a request that stays quiet: the TypeScript SDK after 60 s unless a
 progress notification resets its timer (`resetTimeoutOnProgress`), the Inspector's web UI
-after 10 s (reset on progress by default; its CLI waits 60 s and sends no token). SSE keep-alive comments keep proxies awake but no client's timer. So while a call
-whose request carried a `progressToken` has sent its client nothing for the heartbeat
-interval, the gateway sends `notifications/progress` for that token itself, saying the
+after 10 s (reset on progress by default; its CLI waits 60 s and sends no token). SSE
+keep-alive comments keep proxies awake but no client's timer. So while a call whose request
+carried a `progressToken` has sent its client nothing for the heartbeat interval, the
+gateway sends `notifications/progress` for that token itself, saying the
 call still runs (or waits in its queue) and for how long. A call without a token never
 hears one: spec (Progress), progress is only sent for a token the requester gave.
 

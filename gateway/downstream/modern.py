@@ -403,8 +403,6 @@ class ModernEra:
             # frees, which may not run for a long time on a quiet gateway, and meanwhile the
             # answer stays held (many MiB for a big result a slow reader never took).
             ex.call = None
-            if ex.beat is not None:  # nobody hears it any more (the stream closed)
-                ex.beat.stop()
 
     # -- MRTR ------------------------------------------------------------------------------
     async def resume(self, request: web.Request, msg: Message, caller: Caller

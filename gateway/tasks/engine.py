@@ -84,7 +84,7 @@ class TaskEngine:
         if handover is None:
             await self._store.delete(task.id)
             return None
-        self._local.start(task, handover, policy.timeout_ms)
+        self._local.start(task, handover, policy)
         return task
 
     # -- finding ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from gateway.observability import log
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.inputs import Inputs
 from gateway.tasks.model import Status, Task, failure
-from gateway.tasks.policy import PollAdvisor
+from gateway.tasks.policy import Policy, PollAdvisor
 from gateway.tasks.report import Report, audit
 from gateway.tasks.run import Background, Handover, Hooks, TaskRun, WriteBehind
 from gateway.tasks.store import ResultTooLarge, TaskStore
@@ -43,17 +43,38 @@ class Local:
         self._hooks = Hooks(self._behind.changed, self._responded, self._inputs.asked, clock)
 
     # -- starting -----------------------------------------------------------------------------
-    def start(self, task: Task, handover: Handover, timeout_ms: int | None) -> None:
+    def start(self, task: Task, handover: Handover, policy: Policy) -> None:
         """`task`'s call runs here from now on, its run the call's sink."""
         run = self._runs[task.id] = TaskRun(task, handover, self._hooks)
-        if timeout_ms is not None:  # from when the call runs: a wait in a queue is not counted
-            handover.call.when_running(lambda: self._time_out(run, timeout_ms))
-        if task.expires_at is not None:  # a coroutine made only when the timer fires
-            run.later(max(0.0, task.expires_at - self._clock()),
-                      lambda: self._spawn(self._expire(run)))
+        ticket = handover.call.ticket
+        queued = ticket is not None and ticket.queued
+        handover.call.when_running(lambda: self._running(run, policy, queued))
+        self._expire_when_due(run)
         self._report.created(task)
         for msg in handover.pending:
             run.on_message(msg)
+
+    def _running(self, run: TaskRun, policy: Policy, queued: bool) -> None:
+        """Its call runs (at once, or out of its queue): its time bound starts now, and a
+        wait in a queue pushes its ttl as long (within max_ttl_ms)."""
+        if queued:
+            run.extend(int((self._clock() - run.task.created_at) * 1000), policy.max_ttl_ms)
+        if policy.timeout_ms is not None:
+            self._time_out(run, policy.timeout_ms)
+
+    def _expire_when_due(self, run: TaskRun) -> None:
+        """At its ttl, end the task (a coroutine made only then), unless the ttl moved
+        meanwhile: then at the new one."""
+        end = run.task.expires_at
+        if end is None:
+            return
+
+        def fire() -> None:
+            if run.task.due(self._clock()):
+                self._spawn(self._expire(run))
+            else:
+                self._expire_when_due(run)
+        run.later(max(0.0, end - self._clock()), fire)
 
     def _time_out(self, run: TaskRun, timeout_ms: int) -> None:
         why = f"timed out after {timeout_ms} ms"

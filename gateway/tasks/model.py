@@ -163,11 +163,8 @@ class Task:
     def lapsed(self) -> Task:
         """How the task reads once its ttl has passed, while its id is remembered: a
         terminal status, so a client's poll loop ends rather than erring (issue 40):
-        `failed`, saying it expired, where it was running or had completed (its result is
-        gone: spec, a task MAY be deleted after its ttl); a failed or cancelled task as
-        it ended."""
-        if self.status in (Status.FAILED, Status.CANCELLED):
-            return replace(self, result=None, size=0)
+        `failed`, saying it expired, whatever it was (its result or error is gone: spec, a
+        task MAY be deleted after its ttl)."""
         why = f"expired: its ttl of {self.ttl_ms} ms passed"
         return replace(self, status=Status.FAILED, status_message=why, inputs={},
                        result=None, size=0, error=failure(f"Task {why}"))

@@ -140,6 +140,19 @@ class TaskRun:
         """`fire()` after `delay_s`, unless the run has ended by then."""
         self._timers.append(asyncio.get_running_loop().call_later(delay_s, fire))
 
+    def extend(self, ms: int, cap_ms: int) -> None:
+        """Its ttl grows by `ms`, within `cap_ms` (it never shrinks): its call waited that
+        long in a queue, which its time bound does not count (issue 40: a wait must not eat
+        into the run nor into its result's retention). Every task answer reports it."""
+        task = self._task
+        if self._ending or task.ttl_ms is None:
+            return
+        ttl = max(task.ttl_ms, min(task.ttl_ms + ms, cap_ms))
+        if ttl != task.ttl_ms:
+            task.ttl_ms = ttl
+            task.touch(self._hooks.clock())
+            self._hooks.changed(self)
+
     def queued(self, ahead: int | None) -> None:
         """The call's place in its queue moved (None: it runs now)."""
         if self._ending or self._call is None:

@@ -67,11 +67,24 @@ class EventReader:
             if name == b"data":
                 data.append(value)
             elif name == b"event":
-                event = value.decode()
-            elif name == b"id" and (seen := value.decode()) != self.last_id:
+                event = value.decode(errors="replace")
+            elif name == b"id" and _usable_id(value) and (seen := value.decode()) != \
+                    self.last_id:
                 self.last_id, self.news = seen, self.news + 1
             elif name == b"retry" and value.isdigit():
                 self.retry_s = min(max(int(value) / 1000, RETRY_MIN_S), RETRY_MAX_S)
+
+
+def _usable_id(value: bytes) -> bool:
+    """An event id the gateway may send back as `Last-Event-ID`: printable UTF-8 only. The
+    SSE spec ignores an id with NUL; a bare CR ends a line there (this reader splits at LF),
+    and any control character would be refused as a header: a server's malformed id is
+    ignored, never a reason for the call to hang."""
+    try:
+        text = value.decode()
+    except UnicodeDecodeError:
+        return False
+    return text.isprintable()
 
 
 async def read(reader: EventReader, resp: aiohttp.ClientResponse,
@@ -116,7 +129,7 @@ async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, st
             return Got(resp.status, body=await resp.content.read(REFUSAL_BYTES))
     except aiohttp.ClientConnectorError:
         return Got(None, unreachable=True)
-    except (aiohttp.ClientError, TimeoutError):
+    except (aiohttp.ClientError, TimeoutError, ValueError):  # ValueError: a header refused
         return Got(None)
 
 

@@ -133,6 +133,37 @@ async def test_python_sdk_1_30_asking_a_short_ttl_gets_its_result(gateway) -> No
     assert seen["statuses"][-1] == "completed"
 
 
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_wait_in_a_queue_pushes_the_ttl(gateway, http, request, backend) -> None:
+    """Bob's task holds the tool's one slot; Alice's waits behind it longer than her ttl
+    (the time bound, 3 s, plus 100 ms): her ttl grows by the wait, so she gets her result,
+    and every answer reports the ttl as it is."""
+    store = {}
+    if backend == "redis":
+        redis = request.getfixturevalue("redis_server")
+        store = {"store": {"backend": "redis", "url": redis.url,
+                           "key_prefix": request.getfixturevalue("key_prefix")},
+                 "replica": {"secret": "a secret every replica shares"}}
+    url = await gateway(tasks={"defaults": {"mode": "always", "ttl_ms": 100,
+                                            "poll_interval_ms": 100},
+                               "tools": {"sleep": {"timeout_ms": 3000, "max_concurrency": 1}}},
+                        auth={"bearer_tokens": ["alice-token", "bob-token"]}, **store)
+    alice, bob = ({"Authorization": f"Bearer {who}-token"} for who in ("alice", "bob"))
+    await call(http, url, "sleep", {"ms": 2500}, caps=TASKS, headers=bob)
+    made = (await call(http, url, "sleep", {"ms": 1000}, caps=TASKS, headers=alice)).body[
+        "result"]
+    assert made["ttlMs"] == 3100 and made["statusMessage"].startswith("queued")
+    for _ in range(100):
+        got = (await modern(http, url, "tasks/get", {"taskId": made["taskId"]}, TASKS,
+                            headers=alice)).body["result"]
+        if got["status"] != "working":
+            break
+        await asyncio.sleep(0.1)
+    assert got["status"] == "completed", got
+    assert got["result"]["content"][0]["text"] == "slept 1000"
+    assert got["ttlMs"] >= 3100 + 2000  # pushed by the wait, reported
+
+
 async def test_an_expired_task_reads_failed_in_both_dialects(gateway, http, client) -> None:
     """An operator's low max_ttl_ms still ends a long run at it; the task then reads as
     failed, saying why, so a poll loop ends, while Bob's look at Alice's id is not found."""

@@ -44,3 +44,15 @@ async def test_news_are_messages_and_new_ids_not_a_repeated_id(aiohttp_server) -
     assert (reader.last_id, reader.news) == ("1", 2)  # id 1 once, one message
     await read(await serve(aiohttp_server, b"id: 1\ndata: \n\n"), reader)
     assert reader.news == 2  # the same id again brings nothing
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xfe", b"a\rX-Evil: 1", b"a\x00b"])
+async def test_a_malformed_event_id_is_ignored_not_sent_back(aiohttp_server,
+                                                            bad: bytes) -> None:
+    """A server's id that is not printable UTF-8 (bytes that do not decode, a bare CR that
+    would smuggle a header into the resume, a NUL the SSE spec ignores) is never kept as
+    the Last-Event-ID: the stream goes on, its messages read."""
+    reader = EventReader()
+    url = await serve(aiohttp_server, b"id: " + bad + b"\ndata: {\"n\": 1}\n\n")
+    assert await read(url, reader) == [b'{"n": 1}']
+    assert reader.last_id is None

@@ -156,6 +156,8 @@ class MemoryStore:
         await self._account(task, held.size)
         if task.terminal and not held.terminal:
             self._running_of[task.counted_as] -= 1
+        if task.expires_at is not None and task.expires_at != held.expires_at:
+            self._due_at(task.expires_at, task.id)  # its ttl grew (a queue's wait)
         self._tasks[task.id] = _kept(task)
         return True
 
@@ -227,8 +229,10 @@ class MemoryStore:
                 task = self._tasks.get(task_id)
                 if task is None:
                     continue
-                if task.terminal:  # remembered a while without its result (`_expired`)
-                    self._expired[task_id] = replace(task, result=None, size=0)
+                if not self._due(task):
+                    continue  # its ttl grew (Local: a queue's wait): due in a later bucket
+                if task.terminal:  # remembered a while as it lapsed (`_expired`): small
+                    self._expired[task_id] = task.lapsed()
                     self._drop(task_id)
                     gone += 1
                 else:

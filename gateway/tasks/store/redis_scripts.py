@@ -66,6 +66,9 @@ local function prune(live, sizes, bytes, now, p)
     end
     local held = redis.call('HMGET', p .. 't:' .. id, 'owner', 'quota')
     if held[1] then whose[counted_as(held[1], held[2])] = true end
+    -- Out of the bounds, so out of the store: the hash lingers (read as it lapsed) but
+    -- not its result.
+    redis.call('HDEL', p .. 't:' .. id, 'res')
   end
   if #gone > 0 then redis.call('ZREM', live, unpack(gone)) end
   for c in pairs(whose) do prune_of(p, c, now) end
@@ -162,7 +165,7 @@ return victims
 # ARGV: id, ",<statuses that may move to status>,", status, size, max_stored, rec, res,
 #       terminal ("1" or "0"), the announcement, seal (over rec and res as they are
 #       stored: a save without a result drops any held, so the seal holds for what is kept),
-#       prefix, counted as, max bytes per owner, now
+#       prefix, counted as, max bytes per owner, now, score (its expiry), pexpireat
 _SAVE = _FORGET + """
 local total = tonumber(redis.call('GET', KEYS[4]) or '0')
 local cur = redis.call('HGET', KEYS[1], 'status')
@@ -173,6 +176,13 @@ if cur ~= ARGV[3] and not string.find(ARGV[2], ',' .. cur .. ',', 1, true) then
 end
 local p, c = ARGV[11], ARGV[12]
 local k = keys_of(p, c)
+if ARGV[15] ~= '+inf' and score ~= 'inf' and tonumber(ARGV[15]) > tonumber(score) then
+  -- Its ttl grew (its call waited in a queue): what expires it moves along.
+  score = ARGV[15]
+  redis.call('ZADD', KEYS[2], 'XX', score, ARGV[1])
+  redis.call('ZADD', k.running, 'XX', score, ARGV[1])
+  redis.call('PEXPIREAT', KEYS[1], ARGV[16])
+end
 local out = {1, 0}
 local old = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
 local new = tonumber(ARGV[4])
@@ -337,7 +347,7 @@ class Scripts:
         bytes all results take now; the ids of the read tasks forgotten. What a client must
         act on (an end, inputs) waits for the store replicas; progress does not (the next
         change or the end writes it again)."""
-        key, terminal = self._key, task.terminal
+        key, terminal, end = self._key, task.terminal, task.expires_at
         saved, held, *gone = await self._link.run(
             self._save, durable=terminal or bool(task.inputs),
             keys=[key("t", task.id), key("live"), key("sizes"), key("bytes"),
@@ -345,7 +355,9 @@ class Scripts:
             args=[task.id, _SOURCES[task.status], str(task.status), task.size,
                   self._max_stored_bytes, kept, res, "1" if terminal else "0",
                   announcement, seal, self._link.prefix, task.counted_as,
-                  self._max_bytes_per_owner, _ms(self._clock())])
+                  self._max_bytes_per_owner, _ms(self._clock()),
+                  "+inf" if end is None else _ms(end),
+                  "" if end is None else _ms(end + EXPIRED_MEMORY_S)])
         return int(saved), int(held), [text(i) for i in gone]
 
     async def read(self, task_id: str) -> bool:

@@ -41,6 +41,7 @@ from gateway.tasks.store.memory import MemoryStore
 from gateway.tasks.store.outbox import Outbox
 from gateway.upstream import isolation
 from gateway.upstream.isolation import Backend
+from gateway.upstream.processes import Bounds, Processes
 
 BACKENDS = web.AppKey("backends", dict[str, Backend])
 ERAS = web.AppKey("eras", list[LegacyEra])
@@ -79,12 +80,12 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
                         conf.replica_url or "")
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()},
                         {n: u.request_timeout_ms for n, u in conf.upstreams.items()})
-    replay = _replay(limits)
+    replay, processes = _replay(limits), Processes(Bounds.of(limits, conf.auth.enabled), counters)
     for name, up in conf.upstreams.items():
-        backend = isolation.build(name, up, conf.limits.max_message_bytes, counters, queues)
+        backend = isolation.build(name, up, limits.max_message_bytes, counters, queues, processes)
         exchanger = auth.exchanger(up.token_exchange)
-        era = LegacyEra(backend, _sessions(limits, replay), conf, engine, policies, inflight,
-                        exchanger, _resumption(records, name, limits))
+        era = LegacyEra(backend, _sessions(limits, replay, up.isolation == "client"), conf,
+                        engine, policies, inflight, exchanger, _resumption(records, name, limits))
         modern = ModernEra(backend, conf, sealer, engine, policies, inflight, exchanger)
         endpoint = Endpoint(era, modern, guard, limits.max_body_bytes, metrics, counters, tracing)
         _route(app, up.path, endpoint, guard)
@@ -118,10 +119,15 @@ def _replay(limits: Limits) -> ReplayBudget:
                         limits.replay_bytes_per_principal)
 
 
-def _sessions(limits: Limits, replay: ReplayBudget) -> SessionStore:
+def _sessions(limits: Limits, replay: ReplayBudget, own_process: bool) -> SessionStore:
     """One upstream's legacy sessions, bounded per principal and in all; the replay budget
-    is shared by every upstream's."""
-    return SessionStore(limits.max_sessions, limits.session_idle_ms / 1000,
+    is shared by every upstream's. A session with a process of its own (isolation: client)
+    ends idle after `process_idle_ms` if that is sooner: its process goes with it (issue 41:
+    old sessions do not hold processes for ever)."""
+    idle_ms = limits.session_idle_ms
+    if own_process:
+        idle_ms = min(idle_ms, limits.process_idle_ms)
+    return SessionStore(limits.max_sessions, idle_ms / 1000,
                         limits.max_sessions_per_principal, replay)
 
 
@@ -237,7 +243,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await lease.start()
     for backend in backends.values():
         await backend.start()
-    reaper = asyncio.create_task(_reap(app[ERAS], app[ENGINE]))
+    reaper = asyncio.create_task(_reap(app[ERAS], app[ENGINE], backends, *_reaping(backends)))
     yield
     reaper.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -249,13 +255,26 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     log.info("gateway.stopped")
 
 
-async def _reap(eras: list[LegacyEra], engine: TaskEngine) -> None:
+def _reaping(backends: dict[str, Backend]) -> tuple[float, float]:
+    """(how often to reap, how long an isolated process may idle): with isolated upstreams,
+    at least twice per `process_idle_ms`, so a process goes within 1.5 times its idle time."""
+    isolated = [b for b in backends.values() if b.conf.isolation != "shared"]
+    if not isolated:
+        return REAP_EVERY_S, 0.0
+    idle_s = isolated[0].processes.bounds.idle_s
+    return min(REAP_EVERY_S, idle_s / 2), idle_s
+
+
+async def _reap(eras: list[LegacyEra], engine: TaskEngine, backends: dict[str, Backend],
+                every_s: float, idle_s: float) -> None:
     while True:
-        await asyncio.sleep(REAP_EVERY_S)
+        await asyncio.sleep(every_s)
         with contextlib.suppress(StoreUnavailable):  # the lease keeper logs it
             await engine.sweep()
         for era in eras:
             await era.expire()
+        for backend in backends.values():
+            await backend.reap(idle_s)
 
 
 async def _stop(app: web.Application) -> None:

@@ -41,7 +41,10 @@ the HTTP status that carries it.
     │   ├── UpstreamExited                          exited: its process exited
     │   ├── UpstreamSessionLost                     session_lost: it ended its session
     │   ├── UpstreamTimeout                         timeout: request_timeout_ms passed
-    │   └── UpstreamShutdown                        shutdown: the gateway stops
+    │   ├── UpstreamShutdown                        shutdown: the gateway stops
+    │   └── TooManyProcesses          -32000        processes: no server process for it
+    │                                               within limits.max_processes or the
+    │                                               principal's share (initialize: 503)
     ├── StoreUnavailable              -32603  503   the shared task store does not answer
     ├── StoreSettling                 -32000  503   the store came back without its records
     │                                               and this id may be one not written back
@@ -69,7 +72,8 @@ SHOWN_CHARS = 80
 
 # Why the gateway refused a request to protect itself: mcp_gateway_rejections_total{reason}.
 Rejection = Literal["body_too_large", "origin", "host", "auth", "listeners", "sessions",
-                    "rate_limit", "calls_in_flight", "parked", "store_full", "queue_full"]
+                    "rate_limit", "calls_in_flight", "parked", "store_full", "queue_full",
+                    "processes"]
 # Why an authentication or authorization failed (the rejection's `cause` label and the
 # audit event's `reason`): why, never what was sent.
 AuthCause = Literal["missing", "wrong", "malformed", "expired", "not_yet_valid", "audience",
@@ -276,7 +280,8 @@ class QueueFull(GatewayError):
 
 # Why an upstream failed a call: the `reason` of its error's data, one per UpstreamError kind.
 UpstreamFailure = Literal["down", "not_ready", "start_failed", "unreachable", "connection",
-                          "initialize", "exited", "session_lost", "timeout", "shutdown"]
+                          "initialize", "exited", "session_lost", "timeout", "shutdown",
+                          "processes"]
 
 
 class UpstreamError(GatewayError):
@@ -363,6 +368,19 @@ class UpstreamShutdown(UpstreamError):
     """The gateway is stopping: calls in flight end."""
 
     failure = "shutdown"
+
+
+class TooManyProcesses(UpstreamError):
+    """An isolated upstream has no server process for this session or call: the gateway
+    runs `limits.max_processes`, or the caller's principal its share of them
+    (`max_processes_per_principal`), and none was given back within `process_wait_ms`
+    (upstream/processes.py; data: the bound's name and size, retryAfterMs)."""
+
+    code = SERVER_ERROR
+    failure = "processes"
+
+    def __init__(self, upstream: str, message: str, **data: Any) -> None:
+        super().__init__(upstream, message, retryAfterMs=1000, **data)
 
 
 class StoreUnavailable(GatewayError):

@@ -443,6 +443,24 @@ class Limits(_Model):
         metadata=doc("and in a burst"))
     max_calls_per_owner: Annotated[int, Ge(1)] = field(default=256,
         metadata=doc("calls in flight per principal, a running task's call included"))
+    # Issue 41: a stdio server process costs tens of MiB (21 MiB each measured for the test
+    # server, more for node ones); 64 of them stay within a small host's memory, and give 8
+    # principals their whole share at once.
+    max_processes: Annotated[int, Ge(1)] = field(default=64,
+        metadata=doc("server processes that isolated upstreams (isolation: client or call) "
+            "run at once, all together, each warm process of a pool included (not an "
+            "upstream's one primary process); a newcomer at the bound waits, then is refused"))
+    max_processes_per_principal: Annotated[int, Ge(1)] = field(default=8,
+        metadata=doc("of them for one principal's sessions and calls (without auth every "
+            "client is one principal: only max_processes applies); its newcomer waits for "
+            "one of its own to end, then is refused, never taking another's"))
+    process_wait_ms: Annotated[int, Ge(0)] = field(default=10_000,
+        metadata=doc("how long a new session or call waits, in a queue fair across "
+            "principals, for a process at those bounds before it is refused"))
+    process_idle_ms: Annotated[int, Ge(1000)] = field(default=300_000,
+        metadata=doc("an isolated process idle this long goes: a legacy session's (no call "
+            "or task running) ends with its session, a modern principal's is closed (the "
+            "next request starts one); the warm pool stays"))
 
 
 # Asymmetric signatures only: `none` is no signature, and an HS* key would be the issuer's

@@ -16,11 +16,16 @@ input_required rounds, its statelessness), and legacy clients stay on the primar
 session. The answer holds for the backend's life (spec: cache the era per server). With
 `isolation: client` each modern owner's process probes the same way; `isolation: call`
 keeps one warm pool of legacy processes for both eras.
+
+Bounds (issue 41): the processes of `client` and `call` are counted by one `Processes` of
+the gateway, overall and per principal (processes.py); a modern principal's own process
+idle for `process_idle_ms` is closed (`reap`; a legacy session's ends with its session).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +43,7 @@ from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Owner
 from gateway.upstream.handshake import Opening
 from gateway.upstream.http import HttpTransport
+from gateway.upstream.processes import Processes
 from gateway.upstream.stdio import StdioTransport
 from gateway.upstream.transport import MakeTransport
 
@@ -56,10 +62,13 @@ class Backend:
     """The processes behind one named upstream."""
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counters | None = None, queues: Queues | None = None) -> None:
+                 counters: Counters | None = None, queues: Queues | None = None,
+                 processes: Processes | None = None) -> None:
         self.name = name
         self.conf = conf
         self.queues = queues or Queues()
+        # The gateway's budget of isolated processes (counted by PerClient and PerCall).
+        self.processes = processes or Processes()
         self.limit = None if conf.max_concurrency is None else Limit(
             name, "*", conf.max_concurrency, conf.max_queue, server=True)
         self.max_message_bytes = max_message_bytes
@@ -211,35 +220,84 @@ class Backend:
     def done(self, conn: Connection, used: Connection) -> None:
         """`used` finished the request it was taken for."""
 
+    async def reap(self, idle_s: float) -> int:
+        """Close the processes of its own idle for `idle_s` (no call in flight, nobody
+        listening); how many went. The shared process stays."""
+        return 0
+
 
 class PerClient(Backend):
-    """A process per legacy session, and per auth context of modern requests."""
+    """A process per legacy session, and per auth context of modern requests; each holds a
+    place of the gateway's process budget from before it starts until it is closed."""
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counters | None = None, queues: Queues | None = None) -> None:
-        super().__init__(name, conf, max_message_bytes, counters, queues)
+                 counters: Counters | None = None, queues: Queues | None = None,
+                 processes: Processes | None = None) -> None:
+        super().__init__(name, conf, max_message_bytes, counters, queues, processes)
         self._by_principal: dict[str, Connection] = {}
+        self._starting: dict[str, asyncio.Task[Connection]] = {}  # waiting for a place
+        self._used: dict[str, float] = {}  # principal -> its last modern request (monotonic)
+        self._held: dict[Connection, Ticket] = {}  # each process's place in the budget
 
     async def for_principal(self, principal: str) -> Ready:
+        self._used[principal] = time.monotonic()
         proc = self._by_principal.get(principal)
         if proc is None:
-            # Its own process, which speaks the modern wire if the server does.
-            opening: Opening = "probe" if self.conf.era == "auto" else self.conf.era
-            proc = self._by_principal[principal] = self._new(restart=True, opening=opening)
-            proc.start()
+            starting = self._starting.get(principal)
+            if starting is None:  # one start per principal, whoever asks meanwhile
+                starting = self._starting[principal] = asyncio.create_task(
+                    self._own(principal), name="own-process")
+                starting.add_done_callback(lambda _: self._starting.pop(principal, None))
+            # Shielded: a caller that goes away does not end the start others wait for.
+            proc = await asyncio.shield(starting)
         return Ready(proc, await proc.wait_ready())
+
+    async def _own(self, principal: str) -> Connection:
+        """`principal`'s own process, started once the budget has a place for it."""
+        ticket = await self.processes.take(self.name, principal)  # TooManyProcesses
+        # Its own process, which speaks the modern wire if the server does.
+        opening: Opening = "probe" if self.conf.era == "auto" else self.conf.era
+        proc = self._by_principal[principal] = self._new(restart=True, opening=opening)
+        self._held[proc] = ticket
+        proc.start()
+        return proc
 
     def home(self) -> Connection:
         return self._new(restart=True)  # its own process, started when it is attached
 
     async def attach(self, owner: Owner, conn: Connection) -> dict[str, Any]:
-        init_result = await _started(conn)
+        if conn not in self._held:  # TooManyProcesses: the session is not made
+            self._held[conn] = await self.processes.take(self.name, owner.principal)
+        try:
+            init_result = await _started(conn)
+        except BaseException:
+            self._release(conn)
+            raise
         conn.attach(owner)
         return init_result
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
         await conn.close()
+        self._release(conn)
+
+    def _release(self, conn: Connection) -> None:
+        ticket = self._held.pop(conn, None)
+        if ticket is not None:
+            ticket.release()
+
+    async def reap(self, idle_s: float) -> int:
+        cutoff = time.monotonic() - idle_s
+        idle = [p for p, conn in self._by_principal.items()
+                if self._used.get(p, 0.0) < cutoff and not conn.in_flight
+                and not conn.correlator.audience.watchers]
+        for principal in idle:
+            conn = self._by_principal.pop(principal)
+            self._used.pop(principal, None)
+            await conn.close()
+            self._release(conn)
+            log.info("upstream.process_reaped", upstream=self.name, why="idle")
+        return len(idle)
 
     async def start(self) -> None:
         # The primary process only answers readiness and tells what the server is; sessions
@@ -248,12 +306,21 @@ class PerClient(Backend):
 
 
 class PerCall(Backend):
+    """A warm process per tools/call: each warm one holds a place of the gateway's process
+    budget from its start until it is retired; a call on one holds a place of its
+    principal's share while it runs."""
+
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
-                 counters: Counters | None = None, queues: Queues | None = None) -> None:
-        super().__init__(name, conf, max_message_bytes, counters, queues)
+                 counters: Counters | None = None, queues: Queues | None = None,
+                 processes: Processes | None = None) -> None:
+        super().__init__(name, conf, max_message_bytes, counters, queues, processes)
         self._warm: asyncio.Queue[Connection] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._pooled: dict[Connection, Ticket] = {}  # each warm process's place overall
+        self._calls: dict[Connection, Ticket] = {}  # a call's place in its principal's share
+        self._short = 0  # warm-ups waiting for a place overall
+        self._coming = 0  # warm-ups not done yet (waiting for a place, or starting)
 
     async def start(self) -> None:
         self.primary.start()
@@ -274,27 +341,84 @@ class PerCall(Backend):
     async def for_request(self, conn: Connection, owner: Owner, method: str) -> Connection:
         if method != mcp.TOOLS_CALL:
             return conn
-        self._refill()  # one replacement per process taken keeps the pool at its size
+        share = await self.processes.share(self.name, owner.principal)  # TooManyProcesses
         try:
-            proc = await asyncio.wait_for(self._warm.get(), self.conf.startup_timeout_ms / 1000)
+            proc = await self._take_warm()
+        except BaseException:
+            if share is not None:
+                share.release()
+            raise
+        if share is not None:
+            self._calls[proc] = share
+        proc.attach(owner)
+        return proc
+
+    async def _take_warm(self) -> Connection:
+        """A warm process; at the overall bound (its replacement cannot start) no longer
+        than `process_wait_ms`, else as long as a start may take."""
+        self._top_up()  # the pool short of a warm-up that failed: another try
+        startup_s = self.conf.startup_timeout_ms / 1000
+        first_s = min(self.processes.bounds.wait_s, startup_s)
+        # Cancelled, a get loses nothing: the queue gives its item only to a get that runs.
+        taking = asyncio.ensure_future(self._warm.get())
+        try:
+            await asyncio.wait({taking}, timeout=first_s)
+            if not taking.done() and self._short:
+                raise self.processes.refusal(self.name, None)
+            proc = await asyncio.wait_for(taking, startup_s - first_s)
         except TimeoutError:
             raise UpstreamNotReady(self.name, f"no process of upstream '{self.name}' became "
                                    "ready") from None
-        proc.attach(owner)
+        finally:
+            if not taking.done():
+                taking.cancel()
+        self._top_up()  # its replacement: one per process taken keeps the pool at its size
         return proc
 
     def done(self, conn: Connection, used: Connection) -> None:
         if used is not conn:
-            self._spawn(used.close(), "retire")
+            share = self._calls.pop(used, None)
+            if share is not None:
+                share.release()
+            self._spawn(self._retire(used), "retire")
+
+    async def _retire(self, conn: Connection) -> None:
+        try:
+            await conn.close()
+        finally:
+            ticket = self._pooled.pop(conn, None)
+            if ticket is not None:
+                ticket.release()
 
     def _refill(self) -> None:
         if not self._closing:
+            self._coming += 1
             self._spawn(self._warm_one(), "warm-up")
 
+    def _top_up(self) -> None:
+        """Warm-ups started until the pool, warm or coming, is `pool_size` again (never
+        more: a call refused or timed out leaves no extra process behind)."""
+        while not self._closing and self._warm.qsize() + self._coming < self.conf.pool_size:
+            self._refill()
+
     async def _warm_one(self) -> None:
-        conn = self._new(restart=False)
-        await _started(conn)
-        self._warm.put_nowait(conn)
+        try:
+            self._short += 1
+            try:
+                ticket = await self.processes.pooled(self.name)
+            finally:
+                self._short -= 1
+            conn = self._new(restart=False)
+            self._pooled[conn] = ticket
+            try:
+                await _started(conn)
+            except BaseException:
+                del self._pooled[conn]
+                ticket.release()
+                raise
+            self._warm.put_nowait(conn)
+        finally:
+            self._coming -= 1
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -320,7 +444,8 @@ async def _started(conn: Connection) -> dict[str, Any]:
 
 
 def build(name: str, conf: UpstreamConf, max_message_bytes: int,
-          counters: Counters | None = None, queues: Queues | None = None) -> Backend:
+          counters: Counters | None = None, queues: Queues | None = None,
+          processes: Processes | None = None) -> Backend:
     kind: type[Backend] = {"shared": Backend, "client": PerClient,
                            "call": PerCall}[conf.isolation]
-    return kind(name, conf, max_message_bytes, counters, queues)
+    return kind(name, conf, max_message_bytes, counters, queues, processes)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from gateway.admin import Admin
+from gateway.answer_bytes import AnswerBytes
 from gateway.auth import Authenticator
 from gateway.auth.resource import WELL_KNOWN, ProtectedResource
 from gateway.downstream.boundary import Guard, metadata_handler
@@ -72,7 +73,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
     admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
                           counters)
-    inflight = InFlight(limits.max_calls_per_owner, counters)
+    inflight = InFlight(limits.max_calls_per_owner, counters, _answers(limits, counters))
     queues = Queues(metrics.queue_waited, counters=counters)
     replica = conf.replica.id or secrets.token_hex(8)
     store, bus, records = _store(conf, replica)
@@ -353,3 +354,9 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+def _answers(limits: Limits, counters: Counters) -> AnswerBytes:
+    """The budget of answer bytes held for clients (answer_bytes.py)."""
+    return AnswerBytes(limits.max_inflight_bytes, limits.max_inflight_bytes_per_principal,
+                       counters)

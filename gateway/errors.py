@@ -29,6 +29,8 @@ the HTTP status that carries it.
     ├── TooManySessions               -32603  503   no room for another legacy session
     ├── QueueFull                     -32000  503   a concurrency limit's queue is full
     │                                               (legacy sessions: 200; retryAfterMs)
+    ├── AnswersOverBudget             -32000  200   the call's answer would take its principal
+    │                                               past its bytes of answers not yet read
     ├── UpstreamError                 -32603  200   the upstream failed this call (sent as a
     │   │                                           JSON-RPC response, so HTTP stays 200);
     │   │                                           one kind per data `reason`:
@@ -41,6 +43,8 @@ the HTTP status that carries it.
     │   ├── UpstreamExited                          exited: its process exited
     │   ├── UpstreamSessionLost                     session_lost: it ended its session
     │   ├── UpstreamTimeout                         timeout: request_timeout_ms passed
+    │   ├── UpstreamTooLarge                        too_large: an answer over
+    │   │                                           limits.max_message_bytes
     │   ├── UpstreamShutdown                        shutdown: the gateway stops
     │   └── TooManyProcesses          -32000        processes: no server process for it
     │                                               within limits.max_processes or the
@@ -73,7 +77,7 @@ SHOWN_CHARS = 80
 # Why the gateway refused a request to protect itself: mcp_gateway_rejections_total{reason}.
 Rejection = Literal["body_too_large", "origin", "host", "auth", "listeners", "sessions",
                     "rate_limit", "calls_in_flight", "parked", "store_full", "queue_full",
-                    "processes"]
+                    "processes", "answer_bytes"]
 # Why an authentication or authorization failed (the rejection's `cause` label and the
 # audit event's `reason`): why, never what was sent.
 AuthCause = Literal["missing", "wrong", "malformed", "expired", "not_yet_valid", "audience",
@@ -278,10 +282,27 @@ class QueueFull(GatewayError):
     # Counted by the queues as rejections{reason="queue_full"}, in either era.
 
 
+class AnswersOverBudget(GatewayError):
+    """A call's answer came while its principal holds answers not yet written to its
+    clients up to its bound (answer_bytes.py): the answer is dropped and the call fails with
+    this, naming the bound (`limit`: the setting, `maxBytes`, `heldBytes`). Sent as the
+    call's JSON-RPC response (HTTP 200), as an upstream's failure is."""
+
+    code = SERVER_ERROR
+    http_status = 200
+    reason = "answer_bytes"
+
+    def __init__(self, bound: str, limit: int, held: int) -> None:
+        super().__init__(f"The answer was dropped: this client's answers not yet read hold "
+                         f"{held} bytes, and this one would pass {bound} ({limit} bytes); "
+                         "read the answers in flight, then retry",
+                         {"limit": bound, "maxBytes": limit, "heldBytes": held})
+
+
 # Why an upstream failed a call: the `reason` of its error's data, one per UpstreamError kind.
 UpstreamFailure = Literal["down", "not_ready", "start_failed", "unreachable", "connection",
-                          "initialize", "exited", "session_lost", "timeout", "shutdown",
-                          "processes"]
+                          "initialize", "exited", "session_lost", "timeout", "too_large",
+                          "shutdown", "processes"]
 
 
 class UpstreamError(GatewayError):
@@ -362,6 +383,20 @@ class UpstreamTimeout(UpstreamError):
     """`request_timeout_ms` passed before the server answered."""
 
     failure = "timeout"
+
+
+class UpstreamTooLarge(UpstreamError):
+    """An HTTP server's answer to this call (a JSON body, or one SSE event's data) went past
+    `limits.max_message_bytes`: the gateway stopped reading it and fails this call alone;
+    the server's session goes on (data: the bound's name and bytes)."""
+
+    failure = "too_large"
+
+    @classmethod
+    def over(cls, upstream: str, max_bytes: int) -> UpstreamTooLarge:
+        return cls(upstream, f"upstream '{upstream}' answered more than "
+                   f"limits.max_message_bytes ({max_bytes} bytes): the answer was dropped",
+                   limit="limits.max_message_bytes", maxBytes=max_bytes)
 
 
 class UpstreamShutdown(UpstreamError):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from cachetools import LRUCache
 
+from gateway.answer_bytes import AnswerBytes
 from gateway.errors import TooManyRequests
 from gateway.observability.counters import Counters
 
@@ -76,11 +77,14 @@ UNLIMITED = RateLimiter(0, 1)
 
 class InFlight:
     """Calls in flight per owner (auth context), at most `limit` each: one client cannot
-    take every process and every slot of an upstream. Owners with none are forgotten."""
+    take every process and every slot of an upstream. Owners with none are forgotten.
+    `answers`: the bytes their answers hold until written (answer_bytes.py)."""
 
-    def __init__(self, limit: int, counters: Counters) -> None:
+    def __init__(self, limit: int, counters: Counters, answers: AnswerBytes | None = None
+                 ) -> None:
         self.limit = limit
         self.counters = counters
+        self.answers = answers or AnswerBytes(1 << 62, 1 << 62, counters)
         self._calls: Counter[str] = Counter()
 
     def take(self, owner: str) -> None:

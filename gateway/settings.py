@@ -398,7 +398,18 @@ class Limits(_Model):
     max_body_bytes: Annotated[int, Ge(1024)] = field(default=4 * 1024 * 1024,
         metadata=doc("a bigger POST body is refused (413)"))
     max_message_bytes: Annotated[int, Ge(1024)] = field(default=64 * 1024 * 1024,
-        metadata=doc("one upstream line; a bigger one restarts that server"))
+        metadata=doc("one upstream line (a bigger one restarts that server) or HTTP "
+            "answer: a JSON body or an SSE event's data (a bigger one fails its call)"))
+    # 128 MiB: two answers of max_message_bytes waiting for one principal's readers; 512
+    # MiB: four principals at their share, beside the result store's 256 MiB, within a
+    # 1 GiB container.
+    max_inflight_bytes_per_principal: Annotated[int, Ge(1024)] = field(
+        default=128 * 1024 * 1024,
+        metadata=doc("bytes of answers held for one principal's clients, not yet written to "
+            "them; an answer past it fails its call (one answer always goes through)"))
+    max_inflight_bytes: Annotated[int, Ge(1024)] = field(default=512 * 1024 * 1024,
+        metadata=doc("and for all clients; past it, an answer of a principal over its fair "
+            "share fails its call"))
     max_sessions: Annotated[int, Ge(1)] = field(default=1000,
         metadata=doc("legacy sessions at once per upstream; the newcomer's principal's least "
             "recently used idle one makes room, else it is refused"))

@@ -13,16 +13,18 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from gateway.answer_bytes import Hold
 from gateway.downstream import sse
 from gateway.downstream.boundary import FAILED, JSON_HEADERS
 from gateway.downstream.heartbeat import Heartbeat
+from gateway.errors import AnswersOverBudget
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
 
 
 class Exchange:
-    __slots__ = ("_wake", "beat", "done", "early", "failed", "headers", "new_stream",
+    __slots__ = ("_wake", "beat", "done", "early", "failed", "headers", "hold", "new_stream",
                  "response", "sse_ok", "status", "stream", "timer")
     takes_mrtr = False  # a modern-only upstream's input_required becomes server requests
 
@@ -41,6 +43,7 @@ class Exchange:
         self.done: Callable[[], None] | None = None  # called once, when the response is in
         self.timer: asyncio.TimerHandle | None = None
         self.beat: Heartbeat | None = None
+        self.hold: Hold | None = None  # the answer's bytes, counted until written
 
     def heartbeat(self, token: RequestId | None, flow: sse.Flow, ticket: Ticket | None
                   ) -> None:
@@ -81,6 +84,8 @@ class Exchange:
             return
         self.response, self.status = jsonrpc.dumps(msg), status
         self.failed = "error" in msg
+        if self.hold is not None:
+            self._held(msg)
         if self.timer is not None:
             self.timer.cancel()
         if self.beat is not None:
@@ -90,6 +95,15 @@ class Exchange:
         if self.stream is not None:
             self.stream.push(self.response, last=True)
         self._notify()
+
+    def _held(self, msg: Message) -> None:
+        """The response counted against its principal's answer bytes; over them, it is
+        dropped for an error that names the bound (answer_bytes.py)."""
+        assert self.hold is not None and self.response is not None
+        try:
+            self.hold.take(len(self.response))
+        except AnswersOverBudget as exc:
+            self.response, self.failed = jsonrpc.dumps(exc.to_message(msg.get("id"))), True
 
     # -- HTTP ------------------------------------------------------------------------------
     def _notify(self) -> None:
@@ -113,6 +127,8 @@ class Exchange:
         finally:  # answered, or its client gone: nobody is left to hear a heartbeat
             if self.beat is not None:
                 self.beat.stop()
+            if self.hold is not None:  # written, or nobody left to write it to
+                self.hold.end()
 
     async def _respond(self, request: web.Request, json_ok: bool, flow: sse.Flow
                        ) -> web.StreamResponse:

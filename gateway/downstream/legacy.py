@@ -163,6 +163,7 @@ class LegacyEra:
                       ) -> web.StreamResponse:
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok, edit)
+        ex.hold = self.inflight.answers.hold(session.principal)
         client_id = msg["id"]
         try:
             self.inflight.take(session.principal)

@@ -290,6 +290,7 @@ class ModernEra:
         json_ok, sse_ok = request[ACCEPTS]
         method, params = msg["method"], msg.get("params") or {}
         ex = ModernExchange(self, caller, method, digest(method, params), sse_ok)
+        ex.hold = self.inflight.answers.hold(caller.principal)
         ex.hidden = lacking
         # Only a call the router let become a task has a policy (and may become one).
         task = decision if isinstance(decision, router.TaskCall) else None

@@ -25,13 +25,13 @@ import aiohttp
 from yarl import URL
 
 from gateway import redact
-from gateway.errors import UpstreamConnectionFailed, UpstreamError
+from gateway.errors import UpstreamConnectionFailed, UpstreamError, UpstreamTooLarge
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
-from gateway.upstream.sse_client import EventReader
+from gateway.upstream.sse_client import EventReader, TooLarge
 from gateway.upstream.transport import Link
 
 CONNECT_ATTEMPTS = 3  # a POST that could not connect sent nothing: safe to try again
@@ -77,8 +77,10 @@ class Poster:
     """Delivers messages by POST and hands what comes back to the link."""
 
     def __init__(self, name: str, conf: UpstreamConf, session: ServerSession, link: Link,
-                 http: aiohttp.ClientSession, write: Callable[[bytes], None]) -> None:
+                 http: aiohttp.ClientSession, write: Callable[[bytes], None],
+                 max_bytes: int) -> None:
         self.name, self.conf, self.session, self.link, self.http = name, conf, session, link, http
+        self.max_bytes = max_bytes  # limits.max_message_bytes: of one answer, as of a line
         self.write = write  # for the cancel of a call that timed out
         connect = conf.connect_timeout_ms / 1000
         read = conf.read_timeout_ms / 1000 if conf.read_timeout_ms else None
@@ -96,9 +98,9 @@ class Poster:
                 # the configured origin only.
                 async with self.http.post(self.session.post_url, data=data, headers=headers,
                                           timeout=self.timeout, allow_redirects=False) as resp:
-                    gone = carried if carried and await forgotten(resp) else None
+                    gone = carried if carried and await forgotten(resp, self.max_bytes) else None
                     if gone is None:
-                        await self._answered(resp, data, call)
+                        await self._bounded(resp, data, call)
                 if gone is not None:
                     await self._again(data, call, extra, gone, again)
                 return
@@ -160,6 +162,17 @@ class Poster:
         if self.link.pending(call):
             await self.post(data, call, extra, again=False)
 
+    async def _bounded(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None
+                       ) -> None:
+        """The answer, read to at most max_message_bytes a message: past it the reading
+        stops (the connection closes, the rest unread), and the call fails saying so; the
+        session goes on (only this POST's connection is dropped)."""
+        try:
+            await self._answered(resp, data, call)
+        except TooLarge:
+            resp.close()
+            self.too_large(data, call)
+
     async def _answered(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None
                         ) -> None:
         sid = resp.headers.get(mcp.H_SESSION)
@@ -171,12 +184,12 @@ class Poster:
             if resp.status < 500 and self.session.state == "initializing":
                 self.session.refused = resp.status
             if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
-                self.link.on_message(await resp.read(), call)
+                self.link.on_message(await read_body(resp, self.max_bytes), call)
             self.failed(data, call, f"answered HTTP {resp.status}")
         elif resp.status == 202:  # spec (Sending Messages): accepted, no body (mcp 2.x
             pass  # servers still label it application/json, with a length of 0)
         elif resp.content_type == mcp.CT_SSE:  # a POST's stream: what comes on it is its call's
-            reader = EventReader()
+            reader = EventReader(self.max_bytes)
             try:
                 await sse_client.read(reader, resp, self.link.on_message, call)
             except aiohttp.ClientError:
@@ -184,7 +197,7 @@ class Poster:
                     raise  # nothing to resume from: the POST failed (`post` says how)
             await self._resume(reader, call)
         elif resp.content_type == mcp.CT_JSON and not await json_body(
-                resp, lambda msg: self.link.on_message(msg, call)):
+                resp, lambda msg: self.link.on_message(msg, call), self.max_bytes):
             self.failed(data, call, "answered what is not a JSON-RPC message (an "
                         "application/json body holds one)")
         # else the HTTP+SSE transport, whose answers come on its stream
@@ -225,15 +238,27 @@ class Poster:
             return None  # answered, or failed, while waiting the `retry`
         log.debug("upstream.stream_resuming", upstream=self.name, last_event_id=reader.last_id,
                   retry_s=reader.retry_s)
-        got = await sse_client.follow(self.http, self.session.url, self.session.headers(),
-                                      reader, self.link.on_message, call,
-                                      done=lambda: not self.link.pending(call),
-                                      limits=self.timeout)
+        try:
+            got = await sse_client.follow(self.http, self.session.url, self.session.headers(),
+                                          reader, self.link.on_message, call,
+                                          done=lambda: not self.link.pending(call),
+                                          limits=self.timeout)
+        except TooLarge:
+            self.too_large(b"", call)
+            return None
         if got.status is None or got.status == 200 or got.status >= 500:
             return None
         if self.session.session_id is not None and forgets_session(got.status, got.body):
             self.session.lost.set()
         return f"refused to resume the answer's stream (HTTP {got.status})"
+
+    def too_large(self, data: bytes, call: Call | None) -> None:
+        """The answer to `call` went past max_message_bytes: it fails alone, saying so."""
+        if call is not None and self.link.on_failed(call, UpstreamTooLarge.over(
+                self.name, self.max_bytes)):
+            log.warning("upstream.message_too_large", upstream=self.name,
+                        max_message_bytes=self.max_bytes,
+                        method=_method(data) if data else None)
 
     def failed(self, data: bytes, call: Call | None, why: str) -> None:
         """A request that got no answer fails now, with a JSON-RPC error that says why
@@ -248,12 +273,13 @@ class Poster:
                         url=redact.url(self.session.post_url))
 
 
-async def forgotten(resp: aiohttp.ClientResponse) -> bool:
+async def forgotten(resp: aiohttp.ClientResponse, max_bytes: int) -> bool:
     """Whether the answer to a request that carried a session id says the server does not
     know that session (see `forgets_session`; the body stays readable: aiohttp keeps what
-    it read)."""
+    it read). Only a body of a known length within `max_bytes` is looked at."""
     body = b""
-    if resp.status == 400:
+    if resp.status == 400 and resp.content_length is not None and \
+            resp.content_length <= max_bytes:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             body = await resp.read()
     return forgets_session(resp.status, body)
@@ -267,25 +293,46 @@ def forgets_session(status: int | None, body: bytes) -> bool:
     return status == 404 or (status == 400 and b"session" in body[:SESSION_WORDS].lower())
 
 
-async def json_body(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], bool]) -> bool:
+async def json_body(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], bool],
+                    max_bytes: int) -> bool:
     """An application/json answer, message by message to `deliver`; False when some part
-    of it was no message (the caller ends the POST's call: it will hear nothing more).
+    of it was no message (the caller ends the POST's call: it will hear nothing more);
+    TooLarge, unread, when it says it is longer than `max_bytes`, or once a message has
+    grown past it.
 
     spec (Sending Messages): the body is one JSON object, and it is read whole. One sent
     without a length (chunked) may go on for long, a message a line (seen from servers
     answering subscriptions/listen so): each is delivered as its line ends, not when the
     body ends. A body of several JSON lines is read as those messages either way."""
     if resp.content_length is None:
-        return await _json_lines(resp, deliver)
-    body = await resp.read()
+        return await _json_lines(resp, deliver, max_bytes)
+    body = await read_body(resp, max_bytes)
     lines = _lines(body) if b"\n" in body.strip() else None  # compact JSON has no newline
     return all([deliver(m) for m in lines or [body]])
 
 
-async def _json_lines(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], bool]) -> bool:
+async def read_body(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The whole body, if it says it holds `max_bytes` at most (TooLarge, unread, if not);
+    one without a length is read to the bound."""
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        raise TooLarge(max_bytes)
+    if resp.content.at_eof():  # read already (`forgotten`): aiohttp kept it
+        return await resp.read()
+    body = bytearray()  # decompressed, it may be longer than it said: counted as it comes
+    async for chunk in resp.content.iter_any():
+        body += chunk
+        if len(body) > max_bytes:
+            raise TooLarge(max_bytes)
+    return bytes(body)
+
+
+async def _json_lines(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], bool],
+                      max_bytes: int) -> bool:
     buffer, ok = bytearray(), True
     async for chunk in resp.content.iter_any():
         buffer += chunk
+        if len(buffer) > max_bytes:  # the bound is a message's, as a stdio line's
+            raise TooLarge(max_bytes)
         # A chunk that ends a line may end a message (a body pretty-printed over many lines
         # is one JSON document, whole only at its last line). Parsing is tried only when
         # that line begins at the margin with a bracket (a message a line, or a document's

@@ -117,7 +117,8 @@ class Backend:
         process of its `command` (settings.Upstream holds one of them)."""
         name, conf, url, command = self.name, self.conf, self.conf.url, self.conf.command
         if url is not None:
-            return lambda link: HttpTransport(link, name, conf, url, restart)
+            return lambda link: HttpTransport(link, name, conf, url, self.max_message_bytes,
+                                              restart)
         if command is None:
             raise ValueError(f"upstream '{name}' has neither a command nor a url")
         return lambda link: StdioTransport(link, name, conf, command, self.max_message_bytes,

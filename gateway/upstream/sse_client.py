@@ -22,8 +22,10 @@ from typing import Any
 from urllib.parse import urljoin
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 from yarl import URL
 
+from gateway.observability import log
 from gateway.protocol import mcp
 
 RETRY_S = 1.0  # before resuming a stream, unless the server said otherwise (`retry:`)
@@ -41,31 +43,57 @@ class Refused(ValueError):
         self.detail = detail
 
 
+FIELD_BYTES = 64  # a line's field name, beside its value's max_bytes
+TOO_LARGE = "gateway:too-large"  # the event name `events` gives an event over its bound
+
+
+class TooLarge(Exception):
+    """An answer over `max_bytes` (limits.max_message_bytes): its call fails saying so."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(f"an answer over {max_bytes} bytes")
+        self.max_bytes = max_bytes
+
+
 class EventReader:
     """Reads one SSE stream after another, remembering the last event id and `retry:`, and
     counting what moved it on (`news`: messages and new event ids), by which a resume that
-    brought nothing is told from one that did."""
+    brought nothing is told from one that did.
 
-    def __init__(self) -> None:
+    An event's data is held to `max_bytes` (limits.max_message_bytes), as a stdio line is:
+    past it the reader keeps nothing more of that event and gives it as a TOO_LARGE event
+    with no data; the stream reads on, but after a line that long, which ends it."""
+
+    def __init__(self, max_bytes: int) -> None:
         self.last_id: str | None = None
         self.retry_s = RETRY_S
         self.news = 0
+        self.max_bytes = max_bytes
 
     async def events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, bytes]]:
-        event, data = "message", list[bytes]()
-        async for raw in resp.content:
-            line = raw.rstrip(b"\r\n")
+        event, data, size = "message", list[bytes | bytearray](), 0
+        over = self.max_bytes + 1
+        async for line in _lines(resp.content, self.max_bytes + FIELD_BYTES):
+            if line is None:  # a line past the bound: nothing more of this event's data
+                data, size = [], over
+                continue
             if not line:
                 payload = b"\n".join(data)
-                if payload:  # an event with no data only primes the id (spec: polling)
+                if size > self.max_bytes:
+                    yield TOO_LARGE, b""
+                elif payload:  # an event with no data only primes the id (spec: polling)
                     self.news += 1
                     yield event, payload
-                event, data = "message", []
+                event, data, size = "message", [], 0
                 continue
             name, _, value = line.partition(b":")
             value = value[1:] if value.startswith(b" ") else value
             if name == b"data":
-                data.append(value)
+                size = min(size + len(value) + (1 if data else 0), over)  # joined by \n
+                if size < over:
+                    data.append(value)
+                else:
+                    data.clear()
             elif name == b"event":
                 event = value.decode(errors="replace")
             elif name == b"id" and _usable_id(value) and (seen := value.decode()) != \
@@ -73,9 +101,27 @@ class EventReader:
                 self.last_id, self.news = seen, self.news + 1
             elif name == b"retry" and value.isdigit():
                 self.retry_s = min(max(int(value) / 1000, RETRY_MIN_S), RETRY_MAX_S)
+        if size > self.max_bytes:  # the stream ended within the event too long
+            yield TOO_LARGE, b""
 
 
-def _usable_id(value: bytes) -> bool:
+async def _lines(content: aiohttp.StreamReader, max_bytes: int
+                 ) -> AsyncIterator[bytes | bytearray | None]:
+    """The stream's lines, without their line ends; then None, and nothing more, after a
+    line longer than `max_bytes` (aiohttp's own bound is 128 KiB, and its LineTooLong no
+    ClientError: such a line hung its call)."""
+    while True:
+        try:
+            line = await content.readline(max_line_length=max_bytes)
+        except LineTooLong:
+            yield None
+            return
+        if not line:
+            return
+        yield line.rstrip(b"\r\n")
+
+
+def _usable_id(value: bytes | bytearray) -> bool:
     """An event id the gateway may send back as `Last-Event-ID`: printable UTF-8 only. The
     SSE spec ignores an id with NUL; a bare CR ends a line there (this reader splits at LF),
     and any control character would be refused as a header: a server's malformed id is
@@ -91,8 +137,15 @@ async def read(reader: EventReader, resp: aiohttp.ClientResponse,
                on_message: Callable[[bytes, Any], object], via: Any,
                done: Callable[[], bool] | None = None) -> None:
     """Every message of one stream to `on_message`, with the call it belongs to (`via`),
-    until the stream ends or, if given, `done()` holds after a message."""
-    async for _, data in reader.events(resp):
+    until the stream ends or, if given, `done()` holds after a message. An event over the
+    reader's bound is TooLarge when the stream is a call's (`via`); on a stream of no call
+    (a session's GET stream) it is dropped, logged, and the stream read on."""
+    async for event, data in reader.events(resp):
+        if event == TOO_LARGE:
+            if via is not None:
+                raise TooLarge(reader.max_bytes)
+            log.warning("upstream.message_too_large", max_message_bytes=reader.max_bytes)
+            continue
         on_message(data, via)
         if done is not None and done():
             return
@@ -133,7 +186,8 @@ async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, st
         return Got(None)
 
 
-async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
+async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str],
+                        max_bytes: int
                         ) -> tuple[aiohttp.ClientResponse, AsyncIterator[tuple[str, bytes]], str]:
     """The HTTP+SSE stream, its events, and the URL its endpoint event names; Refused
     saying what is missing or refused."""
@@ -141,7 +195,7 @@ async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[
     if resp.status != 200 or resp.content_type != mcp.CT_SSE:
         resp.release()
         raise Refused(f"offers no HTTP+SSE stream (HTTP {resp.status})")
-    events = EventReader().events(resp)
+    events = EventReader(max_bytes).events(resp)
     try:
         async for event, data in events:
             if event == "endpoint":
@@ -171,6 +225,8 @@ async def pump(resp: aiohttp.ClientResponse, events: AsyncIterator[tuple[str, by
             async for event, data in events:
                 if event == "message":
                     on_message(data)
+                elif event == TOO_LARGE:  # whose call it was is in what was not kept
+                    log.warning("upstream.message_too_large", transport="http+sse")
     finally:
         resp.release()
         on_end()

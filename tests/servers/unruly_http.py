@@ -9,7 +9,8 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|closing]
   without a length, a line a chunk), hang (never answers), closed (an SSE answer that
   primes an event id, with `retry: 10`, and ends before the answer), dropped (the same,
   but its connection is cut mid-stream), unprimed (an SSE answer that ends before the
-  answer without any event id).
+  answer without any event id), big (arguments mib, and how: "json" with a length,
+  "chunked" JSON, or "sse"): an answer of that many MiB of text, written a MiB at a time.
 - modern: 2026-07-28 only (initialize is 404 -32601): server/discover, tools/list, and
   subscriptions/listen answered as chunked application/json, a message a line, held open;
   the tool change sends tools list_changed to every listener.
@@ -51,7 +52,35 @@ def text(s: str) -> dict:
     return {"content": [{"type": "text", "text": s}]}
 
 
-async def legacy_call(request: web.Request, rid: object, name: str) -> web.StreamResponse:
+async def big(request: web.Request, rid: object, args: dict) -> web.StreamResponse:
+    """An answer of args["mib"] MiB, written a MiB at a time (never held whole here)."""
+    head = json.dumps(result(rid, text("@")), separators=(",", ":")).encode()
+    before, after = head.split(b"@")
+    mib, how = int(args["mib"]), args.get("how", "json")
+    if how == "sse":
+        before, after = b"data: " + before, after + b"\n\n"
+    resp = web.StreamResponse(headers={
+        "Content-Type": "text/event-stream" if how == "sse" else "application/json"})
+    if how == "json":
+        resp.content_length = len(before) + (mib << 20) + len(after)
+    else:
+        resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    try:
+        await resp.write(before)
+        for _ in range(mib):
+            await resp.write(b"x" * (1 << 20))
+        await resp.write(after)
+        await resp.write_eof()
+    except ConnectionError:
+        pass  # the client stopped reading
+    return resp
+
+
+async def legacy_call(request: web.Request, rid: object, name: str, args: dict
+                      ) -> web.StreamResponse:
+    if name == "big":
+        return await big(request, rid, args)
     if name == "two_lines":
         note = {"jsonrpc": "2.0", "method": "notifications/message",
                 "params": {"level": "info", "data": "before the answer"}}
@@ -99,9 +128,10 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
         return web.Response(status=202)
     if method == "tools/list":
         return web.json_response(result(rid, tools("two_lines", "garbage", "pretty", "hang",
-                                                    "closed", "dropped", "unprimed")))
+                                                    "closed", "dropped", "unprimed", "big")))
     if method == "tools/call":
-        return await legacy_call(request, rid, msg["params"]["name"])
+        params = msg["params"]
+        return await legacy_call(request, rid, params["name"], params.get("arguments") or {})
     return web.json_response(result(rid, {}))
 
 

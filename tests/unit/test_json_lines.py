@@ -38,7 +38,8 @@ async def read(chunks: list[bytes], monkeypatch: pytest.MonkeyPatch) -> tuple[li
 
     monkeypatch.setattr(jsonrpc, "loads", counted)
     got: list[Any] = []
-    ok = await http_post._json_lines(Chunked(chunks), lambda m: got.append(real(m)) is None)  # type: ignore[arg-type]
+    ok = await http_post._json_lines(Chunked(chunks), lambda m: got.append(real(m)) is None,  # type: ignore[arg-type]
+                                     1 << 20)
     assert ok
     return got, parses
 

@@ -1,0 +1,90 @@
+"""The bytes of answers the gateway holds for its clients, per principal and in all: a
+call's response from the moment it is in until it is written to its client (a plain JSON
+body, or the last event of the call's SSE stream), or that client is gone or cut off
+(`limits.slow_reader_ms`).
+
+Rules (README, Limits):
+- An answer is always taken when its principal holds none: one answer of any size (an
+  upstream's is held to `limits.max_message_bytes`) reaches a client who reads it, whole.
+- Otherwise one that would take its principal past `max_inflight_bytes_per_principal`
+  fails, its call answered with AnswersOverBudget naming that bound. The answer is in
+  already, so its call fails rather than waits: waiting would hold the very bytes the bound
+  is for.
+- Past `max_inflight_bytes` in all, an answer fails only when its principal holds more than
+  a fair share (the bound over the principals holding answers, itself included): the
+  principal over its share meets the bound, never the one under it. The total may pass
+  the bound by what principals under their share take.
+
+Pure: no I/O, no asyncio.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gateway.errors import AnswersOverBudget
+from gateway.observability.counters import Counters
+
+
+class AnswerBytes:
+    """Bytes of answers held, by principal."""
+
+    def __init__(self, overall: int, per_principal: int, counters: Counters | None = None
+                 ) -> None:
+        self.overall = overall
+        self.per_principal = per_principal
+        self.counters = counters if counters is not None else Counters()
+        self.held: Counter[str] = Counter()
+        self.total = 0
+
+    def take(self, owner: str, size: int) -> None:
+        """`owner` holds `size` more bytes; AnswersOverBudget (holding nothing more) when
+        the rules above refuse them."""
+        mine = self.held[owner]
+        if mine and mine + size > self.per_principal:
+            self._refuse("limits.max_inflight_bytes_per_principal", self.per_principal, mine)
+        holders = len(self.held) + (0 if mine else 1)
+        if mine and self.total + size > self.overall and mine + size > self.overall / holders:
+            self._refuse("limits.max_inflight_bytes", self.overall, mine)
+        self.held[owner] = mine + size
+        self.total += size
+
+    def give_back(self, owner: str, size: int) -> None:
+        """`owner` holds `size` bytes fewer (written, or nobody is left to write them to)."""
+        left = self.held[owner] - size
+        if left > 0:
+            self.held[owner] = left
+        else:
+            del self.held[owner]
+        self.total -= size
+
+    def hold(self, owner: str) -> Hold:
+        """What one exchange of `owner` holds (see Hold)."""
+        return Hold(self, owner)
+
+    def _refuse(self, bound: str, limit: int, mine: int) -> None:
+        self.counters.reject("answer_bytes")
+        raise AnswersOverBudget(bound, limit, mine)
+
+
+class Hold:
+    """One exchange's answer under the budget: taken when it is in, given back once when the
+    exchange ends (written, or its client gone); an answer in after that is not counted
+    (nobody will write it: it goes with its exchange)."""
+
+    __slots__ = ("budget", "ended", "owner", "size")
+
+    def __init__(self, budget: AnswerBytes, owner: str) -> None:
+        self.budget, self.owner, self.size, self.ended = budget, owner, 0, False
+
+    def take(self, size: int) -> None:
+        """AnswersOverBudget when the budget refuses `size` more bytes."""
+        if not self.ended:
+            self.budget.take(self.owner, size)
+            self.size += size
+
+    def end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.budget.give_back(self.owner, self.size)
+            self.size = 0

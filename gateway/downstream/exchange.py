@@ -85,7 +85,7 @@ class Exchange:
         self.response, self.status = jsonrpc.dumps(msg), status
         self.failed = "error" in msg
         if self.hold is not None:
-            self._held(msg)
+            self._held(msg, self.hold, self.response)
         if self.timer is not None:
             self.timer.cancel()
         if self.beat is not None:
@@ -96,12 +96,11 @@ class Exchange:
             self.stream.push(self.response, last=True)
         self._notify()
 
-    def _held(self, msg: Message) -> None:
+    def _held(self, msg: Message, hold: Hold, response: bytes) -> None:
         """The response counted against its principal's answer bytes; over them, it is
         dropped for an error that names the bound (answer_bytes.py)."""
-        assert self.hold is not None and self.response is not None
         try:
-            self.hold.take(len(self.response))
+            hold.take(len(response))
         except AnswersOverBudget as exc:
             self.response, self.failed = jsonrpc.dumps(exc.to_message(msg.get("id"))), True
 

@@ -89,7 +89,8 @@ class Processes:
             ticket = self.queues.ticket(owner, *limits)
         except QueueFull:
             raise self.refusal(upstream, limits[-1]) from None
-        assert ticket is not None  # the overall limit, or a share, is always given
+        if ticket is None:  # the overall limit is always given: a fault of the gateway's
+            raise RuntimeError("a process place asked for with no limit")
         running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def run() -> None:

@@ -32,6 +32,7 @@ from gateway.downstream.exchange import Exchange
 from gateway.downstream.handoff import Handoff
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
+from gateway.downstream.references import own_references
 from gateway.downstream.rounds import Elsewhere, Rounds
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
@@ -246,6 +247,11 @@ class ModernEra:
         except errors.UpstreamError as exc:  # it cannot start: 503, as a legacy initialize
             return json_response(exc.to_message(msg["id"]), 503)
         conn = ready.conn
+        # A related-task reference stays only for the caller's own task (references.py).
+        await own_references(msg, caller.principal,
+                             lambda task_id: conn.correlator.tasks.owns(task_id,
+                                                                        caller.principal),
+                             self.engine, self.backend.name)
         decision = await self.decide(msg, caller, conn)
         match decision:
             case router.Refuse(error=error):

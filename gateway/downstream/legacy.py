@@ -91,10 +91,11 @@ class LegacyEra:
         info = params.get("clientInfo")
         session = self.life.new(version, params.get("capabilities") or {},
                                 principal_of(request).owner, info)
-        if not self.life.keepable(session):
+        if not self.life.keepable(session):  # 400: no session was made (README, Limits)
             return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS, (
                 "Invalid params: the client's capabilities are too large to keep for its "
-                f"session (at most {MAX_RECORD_BYTES} bytes as JSON)")))
+                f"session (at most {MAX_RECORD_BYTES} bytes as JSON with its clientInfo's "
+                "name, title and version)")), 400)
         refused = await self.life.admit(session)
         if refused is not None:
             self.backend.counters.reject("sessions")

@@ -16,6 +16,7 @@ from aiohttp import web
 from gateway.admin import Admin
 from gateway.answer_bytes import AnswerBytes
 from gateway.auth import Authenticator
+from gateway.auth.replicas import ReplicaSeals
 from gateway.auth.resource import WELL_KNOWN, ProtectedResource
 from gateway.downstream.boundary import Guard, metadata_handler
 from gateway.downstream.endpoint import Endpoint
@@ -87,15 +88,14 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
         exchanger = auth.exchanger(up.token_exchange)
         era = LegacyEra(backend, _sessions(limits, replay, up.isolation == "client"), conf,
                         engine, policies, inflight, exchanger, _resumption(records, name, limits))
-        modern = ModernEra(backend, conf, sealer, engine, policies, inflight, exchanger)
+        modern = ModernEra(backend, conf, sealer, engine, policies, inflight, exchanger,
+                           guard.seals)
         endpoint = Endpoint(era, modern, guard, limits.max_body_bytes, metrics, counters, tracing)
         _route(app, up.path, endpoint, guard)
         backends[name] = backend
         eras.append(era)
         moderns.append(modern)
-    app[BACKENDS] = backends
-    app[ERAS] = eras
-    app[MODERNS] = moderns
+    app[BACKENDS], app[ERAS], app[MODERNS] = backends, eras, moderns
     app[ENGINE] = engine
     app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
@@ -146,7 +146,7 @@ def _guarded_app(conf: Settings, counters: Counters, owner_key: bytes | None
     (`Guard.wrap`), and the MCP endpoints' POST calls it first thing (one handler a
     request, no chain: docs/architecture.md, The request path)."""
     auth = Authenticator(conf.auth, _tool_scopes(conf), owner_key)
-    guard = Guard(conf, counters, auth)
+    guard = Guard(conf, counters, auth, _seals(conf))
     # aiohttp refuses bodies over client_max_size with 413 before we parse them.
     app = web.Application(client_max_size=conf.limits.max_body_bytes)
     app.on_response_prepare.append(guard.on_prepare)
@@ -194,6 +194,13 @@ def _sealer(conf: Settings) -> Sealer:
     secret = _shared_secret(conf)
     return Sealer(None if secret is None else derive(secret, "request-state"),
                   conf.limits.park_timeout_ms / 1000)
+
+
+def _seals(conf: Settings) -> ReplicaSeals:
+    """What one replica vouches for on a request it relays to another: sealed with a key
+    of the shared secret (auth/replicas.py), else with a random one (no other replica)."""
+    secret = _shared_secret(conf)
+    return ReplicaSeals(None if secret is None else derive(secret, "relay"))
 
 
 def _owner_key(conf: Settings) -> bytes | None:

@@ -17,6 +17,7 @@ from yarl import URL
 from gateway import errors, router
 from gateway.auth import ANONYMOUS, Authenticator, Principal
 from gateway.auth.operators import Operators
+from gateway.auth.replicas import ReplicaSeals, binding
 from gateway.auth.resource import WELL_KNOWN
 from gateway.auth.throttle import FailedAuths
 from gateway.auth.token_exchange import TokenExchanger
@@ -233,8 +234,10 @@ class Guard:
 
     OPEN_PATHS = frozenset({"/healthz"})  # and /readyz but for its detail: `is_open`
 
-    def __init__(self, conf: Settings, counters: Counters, auth: Authenticator) -> None:
+    def __init__(self, conf: Settings, counters: Counters, auth: Authenticator,
+                 seals: ReplicaSeals | None = None) -> None:
         self.counters = counters
+        self.seals = seals or ReplicaSeals(None)  # what another replica vouches for
         self.any_origin = "*" in conf.security.allowed_origins
         self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
         self.hosts = Hosts(conf.allowed_hosts)
@@ -289,7 +292,7 @@ class Guard:
             return refused
         try:
             self.failures.admit(request.remote)
-            principal = await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
+            principal = await self._principal(request)
             request[PRINCIPAL] = principal
             if lacking := principal.lacks(self.auth.required):
                 raise errors.InsufficientScope("this resource", lacking)
@@ -300,6 +303,20 @@ class Guard:
         except (errors.InsufficientScope, errors.AuthUnavailable) as exc:
             return self._refuse(exc)
         return None
+
+    async def _principal(self, request: web.Request) -> Principal:
+        """Who calls: the principal its credential names, or for a request another replica
+        relayed (handoff.py), the one that replica vouches for with the replicas' secret
+        (auth/replicas.py; a relayed request carries no client credential)."""
+        relayed = request.headers.get(mcp.H_RELAYED)
+        if relayed is None:
+            return await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
+        principal = self.seals.open(relayed, binding(
+            request.path, request.headers.get(mcp.H_METHOD), request.headers.get(mcp.H_NAME)))
+        if principal is None:
+            raise errors.Unauthorized("Unauthorized: a relayed request whose replica seal "
+                                      "does not open", "wrong")
+        return principal
 
     def _checked(self, request: web.Request) -> web.Response | None:
         """The checks before any credential: Host, headers' bytes, Origin; a CORS

@@ -25,6 +25,7 @@ from gateway.downstream.boundary import (
     scopes_checked,
 )
 from gateway.downstream.core_tasks import CoreTasks
+from gateway.downstream.references import own_references
 from gateway.downstream.resume import MAX_RECORD_BYTES, Resumption
 from gateway.downstream.session import (
     Edit,
@@ -69,6 +70,8 @@ class LegacyEra:
         if kind == "request" and msg["method"] == mcp.INITIALIZE:
             return await self.initialize(request, msg)
         session = await self.session_of(request)
+        if kind != "response":
+            await self.own_references(session, msg)
         if kind == "notification":
             self.on_notification(session, msg)
             resp: web.StreamResponse = web.Response(status=202)
@@ -88,10 +91,11 @@ class LegacyEra:
         info = params.get("clientInfo")
         session = self.life.new(version, params.get("capabilities") or {},
                                 principal_of(request).owner, info)
-        if not self.life.keepable(session):
+        if not self.life.keepable(session):  # 400: no session was made (README, Limits)
             return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS, (
                 "Invalid params: the client's capabilities are too large to keep for its "
-                f"session (at most {MAX_RECORD_BYTES} bytes as JSON)")))
+                f"session (at most {MAX_RECORD_BYTES} bytes as JSON with its clientInfo's "
+                "name, title and version)")), 400)
         refused = await self.life.admit(session)
         if refused is not None:
             self.backend.counters.reject("sessions")
@@ -150,6 +154,21 @@ class LegacyEra:
             edit = _then_hide(edit, lacking)
         headers = await self.headers.of(request)
         return await self.forward(request, session, msg, edit, headers)
+
+    async def own_references(self, session: Session, msg: Message) -> None:
+        """A related-task reference of the session's request (or notification) stays only
+        for a task of its own (references.py): the gateway's, or the upstream's that this
+        session's principal (without auth: this session) created."""
+        upstream = session.conn.correlator.tasks
+        held = upstream.held_by(session)
+
+        def theirs(task_id: str) -> bool:
+            if self.life.by_principal:  # with auth, the principal's tasks (as the engine's)
+                return upstream.owns(task_id, session.principal)
+            return task_id in held
+
+        await own_references(msg, session.task_owner, theirs, self.tasks.engine,
+                             self.backend.name)
 
     def decide(self, session: Session, msg: Message) -> router.LegacyDecision:
         conn = session.conn

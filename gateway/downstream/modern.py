@@ -18,12 +18,14 @@ from typing import Any, assert_never
 from aiohttp import web
 
 from gateway import errors, router
+from gateway.auth.replicas import ReplicaSeals
 from gateway.auth.token_exchange import TokenExchanger
 from gateway.downstream import envelope, shapes, sse
 from gateway.downstream.boundary import (
     ACCEPTS,
     UpstreamHeaders,
     json_response,
+    principal_of,
     queue_ticket,
     scopes_checked,
 )
@@ -32,6 +34,7 @@ from gateway.downstream.exchange import Exchange
 from gateway.downstream.handoff import Handoff
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
+from gateway.downstream.references import own_references
 from gateway.downstream.rounds import Elsewhere, Rounds
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
@@ -207,7 +210,8 @@ class ModernEra:
 
     def __init__(self, backend: Backend, conf: Settings, sealer: Sealer, engine: TaskEngine,
                  policies: Policies, inflight: InFlight,
-                 exchanger: TokenExchanger | None = None) -> None:
+                 exchanger: TokenExchanger | None = None,
+                 seals: ReplicaSeals | None = None) -> None:
         self.backend = backend
         self.headers = UpstreamHeaders(backend, exchanger)
         self.inflight = inflight
@@ -216,7 +220,7 @@ class ModernEra:
         self.flow = sse.Flow.of(conf)
         self.ttl_ms = conf.caching.ttl_ms
         self.scope = conf.caching.scope
-        self.handoff = Handoff(engine.replica_address)
+        self.handoff = Handoff(seals or ReplicaSeals(None))
         timeout_ms = backend.conf.request_timeout_ms
         self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
         parked = ParkedCalls(conf.limits.max_parked, conf.limits.park_timeout_ms / 1000,
@@ -246,6 +250,11 @@ class ModernEra:
         except errors.UpstreamError as exc:  # it cannot start: 503, as a legacy initialize
             return json_response(exc.to_message(msg["id"]), 503)
         conn = ready.conn
+        # A related-task reference stays only for the caller's own task (references.py).
+        await own_references(msg, caller.principal,
+                             lambda task_id: conn.correlator.tasks.owns(task_id,
+                                                                        caller.principal),
+                             self.engine, self.backend.name)
         decision = await self.decide(msg, caller, conn)
         match decision:
             case router.Refuse(error=error):
@@ -414,7 +423,8 @@ class ModernEra:
         method, params = msg["method"], msg["params"]
         parked = self.rounds.claim(msg, caller.principal)
         if isinstance(parked, Elsewhere):
-            return await self.handoff.to(parked.replica, parked.url, request, msg)
+            return await self.handoff.to(parked.replica, parked.url, request, msg,
+                                         principal_of(request))
         call = parked.call
         call.conn.redirect(call, parked, client_id=msg["id"])  # parked hears it still
         ex = ModernExchange(self, caller, method, parked.digest, sse_ok)

@@ -3,7 +3,8 @@ store, so that a replica asked about a session it does not hold adopts it.
 
 A record names the session by a digest of its id (the id is a bearer capability: the store
 never holds it) and holds what a replica needs to serve it: its principal, upstream,
-negotiated version, the client's capabilities and info. It expires at the session's idle
+negotiated version, the client's capabilities and the part of its info kept (`kept_client_info`).
+It expires at the session's idle
 expiry: every reap, each replica renews the records of the sessions it saw used (or whose
 work still runs), so a record lives at least `session_idle_ms` after its last use and at
 most RENEW_SLACK_S more. A record is adopted only by the principal that made the session
@@ -19,7 +20,7 @@ With one process (the memory store) there are no records: nobody else could adop
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -30,9 +31,15 @@ from gateway.errors import StoreUnavailable
 from gateway.observability import log
 
 ENDED = "session-ended"  # announced to every replica with the ended session's record key
-# A session's record as JSON, at most: the store is every tenant's, and each renewal sends
-# the record again. Clients' capabilities and info take a few hundred bytes.
+# A session's record as JSON, at most, in the shared store and in a replica's memory alike
+# (issue 41: 60 sessions of 3 MiB of capabilities each held 200 MiB): the store is every
+# tenant's, and each renewal sends the record again. Clients' capabilities and info take a
+# few hundred bytes.
 MAX_RECORD_BYTES = 8 * 1024
+# What a session keeps of its client's `clientInfo` (spec: Implementation): what logs read.
+# Anything else a client puts there (icons, a description, a website) is dropped at once.
+CLIENT_INFO_KEPT = ("name", "title", "version")
+MAX_INFO_CHARS = 256  # each of those, at most (longer is cut)
 RENEW_SLACK_S = 70.0  # more than two reaps (app.REAP_EVERY_S): renewals never come late
 
 
@@ -68,14 +75,10 @@ class Record:
                              "version": self.version, "capabilities": self.capabilities,
                              "clientInfo": self.client_info})
 
-    def kept(self) -> Record | None:
-        """This record as the shared store keeps it: without the client's info when that
-        makes it bigger than MAX_RECORD_BYTES (nothing reads it back but logs); None when
-        its capabilities alone are (they are needed wherever the session is adopted)."""
-        if len(self.dump()) <= MAX_RECORD_BYTES:
-            return self
-        lean = replace(self, client_info=None)
-        return lean if len(lean.dump()) <= MAX_RECORD_BYTES else None
+    def fits(self) -> bool:
+        """Whether this record is within MAX_RECORD_BYTES as JSON: a session is made only
+        then, whichever store holds it (issue 41: the same cap everywhere)."""
+        return len(self.dump()) <= MAX_RECORD_BYTES
 
     @classmethod
     def load(cls, data: bytes) -> Record | None:
@@ -85,6 +88,15 @@ class Record:
                        dict(held["capabilities"]), held.get("clientInfo"))
         except (ValueError, KeyError, TypeError):
             return None
+
+
+def kept_client_info(info: Any) -> dict[str, str] | None:
+    """What a session keeps of its client's `clientInfo`: CLIENT_INFO_KEPT, strings only,
+    each cut to MAX_INFO_CHARS; None when none is there."""
+    if not isinstance(info, dict):
+        return None
+    kept = {k: v[:MAX_INFO_CHARS] for k in CLIENT_INFO_KEPT if isinstance(v := info.get(k), str)}
+    return kept or None
 
 
 def record_key(session_id: str) -> str:
@@ -156,5 +168,5 @@ class Resumption:
             log.warning("session.record_unended", upstream=self.upstream, error=str(exc))
 
 
-__all__ = ["ENDED", "MAX_RECORD_BYTES", "RENEW_SLACK_S", "Record", "Resumption", "SessionRecords",
-           "record_key"]
+__all__ = ["CLIENT_INFO_KEPT", "ENDED", "MAX_RECORD_BYTES", "RENEW_SLACK_S", "Record", "Resumption",
+           "SessionRecords", "kept_client_info", "record_key"]

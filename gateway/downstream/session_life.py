@@ -17,7 +17,7 @@ from typing import Any
 from gateway import errors
 from gateway.auth.principal import digest
 from gateway.downstream.core_tasks import CoreTasks
-from gateway.downstream.resume import ENDED, Record, Resumption, record_key
+from gateway.downstream.resume import ENDED, Record, Resumption, kept_client_info, record_key
 from gateway.downstream.session import Session, SessionStore, idle, refusal
 from gateway.errors import StoreUnavailable, UpstreamError
 from gateway.observability import log
@@ -52,7 +52,7 @@ class SessionLife:
             client_info: Any, sid: str | None = None) -> Session:
         session = Session(self.backend.home(), version, capabilities, *self.replay,
                           principal=principal, budget=self.sessions.replay, sid=sid)
-        session.client_info = client_info
+        session.client_info = kept_client_info(client_info)  # the rest is not kept
         if self.by_principal:
             session.task_owner = principal
         return session
@@ -62,14 +62,9 @@ class SessionLife:
                       session.capabilities, session.client_info)
 
     def keepable(self, session: Session) -> bool:
-        """Whether the shared store can keep the session's record (its client's info left
-        out when too large: resume.MAX_RECORD_BYTES); always, without a shared store."""
-        if self.resume is None:
-            return True
-        kept = self.record_of(session).kept()
-        if kept is not None:
-            session.client_info = kept.client_info
-        return kept is not None
+        """Whether the session's record is within resume.MAX_RECORD_BYTES: the cap on what
+        a session holds, here (the memory store) as in a shared store (issue 41)."""
+        return self.record_of(session).fits()
 
     # -- made ------------------------------------------------------------------------------
     async def admit(self, session: Session) -> errors.TooManySessions | None:

@@ -170,6 +170,9 @@ H_AUTH: Final = "Authorization"
 H_METHOD: Final = "Mcp-Method"
 H_NAME: Final = "Mcp-Name"
 H_PARAM: Final = "Mcp-Param-"
+# Set by a replica on a request it hands to another (downstream/handoff.py): the principal
+# it vouches for, sealed with the replicas' secret (auth/replicas.py); never relayed again.
+H_RELAYED: Final = "Mcp-Gateway-Relayed"
 
 CT_JSON: Final = "application/json"
 CT_SSE: Final = "text/event-stream"

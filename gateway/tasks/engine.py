@@ -207,10 +207,6 @@ class TaskEngine:
     def stored_bytes(self) -> int:
         return self._store.stored_bytes()
 
-    async def replica_address(self, replica: str) -> str | None:
-        """Where another replica is reached (None: gone, did not say, or no replicas)."""
-        return None if self.replicas is None else await self.replicas.address(replica)
-
     async def settle(self, timeout_s: float) -> int:
         """Wait (at most `timeout_s`) for the ends being written; how many tasks still run
         here afterwards (none, once their calls have been answered)."""

@@ -231,10 +231,6 @@ class Replicas:
         await self.bus.rejoined(self.replica, generation, self._lease_ms)
         self.generation.wrote_back(generation)
 
-    async def address(self, replica: str) -> str | None:
-        """Where another replica is reached (None: gone, or it did not say)."""
-        return await self.bus.address(replica)
-
     async def leave(self) -> None:
         """A clean stop, once this replica's tasks are written: the lease goes at once."""
         await self.bus.leave(self.replica)

@@ -21,7 +21,8 @@ initialized, as server-everything does (the tool "startup" tells what it was ans
 BASIC_TASKS=1 runs task-augmented calls of "sleep" and "ask" as tasks of its own
 (2025-11-25 core tasks: tasks/get, result, list and cancel, every task for every client,
 as a server with one client, the gateway, sees it), whose requests carry the related-task
-_meta, unless BASIC_TASK_META=0 (a server that forgets it).
+_meta, unless BASIC_TASK_META=0 (a server that forgets it); a plain call whose request names
+a task (related-task _meta) labels what it asks with that task, as the TypeScript SDK does.
 """
 
 import asyncio
@@ -74,6 +75,12 @@ async def ask(method: str, params: dict) -> dict:
             "taskId": task_id}}}
     send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
     return await fut
+
+
+def related_task(params: dict) -> object:
+    """The task id a request's related-task _meta names, if any."""
+    related = (params.get("_meta") or {}).get("io.modelcontextprotocol/related-task")
+    return related.get("taskId") if isinstance(related, dict) else None
 
 
 async def render(name: str, args: dict) -> dict:
@@ -265,6 +272,9 @@ async def handle(msg: dict) -> None:
             misbehave(rid, params)
             return
         elif method == "tools/call":
+            # A plain call that names a task (related-task _meta) labels what it asks with
+            # that task, as the TypeScript SDK's server does.
+            running_task.set(related_task(params))
             result = await call_tool(params)
         elif method.startswith("tasks/") and TASKS:
             result = await serve_task(method, params)

@@ -9,7 +9,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.downstream.resume import Record, Resumption, record_key
+from gateway.downstream.resume import (
+    MAX_INFO_CHARS,
+    MAX_RECORD_BYTES,
+    Record,
+    Resumption,
+    kept_client_info,
+    record_key,
+)
 from gateway.tasks.store.redis_link import RedisLink
 from gateway.tasks.store.redis_sessions import RedisSessions
 
@@ -100,3 +107,16 @@ async def test_an_id_no_replica_makes_costs_the_store_nothing(resume) -> None:
     assert records.round_trips == before
     assert await resume.find(ID["sid"], "alice") is None  # well made: it is looked up
     assert records.round_trips == before + 1
+
+
+def test_a_session_keeps_its_clients_name_title_and_version_only() -> None:
+    """Issue 41: the rest of a clientInfo (a description, icons) is nobody's to keep."""
+    info = {"name": "n" * 10_000, "title": "T", "version": 2, "icons": ["x" * 10_000]}
+    assert kept_client_info(info) == {"name": "n" * MAX_INFO_CHARS, "title": "T"}
+    assert kept_client_info("a string") is None and kept_client_info({"icons": []}) is None
+
+
+def test_a_record_fits_within_the_cap_or_no_session_is_made() -> None:
+    fits = Record("alice", "main", "2025-11-25", {"x": "y" * (MAX_RECORD_BYTES - 200)})
+    over = Record("alice", "main", "2025-11-25", {"x": "y" * MAX_RECORD_BYTES})
+    assert fits.fits() and not over.fits()

@@ -151,7 +151,9 @@ class ReplicaBus(Protocol):
     channels they tell each other on."""
 
     async def beat(self, replica: str, lease_ms: int, address: str = "") -> Beat:
-        """Hold (or renew) `replica`'s lease for `lease_ms`, telling where it is reached;
+        """Hold (or renew) `replica`'s lease for `lease_ms`, telling where it is reached
+        (for operators reading the store: no replica relays to an address read there, which
+        anyone who can write to the store could change; issue 41);
         `held` False when the lease was not held (it lapsed, or the store lost it). The
         store's generation is written if it has none."""
 
@@ -161,9 +163,6 @@ class ReplicaBus(Protocol):
     async def rejoined(self, replica: str, generation: str, lease_ms: int) -> None:
         """`replica` has written back what it holds into `generation` (seen by the others'
         beats for a while)."""
-
-    async def address(self, replica: str) -> str | None:
-        """Where `replica` is reached, while it holds its lease and said so."""
 
     async def leave(self, replica: str) -> None:
         """Give the lease up (a clean stop, once its tasks are written)."""

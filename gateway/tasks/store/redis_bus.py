@@ -106,11 +106,6 @@ class RedisBus:
                                                  pipe.pexpire(key, SETTLE_KEPT * lease_ms)))
 
     @guarded
-    async def address(self, replica: str) -> str | None:
-        held = await self._redis.get(self._key("lease", replica))
-        return None if held is None or held == b"-" else text(held)
-
-    @guarded
     async def leave(self, replica: str) -> None:
         await self._redis.delete(self._key("lease", replica))
 

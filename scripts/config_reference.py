@@ -36,9 +36,9 @@ refused. Durations are in milliseconds (`_ms`), sizes in bytes.
 - `listen.progress_heartbeat_ms` (5 s): comments reset no client's own timer; a progress
   notification does, for clients that reset their timeout on progress (the TypeScript
   SDK's `resetTimeoutOnProgress`, the Inspector's web UI by default). 5 s is under the
-  Inspector UI's 10 s request timeout and far under the SDKs' 60 s, with room for a slow hop; each beat
-  is one small event on a call that is quiet anyway. Only calls whose request carried a
-  `progressToken` hear it.
+  Inspector UI's 10 s request timeout and far under the SDKs' 60 s, with room for a slow
+  hop; each beat is one small event on a call that is quiet anyway. Only calls whose
+  request carried a `progressToken` hear it.
 - A task's ttl is its time bound (the tool's `timeout_ms`, else the upstream's
   `request_timeout_ms`) plus the ttl its client asked (else `tasks.defaults.ttl_ms`), within
   `max_ttl_ms`: a running task never expires on a client's guess of how long the tool takes

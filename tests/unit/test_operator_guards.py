@@ -4,10 +4,11 @@ defaults, and who is an operator."""
 from __future__ import annotations
 
 import pytest
+from multidict import CIMultiDict
 
 from gateway.auth import Authenticator
 from gateway.auth.operators import Operators
-from gateway.downstream.peers import Hosts, split
+from gateway.downstream.peers import Clients, Hosts, split
 from gateway.errors import OperatorOnly, Unauthorized
 from gateway.settings import ConfigError, from_mapping
 
@@ -74,9 +75,74 @@ async def test_who_is_an_operator() -> None:
     assert await admitted(named, "Bearer nope", local=True) == "Unauthorized"
     unnamed_conf = from_mapping({**UPSTREAM, "auth": {"bearer_tokens": ["client"]}}).auth
     unnamed = Operators(unnamed_conf, Authenticator(unnamed_conf))
-    assert await admitted(unnamed, None, local=True) == "admitted"
+    # Issue 41: with client auth, a loopback peer is no operator by being one (a proxy on
+    # the same host makes every client one); nobody is, on the gateway's port.
+    assert await admitted(unnamed, None, local=True) == "Unauthorized"
+    assert await admitted(unnamed, "Bearer nope", local=True) == "Unauthorized"
+    assert await admitted(unnamed, "Bearer client", local=True) == "OperatorOnly"
     assert await admitted(unnamed, "Bearer client", local=False) == "OperatorOnly"
+    # On the operator listener of its own, loopback peers are while no operator is named.
+    listener = Operators(unnamed_conf, Authenticator(unnamed_conf), listener=True)
+    assert await admitted(listener, None, local=True) == "admitted"
+    assert await admitted(listener, "Bearer client", local=False) == "OperatorOnly"
+    named_listener = Operators(conf, Authenticator(conf), listener=True)
+    assert await admitted(named_listener, None, local=True) == "Unauthorized"
+    assert await admitted(named_listener, "Bearer admin", local=False) == "admitted"
+    no_auth_conf = from_mapping(UPSTREAM).auth
+    no_auth = Operators(no_auth_conf, Authenticator(no_auth_conf))
+    assert await admitted(no_auth, None, local=True) == "admitted"
+    assert await admitted(no_auth, None, local=False) == "OperatorOnly"
     only_admins = from_mapping({**UPSTREAM, "auth": {"admin_tokens": ["admin"]}}).auth
     no_clients = Operators(only_admins, Authenticator(only_admins))
     assert await admitted(no_clients, "Bearer admin", local=False) == "admitted"
     assert await admitted(no_clients, "Bearer other", local=True) == "Unauthorized"
+
+
+def test_admin_scopes_and_the_older_admin_scope_both_name_operators() -> None:
+    oauth = {"resource": "http://127.0.0.1:8080/mcp", "issuers": ["http://127.0.0.1:9000"]}
+    both = from_mapping({**UPSTREAM, "auth": {"oauth": {
+        **oauth, "admin_scopes": ["ops", "sre"], "admin_scope": "gateway:admin"}}}).auth
+    assert both.oauth is not None
+    assert both.oauth.operator_scopes == {"ops", "sre", "gateway:admin"}
+    assert both.operators
+    neither = from_mapping({**UPSTREAM, "auth": {"oauth": oauth}}).auth
+    assert not neither.operators
+
+
+class Peer:
+    """What Clients reads of a request: its socket peer and its headers."""
+
+    def __init__(self, remote: str, *forwarded: str) -> None:
+        self.remote = remote
+        self.headers = CIMultiDict(("X-Forwarded-For", f) for f in forwarded)
+
+
+@pytest.mark.parametrize(("trusted", "remote", "forwarded", "client"), [
+    ([], "127.0.0.1", ["203.0.113.7"], "127.0.0.1"),  # never believed by default
+    (["127.0.0.1"], "127.0.0.1", ["203.0.113.7"], "203.0.113.7"),
+    (["127.0.0.1"], "127.0.0.1", [], "127.0.0.1"),
+    (["127.0.0.1"], "10.0.0.9", ["203.0.113.7"], "10.0.0.9"),  # not from the proxy
+    # the client's own words are to the left of what the proxy appended
+    (["127.0.0.1"], "127.0.0.1", ["198.51.100.1, 203.0.113.7"], "203.0.113.7"),
+    (["127.0.0.1", "10.0.0.0/8"], "127.0.0.1", ["198.51.100.1, 203.0.113.7, 10.1.2.3"],
+     "203.0.113.7"),
+    (["127.0.0.1"], "127.0.0.1", ["198.51.100.1", "203.0.113.7"], "203.0.113.7"),
+    (["127.0.0.1"], "127.0.0.1", ["not-an-address"], "127.0.0.1"),
+    (["127.0.0.0/8", ""], "127.0.0.1", ["127.0.0.2"], "127.0.0.2"),  # all trusted
+    (["::1"], "::1", ["2001:db8::5"], "2001:db8::5"),
+])
+def test_the_client_behind_a_trusted_proxy(trusted: list[str], remote: str,
+                                           forwarded: list[str], client: str) -> None:
+    assert Clients(trusted).address(Peer(remote, *forwarded)) == client  # type: ignore[arg-type]
+
+
+def test_trusted_proxies_are_addresses() -> None:
+    from_mapping({**UPSTREAM, "security": {"trusted_proxies": ["127.0.0.1", "10.0.0.0/8",
+                                                                "::1", ""]}})
+    with pytest.raises(ConfigError, match=r"security.trusted_proxies: .*not an IP address"):
+        from_mapping({**UPSTREAM, "security": {"trusted_proxies": ["haproxy"]}})
+
+
+def test_the_operator_port_is_not_the_gateway_port() -> None:
+    with pytest.raises(ConfigError, match="operator_port must differ"):
+        from_mapping({**UPSTREAM, "listen": {"port": 9000, "operator_port": 9000}})

@@ -7,12 +7,15 @@ against DNS rebinding."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
+from pathlib import Path
 
 import aiohttp
 import pytest
 import structlog
+import yaml
 from aiohttp import web
 from conftest import settings_for, wait_until_ready
 from idp import Idp
@@ -33,6 +36,7 @@ ADMIN = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 CLIENTS = {"bearer_tokens": [ALICE_TOKEN, BOB_TOKEN]}
 OPERATOR_ROUTES = ("/status", "/metrics", "/readyz?detail")
 SECRETS = ("pa55word", "s3cretkey")
+ROOT = Path(__file__).parents[2]
 
 
 async def get(http: aiohttp.ClientSession, url: str, path: str,
@@ -157,6 +161,33 @@ async def test_an_oauth_admin_scope_makes_an_operator(oauth, idp: Idp, http) -> 
         assert status == 200, path
     # The operator's token is a client's too (its principal holds the scope it needs).
     assert (await call(http, url, "echo", {"text": "x"}, headers=operator)).status == 200
+
+
+@pytest.mark.node
+async def test_the_oauth_try_out_reaches_the_operator_pages(oauth, idp: Idp, http  # noqa: F811
+                                                           ) -> None:
+    """Issue 41: config/oauth.yaml's admin scope, which the demo authorization server
+    (tests/node/idp.mjs) grants to its client `operator` and to no other."""
+    shipped = yaml.safe_load((ROOT / "config" / "oauth.yaml").read_text())["auth"]["oauth"]
+    url = await oauth({"admin_scopes": shipped["admin_scopes"], "scopes": shipped["scopes"]})
+    operator = {"Authorization": "Bearer " + await idp.token(
+        http, client="operator", scope=" ".join(shipped["admin_scopes"]))}
+    client = {"Authorization": f"Bearer {await idp.token(http, scope='tools deploy')}"}
+    for path in OPERATOR_ROUTES:
+        assert (await get(http, url, path, operator))[0] == 200, path
+        assert (await get(http, url, path, client))[0] == 403, path
+    # `robot` asking for the admin scope gets no token that carries it.
+    form = {"grant_type": "client_credentials", "scope": "tools gateway:admin",
+            "resource": idp.resource}
+    async with http.post(f"{idp.issuer}/token", data=form,
+                         headers={"Authorization": "Basic " + base64.b64encode(
+                             b"robot:robot-secret").decode()}) as resp:
+        body = await resp.json()
+    if resp.status == 200:
+        asked = {"Authorization": f"Bearer {body['access_token']}"}
+        assert (await get(http, url, "/status", asked))[0] == 403
+    else:
+        assert body["error"] == "invalid_scope", body
 
 
 @pytest.fixture

@@ -3,14 +3,18 @@ defaults, and who is an operator."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 from multidict import CIMultiDict
 
 from gateway.auth import Authenticator
 from gateway.auth.operators import Operators
 from gateway.downstream.peers import Clients, Hosts, split
 from gateway.errors import OperatorOnly, Unauthorized
-from gateway.settings import ConfigError, from_mapping
+from gateway.settings import ConfigError, from_mapping, load
 
 UPSTREAM = {"upstreams": {"main": {"command": "x"}}}
 
@@ -146,3 +150,27 @@ def test_trusted_proxies_are_addresses() -> None:
 def test_the_operator_port_is_not_the_gateway_port() -> None:
     with pytest.raises(ConfigError, match="operator_port must differ"):
         from_mapping({**UPSTREAM, "listen": {"port": 9000, "operator_port": 9000}})
+
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_the_shipped_files_give_operators_a_way_in(monkeypatch) -> None:
+    """Issue 41: the container as README runs it reads an operator's token, which README
+    names; HAProxy sends the client's address and the replicas behind it believe it."""
+    for name, value in (("GATEWAY_TOKEN", "t" * 32), ("GATEWAY_ADMIN_TOKEN", "a" * 32),
+                        ("GATEWAY_SECRET", "s" * 32)):
+        monkeypatch.setenv(name, value)
+    assert load(ROOT / "config" / "docker.yaml").auth.admin_tokens == ["a" * 32]
+    assert "GATEWAY_ADMIN_TOKEN" in (ROOT / "README.md").read_text().split(
+        "### In a container", 1)[1].split("\n### ", 1)[0]
+    haproxy = (ROOT / "deploy" / "haproxy.cfg").read_text()
+    assert re.search(r"^\s+option forwardfor$", haproxy, re.M)
+    for name in ("gateway.yaml", "gateway.sentinel.yaml"):
+        replica = load(ROOT / "deploy" / name)
+        assert "127.0.0.1" in replica.security.trusted_proxies
+        assert replica.auth.failures_per_minute > 0
+    oauth = yaml.safe_load((ROOT / "config" / "oauth.yaml").read_text())["auth"]["oauth"]
+    idp = (ROOT / "tests" / "node" / "idp.mjs").read_text()
+    assert oauth["admin_scopes"] == ["gateway:admin"]
+    assert "const ADMIN_SCOPE = 'gateway:admin';" in idp and "secret('operator')" in idp

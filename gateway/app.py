@@ -117,6 +117,7 @@ def _operators(app: web.Application, conf: Settings, guard: Guard, admin: Admin)
     admin.routes(app, guard.wrap)
     if conf.listen.operator_port is not None:
         own = Guard(conf, guard.counters, guard.auth, listener=True)
+        own.failures = guard.failures  # one failed-auth limit a client, whichever port
         app.cleanup_ctx.append(_operator_listener(conf, own, admin))
 
 

@@ -780,6 +780,15 @@ class Settings(_Model):
         return None if "*" in hosts else hosts
 
     @property
+    def operator_hosts(self) -> list[str] | None:
+        """The Host names the operator listener serves: bound to loopback, the loopback
+        names and `security.allowed_hosts`; else as the gateway's port. None: any."""
+        hosts = self.security.allowed_hosts or []
+        if not _loopback(self.listen.operator_host):
+            return self.allowed_hosts
+        return None if "*" in hosts else [*LOOPBACK_HOSTS, *hosts]
+
+    @property
     def shared_secret(self) -> str | None:
         """What every replica shares: replica.secret, else security.request_state_key."""
         return self.replica.secret or self.security.request_state_key

@@ -240,7 +240,7 @@ class Guard:
         self.counters = counters
         self.any_origin = "*" in conf.security.allowed_origins
         self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
-        self.hosts = Hosts(conf.allowed_hosts)
+        self.hosts = Hosts(conf.operator_hosts if listener else conf.allowed_hosts)
         self.auth = auth
         self.operators = Operators(conf.auth, auth, listener=listener)
         self.failures = FailedAuths(conf.auth.failures_per_minute)

@@ -147,6 +147,16 @@ def test_trusted_proxies_are_addresses() -> None:
         from_mapping({**UPSTREAM, "security": {"trusted_proxies": ["haproxy"]}})
 
 
+def test_the_operator_listener_serves_loopback_names_when_bound_to_loopback() -> None:
+    wide = {**UPSTREAM, "listen": {"host": "0.0.0.0", "operator_port": 9090},
+            "auth": {"bearer_tokens": ["t" * 32]},
+            "security": {"allowed_hosts": ["mcp.example.com"]}}
+    assert from_mapping(wide).operator_hosts == ["localhost", "127.0.0.1", "[::1]",
+                                                 "mcp.example.com"]
+    exposed = {**wide, "listen": {**wide["listen"], "operator_host": "0.0.0.0"}}
+    assert from_mapping(exposed).operator_hosts == ["mcp.example.com"]
+
+
 def test_the_operator_port_is_not_the_gateway_port() -> None:
     with pytest.raises(ConfigError, match="operator_port must differ"):
         from_mapping({**UPSTREAM, "listen": {"port": 9000, "operator_port": 9000}})

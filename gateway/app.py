@@ -99,7 +99,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
     app[ENGINE] = engine
     app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
-    Admin(backends, eras, engine, lease, counters, metrics, queues).routes(app, guard.wrap)
+    _operators(app, conf, guard, Admin(backends, eras, engine, lease, counters, metrics, queues))
     app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))  # last: see _unrouted
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
@@ -112,6 +112,36 @@ def _route(app: web.Application, path: str, endpoint: Endpoint, guard: Guard) ->
     app.router.add_post(path, endpoint.post)
     app.router.add_get(path, guard.wrap(endpoint.get), allow_head=False)
     app.router.add_delete(path, guard.wrap(endpoint.delete))
+
+
+def _operators(app: web.Application, conf: Settings, guard: Guard, admin: Admin) -> None:
+    """The operator's routes on the gateway's port, and on the operator listener's."""
+    admin.routes(app, guard.wrap)
+    if conf.listen.operator_port is not None:
+        own = Guard(conf, guard.counters, guard.auth, listener=True)
+        own.failures = guard.failures  # one failed-auth limit a client, whichever port
+        app.cleanup_ctx.append(_operator_listener(conf, own, admin))
+
+
+def _operator_listener(conf: Settings, guard: Guard, admin: Admin
+                       ) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The operator listener (`listen.operator_port`): the operator's routes alone, on a
+    port of their own that the shipped proxies do not expose (README, Security), run for
+    as long as the gateway's app."""
+    async def listening(_: web.Application) -> AsyncIterator[None]:
+        app = web.Application()
+        app.on_response_prepare.append(guard.on_prepare)
+        admin.routes(app, guard.wrap)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, conf.listen.operator_host, conf.listen.operator_port,
+                           ssl_context=_tls(conf.listen.tls_cert, conf.listen.tls_key))
+        await site.start()
+        log.info("gateway.operator_listening", host=conf.listen.operator_host,
+                 port=runner.addresses[0][1] if runner.addresses else None)
+        yield
+        await runner.cleanup()
+    return listening
 
 
 def _replay(limits: Limits) -> ReplayBudget:

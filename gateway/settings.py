@@ -137,6 +137,14 @@ class Listen(_Model):
             "plain HTTP, TLS ended in front (README, Security)"))
     tls_key: str | None = field(default=None,
         metadata=doc("the certificate's PEM private key file"))
+    operator_port: Annotated[int | None, Ge(0), Le(65535)] = field(default=None,
+        metadata=doc("a listener of its own for operators, serving /metrics, /status, /readyz "
+            "and /healthz only (for Prometheus to scrape; the shipped proxies and Service do "
+            "not expose it); null: none (operators use the main port, with their "
+            "credential)"))
+    operator_host: str = field(default="127.0.0.1",
+        metadata=doc("address the operator listener binds; there, with no operator "
+            "credential configured, loopback peers are operators"))
     max_header_bytes: Annotated[int, Ge(8190), Le(1 << 20)] = field(default=32 * 1024,
         metadata=doc("the longest request line or header a client may send (400 beyond); "
             "room for JWTs with many claims (Entra ID tokens with groups pass 8 KiB)"))
@@ -154,6 +162,8 @@ class Listen(_Model):
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("listen.tls_cert and listen.tls_key go together")
+        if self.operator_port not in (None, 0) and self.operator_port == self.port:
+            raise ValueError("listen.operator_port must differ from listen.port")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -541,15 +551,23 @@ class OAuth(_Model):
         metadata=doc("discovery, keys and introspection requests give up after this long"))
     cache_tokens: Annotated[int, Ge(0)] = field(default=10_000,
         metadata=doc("validated tokens remembered (never past their expiry)"))
+    admin_scopes: list[Annotated[str, MinLen(1)]] = field(default_factory=list,
+        metadata=doc("a token carrying one of these scopes is an operator: it opens /status, "
+            "/metrics and /readyz?detail (README, Security)"))
     admin_scope: Annotated[str, MinLen(1)] | None = field(default=None,
-        metadata=doc("a token carrying this scope is an operator: it opens /status, /metrics "
-            "and /readyz?detail (README, Security)"))
+        metadata=doc("one more admin scope (the older spelling of admin_scopes)"))
     allow_http: bool = field(default=False,
         metadata=doc("accept http:// issuers, jwks_uri and introspection beyond loopback "
             "(keys and tokens then cross the network unprotected)"))
     require_at_jwt: bool = field(default=False,
         metadata=doc("JWTs must carry the header `typ: at+jwt` (RFC 9068 section 4): an ID "
             "token or another JWT of the issuer is not taken for an access token"))
+
+    @property
+    def operator_scopes(self) -> frozenset[str]:
+        """The scopes that make a token an operator's: admin_scopes and admin_scope."""
+        return frozenset(self.admin_scopes) | (
+            {self.admin_scope} if self.admin_scope is not None else set())
 
     def __post_init__(self) -> None:
         self._https_beyond_loopback()
@@ -587,7 +605,8 @@ class Auth(_Model):
     admin_tokens: list[str] = field(repr=False, default_factory=list,
         metadata=doc("operators' tokens (Authorization: Bearer ...): they open /status, /metrics "
             "and /readyz?detail, which clients' tokens never do; none here and no "
-            "oauth.admin_scope: those routes answer loopback peers only"))
+            "oauth.admin_scopes: with client auth nobody opens them on listen.port (loopback "
+            "peers do on listen.operator_port), without any auth loopback peers only"))
     failures_per_minute: Annotated[int, Ge(0)] = field(default=60,
         metadata=doc("failed authentications a client address may have a minute (as a burst, "
             "refilled evenly); beyond it its requests get 429 unchecked (0: no limit)"))
@@ -600,7 +619,7 @@ class Auth(_Model):
     def operators(self) -> bool:
         """Whether operators are named by credentials (else: loopback peers only)."""
         return any(self.admin_tokens) or (self.oauth is not None
-                                          and self.oauth.admin_scope is not None)
+                                          and bool(self.oauth.operator_scopes))
 
     def __post_init__(self) -> None:
         if set(filter(None, self.admin_tokens)) & set(self.bearer_tokens):
@@ -612,6 +631,16 @@ def _host_names(value: list[str] | None) -> list[str] | None:
     for host in value or ():
         if not host or "/" in host or "@" in host:
             raise ValueError(f"{host!r} is not a host name or host:port (no scheme, no path)")
+    return value
+
+
+def _addresses(value: list[str]) -> list[str]:
+    for item in value:
+        if item:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or CIDR") from None
     return value
 
 
@@ -635,6 +664,14 @@ class Security(_Model):
     request_state_key: Annotated[str, MinLen(16)] | None = field(default=None, repr=False,
         metadata=doc("seals MRTR requestState (AES-256-GCM) where replica.secret is unset; "
             "null: a random key per start"))
+    # Behind a reverse proxy every client has the proxy's address; only a proxy named here
+    # is believed about the client's (X-Forwarded-For). Never by default: a client chooses
+    # its own headers.
+    trusted_proxies: Annotated[list[str], _Rule(_addresses)] = field(default_factory=list,
+        metadata=doc("addresses or CIDRs of reverse proxies whose X-Forwarded-For names the "
+            "client (its rightmost address not in this list): the failed-auth limit and the "
+            "audit log count that client, not the proxy; empty entries are ignored; []: the "
+            "header is ignored"))
     # Serve beyond loopback with no bearer token, on purpose (behind a proxy that
     # authenticates, say); without it such a configuration is refused.
     allow_unauthenticated: bool = field(default=False,
@@ -770,6 +807,15 @@ class Settings(_Model):
         if hosts is None:
             return list(LOOPBACK_HOSTS) if _loopback(self.listen.host) else None
         return None if "*" in hosts else hosts
+
+    @property
+    def operator_hosts(self) -> list[str] | None:
+        """The Host names the operator listener serves: bound to loopback, the loopback
+        names and `security.allowed_hosts`; else as the gateway's port. None: any."""
+        hosts = self.security.allowed_hosts or []
+        if not _loopback(self.listen.operator_host):
+            return self.allowed_hosts
+        return None if "*" in hosts else [*LOOPBACK_HOSTS, *hosts]
 
     @property
     def shared_secret(self) -> str | None:

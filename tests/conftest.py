@@ -106,6 +106,12 @@ def have(tool: str) -> bool:
 FIXTURE = str(Path(__file__).parent / "servers" / "conformance_server.py")
 
 
+# The operators' token of `group`'s replicas: with client auth, a loopback peer is no
+# operator by being one (issue 41).
+GROUP_ADMIN = "group-operator-token"
+OPERATOR = {"Authorization": f"Bearer {GROUP_ADMIN}"}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -281,7 +287,8 @@ async def group(redis_server, key_prefix) -> AsyncIterator[Group]:
     async def start(n: int = 3, redis: RedisServer | None = None, address: bool = True,
                     **overrides: Any) -> list[Replica]:
         conf = {"upstreams": {"main": {"command": BASIC[0], "args": BASIC[1:]}},
-                "tasks": REPLICA_POLICY, "auth": {"bearer_tokens": ["alice-token", "bob-token"]},
+                "tasks": REPLICA_POLICY, "auth": {"bearer_tokens": ["alice-token", "bob-token"],
+                                                  "admin_tokens": [GROUP_ADMIN]},
                 "store": {"backend": "redis", "url": (redis or redis_server).url,
                           "key_prefix": key_prefix, "lease_ms": 1000},
                 "logging": {"level": "warning"}, **overrides}

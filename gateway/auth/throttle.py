@@ -6,10 +6,12 @@ answer which guess was right, and each bogus opaque token would still cost an
 introspection call. Successful authentications take nothing, so a client that does not
 fail never meets the limit.
 
-The address is the socket's peer, never a forwarding header (a client chooses those); an
-IPv6 peer counts by its /64, the block one host is usually given (else a host would have
-2^64 budgets). Behind a reverse proxy every client shares the proxy's address: README,
-OAuth says what to set then.
+The address is the socket's peer, or, where that peer is a proxy named in
+`security.trusted_proxies`, the client it names in X-Forwarded-For (downstream/peers.py); a
+forwarding header from anyone else is never believed (a client chooses those). An IPv6
+address counts by its /64, the block one host is usually given (else a host would have 2^64
+budgets). Behind a reverse proxy not named there every client shares the proxy's address:
+README, Security says what to set then.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from gateway.auth.replicas import ReplicaSeals, binding
 from gateway.auth.resource import WELL_KNOWN
 from gateway.auth.throttle import FailedAuths
 from gateway.auth.token_exchange import TokenExchanger
-from gateway.downstream.peers import Hosts, local_peer
+from gateway.downstream.peers import Clients, Hosts, local_peer
 from gateway.errors import GatewayError
 from gateway.observability import log
 from gateway.observability.counters import Counters
@@ -235,15 +235,19 @@ class Guard:
     OPEN_PATHS = frozenset({"/healthz"})  # and /readyz but for its detail: `is_open`
 
     def __init__(self, conf: Settings, counters: Counters, auth: Authenticator,
-                 seals: ReplicaSeals | None = None) -> None:
+                 seals: ReplicaSeals | None = None, *, listener: bool = False) -> None:
+        """`seals`: what another replica vouches for on a relayed retry; `listener`: the
+        guard of the operator listener (`listen.operator_port`), whose loopback peers may
+        be operators (auth/operators.py)."""
         self.counters = counters
         self.seals = seals or ReplicaSeals(None)  # what another replica vouches for
         self.any_origin = "*" in conf.security.allowed_origins
         self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
-        self.hosts = Hosts(conf.allowed_hosts)
+        self.hosts = Hosts(conf.operator_hosts if listener else conf.allowed_hosts)
         self.auth = auth
-        self.operators = Operators(conf.auth, auth)
+        self.operators = Operators(conf.auth, auth, listener=listener)
         self.failures = FailedAuths(conf.auth.failures_per_minute)
+        self.clients = Clients(conf.security.trusted_proxies)
 
     def origin_allowed(self, origin: str) -> bool:
         if self.any_origin:
@@ -291,7 +295,7 @@ class Guard:
         if (refused := self._checked(request)) is not None:
             return refused
         try:
-            self.failures.admit(request.remote)
+            self.failures.admit(self.clients.address(request))
             principal = await self._principal(request)
             request[PRINCIPAL] = principal
             if lacking := principal.lacks(self.auth.required):
@@ -361,7 +365,7 @@ class Guard:
     async def _operator(self, request: web.Request) -> web.Response | None:
         """An operator's route: operators only (auth/operators.py); a refusal is audited."""
         try:
-            self.failures.admit(request.remote)
+            self.failures.admit(self.clients.address(request))
             await self.operators.admit(request.headers.get(mcp.H_AUTH), local_peer(request))
         except errors.OperatorOnly as exc:
             self._audit(request, exc)
@@ -380,11 +384,12 @@ class Guard:
         return error_response(exc)
 
     def _failed(self, request: web.Request, exc: errors.Unauthorized) -> web.Response:
-        """A failed authentication, counted against the peer's address (auth/throttle.py).
+        """A failed authentication, counted against the client's address (auth/throttle.py;
+        behind a trusted proxy, the one it names: downstream/peers.py).
         A request that sent no credential guessed nothing: clients start that way (it is
         how they find the metadata), so it takes nothing."""
         if exc.cause != "missing":
-            self.failures.failed(request.remote)
+            self.failures.failed(self.clients.address(request))
         return self._refuse(exc)
 
     def _throttled(self, request: web.Request, exc: errors.TooManyFailures) -> web.Response:
@@ -413,11 +418,11 @@ class Guard:
             return resource.insufficient_scope(path, fault.scopes, fault.message)
         return resource.unauthorized(path, fault.cause or "missing", fault.message)
 
-    @staticmethod
-    def _audit(request: web.Request, fault: GatewayError) -> None:
+    def _audit(self, request: web.Request, fault: GatewayError) -> None:
         """An audit event: why, and who where known (issuer, hashed subject); never what
         was sent (it may be a near-miss token)."""
         who = request.get(PRINCIPAL)
-        log.warning("auth.failed", audit=True, path=request.path, remote=request.remote,
+        log.warning("auth.failed", audit=True, path=request.path,
+                    remote=self.clients.address(request),
                     reason=fault.cause or "missing",
                     issuer=who.issuer if who else None, subject=who.subject if who else None)

@@ -1,7 +1,8 @@
 """Where a request comes from and what it was addressed to, as the HTTP boundary checks them:
-the Host header against the names the gateway serves (`security.allowed_hosts`), and
-whether the peer is this machine, unproxied (who may read the operator's routes when no
-operator is named by credentials).
+the Host header against the names the gateway serves (`security.allowed_hosts`); whether
+the peer is this machine, unproxied (who may read the operator's routes when no auth is
+configured at all); and the client's address behind a trusted reverse proxy
+(`security.trusted_proxies`), which the failed-auth limit and the audit log count.
 
 DNS rebinding (spec: Streamable HTTP, Security Warning): a page on an attacker's name that
 resolves to 127.0.0.1 is same-origin to the browser, which sends no Origin on its GETs, but
@@ -68,4 +69,42 @@ def local_peer(request: web.Request) -> bool:
     return address.is_loopback and not any(h in request.headers for h in FORWARDING)
 
 
-__all__ = ["FORWARDING", "Hosts", "local_peer", "split"]
+class Clients:
+    """The client's address of a request: the socket's peer, unless that peer is a trusted
+    proxy; then the rightmost address of X-Forwarded-For that is not a trusted proxy (each
+    proxy appends the address it was reached from, so entries to the left of the last
+    untrusted one are the client's own words). A hop that is not an address ends the walk
+    at the proxy that wrote it. No proxy trusted (the default): the header is ignored."""
+
+    HEADER = "X-Forwarded-For"
+
+    def __init__(self, trusted: list[str]) -> None:
+        self.trusted = [ipaddress.ip_network(t, strict=False) for t in trusted if t]
+
+    def address(self, request: web.Request) -> str | None:
+        peer = request.remote
+        if not self.trusted or peer is None or not self._trusted(peer):
+            return peer
+        hops = ",".join(request.headers.getall(self.HEADER, ())).split(",")
+        for hop in reversed([h.strip() for h in hops if h.strip()]):
+            if not self._trusted(hop):
+                return hop if _address(hop) is not None else peer
+            peer = hop
+        return peer  # every hop a trusted proxy: the farthest one
+
+    def _trusted(self, value: str) -> bool:
+        address = _address(value)
+        return address is not None and any(address in net for net in self.trusted)
+
+
+def _address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(value.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+__all__ = ["FORWARDING", "Clients", "Hosts", "local_peer", "split"]

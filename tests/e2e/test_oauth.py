@@ -243,7 +243,7 @@ def _hs256_with_public_key(idp: Idp) -> str:
 
 
 async def test_every_bad_token_is_a_clear_401_and_counted(oauth, idp, http) -> None:
-    url = await oauth()
+    url = await oauth({"admin_scopes": ["deploy"]})
     now = idp.claims()["iat"]
     stranger_key = Key("k-unknown")
     bad = {
@@ -272,7 +272,7 @@ async def test_every_bad_token_is_a_clear_401_and_counted(oauth, idp, http) -> N
     audits = [e for e in events if e["event"] == "auth.failed"]
     assert [e["reason"] for e in audits] == [*bad, "algorithm", "malformed"]
     assert not any(token in json.dumps(e, default=str) for e in audits for token in bad.values())
-    samples = await scrape(http, url, bearer(await idp.token(http)))
+    samples = await scrape(http, url, bearer(await idp.token(http, scope="tools deploy")))
     for cause in bad:
         expected = 2 if cause in ("algorithm", "malformed") else 1
         assert value(samples, "mcp_gateway_rejections_total", reason="auth",

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import structlog
 from aiohttp import web
+from conftest import GROUP_ADMIN, OPERATOR
 from idp import Key
 from test_operations import scrape, value
 from test_tasks import POLICY, call, tasks_op, wait_for
@@ -154,7 +155,8 @@ async def test_an_address_that_keeps_failing_is_slowed_down(gateway, http) -> No
     every request of that address, a valid token's too (else the answer would still tell a
     guesser which guess was right); successes never count, other addresses go on."""
     good = "a-valid-static-token-of-32-chars!"
-    gw = await gateway(tasks=TASKS, auth={"bearer_tokens": [good], "failures_per_minute": 6})
+    gw = await gateway(tasks=TASKS, auth={"bearer_tokens": [good], "failures_per_minute": 6,
+                                          "admin_tokens": [GROUP_ADMIN]})
     # The guesser calls from another loopback address than the test's own client.
     connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
     async with aiohttp.ClientSession(connector=connector) as guesser:
@@ -176,6 +178,6 @@ async def test_an_address_that_keeps_failing_is_slowed_down(gateway, http) -> No
     assert [(e["reason"], e["remote"]) for e in events if e["event"] == "auth.failed"] == [
         ("rate", "127.0.0.2"), ("rate", "127.0.0.2")]
     assert (await call(http, gw, "echo", {"text": "x"}, headers=bearer(good))).status == 200
-    samples = await scrape(http, gw)
+    samples = await scrape(http, gw, OPERATOR)
     assert value(samples, "mcp_gateway_rejections_total", reason="auth", cause="rate") == 2
     assert value(samples, "mcp_gateway_rejections_total", reason="auth", cause="wrong") == 6

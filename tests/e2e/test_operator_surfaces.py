@@ -1,18 +1,21 @@
 """The operator's surfaces (issue 29, item 5), over real loopback HTTP in front of the stdio
 test server: /status, /metrics and /readyz's detail for operators only (an admin token, an
-OAuth admin scope, or with neither this machine's unproxied peers), /readyz open but saying
+OAuth admin scope; with no auth at all this machine's unproxied peers), /readyz open but saying
 nothing beyond ready; an upstream URL's credentials shown nowhere; Host names checked
 against DNS rebinding."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
+from pathlib import Path
 
 import aiohttp
 import pytest
 import structlog
+import yaml
 from aiohttp import web
 from conftest import settings_for, wait_until_ready
 from idp import Idp
@@ -33,6 +36,7 @@ ADMIN = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 CLIENTS = {"bearer_tokens": [ALICE_TOKEN, BOB_TOKEN]}
 OPERATOR_ROUTES = ("/status", "/metrics", "/readyz?detail")
 SECRETS = ("pa55word", "s3cretkey")
+ROOT = Path(__file__).parents[2]
 
 
 async def get(http: aiohttp.ClientSession, url: str, path: str,
@@ -85,8 +89,21 @@ async def test_readyz_says_ready_and_nothing_else_without_the_guard(gateway, htt
     assert detail["store"]["backend"] == "memory"
 
 
-async def test_with_no_operator_named_this_machine_is_the_operator(gateway, http) -> None:
+async def test_with_client_auth_a_loopback_peer_is_no_operator(gateway, http) -> None:
+    """Issue 41: a reverse proxy on the same host makes every client a loopback peer; with
+    client auth and no operator named, nobody reads the operator's routes on this port."""
     url = await gateway(tasks=POLICY, auth=CLIENTS)
+    task_id = await slow_task_of_alice(http, url)
+    for path in OPERATOR_ROUTES:
+        for who, expected in ((None, 401), ({"Authorization": "Bearer wrong"}, 401),
+                              (ALICE, 403), (BOB, 403)):
+            status, body = await get(http, url, path, who)
+            assert status == expected, (path, who, body)
+            assert task_id not in body and "sleep" not in body
+
+
+async def test_without_auth_this_machine_is_the_operator(gateway, http) -> None:
+    url = await gateway(tasks=POLICY)
     task_id = await slow_task_of_alice(http, url)
     status, page = await get(http, url, "/status")  # no token: a loopback peer
     assert status == 200 and task_id in page
@@ -97,7 +114,7 @@ async def test_with_no_operator_named_this_machine_is_the_operator(gateway, http
     # A proxy on this machine speaks for someone else: loopback no longer says who.
     for forwarded in ({"X-Forwarded-For": "203.0.113.7"}, {"Forwarded": "for=203.0.113.7"},
                       {"X-Real-IP": "203.0.113.7"}):
-        status, body = await get(http, url, "/status", {**BOB, **forwarded})
+        status, body = await get(http, url, "/status", forwarded)
         assert status == 403 and task_id not in body
 
 
@@ -144,6 +161,33 @@ async def test_an_oauth_admin_scope_makes_an_operator(oauth, idp: Idp, http) -> 
         assert status == 200, path
     # The operator's token is a client's too (its principal holds the scope it needs).
     assert (await call(http, url, "echo", {"text": "x"}, headers=operator)).status == 200
+
+
+@pytest.mark.node
+async def test_the_oauth_try_out_reaches_the_operator_pages(oauth, idp: Idp, http  # noqa: F811
+                                                           ) -> None:
+    """Issue 41: config/oauth.yaml's admin scope, which the demo authorization server
+    (tests/node/idp.mjs) grants to its client `operator` and to no other."""
+    shipped = yaml.safe_load((ROOT / "config" / "oauth.yaml").read_text())["auth"]["oauth"]
+    url = await oauth({"admin_scopes": shipped["admin_scopes"], "scopes": shipped["scopes"]})
+    operator = {"Authorization": "Bearer " + await idp.token(
+        http, client="operator", scope=" ".join(shipped["admin_scopes"]))}
+    client = {"Authorization": f"Bearer {await idp.token(http, scope='tools deploy')}"}
+    for path in OPERATOR_ROUTES:
+        assert (await get(http, url, path, operator))[0] == 200, path
+        assert (await get(http, url, path, client))[0] == 403, path
+    # `robot` asking for the admin scope gets no token that carries it.
+    form = {"grant_type": "client_credentials", "scope": "tools gateway:admin",
+            "resource": idp.resource}
+    async with http.post(f"{idp.issuer}/token", data=form,
+                         headers={"Authorization": "Basic " + base64.b64encode(
+                             b"robot:robot-secret").decode()}) as resp:
+        body = await resp.json()
+    if resp.status == 200:
+        asked = {"Authorization": f"Bearer {body['access_token']}"}
+        assert (await get(http, url, "/status", asked))[0] == 403
+    else:
+        assert body["error"] == "invalid_scope", body
 
 
 @pytest.fixture
@@ -206,7 +250,7 @@ async def test_an_upstream_url_with_credentials_still_gets_them(gateway, client,
 async def test_a_foreign_host_is_refused_on_every_route(gateway, http) -> None:
     """DNS rebinding: a page on evil.example resolved to 127.0.0.1 reaches the gateway with
     its own name in Host (and, same-origin, no Origin on a GET)."""
-    url = await gateway(tasks=POLICY, auth=CLIENTS)
+    url = await gateway(tasks=POLICY, auth={**CLIENTS, "admin_tokens": [OPERATOR_TOKEN]})
     port = url.split(":")[2].split("/")[0]
     evil = {"Host": "evil.example"}
     for path in ("/status", "/metrics", "/readyz?detail"):
@@ -220,13 +264,13 @@ async def test_a_foreign_host_is_refused_on_every_route(gateway, http) -> None:
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost", f"[::1]:{port}"):
         served = await call(http, url, "echo", {"text": "x"}, headers={**ALICE, "Host": host})
         assert served.status == 200, host
-        status, _ = await get(http, url, "/status", {"Host": host})
+        status, _ = await get(http, url, "/status", {**ADMIN, "Host": host})
         assert status == 200, host
     status, _ = await get(http, url, "/healthz", evil)  # probes send the Host they like
     assert status == 200
     status, body = await raw_get(url, "/status", b"\xff\xfe.example")  # not even text
     assert status == 421 and "does not serve the host (" in json.loads(body)["error"]["message"]
-    samples = await scrape(http, url)
+    samples = await scrape(http, url, ADMIN)
     assert value(samples, "mcp_gateway_rejections_total", reason="host", cause="") == 7
 
 

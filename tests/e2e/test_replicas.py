@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 import redis.asyncio
-from conftest import RedisServer, Replica
+from conftest import OPERATOR, RedisServer, Replica
 from test_modern import ask_round, headers_for, retry
 from test_tasks import TASKS, call, tasks_op, wait_for
 
@@ -214,7 +214,8 @@ async def ready_is(http: aiohttp.ClientSession, replica: Replica, *, up: bool) -
     """/readyz tells the store's state in its body and stays 200 through its outage: a
     balancer must not take every replica out for a shared dependency."""
     for _ in range(100):
-        async with http.get(replica.url.replace("/mcp", "/readyz?detail")) as resp:
+        async with http.get(replica.url.replace("/mcp", "/readyz?detail"),
+                            headers=OPERATOR) as resp:
             assert resp.status == 200
             if (await resp.json())["store"]["up"] is up:
                 return

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 import httpx2
-from conftest import Replica
+from conftest import OPERATOR, Replica
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -62,7 +62,7 @@ def presenting(http: aiohttp.ClientSession, url: str, token: str, of: McpHttp) -
 
 async def counters(http: aiohttp.ClientSession, replica: Replica) -> dict[str, int]:
     base = replica.url.removesuffix("/mcp")
-    async with http.get(base + "/readyz?detail") as resp:  # loopback: the operator's view
+    async with http.get(base + "/readyz?detail", headers=OPERATOR) as resp:
         return dict((await resp.json())["counters"])
 
 

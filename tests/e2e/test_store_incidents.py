@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import RedisServer, Replica, free_port
+from conftest import OPERATOR, RedisServer, Replica, free_port
 from mcp_http import read
 from prometheus_client.parser import text_string_to_metric_families
 from test_modern import ask_round, headers_for, retry
@@ -29,7 +29,7 @@ from test_tasks import TASKS, call, tasks_op, wait_for
 
 async def outbox(http: aiohttp.ClientSession, replica: Replica) -> float:
     """What /metrics says the replica's outbox holds."""
-    async with http.get(replica.url.replace("/mcp", "/metrics")) as resp:
+    async with http.get(replica.url.replace("/mcp", "/metrics"), headers=OPERATOR) as resp:
         text = await resp.text()
     family, = (f for f in text_string_to_metric_families(text)
                if f.name == "mcp_gateway_store_outbox")
@@ -59,7 +59,7 @@ async def test_an_end_made_while_the_store_is_down_survives_it_coming_back_empty
         assert done["result"]["content"][0]["text"] == "slept 1000"
         assert await outbox(http, a) == 1
         await ready_is(http, a, up=False)  # reported, not fatal: /readyz stays 200
-        async with http.get(a.url.replace("/mcp", "/status")) as resp:
+        async with http.get(a.url.replace("/mcp", "/status"), headers=OPERATOR) as resp:
             assert "outbox: 1 change(s)" in await resp.text()
         # Another replica cannot read the store: a clear 503, and pass-through goes on.
         elsewhere = await tasks_op(http, b.url, "tasks/get", short["taskId"], ALICE)
@@ -256,7 +256,7 @@ async def test_replicas_work_as_a_least_privileged_store_user(group, http, key_p
         assert (await tasks_op(http, b.url, "tasks/cancel", task["taskId"], ALICE)).status == 200
         done = await wait_for_long(http, a.url, task["taskId"], "cancelled")
         assert done["status"] == "cancelled"
-        async with http.get(a.url.replace("/mcp", "/readyz?detail")) as resp:
+        async with http.get(a.url.replace("/mcp", "/readyz?detail"), headers=OPERATOR) as resp:
             store = (await resp.json())["store"]
         # Its round trips to the store are counted (an empty outbox once read as none).
         assert store["up"] is True and store["requests"] > 0

@@ -3,7 +3,8 @@
 //   node idp.mjs PORT KEYS_FILE RESOURCE [TOKEN_TTL_S]
 // KEYS_FILE: a JWK set with private keys (the tests make it; a new file and a restart is a
 // key rotation), or - for a key made at start. Clients: `robot` and `robot2` (client credentials, JWT access tokens), `opaque-robot`
-// (client credentials, opaque tokens), `gateway` (may introspect), and any client that
+// (client credentials, opaque tokens), `operator` (client credentials; the only one granted
+// the gateway's admin scope `gateway:admin`), `gateway` (may introspect), and any client that
 // registers itself (RFC 7591) for the authorization code flow with PKCE. Login and consent are
 // oidc-provider's development pages (any login name is accepted). `gateway` may also exchange
 // a token (RFC 8693, a grant oidc-provider leaves to its users: registered below) for one
@@ -17,6 +18,7 @@ const ttl = Number(ttlArg || 3600);
 const issuer = `http://127.0.0.1:${port}`;
 const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
 const ACCESS_TOKEN = 'urn:ietf:params:oauth:token-type:access_token';
+const ADMIN_SCOPE = 'gateway:admin';  // config/oauth.yaml's auth.oauth.admin_scopes
 const made = async () => {
   const { privateKey } = await generateKeyPair('RS256', { extractable: true });
   return { keys: [{ ...await exportJWK(privateKey), kid: 'k0', use: 'sig', alg: 'RS256' }] };
@@ -26,10 +28,10 @@ const secret = (id) => ({ client_id: id, client_secret: `${id}-secret`, redirect
   response_types: [], grant_types: ['client_credentials'] });
 
 const provider = new Provider(issuer, {
-  clients: [secret('robot'), secret('robot2'), secret('opaque-robot'),
+  clients: [secret('robot'), secret('robot2'), secret('opaque-robot'), secret('operator'),
     { ...secret('gateway'), grant_types: [EXCHANGE] }],
   jwks: structuredClone(keys),  // it keeps (and changes) what it is given
-  scopes: ['openid', 'offline_access', 'tools', 'deploy'],
+  scopes: ['openid', 'offline_access', 'tools', 'deploy', ADMIN_SCOPE],
   cookies: { keys: ['idp-tests-cookie-key'] },
   findAccount: async (_ctx, id) => ({ accountId: id, claims: async () => ({ sub: id }) }),
   issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
@@ -45,7 +47,7 @@ const provider = new Provider(issuer, {
       defaultResource: async (_ctx, _client, oneOf) => oneOf ?? resource,
       useGrantedResource: async () => true,
       getResourceServerInfo: async (_ctx, indicator, client) => ({
-        scope: 'tools deploy',
+        scope: client.clientId === 'operator' ? `tools deploy ${ADMIN_SCOPE}` : 'tools deploy',
         audience: indicator,
         accessTokenTTL: ttl,
         accessTokenFormat: client.clientId === 'opaque-robot' ? 'opaque' : 'jwt',

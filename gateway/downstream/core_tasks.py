@@ -22,6 +22,7 @@ from aiohttp import web
 from gateway import errors, router
 from gateway.downstream import sse
 from gateway.downstream.boundary import ACCEPTS, json_response, scopes_checked
+from gateway.downstream.exchange import send_held
 from gateway.downstream.session import Edit, Session, SessionExchange, SessionTask
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
@@ -155,11 +156,13 @@ class CoreTasks:
         bound = session.tasks.get(task.id)
         if task.terminal:
             await self.engine.delivered(task.id)
-            return json_response(core.final(task, msg["id"]))
+            return await send_held(request, core.final(task, msg["id"]), self.flow,
+                                   self.inflight.answers.hold(session.principal))
         if bound is None:  # the principal's, made in another session or on another replica
             return await self._await_end(request, session, msg, task)
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok)
+        ex.hold = self.inflight.answers.hold(session.principal)
         waiter = (msg["id"], ex)
         bound.waiters.append(waiter)
         for held in bound.held:
@@ -179,6 +182,7 @@ class CoreTasks:
         its input requests stay with the session that made it."""
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok)
+        ex.hold = self.inflight.answers.hold(session.principal)
 
         def told(changed: Task) -> None:
             if changed.terminal and ex.response is None:

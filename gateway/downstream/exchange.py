@@ -153,3 +153,24 @@ class Exchange:
         if self.failed:
             resp[FAILED] = True
         return resp
+
+
+async def send_held(request: web.Request, msg: Message, flow: sse.Flow, hold: Hold
+                    ) -> web.StreamResponse:
+    """An answer the gateway serves whole by itself (a finished task's result: tasks/result,
+    tasks/get): counted against its principal's answer bytes until written, and written
+    under the slow-reader rule (sse.send_body), as a call's answer is; over the budget, the
+    error that names the bound instead."""
+    body = jsonrpc.dumps(msg)
+    try:
+        hold.take(len(body))
+    except AnswersOverBudget as exc:
+        msg = exc.to_message(msg.get("id"))
+        body = jsonrpc.dumps(msg)
+    try:
+        resp = await sse.send_body(request, body, 200, JSON_HEADERS, flow)
+    finally:
+        hold.end()
+    if "error" in msg:
+        resp[FAILED] = True
+    return resp

@@ -193,6 +193,9 @@ class LegacyEra:
         except UpstreamError as exc:
             self.inflight.release(session.principal)
             return json_response(exc.to_message(client_id))
+        except BaseException:  # cancelled while it waited for a process: its slot goes
+            self.inflight.release(session.principal)
+            raise
         await conn.reachable()
         try:
             ticket = queue_ticket(self.backend, session.principal, msg, self.tasks.policy)

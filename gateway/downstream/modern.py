@@ -30,7 +30,7 @@ from gateway.downstream.boundary import (
     scopes_checked,
 )
 from gateway.downstream.envelope import Caller
-from gateway.downstream.exchange import Exchange
+from gateway.downstream.exchange import Exchange, send_held
 from gateway.downstream.handoff import Handoff
 from gateway.downstream.listen import Listeners
 from gateway.downstream.mrtr import Parked, ParkedCalls, Sealer, digest
@@ -262,11 +262,13 @@ class ModernEra:
             case router.Discover():  # what the server said when found ready
                 return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
                     ready.init_result, self.ttl_ms, self.scope)))
-            case router.ServeTasks():
+            case router.ServeTasks():  # a finished task's result inlined: held, as an answer
                 self.engine.admit(caller.principal)
-                return json_response(jsonrpc.result(msg["id"], await handlers.extension_request(
-                    self.engine, msg["method"], msg.get("params") or {}, caller.principal,
-                    lacking or unscoped)))
+                return await send_held(request, jsonrpc.result(
+                    msg["id"], await handlers.extension_request(
+                        self.engine, msg["method"], msg.get("params") or {}, caller.principal,
+                        lacking or unscoped)), self.flow,
+                    self.inflight.answers.hold(caller.principal))
             case router.Listen():
                 return await self.listeners.listen(request, msg, caller, ready, self.engine)
             case router.Resume():
@@ -317,6 +319,9 @@ class ModernEra:
         except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
             self.inflight.release(caller.principal)
             return json_response(exc.to_message(msg["id"]), 503)
+        except BaseException:  # cancelled while it waited for a process: its slot goes
+            self.inflight.release(caller.principal)
+            raise
         self._shape(ex, msg, params, used, decision.follow)
         try:
             ticket = queue_ticket(self.backend, caller.principal, msg, self.policy)  # 503
@@ -428,6 +433,7 @@ class ModernEra:
         call = parked.call
         call.conn.redirect(call, parked, client_id=msg["id"])  # parked hears it still
         ex = ModernExchange(self, caller, method, parked.digest, sse_ok)
+        ex.hold = self.inflight.answers.hold(caller.principal)
         ex.call, ex.parked, ex.done, ex.policy = call, parked, parked.done, parked.policy
         ex.tool, ex.uri, ex.own_progress = params.get("name"), params.get("uri"), \
             parked.own_progress

@@ -71,29 +71,33 @@ class EventReader:
         self.max_bytes = max_bytes
 
     async def events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, bytes]]:
-        event, data, size = "message", list[bytes | bytearray](), 0
+        # One buffer an event, its data lines joined by \n as they come: an event split in
+        # many short lines costs its bytes, not an object a line (42 times them, seen).
+        event, data, lines, size = "message", bytearray(), 0, 0
         over = self.max_bytes + 1
         async for line in _lines(resp.content, self.max_bytes + FIELD_BYTES):
             if line is None:  # a line past the bound: nothing more of this event's data
-                data, size = [], over
+                data.clear()
+                size = over
                 continue
             if not line:
-                payload = b"\n".join(data)
                 if size > self.max_bytes:
                     yield TOO_LARGE, b""
-                elif payload:  # an event with no data only primes the id (spec: polling)
-                    self.news += 1
-                    yield event, payload
-                event, data, size = "message", [], 0
+                elif data or lines > 1:  # an event with no data only primes the id (spec:
+                    self.news += 1       # polling)
+                    yield event, bytes(data)
+                event, lines, size = "message", 0, 0
+                data.clear()
                 continue
             name, _, value = line.partition(b":")
             value = value[1:] if value.startswith(b" ") else value
             if name == b"data":
-                size = min(size + len(value) + (1 if data else 0), over)  # joined by \n
+                size = min(size + len(value) + (1 if lines else 0), over)  # joined by \n
                 if size < over:
-                    data.append(value)
+                    data += b"\n" + value if lines else value
                 else:
                     data.clear()
+                lines += 1
             elif name == b"event":
                 event = value.decode(errors="replace")
             elif name == b"id" and _usable_id(value) and (seen := value.decode()) != \

@@ -96,6 +96,24 @@ async def test_a_strangers_guesses_through_haproxy_do_not_refuse_alice(group, ht
         assert (await call(http, url, "echo", {"text": "x"}, headers=ALICE)).status == 429
 
 
+async def test_a_stranger_in_the_trusted_ranges_cannot_name_alices_address(
+        group, http, stranger) -> None:
+    """The shipped trust covers the private ranges clients often live in. HAProxy drops the
+    X-Forwarded-For a client sent, so a stranger whose own address is trusted (here every
+    loopback one) can neither dodge the limit with made-up addresses nor pin it on Alice's
+    by naming hers: its guesses are counted against its own address."""
+    one, = await group(1, tasks=POLICY, security={"trusted_proxies": ["127.0.0.0/8"]})
+    async with balancing([one] * 3) as url:
+        statuses = []
+        for i in range(65):
+            reply = await call(stranger, url, "echo", {"text": "x"}, headers={
+                "Authorization": f"Bearer guess-{i}", "X-Forwarded-For": "127.0.0.1"})
+            statuses.append(reply.status)
+        assert statuses[:60] == [401] * 60 and statuses[-1] == 429, statuses
+        echoed = await call(http, url, "echo", {"text": "alice"}, headers=ALICE)
+        assert echoed.status == 200, echoed.body
+
+
 async def test_without_auth_a_proxied_stranger_is_no_loopback_peer(group, http) -> None:
     """No auth configured: loopback-only stays, and HAProxy's clients are not loopback
     (its X-Forwarded-For says it speaks for someone else)."""

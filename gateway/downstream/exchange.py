@@ -85,7 +85,7 @@ class Exchange:
         self.response, self.status = jsonrpc.dumps(msg), status
         self.failed = "error" in msg
         if self.hold is not None:
-            self._held(msg, self.hold, self.response)
+            self.response, self.failed = held(self.hold, msg, self.response)
         if self.timer is not None:
             self.timer.cancel()
         if self.beat is not None:
@@ -95,14 +95,6 @@ class Exchange:
         if self.stream is not None:
             self.stream.push(self.response, last=True)
         self._notify()
-
-    def _held(self, msg: Message, hold: Hold, response: bytes) -> None:
-        """The response counted against its principal's answer bytes; over them, it is
-        dropped for an error that names the bound (answer_bytes.py)."""
-        try:
-            hold.take(len(response))
-        except AnswersOverBudget as exc:
-            self.response, self.failed = jsonrpc.dumps(exc.to_message(msg.get("id"))), True
 
     # -- HTTP ------------------------------------------------------------------------------
     def _notify(self) -> None:
@@ -161,16 +153,22 @@ async def send_held(request: web.Request, msg: Message, flow: sse.Flow, hold: Ho
     tasks/get): counted against its principal's answer bytes until written, and written
     under the slow-reader rule (sse.send_body), as a call's answer is; over the budget, the
     error that names the bound instead."""
-    body = jsonrpc.dumps(msg)
-    try:
-        hold.take(len(body))
-    except AnswersOverBudget as exc:
-        msg = exc.to_message(msg.get("id"))
-        body = jsonrpc.dumps(msg)
+    body, failed = held(hold, msg, jsonrpc.dumps(msg))
     try:
         resp = await sse.send_body(request, body, 200, JSON_HEADERS, flow)
     finally:
         hold.end()
-    if "error" in msg:
+    if failed:
         resp[FAILED] = True
     return resp
+
+
+def held(hold: Hold, msg: Message, body: bytes) -> tuple[bytes, bool]:
+    """`body`, the answer to `msg`, counted against its principal's answer bytes, and
+    whether it is an error; over them, the error that names the bound instead
+    (answer_bytes.py)."""
+    try:
+        hold.take(len(body))
+    except AnswersOverBudget as exc:
+        return jsonrpc.dumps(exc.to_message(msg.get("id"))), True
+    return body, "error" in msg

@@ -83,8 +83,8 @@ class EventReader:
             if not line:
                 if size > self.max_bytes:
                     yield TOO_LARGE, b""
-                elif data or lines > 1:  # an event with no data only primes the id (spec:
-                    self.news += 1       # polling)
+                elif data:  # an event with no data only primes the id (spec: polling)
+                    self.news += 1
                     yield event, bytes(data)
                 event, lines, size = "message", 0, 0
                 data.clear()

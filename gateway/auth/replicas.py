@@ -6,26 +6,39 @@ address the holder's lease key in the store named: anyone who could write to the
 collected tokens. Now the relaying replica sends a seal instead, in `Mcp-Gateway-Relayed`:
 the principal it authenticated (owner, scopes, issuer and subject digests; never the token)
 encrypted and authenticated with a key derived from `replica.secret` (keyring "relay"),
-bound to the request's path, method and name headers and valid for RELAY_TTL_S. The
-receiving replica takes the principal from a seal that opens, and refuses (401) one that
-does not: a client cannot make one, and one seen on the wire vouches for nothing else.
+bound to the request's path, method and name headers and to a digest of its body (the
+requestState in it included), valid for RELAY_TTL_S and once: the receiving replica takes
+the principal from a seal that opens the first time, for a body of that digest, and refuses
+(401) any other. A client cannot make one; one seen on the wire vouches for nothing else,
+not even the same request sent again.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import secrets
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
+from cachetools import TTLCache
 
 from gateway.auth.principal import Principal
 from gateway.keyring import Cipher
 
 RELAY_TTL_S = 30.0  # a relay is sent at once: a seal older than this vouches for nothing
 AAD = b"mcp-task-gateway relay "
+MAX_OPENED = 65_536  # seals remembered as used, each for RELAY_TTL_S: relays are rare
+
+
+class Vouched(NamedTuple):
+    """What an opened seal says: who calls, and the digest of the body it was sealed for
+    (`digest`); the body read is checked against it."""
+
+    principal: Principal
+    body: str
 
 
 class ReplicaSeals:
@@ -35,20 +48,24 @@ class ReplicaSeals:
         # Without a shared secret there is no other replica: a random key opens nothing
         # another process sealed.
         self.cipher = Cipher(key or secrets.token_bytes(32))
+        self.opened: TTLCache[str, bool] = TTLCache(MAX_OPENED, RELAY_TTL_S)
 
-    def seal(self, principal: Principal, binding: str) -> str:
-        """The seal of `principal` for the request `binding` names (see `binding`)."""
+    def seal(self, principal: Principal, binding: str, body: bytes) -> str:
+        """The seal of `principal` for the request `binding` names (see `binding`) whose
+        body is `body`, usable once."""
         expires = time.time() + RELAY_TTL_S
         if principal.expires_at is not None:
             expires = min(expires, principal.expires_at)
         scopes = None if principal.scopes is None else sorted(principal.scopes)
         body = orjson.dumps({"o": principal.owner, "s": scopes, "i": principal.issuer,
-                             "u": principal.subject, "x": expires})
+                             "u": principal.subject, "x": expires, "b": digest(body),
+                             "n": secrets.token_urlsafe(16)})
         sealed = self.cipher.encrypt(body, AAD + binding.encode())
         return base64.urlsafe_b64encode(sealed).rstrip(b"=").decode()
 
-    def open(self, token: str, binding: str) -> Principal | None:
-        """The principal a genuine, unexpired seal for this request names; None else."""
+    def open(self, token: str, binding: str) -> Vouched | None:
+        """What a genuine, unexpired seal for this request says, the first time it is
+        opened; None else."""
         try:
             sealed = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         except (binascii.Error, ValueError):
@@ -57,10 +74,12 @@ class ReplicaSeals:
         if body is None:
             return None
         held: dict[str, Any] = orjson.loads(body)  # ours: it parses
-        if held["x"] < time.time():
+        if held["x"] < time.time() or held["n"] in self.opened:
             return None
+        self.opened[held["n"]] = True
         scopes = None if held["s"] is None else frozenset(held["s"])
-        return Principal(held["o"], scopes, held["i"], held["u"], held["x"])
+        return Vouched(Principal(held["o"], scopes, held["i"], held["u"], held["x"]),
+                       held["b"])
 
 
 def binding(path: str, method: str | None, name: str | None) -> str:
@@ -68,4 +87,9 @@ def binding(path: str, method: str | None, name: str | None) -> str:
     return orjson.dumps([path, method, name]).decode()
 
 
-__all__ = ["RELAY_TTL_S", "ReplicaSeals", "binding"]
+def digest(body: bytes | bytearray) -> str:
+    """What a seal holds of the body it vouches for."""
+    return hashlib.sha256(body).hexdigest()
+
+
+__all__ = ["RELAY_TTL_S", "ReplicaSeals", "Vouched", "binding", "digest"]

@@ -17,7 +17,7 @@ from yarl import URL
 from gateway import errors, router
 from gateway.auth import ANONYMOUS, Authenticator, Principal
 from gateway.auth.operators import Operators
-from gateway.auth.replicas import ReplicaSeals, binding
+from gateway.auth.replicas import ReplicaSeals, binding, digest
 from gateway.auth.resource import WELL_KNOWN
 from gateway.auth.throttle import FailedAuths
 from gateway.auth.token_exchange import TokenExchanger
@@ -38,6 +38,8 @@ CORS_ALLOW_HEADERS = ", ".join((
     "Mcp-Method", "Mcp-Name"))
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL = web.RequestKey("principal", Principal)  # who is calling (gateway/auth/)
+# A relayed request's: the digest of the body its replica seal vouches for (auth/replicas.py)
+RELAYED_BODY = web.RequestKey("relayed_body", str)
 # (JSON allowed, SSE allowed) for a POST: its Accept, checked once by the endpoint.
 ACCEPTS = web.RequestKey("accepts", tuple[bool, bool])
 # Set on a response that carries a JSON-RPC error (its HTTP status may still be 200): the
@@ -141,6 +143,9 @@ async def read_message(request: web.Request, max_bytes: int
     if request.content_length is not None and request.content_length > max_bytes:
         raise _too_large(max_bytes)
     body = await _read_body(request, max_bytes)
+    if (vouched := request.get(RELAYED_BODY)) is not None and digest(body) != vouched:
+        raise errors.Unauthorized("Unauthorized: a relayed request whose body is not the "
+                                  "one its replica seal vouches for", "wrong")
     size = len(body)
     try:
         msg = jsonrpc.loads(body)
@@ -315,12 +320,14 @@ class Guard:
         relayed = request.headers.get(mcp.H_RELAYED)
         if relayed is None:
             return await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
-        principal = self.seals.open(relayed, binding(
+        vouched = self.seals.open(relayed, binding(
             request.path, request.headers.get(mcp.H_METHOD), request.headers.get(mcp.H_NAME)))
-        if principal is None:
+        if vouched is None:
             raise errors.Unauthorized("Unauthorized: a relayed request whose replica seal "
-                                      "does not open", "wrong")
-        return principal
+                                      "does not open (forged, stale, or used already)",
+                                      "wrong")
+        request[RELAYED_BODY] = vouched.body
+        return vouched.principal
 
     def _checked(self, request: web.Request) -> web.Response | None:
         """The checks before any credential: Host, headers' bytes, Origin; a CORS

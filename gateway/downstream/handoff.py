@@ -46,10 +46,12 @@ class Handoff:
                 log.info("relay.no_address", replica=replica)
             raise errors.InvalidParams(GONE)
         headers = {k: v for k in PASSED if (v := request.headers.get(k)) is not None}
+        body = jsonrpc.dumps(msg)
         headers[RELAYED] = self.seals.seal(principal, binding(
-            request.path, request.headers.get(mcp.H_METHOD), request.headers.get(mcp.H_NAME)))
+            request.path, request.headers.get(mcp.H_METHOD), request.headers.get(mcp.H_NAME)),
+            body)
         try:
-            async with self._session().post(url + request.path, data=jsonrpc.dumps(msg),
+            async with self._session().post(url + request.path, data=body,
                                             headers=headers) as answer:
                 resp = web.StreamResponse(status=answer.status, headers={
                     k: v for k in ("Content-Type", "Cache-Control")

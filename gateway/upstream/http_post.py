@@ -98,9 +98,10 @@ class Poster:
                 # the configured origin only.
                 async with self.http.post(self.session.post_url, data=data, headers=headers,
                                           timeout=self.timeout, allow_redirects=False) as resp:
-                    gone = carried if carried and await forgotten(resp, self.max_bytes) else None
+                    said = await refusal(resp, self.max_bytes) if carried else None
+                    gone = carried if forgets_session(resp.status, said or b"") else None
                     if gone is None:
-                        await self._bounded(resp, data, call)
+                        await self._bounded(resp, data, call, said)
                 if gone is not None:
                     await self._again(data, call, extra, gone, again)
                 return
@@ -142,7 +143,7 @@ class Poster:
                      carried: str, again: bool) -> None:
         """spec (Session Management): a 404 to a request that carried the session id means
         the server forgot the session and did not process the request (so does a 400 that
-        says the session id is not valid: see `forgotten`): the transport starts a new
+        says the session id is not valid: see `forgets_session`): the transport starts a new
         session, and the request goes once more (its call kept meanwhile)."""
         if self.session.session_id == carried:
             self.session.lost.set()
@@ -162,19 +163,20 @@ class Poster:
         if self.link.pending(call):
             await self.post(data, call, extra, again=False)
 
-    async def _bounded(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None
-                       ) -> None:
+    async def _bounded(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None,
+                       said: bytes | None) -> None:
         """The answer, read to at most max_message_bytes a message: past it the reading
         stops (the connection closes, the rest unread), and the call fails saying so; the
-        session goes on (only this POST's connection is dropped)."""
+        session goes on (only this POST's connection is dropped). `said`: the body of a
+        refusal read already (`refusal`)."""
         try:
-            await self._answered(resp, data, call)
+            await self._answered(resp, data, call, said)
         except TooLarge:
             resp.close()
             self.too_large(data, call)
 
-    async def _answered(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None
-                        ) -> None:
+    async def _answered(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None,
+                        said: bytes | None) -> None:
         sid = resp.headers.get(mcp.H_SESSION)
         if sid and self.session.session_id is None:
             self.session.session_id = sid
@@ -184,7 +186,9 @@ class Poster:
             if resp.status < 500 and self.session.state == "initializing":
                 self.session.refused = resp.status
             if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
-                self.link.on_message(await read_body(resp, self.max_bytes), call)
+                body = said if said is not None else await read_body(resp, self.max_bytes)
+                if body:
+                    self.link.on_message(body, call)
             self.failed(data, call, f"answered HTTP {resp.status}")
         elif resp.status == 202:  # spec (Sending Messages): accepted, no body (mcp 2.x
             pass  # servers still label it application/json, with a length of 0)
@@ -273,16 +277,17 @@ class Poster:
                         url=redact.url(self.session.post_url))
 
 
-async def forgotten(resp: aiohttp.ClientResponse, max_bytes: int) -> bool:
-    """Whether the answer to a request that carried a session id says the server does not
-    know that session (see `forgets_session`; the body stays readable: aiohttp keeps what
-    it read). Only a body of a known length within `max_bytes` is looked at."""
-    body = b""
-    if resp.status == 400 and resp.content_length is not None and \
-            resp.content_length <= max_bytes:
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            body = await resp.read()
-    return forgets_session(resp.status, body)
+async def refusal(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+    """The body of a 400, read (to see whether it says the session is unknown: see
+    `forgets_session`) and kept for the call's answer; None for any other status. It is
+    counted as it is decompressed, as every answer is (`read_body`): a small gzip body that
+    inflates past `max_bytes` is cut there and read as empty, never held whole."""
+    if resp.status != 400:
+        return None
+    try:
+        return await read_body(resp, max_bytes)
+    except (TooLarge, aiohttp.ClientError, TimeoutError):
+        return b""
 
 
 def forgets_session(status: int | None, body: bytes) -> bool:
@@ -316,8 +321,6 @@ async def read_body(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
     one without a length is read to the bound."""
     if resp.content_length is not None and resp.content_length > max_bytes:
         raise TooLarge(max_bytes)
-    if resp.content.at_eof():  # read already (`forgotten`): aiohttp kept it
-        return await resp.read()
     body = bytearray()  # decompressed, it may be longer than it said: counted as it comes
     async for chunk in resp.content.iter_any():
         body += chunk

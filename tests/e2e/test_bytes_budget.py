@@ -94,6 +94,24 @@ async def test_an_http_answer_over_max_message_bytes_fails_its_call_alone(how: s
         assert text_length(again.message) == MIB
 
 
+async def test_a_refusal_that_inflates_past_the_bound_is_cut_there() -> None:
+    """An HTTP 400 to a request that carried the session id is read to see whether it
+    speaks of the session; a small gzip body that inflates to 100 MiB is read only to
+    max_message_bytes: Bob's call fails, the gateway does not grow by the 100 MiB, and
+    Alice's call and Bob's next one are served."""
+    async with unruly() as base, gateway_process(base + "/mcp", {
+            "max_message_bytes": 4 * MIB}) as (url, pid), \
+            principal(url, "alice") as alice, principal(url, "bob") as bob:
+        await alice.call("big", {"mib": 1})  # warm
+        before = peak_mib(pid)
+        refused = await bob.call("big", {"mib": 100, "how": "gzip400"})
+        assert "answered HTTP 400" in refused.message["error"]["message"], refused.message
+        grown = peak_mib(pid) - before
+        assert grown < 24, f"the gateway grew {grown:.1f} MiB for a refused gzip body"
+        assert text_length((await alice.call("big", {"mib": 2})).message) == 2 * MIB
+        assert text_length((await bob.call("big", {"mib": 1})).message) == MIB
+
+
 # -- (b) one budget for the bytes of answers clients have not read ---------------------------
 async def unread_call(url: str, session: McpHttp, rid: int, mib: int
                       ) -> asyncio.StreamWriter:

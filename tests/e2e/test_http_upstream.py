@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -119,13 +120,14 @@ async def test_a_restarted_upstream_is_reinitialized_and_the_call_sent_again(gat
         assert text_of(reply).startswith("This is")  # same client session, new upstream one
 
 
-async def answered_after_restart(mcp: McpHttp) -> Reply:
+async def answered_after_restart(mcp: McpHttp, name: str = "test_simple_text",
+                                 args: dict[str, Any] | None = None) -> Reply:
     """The call's answer. A call that arrives while the gateway backs off between attempts
     to reach the restarting server (a slow host: the server listens later than its first
     attempts) is refused at once, nothing sent ("down"), and the client may call again;
     any other error fails the test."""
     while True:
-        reply = await mcp.call("test_simple_text")
+        reply = await mcp.call(name, args)
         error = reply.message.get("error")
         if error is None or error.get("data", {}).get("reason") != "down":
             return reply

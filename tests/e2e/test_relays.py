@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -32,6 +33,7 @@ class Listener:
 
     def __init__(self, to: str | None = None) -> None:
         self.to = to
+        self.edit: Callable[[bytes], bytes] = lambda body: body  # what the hop forwards
         self.port = free_port()
         self.heard: list[tuple[dict[str, str], bytes]] = []
         self.runner: web.AppRunner | None = None
@@ -48,7 +50,7 @@ class Listener:
         headers = {k: v for k, v in request.headers.items()
                    if k.lower() not in ("host", "content-length")}
         async with aiohttp.ClientSession() as http, http.post(
-                self.to + request.path, data=body, headers=headers) as answer:
+                self.to + request.path, data=self.edit(body), headers=headers) as answer:
             return web.Response(status=answer.status, body=await answer.read(),
                                 content_type=answer.content_type)
 
@@ -159,3 +161,28 @@ async def test_a_relayed_retry_carries_no_client_credential(made, redis_server, 
                     "host", "content-length", "mcp-name")},
                 "Mcp-Name": "echo", "Mcp-Gateway-Relayed": seal}) as refused:
             assert refused.status == 401
+    # Nor does the very relay sent again whole: a seal opens once.
+    async with http.post(a.url, data=body, headers={
+            k: v for k, v in headers.items() if k.lower() not in ("host", "content-length")}
+            ) as again:
+        assert again.status == 401
+
+
+async def test_a_relay_seal_vouches_for_its_own_body_only(made, redis_server, key_prefix,
+                                                          http) -> None:
+    """A hop that changes the relayed body (one byte, here a space) gets the holder's 401,
+    and Alice's retry is not taken on the altered body."""
+    started, listeners = made
+    hop = Listener()
+    hop.edit = lambda body: body.replace(b'"id":', b'"id": ', 1)
+    a = replica("r0", redis_server.url, key_prefix, url=hop.url)
+    hop.to = f"http://127.0.0.1:{a.port}"
+    await hop.start()
+    listeners.append(hop)
+    b = replica("r1", redis_server.url, key_prefix)
+    started += [a, b]
+    await asyncio.gather(a.start(), b.start())
+    _, first = await ask_round(http, a.url, headers=bearer("alice"))
+    (key, _), = first["inputRequests"].items()
+    done = await retry(http, b.url, first["requestState"], {key: ANSWER}, bearer("alice"))
+    assert len(hop.heard) == 1 and done.status == 401, done.body

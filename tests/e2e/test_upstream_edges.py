@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port, listening, served
 from mcp_http import next_event, parse_sse, text_of
-from test_http_upstream import basic_http
+from test_http_upstream import answered_after_restart, basic_http
 from test_modern import call, envelope, headers_for, modern
 
 from gateway.settings import from_mapping
@@ -173,7 +173,8 @@ async def test_a_restarted_server_that_answers_400_gets_a_new_session(gateway, c
     for word in ("after", "again"):  # each restart alike
         everything.stop()
         await everything.start()
-        reply = await asyncio.wait_for(mcp.call("echo", {"message": word}), 30)
+        reply = await asyncio.wait_for(answered_after_restart(mcp, "echo", {"message": word}),
+                                       30)
         assert text_of(reply) == f"Echo: {word}"  # same client session, new upstream one
 
 

@@ -10,7 +10,8 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|closing]
   primes an event id, with `retry: 10`, and ends before the answer), dropped (the same,
   but its connection is cut mid-stream), unprimed (an SSE answer that ends before the
   answer without any event id), big (arguments mib, and how: "json" with a length,
-  "chunked" JSON, or "sse"): an answer of that many MiB of text, written a MiB at a time.
+  "chunked" JSON, or "sse"): an answer of that many MiB of text, written a MiB at a time;
+  how "gzip400": a 400 whose gzip body is small on the wire and that many MiB inflated.
 - modern: 2026-07-28 only (initialize is 404 -32601): server/discover, tools/list, and
   subscriptions/listen answered as chunked application/json, a message a line, held open;
   the tool change sends tools list_changed to every listener.
@@ -25,6 +26,7 @@ many of them carried a Last-Event-ID (`resumes`).
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import sys
 
@@ -57,6 +59,10 @@ async def big(request: web.Request, rid: object, args: dict) -> web.StreamRespon
     head = json.dumps(result(rid, text("@")), separators=(",", ":")).encode()
     before, after = head.split(b"@")
     mib, how = int(args["mib"]), args.get("how", "json")
+    if how == "gzip400":
+        return web.Response(status=400, body=gzip.compress(before + b"x" * (mib << 20) + after, 1),
+                            headers={"Content-Type": "application/json",
+                                     "Content-Encoding": "gzip"})
     if how == "sse":
         before, after = b"data: " + before, after + b"\n\n"
     resp = web.StreamResponse(headers={

@@ -810,11 +810,10 @@ class Settings(_Model):
 
     @property
     def operator_hosts(self) -> list[str] | None:
-        """The Host names the operator listener serves: bound to loopback, the loopback
-        names and `security.allowed_hosts`; else as the gateway's port. None: any."""
+        """The Host names the operator listener serves, wherever it is bound: the loopback
+        names and `security.allowed_hosts` (and any IP address: downstream/peers.py Hosts).
+        None: any."""
         hosts = self.security.allowed_hosts or []
-        if not _loopback(self.listen.operator_host):
-            return self.allowed_hosts
         return None if "*" in hosts else [*LOOPBACK_HOSTS, *hosts]
 
     @property

@@ -248,7 +248,8 @@ class Guard:
         self.seals = seals or ReplicaSeals(None)  # what another replica vouches for
         self.any_origin = "*" in conf.security.allowed_origins
         self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
-        self.hosts = Hosts(conf.operator_hosts if listener else conf.allowed_hosts)
+        self.hosts = Hosts(conf.operator_hosts, addresses=True) if listener else \
+            Hosts(conf.allowed_hosts)
         self.auth = auth
         self.operators = Operators(conf.auth, auth, listener=listener)
         self.failures = FailedAuths(conf.auth.failures_per_minute)

@@ -22,12 +22,17 @@ FORWARDING = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
 
 
 class Hosts:
-    """The Host names served: each a name (any port) or name:port; None: any."""
+    """The Host names served: each a name (any port) or name:port; None: any. With
+    `addresses`, any IP address too: a DNS rebinding attack, which the Host check is for,
+    names a host by a name it controls, never by an address, and a scraper that reaches a
+    pod or a host by its address names that address (the operator listener)."""
 
-    def __init__(self, allowed: list[str] | None) -> None:
+    def __init__(self, allowed: list[str] | None, addresses: bool = False) -> None:
         self.any = allowed is None
         self.allowed = {split(h.lower()) for h in allowed or ()}
+        self.addresses = addresses
         self._last: str | None = None  # the last Host allowed, as it came
+
     def allows(self, header: str | None) -> bool:
         """Whether a request with this Host header is served. None (no Host: HTTP/1.0, or
         a tool rather than a browser, which always sends one) is."""
@@ -35,7 +40,7 @@ class Hosts:
             return True
         name, port = split(header.lower())
         if (name, None) in self.allowed or (port is not None and (name, port) in
-                                            self.allowed):
+                                            self.allowed) or (self.addresses and _named_address(name)):
             self._last = header  # a client sends the same Host on every request
             return True
         return False
@@ -95,6 +100,12 @@ class Clients:
     def _trusted(self, value: str) -> bool:
         address = _address(value)
         return address is not None and any(address in net for net in self.trusted)
+
+
+def _named_address(name: str) -> bool:
+    """Whether a Host's name is an IP address (an IPv6 one in brackets, RFC 3986)."""
+    return name.startswith("[") == name.endswith("]") and \
+        _address(name[1:-1] if name.startswith("[") else name) is not None
 
 
 def _address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

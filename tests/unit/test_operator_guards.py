@@ -147,14 +147,24 @@ def test_trusted_proxies_are_addresses() -> None:
         from_mapping({**UPSTREAM, "security": {"trusted_proxies": ["haproxy"]}})
 
 
-def test_the_operator_listener_serves_loopback_names_when_bound_to_loopback() -> None:
+def test_the_operator_listener_serves_loopback_names_and_addresses_wherever_bound() -> None:
+    """Issue 41, second look: bound wide, the operator listener served any Host (a DNS
+    rebinding page could read it); it serves the loopback names, allowed_hosts and any IP
+    address (a scraper reaching a pod by its address), never another name."""
     wide = {**UPSTREAM, "listen": {"host": "0.0.0.0", "operator_port": 9090},
             "auth": {"bearer_tokens": ["t" * 32]},
             "security": {"allowed_hosts": ["mcp.example.com"]}}
-    assert from_mapping(wide).operator_hosts == ["localhost", "127.0.0.1", "[::1]",
-                                                 "mcp.example.com"]
+    served = ["localhost", "127.0.0.1", "[::1]", "mcp.example.com"]
+    assert from_mapping(wide).operator_hosts == served
     exposed = {**wide, "listen": {**wide["listen"], "operator_host": "0.0.0.0"}}
-    assert from_mapping(exposed).operator_hosts == ["mcp.example.com"]
+    assert from_mapping(exposed).operator_hosts == served
+    bare = {**exposed, "security": {}}
+    hosts = Hosts(from_mapping(bare).operator_hosts, addresses=True)
+    for host in ("localhost:9090", "10.1.2.3:9090", "[fd00::1]:9090", "10.1.2.3"):
+        assert hosts.allows(host), host
+    for host in ("evil.example:9090", "10.1.2.3.evil.example", "[not-an-address]:9090"):
+        assert not hosts.allows(host), host
+    assert not Hosts(["localhost"]).allows("10.1.2.3:9090")  # the gateway's port: names
 
 
 def test_the_operator_port_is_not_the_gateway_port() -> None:

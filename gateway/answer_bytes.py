@@ -14,6 +14,11 @@ Rules (README, Limits):
   a fair share (the bound over the principals holding answers, itself included): the
   principal over its share meets the bound, never the one under it. The total may pass
   the bound by what principals under their share take.
+- A stdio server's line read in part (its bytes before the newline; at most
+  `max_message_bytes` a process, stdio.py) is counted in the total under its upstream
+  (`reading`), never refused: whose it is is known once it is whole, when it becomes its
+  call's answer. It counts toward the overall bound, so a principal over its fair share
+  meets that bound sooner while big lines are read; one under its share never does.
 
 Pure: no I/O, no asyncio.
 """
@@ -21,6 +26,7 @@ Pure: no I/O, no asyncio.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from gateway.errors import AnswersOverBudget
 from gateway.observability.counters import Counters
@@ -57,6 +63,17 @@ class AnswerBytes:
         else:
             del self.held[owner]
         self.total -= size
+
+    def reading(self, holder: str) -> Callable[[int], None]:
+        """How a reader of an upstream's lines says its part-read line grew or shrank by
+        `delta` bytes, counted under `holder` and never refused (see the rules above)."""
+        def note(delta: int) -> None:
+            if delta > 0:
+                self.held[holder] += delta
+                self.total += delta
+            elif delta < 0:
+                self.give_back(holder, -delta)
+        return note
 
     def hold(self, owner: str) -> Hold:
         """What one exchange of `owner` holds (see Hold)."""

@@ -74,7 +74,8 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
     admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
                           counters)
-    inflight = InFlight(limits.max_calls_per_owner, counters, _answers(limits, counters))
+    answers = _answers(limits, counters)
+    inflight = InFlight(limits.max_calls_per_owner, counters, answers)
     queues = Queues(metrics.queue_waited, counters=counters)
     replica = conf.replica.id or secrets.token_hex(8)
     store, bus, records = _store(conf, replica)
@@ -84,7 +85,8 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
                         {n: u.request_timeout_ms for n, u in conf.upstreams.items()})
     replay, processes = _replay(limits), Processes(Bounds.of(limits, conf.auth.enabled), counters)
     for name, up in conf.upstreams.items():
-        backend = isolation.build(name, up, limits.max_message_bytes, counters, queues, processes)
+        backend = isolation.build(name, up, limits.max_message_bytes, counters, queues, processes,
+                                  answers)
         exchanger = auth.exchanger(up.token_exchange)
         era = LegacyEra(backend, _sessions(limits, replay, up.isolation == "client"), conf,
                         engine, policies, inflight, exchanger, _resumption(records, name, limits))

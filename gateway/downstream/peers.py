@@ -39,8 +39,9 @@ class Hosts:
         if self.any or header is None or header == self._last:
             return True
         name, port = split(header.lower())
-        if (name, None) in self.allowed or (port is not None and (name, port) in
-                                            self.allowed) or (self.addresses and _named_address(name)):
+        named = (name, None) in self.allowed or (port is not None and (name, port) in
+                                                 self.allowed)
+        if named or (self.addresses and _named_address(name)):
             self._last = header  # a client sends the same Host on every request
             return True
         return False

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.answer_bytes import AnswerBytes
 from gateway.errors import UpstreamError, UpstreamNotReady, UpstreamShutdown
 from gateway.observability import log
 from gateway.observability.counters import Counters
@@ -63,7 +64,8 @@ class Backend:
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  counters: Counters | None = None, queues: Queues | None = None,
-                 processes: Processes | None = None) -> None:
+                 processes: Processes | None = None, answers: AnswerBytes | None = None
+                 ) -> None:
         self.name = name
         self.conf = conf
         self.queues = queues or Queues()
@@ -72,6 +74,8 @@ class Backend:
         self.limit = None if conf.max_concurrency is None else Limit(
             name, "*", conf.max_concurrency, conf.max_queue, server=True)
         self.max_message_bytes = max_message_bytes
+        # The answer budget: a stdio line read in part is counted in it (stdio.py).
+        self.answers = answers or AnswerBytes(1 << 62, 1 << 62)
         self.counters = counters if counters is not None else Counters()
         self.catalogue = Catalogue()
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
@@ -121,8 +125,9 @@ class Backend:
                                               restart)
         if command is None:
             raise ValueError(f"upstream '{name}' has neither a command nor a url")
+        reading = self.answers.reading(f"upstream {name}")
         return lambda link: StdioTransport(link, name, conf, command, self.max_message_bytes,
-                                           restart)
+                                           restart, reading)
 
     def stop_calls(self) -> int:
         """The gateway is stopping: every client's call in flight, on any of this upstream's
@@ -233,8 +238,9 @@ class PerClient(Backend):
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  counters: Counters | None = None, queues: Queues | None = None,
-                 processes: Processes | None = None) -> None:
-        super().__init__(name, conf, max_message_bytes, counters, queues, processes)
+                 processes: Processes | None = None, answers: AnswerBytes | None = None
+                 ) -> None:
+        super().__init__(name, conf, max_message_bytes, counters, queues, processes, answers)
         self._by_principal: dict[str, Connection] = {}
         self._starting: dict[str, asyncio.Task[Connection]] = {}  # waiting for a place
         self._used: dict[str, float] = {}  # principal -> its last modern request (monotonic)
@@ -313,8 +319,9 @@ class PerCall(Backend):
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  counters: Counters | None = None, queues: Queues | None = None,
-                 processes: Processes | None = None) -> None:
-        super().__init__(name, conf, max_message_bytes, counters, queues, processes)
+                 processes: Processes | None = None, answers: AnswerBytes | None = None
+                 ) -> None:
+        super().__init__(name, conf, max_message_bytes, counters, queues, processes, answers)
         self._warm: asyncio.Queue[Connection] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
@@ -446,7 +453,7 @@ async def _started(conn: Connection) -> dict[str, Any]:
 
 def build(name: str, conf: UpstreamConf, max_message_bytes: int,
           counters: Counters | None = None, queues: Queues | None = None,
-          processes: Processes | None = None) -> Backend:
+          processes: Processes | None = None, answers: AnswerBytes | None = None) -> Backend:
     kind: type[Backend] = {"shared": Backend, "client": PerClient,
                            "call": PerCall}[conf.isolation]
-    return kind(name, conf, max_message_bytes, counters, queues, processes)
+    return kind(name, conf, max_message_bytes, counters, queues, processes, answers)

@@ -3,7 +3,9 @@
 Framing is newline-delimited JSON read straight from the pipe into one buffer: no per-line
 limit (asyncio's StreamReader.readline stops at 64 KiB, which several-MiB messages hit), only a
 total bound, `limits.max_message_bytes`, past which the process is restarted rather than let
-it grow the gateway's memory. stderr lines are logged under the upstream's name.
+it grow the gateway's memory; what a part-read line holds is counted in the gateway's budget
+of answer bytes (answer_bytes.py `reading`). stderr lines are logged under the upstream's
+name.
 
 The supervisor spawns, lets its link run the handshake (abandoned if the process exits
 meanwhile), then waits for the process to exit; an exit fails every call in flight at once
@@ -44,11 +46,14 @@ class _Pipes(asyncio.SubprocessProtocol):
     """Splits stdout into lines for the link and logs stderr lines."""
 
     def __init__(self, name: str, on_line: Callable[[bytes | memoryview], object],
-                 kill: Callable[[], None], max_bytes: int) -> None:
+                 kill: Callable[[], None], max_bytes: int,
+                 reading: Callable[[int], None] | None = None) -> None:
         self.name = name
         self.on_line = on_line
         self.kill = kill
         self.max_bytes = max_bytes
+        self.reading = reading or (lambda _: None)
+        self.counted = 0  # of `out`, in the answer budget
         self.out = bytearray()
         self.err = bytearray()
         self.said: deque[str] = deque(maxlen=STDERR_TAIL)  # its last lines, for a failed start
@@ -82,6 +87,13 @@ class _Pipes(asyncio.SubprocessProtocol):
             log.error("upstream.message_too_large", upstream=self.name, bytes=len(buf))
             self.out = bytearray()
             self.kill()
+        self._count(len(self.out))
+
+    def _count(self, size: int) -> None:
+        """The part-read line now holds `size` bytes: the budget hears the difference."""
+        if size != self.counted:
+            self.reading(size - self.counted)
+            self.counted = size
 
     def _stderr(self, data: bytes) -> None:
         self.err += data
@@ -97,6 +109,9 @@ class _Pipes(asyncio.SubprocessProtocol):
             self.said.append(text[:STDERR_LINE])
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:  # a line the server never ended goes with its process
+            self.out = bytearray()
+            self._count(0)
         if fd == 2:
             self._said(self.err)  # a last line without its newline
             self.err = bytearray()
@@ -123,7 +138,8 @@ class StdioTransport:
     kind = "stdio"
 
     def __init__(self, link: Link, name: str, conf: UpstreamConf, command: str,
-                 max_message_bytes: int, restart: bool = True) -> None:
+                 max_message_bytes: int, restart: bool = True,
+                 reading: Callable[[int], None] | None = None) -> None:
         self._link = link
         self.name = name
         self.state = "starting"
@@ -132,6 +148,7 @@ class StdioTransport:
         self.command = command
         self.max_message_bytes = max_message_bytes
         self.restart = restart
+        self.reading = reading  # the answer budget's count of a part-read line
         self._proc: _Process | None = None  # while a process runs
         self._outbox: list[bytes] = []
         self._closing = False
@@ -187,7 +204,8 @@ class StdioTransport:
         self.state = "starting"
         loop = asyncio.get_running_loop()
         env = server_env(self.conf)
-        pipes = _Pipes(self.name, self._link.on_message, self._kill, self.max_message_bytes)
+        pipes = _Pipes(self.name, self._link.on_message, self._kill, self.max_message_bytes,
+                       self.reading)
         command = self.command
         try:
             transport, _ = await loop.subprocess_exec(

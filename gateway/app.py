@@ -74,8 +74,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
     admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
                           counters)
-    answers = _answers(limits, counters)
-    inflight = InFlight(limits.max_calls_per_owner, counters, answers)
+    inflight = InFlight(limits.max_calls_per_owner, counters, answers := _answers(limits, counters))
     queues = Queues(metrics.queue_waited, counters=counters)
     replica = conf.replica.id or secrets.token_hex(8)
     store, bus, records = _store(conf, replica)

@@ -134,22 +134,29 @@ async def test_a_lease_rewritten_in_the_store_collects_no_token(made, redis_serv
     assert trap.heard == []
 
 
-async def test_a_relayed_retry_carries_no_client_credential(made, redis_server, key_prefix,
-                                                            http) -> None:
-    """The relay to the sealed address (here a hop the test owns, in front of the holder)
-    carries the replicas' seal instead of Alice's token, and the holder takes it."""
+async def relayed_through(hop: Listener, made: Any, redis_server: Any, key_prefix: str,
+                          http: aiohttp.ClientSession) -> tuple[Replica, Any]:
+    """Alice's input round on r0 (its replica.url the test's `hop` in front of it), her
+    retry sent to r1, which relays it through the hop: r0 and r1's answer."""
     started, listeners = made
-    a_port_hop = Listener()
-    a = replica("r0", redis_server.url, key_prefix, url=a_port_hop.url)
-    a_port_hop.to = f"http://127.0.0.1:{a.port}"
-    await a_port_hop.start()
-    listeners.append(a_port_hop)
+    a = replica("r0", redis_server.url, key_prefix, url=hop.url)
+    hop.to = f"http://127.0.0.1:{a.port}"
+    await hop.start()
+    listeners.append(hop)
     b = replica("r1", redis_server.url, key_prefix)
     started += [a, b]
     await asyncio.gather(a.start(), b.start())
     _, first = await ask_round(http, a.url, headers=bearer("alice"))
     (key, _), = first["inputRequests"].items()
-    done = await retry(http, b.url, first["requestState"], {key: ANSWER}, bearer("alice"))
+    return a, await retry(http, b.url, first["requestState"], {key: ANSWER}, bearer("alice"))
+
+
+async def test_a_relayed_retry_carries_no_client_credential(made, redis_server, key_prefix,
+                                                            http) -> None:
+    """The relay to the sealed address (here a hop the test owns, in front of the holder)
+    carries the replicas' seal instead of Alice's token, and the holder takes it."""
+    a_port_hop = Listener()
+    a, done = await relayed_through(a_port_hop, made, redis_server, key_prefix, http)
     assert json.loads(done.body["result"]["content"][0]["text"]) == ANSWER
     assert len(a_port_hop.heard) == 1 and not a_port_hop.carried_a_token()
     headers, body = a_port_hop.heard[0]
@@ -172,17 +179,7 @@ async def test_a_relay_seal_vouches_for_its_own_body_only(made, redis_server, ke
                                                           http) -> None:
     """A hop that changes the relayed body (one byte, here a space) gets the holder's 401,
     and Alice's retry is not taken on the altered body."""
-    started, listeners = made
     hop = Listener()
     hop.edit = lambda body: body.replace(b'"id":', b'"id": ', 1)
-    a = replica("r0", redis_server.url, key_prefix, url=hop.url)
-    hop.to = f"http://127.0.0.1:{a.port}"
-    await hop.start()
-    listeners.append(hop)
-    b = replica("r1", redis_server.url, key_prefix)
-    started += [a, b]
-    await asyncio.gather(a.start(), b.start())
-    _, first = await ask_round(http, a.url, headers=bearer("alice"))
-    (key, _), = first["inputRequests"].items()
-    done = await retry(http, b.url, first["requestState"], {key: ANSWER}, bearer("alice"))
+    _, done = await relayed_through(hop, made, redis_server, key_prefix, http)
     assert len(hop.heard) == 1 and done.status == 401, done.body

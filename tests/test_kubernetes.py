@@ -221,9 +221,10 @@ def test_the_pods_names_are_the_image_and_compose_ones(overlay: str, monkeypatch
 
 
 def test_the_readme_makes_the_secrets_the_manifests_read() -> None:
-    """README's `kubectl create secret` lines give each key the valkey-sentinel pods read,
-    no other; for external-store, REDIS_URL in place of STORE_PASSWORD."""
-    readme = (ROOT / "README.md").read_text().split("### On Kubernetes", 1)[1]
+    """docs/replicas.md's `kubectl create secret` lines (once README's) give each key the
+    valkey-sentinel pods read, no other; for external-store, REDIS_URL in place of
+    STORE_PASSWORD."""
+    readme = (ROOT / "docs" / "replicas.md").read_text().split("## On Kubernetes", 1)[1]
     readme = readme.split("\n## ", 1)[0]
     made = {(name, key) for name, keys in re.findall(
                 r"create secret generic (\S+)((?:.*\\\n)*.*)", readme)

@@ -1,5 +1,6 @@
-"""The container image and the README must agree, read without a container engine (the
-image itself is built and run by tests/e2e/test_image.py): entry point, config path, user."""
+"""The container image and its docs (docs/container.md, once README's) must agree, read
+without a container engine (the image itself is built and run by tests/e2e/test_image.py):
+entry point, config path, user."""
 
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ def instruction(dockerfile: str, name: str) -> str:
 
 def test_dockerfile_matches_readme_and_package(monkeypatch) -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "container.md").read_text()
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     entry = json.loads(instruction(dockerfile, "ENTRYPOINT"))
     cmd = json.loads(instruction(dockerfile, "CMD"))
     assert entry == ["mcp-task-gateway"] and "mcp-task-gateway" in scripts
     config_path = cmd[cmd.index("--config") + 1]
-    # The README's docker run mounts the user's file exactly where the image reads it.
+    # The page's docker run mounts the user's file exactly where the image reads it.
     assert f":{config_path}" in readme
     baked = re.search(rf"^COPY (\S+) {re.escape(config_path)}$", dockerfile, re.M)
     assert baked, "the image should carry a default config at its config path"

@@ -411,9 +411,9 @@ async def test_the_callers_token_never_goes_upstream_its_exchange_does(gateway, 
 
 
 async def test_the_readme_oauth_walkthrough(http) -> None:
-    """README, OAuth: its commands as they stand (ports moved to free ones), against the
-    shipped config/oauth.yaml and server-everything through npx."""
-    readme = (ROOT / "README.md").read_text()
+    """docs/oauth.md (once README, OAuth): its commands as they stand (ports moved to free
+    ones), against the shipped config/oauth.yaml and server-everything through npx."""
+    readme = (ROOT / "docs" / "oauth.md").read_text()
     block = readme.split("client credentials grant:\n\n", 1)[1].split("\n\n", 1)[0]
     gw, idp_port = free_port(), free_port()
     lines = block.replace("8080", str(gw)).replace("9000", str(idp_port)).replace(

@@ -1,6 +1,6 @@
-"""The README's "Bad input" table is what the gateway answers: every row is sent (or, where it
-needs a stage of its own, named with the test that sends it) and its HTTP status and
-JSON-RPC code compared with the row."""
+"""The "Bad input" table of docs/clients.md (once README's) is what the gateway answers: every
+row is sent (or, where it needs a stage of its own, named with the test that sends it) and
+its HTTP status and JSON-RPC code compared with the row."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from mcp_http import ACCEPT_BOTH, McpHttp
 from test_modern import headers_for, modern
 
-README = Path(__file__).parents[2] / "README.md"
+PAGE = Path(__file__).parents[2] / "docs" / "clients.md"  # README once held the table
 TOKEN = "readme-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 LEGACY = {"Content-Type": "application/json", "Accept": ACCEPT_BOTH, **AUTH}
@@ -27,8 +27,8 @@ Probe = Callable[["Stage"], Awaitable[Outcome]]
 
 
 def table() -> list[tuple[str, str]]:
-    text = README.read_text()
-    section = text.split("### Bad input", 1)[1].split("\n\n", 2)[1]
+    text = PAGE.read_text()
+    section = text.split("## Bad input", 1)[1].split("\n\n", 2)[1]
     rows = [line.strip("|").split(" | ", 1) for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| input")]
     return [(inp.strip(), out.strip(" |")) for inp, out in rows]
@@ -175,7 +175,7 @@ async def test_every_bad_input_row_gets_the_answer_the_readme_states(gateway, ht
         probe = probe_for(row)
         if probe is None:
             where = next((w for key, w in ELSEWHERE.items() if row.startswith(key)), None)
-            assert where is not None, f"no probe for README row: {row}"
+            assert where is not None, f"no probe for the table's row: {row}"
             assert callable(getattr(importlib.import_module(where[0]), where[1])), where
             continue
         status, body = await probe(stage)

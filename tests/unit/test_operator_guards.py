@@ -176,14 +176,15 @@ ROOT = Path(__file__).parents[2]
 
 
 def test_the_shipped_files_give_operators_a_way_in(monkeypatch) -> None:
-    """Issue 41: the container as README runs it reads an operator's token, which README
-    names; HAProxy sends the client's address and the replicas behind it believe it."""
+    """Issue 41: the container as docs/container.md (once README) runs it reads an operator's
+    token, which the page names; HAProxy sends the client's address and the replicas behind
+    it believe it."""
     for name, value in (("GATEWAY_TOKEN", "t" * 32), ("GATEWAY_ADMIN_TOKEN", "a" * 32),
                         ("GATEWAY_SECRET", "s" * 32)):
         monkeypatch.setenv(name, value)
     assert load(ROOT / "config" / "docker.yaml").auth.admin_tokens == ["a" * 32]
-    assert "GATEWAY_ADMIN_TOKEN" in (ROOT / "README.md").read_text().split(
-        "### In a container", 1)[1].split("\n### ", 1)[0]
+    assert "GATEWAY_ADMIN_TOKEN" in (ROOT / "docs" / "container.md").read_text().split(
+        "# Running in a container", 1)[1].split("\n## ", 1)[0]
     haproxy = (ROOT / "deploy" / "haproxy.cfg").read_text()
     assert re.search(r"^\s+option forwardfor$", haproxy, re.M)
     for name in ("gateway.yaml", "gateway.sentinel.yaml"):

@@ -134,7 +134,7 @@ class Listen(_Model):
         metadata=doc("TCP port (0: any free one)"))
     tls_cert: str | None = field(default=None,
         metadata=doc("a PEM certificate (chain) file: serve HTTPS (give tls_key too); null: "
-            "plain HTTP, TLS ended in front (README, Security)"))
+            "plain HTTP, TLS ended in front (docs/security.md, TLS)"))
     tls_key: str | None = field(default=None,
         metadata=doc("the certificate's PEM private key file"))
     operator_port: Annotated[int | None, Ge(0), Le(65535)] = field(default=None,
@@ -168,11 +168,11 @@ class Listen(_Model):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskPolicy(_Model):
-    """How calls of a tool become tasks (README: Task modes)."""
+    """How calls of a tool become tasks (docs/tasks.md, Task modes)."""
 
     mode: TaskMode = field(default="auto",
         metadata=doc("never, auto (a task once sync_budget_ms passes), always or required: "
-            "README, Task modes"))
+            "docs/tasks.md, Task modes"))
     sync_budget_ms: Annotated[int, Ge(0)] = field(default=1000,
         metadata=doc("auto: how long a call may run inline before it becomes a task"))
     ttl_ms: Annotated[int, Ge(1)] = field(default=600_000,
@@ -303,7 +303,7 @@ class Upstream(_Model):
     args: list[str] = field(default_factory=list,
         metadata=doc("its arguments"))
     env: dict[str, str] = field(repr=False, default_factory=dict,
-        metadata=doc("stdio: environment variables set for it (README, Security: it starts "
+        metadata=doc("stdio: environment variables set for it (docs/security.md: it starts "
             "with a short default environment, never the gateway's whole one)"))
     inherit_env: list[EnvName] = field(default_factory=list,
         metadata=doc("stdio: the gateway's environment variables passed on, by name"))
@@ -385,7 +385,7 @@ class Upstream(_Model):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits(_Model):
-    """Bounds that keep one client, or many, from exhausting the gateway; README: Limits
+    """Bounds that keep one client, or many, from exhausting the gateway; docs/limits.md
     says what happens at each."""
 
     max_tasks: Annotated[int, Ge(1)] = field(default=10_000,
@@ -553,7 +553,7 @@ class OAuth(_Model):
         metadata=doc("validated tokens remembered (never past their expiry)"))
     admin_scopes: list[Annotated[str, MinLen(1)]] = field(default_factory=list,
         metadata=doc("a token carrying one of these scopes is an operator: it opens /status, "
-            "/metrics and /readyz?detail (README, Security)"))
+            "/metrics and /readyz?detail (docs/security.md, Operator pages)"))
     admin_scope: Annotated[str, MinLen(1)] | None = field(default=None,
         metadata=doc("one more admin scope (the older spelling of admin_scopes)"))
     allow_http: bool = field(default=False,
@@ -601,7 +601,7 @@ class Auth(_Model):
         metadata=doc("accepted tokens (Authorization: Bearer ...); empty and no oauth: no "
             "authentication, every caller one anonymous owner"))
     oauth: OAuth | None = field(default=None,
-        metadata=doc("an OAuth 2.1 resource server: README, OAuth"))
+        metadata=doc("an OAuth 2.1 resource server: docs/oauth.md"))
     admin_tokens: list[str] = field(repr=False, default_factory=list,
         metadata=doc("operators' tokens (Authorization: Bearer ...): they open /status, /metrics "
             "and /readyz?detail, which clients' tokens never do; none here and no "

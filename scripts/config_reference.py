@@ -9,6 +9,7 @@ code. `--check` exits 1 when the committed file differs (a test runs it).
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import types
 import typing
@@ -25,8 +26,21 @@ HEAD = """# Configuration reference
 
 Generated from `gateway/settings.py` by `scripts/config_reference.py`; do not edit by hand.
 Keys are snake_case; `${VAR}` and `${VAR:-default}` in any string are read from the
-environment; `mcp-task-gateway --check-config FILE` validates a file. Unknown keys are
+environment; `mcp-task-gateway --check-config FILE` validates a file (exit 0, naming the
+`${VAR}`s still to set; 2 with a one-line error that names the key). Unknown keys are
 refused. Durations are in milliseconds (`_ms`), sizes in bytes.
+
+`config/` holds commented examples to start from: `gateway.yaml` (the default: the values it
+shows are the defaults), `isolation.yaml` (a process per client or per call), `secure.yaml`
+(beyond loopback: client and operator tokens, origins, hosts, tighter limits),
+`http-upstreams.yaml` (several HTTP servers, their headers, timeouts and per-upstream
+`tasks:`), `oauth.yaml` (an OAuth resource server) and `docker.yaml` (what the container
+image runs). Flags given beside `--config` override the
+file, and a command after `--` replaces its upstreams (`mcp-task-gateway --help` lists the
+flags). What the keys do, by topic: [Tasks](tasks.md) (`tasks:`), [Upstream
+servers](upstreams.md) (`upstreams:`), [Limits](limits.md) (`limits:`), [Security
+model](security.md) and [OAuth](oauth.md) (`auth:`, `security:`), [Operations](operations.md)
+(`logging:`, `tracing:`), [Replicas](replicas.md) (`store:`, `replica:`).
 
 ## Long calls: how the timing defaults fit together
 
@@ -44,6 +58,17 @@ refused. Durations are in milliseconds (`_ms`), sizes in bytes.
   `max_ttl_ms`: a running task never expires on a client's guess of how long the tool takes
   (the Python SDK 1.x asks 60 s). With the defaults: 600 s + 600 s, under the 1 h cap.
 """
+
+
+def linked(text: str) -> str:
+    """A settings doc's "docs/PAGE.md, Section" as a link to that page (and section)."""
+    def link(match: re.Match[str]) -> str:
+        page, heading = match[1], match[2]
+        if heading is None:
+            return f"[{page}]({page})"
+        anchor = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        return f"[{page}: {heading}]({page}#{anchor})"
+    return re.sub(r"docs/([a-z-]+\.md)(?:, ([A-Z][\w ]*\w))?", link, text)
 
 
 def type_name(annotation: Any) -> str:
@@ -108,14 +133,15 @@ def section(model: type, path: str, todo: list[tuple[type, str]]) -> list[str]:
     lines = [f"## `{path}`" if path else "## Top level", ""]
     own = model.__doc__ and not model.__doc__.startswith(f"{model.__name__}(")  # not generated
     if own and model.__module__ == settings.__name__:
-        lines += [" ".join(model.__doc__.split()), ""]
+        lines += [linked(" ".join(model.__doc__.split())), ""]
     lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
     hints = typing.get_type_hints(model, include_extras=True)
     for field in dataclasses.fields(model):
         if field.metadata.get("internal"):  # filled by the gateway, not a key of the file
             continue
         name, annotation = field.name, hints[field.name]
-        meaning = "; ".join(x for x in (field.metadata.get("doc", ""), bounds(annotation)) if x)
+        meaning = "; ".join(x for x in (linked(field.metadata.get("doc", "")), bounds(annotation))
+                            if x)
         key = f"{path}.{name}" if path else name
         for sub, suffix in nested(annotation):
             where = next((at for m, at in todo if m is sub), None)

@@ -544,7 +544,7 @@ async def incidents(plan: list[tuple[float, Action]], ledger: Ledger,
     primary has its replica online again, every gateway replica sees the store and its
     outbox is empty), as the promise is made for single faults: a replica that dies while
     the store is away takes its outbox with it, and a primary killed before its new
-    replica has synced takes what only it held (README)."""
+    replica has synced takes what only it held (docs/replicas.md)."""
     after = 0.0  # the last incident's end, plus time for every replica to notice it
     for at, act in plan:
         await asyncio.sleep(max(0.0, at - ledger.now(), after - ledger.now()))

@@ -134,7 +134,7 @@ def test_checkov_finds_nothing_but_the_skips_it_is_told_why() -> None:
 
 
 def test_the_ingress_example_outlasts_keepalives_and_takes_what_the_gateway_takes() -> None:
-    """Its timeouts match the gateway's (README, Long calls): a quiet stream hears a
+    """Its timeouts match the gateway's (docs/long-calls.md): a quiet stream hears a
     keep-alive comment every sse_keepalive_ms, well within the ingress's read timeout;
     its body bound is the gateway's; it routes to the Service's named port."""
     ingress = named("Ingress", "mcp-task-gateway")

@@ -1,4 +1,4 @@
-"""The container image, built by scripts/image.sh and run with podman as the README tells:
+"""The container image, built by scripts/image.sh and run with podman as docs/container.md tells:
 in front of a mounted stdio server and of server-everything via npx, tasks from both eras,
 its HEALTHCHECK, a non-root user, a SIGTERM stop, its config and `${VAR}`s from a mounted
 file and the environment, layers that carry neither the build's CA nor a secret; and
@@ -7,7 +7,7 @@ Sentinel variant through a failover of the store.
 
 Skipped only where podman cannot be installed (scripts/test.sh installs it from Debian's
 packages). On machines like this one podman needs runc, cgroupfs and explicit ulimits: `engine_env`
-writes that containers.conf (README, "In a container")."""
+writes that containers.conf (docs/container.md)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def podman(engine_env: dict[str, str]) -> Any:
 
 @pytest.fixture(scope="session")
 def image(engine_env: dict[str, str]) -> str:
-    """Built as the README says, base images made here (no registry is reachable)."""
+    """Built as docs/container.md says, base images made here (no registry is reachable)."""
     subprocess.run([str(ROOT / "scripts" / "image.sh"), TAG], check=True, timeout=840,
                    env={**engine_env, "CONTAINER_ENGINE": "podman", "BASE_IMAGES": "local"})
     return TAG
@@ -141,7 +141,7 @@ tasks:
 @pytest.fixture
 async def mounted(run_image: Any, tmp_path: Path) -> Container:
     """The image in front of tests/servers/basic.py, mounted in, with a mounted config whose
-    `${VAR}`s come from the environment (README, "In a container")."""
+    `${VAR}`s come from the environment (docs/container.md)."""
     (tmp_path / "gateway.yaml").write_text(MOUNTED)
     return await run_image(
         "--volume", f"{ROOT / 'tests/servers/basic.py'}:/srv/basic.py:ro",

@@ -1,4 +1,4 @@
-"""Long calls reach their caller (issue 40; README, Long calls): a task lives past the ttl
+"""Long calls reach their caller (issue 40; docs/long-calls.md): a task lives past the ttl
 its client guessed, a quiet call with a progress token hears a heartbeat whose values only
 grow (the server's own included), and a hop that cuts quiet connections (nginx with a 3 s
 `proxy_read_timeout`) carries calls three times as long, in both eras, on keep-alives."""

@@ -1,5 +1,5 @@
-"""A request borrows no other principal's task (issue 41, item 6; README, Isolation between
-principals): a related-task reference (`io.modelcontextprotocol/related-task` _meta) in a
+"""A request borrows no other principal's task (issue 41, item 6; docs/security.md, Isolation
+between principals): a related-task reference (`io.modelcontextprotocol/related-task` _meta) in a
 client's request reaches the server only when it names a task its sender created, one of
 the gateway's or one the server runs itself; any other is stripped. Alice and Bob are two
 static tokens on real basic.py servers (/native runs tasks of its own, and labels what a

@@ -1,4 +1,4 @@
-"""A retry handed to another replica (issue 41, item 7; README, Security): it goes only to
+"""A retry handed to another replica (issue 41, item 7; docs/security.md): it goes only to
 the address sealed with its requestState, never to one read from the store, and it carries
 no client credential: the replicas vouch for the caller with their shared secret. Real
 gateway processes on a real Redis server (conftest's replica fixtures); the listeners here

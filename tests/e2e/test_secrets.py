@@ -1,4 +1,4 @@
-"""The gateway's secrets stay in the gateway (DESIGN.md, Secrets; README, Security): what a
+"""The gateway's secrets stay in the gateway (DESIGN.md, Secrets; docs/security.md): what a
 stdio server it starts can read of its environment, and where an HTTP upstream's
 configured headers may go."""
 

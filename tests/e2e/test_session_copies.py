@@ -1,5 +1,5 @@
 """What a legacy session keeps of its client's `initialize` is capped the same in both stores
-(issue 41, item 3; README, Limits): its capabilities and its clientInfo's name, title and
+(issue 41, item 3; docs/limits.md): its capabilities and its clientInfo's name, title and
 version, at most resume.MAX_RECORD_BYTES as JSON. Before: the memory store kept the whole
 initialize (up to max_body_bytes): 60 sessions of 3 MiB took the gateway from 48 to 253 MiB.
 

@@ -1,4 +1,4 @@
-"""Two principals on shared upstreams (DESIGN.md, Tenancy; README, Security): whatever Bob
+"""Two principals on shared upstreams (DESIGN.md, Tenancy; docs/security.md): whatever Bob
 sends, Alice's tasks, answers, subscriptions and log level stay hers, and Bob gets what an
 unknown id gets. One gateway, three upstreams on their own paths: two plain servers (/a,
 /c) and one that runs tasks of its own (/native); Alice and Bob are two static tokens, or
@@ -67,7 +67,7 @@ async def base(request, aiohttp_server, http, monkeypatch) -> Any:
     auth: dict[str, Any] = {"bearer_tokens": ["alice-token", "bob-token"]}
     idp = None
     if request.param == "oauth":
-        # One resource for every path: the gateway's origin (README, OAuth).
+        # One resource for every path: the gateway's origin (docs/oauth.md).
         idp = Idp(free_port(), origin, Key("k1")).start()
         auth = {"oauth": {"resource": origin, "issuers": [idp.issuer]}}
         monkeypatch.setitem(TOKENS, "alice", await idp.token(http, "robot"))

@@ -4,7 +4,7 @@
 answers for them; it changes nothing. Health probes are open and say nothing but whether
 the gateway is up and ready; `/metrics`, `/status` and `/readyz?detail` show every owner's
 live work, so the guard (downstream/boundary.py) lets operators alone reach them
-(auth/operators.py; README, Security).
+(auth/operators.py; docs/security.md).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Admin:
         """200 when every upstream is initialized; the body says so and nothing else, but to
         an operator asking for the detail (`?detail`, which the guard admitted). A shared
         store's state is in the detail only: it is shared, so its outage would take every
-        replica out of a balancer, and pass-through with them (README, Several replicas)."""
+        replica out of a balancer, and pass-through with them (docs/replicas.md)."""
         ready = all(b.ready for b in self.backends.values())
         body: dict[str, Any] = {"ready": ready}
         if request.get(OPERATOR, False):

@@ -3,7 +3,7 @@ call's response from the moment it is in until it is written to its client (a pl
 body, or the last event of the call's SSE stream), or that client is gone or cut off
 (`limits.slow_reader_ms`).
 
-Rules (README, Limits):
+Rules (docs/limits.md):
 - An answer is always taken when its principal holds none: one answer of any size (an
   upstream's is held to `limits.max_message_bytes`) reaches a client who reads it, whole.
 - Otherwise one that would take its principal past `max_inflight_bytes_per_principal`

@@ -127,7 +127,7 @@ def _operators(app: web.Application, conf: Settings, guard: Guard, admin: Admin)
 def _operator_listener(conf: Settings, guard: Guard, admin: Admin
                        ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The operator listener (`listen.operator_port`): the operator's routes alone, on a
-    port of their own that the shipped proxies do not expose (README, Security), run for
+    port of their own that the shipped proxies do not expose (docs/security.md), run for
     as long as the gateway's app."""
     async def listening(_: web.Application) -> AsyncIterator[None]:
         app = web.Application()

@@ -199,7 +199,7 @@ class InsufficientScope(ProtocolError):
 
 class OperatorOnly(ProtocolError):
     """A caller who is not an operator asks for an operator's route (/status, /metrics,
-    /readyz?detail): an MCP client's valid credentials do not open them (README, Security)."""
+    /readyz?detail): an MCP client's valid credentials do not open them (docs/security.md)."""
 
     http_status = 403
     reason = "auth"

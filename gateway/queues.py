@@ -11,7 +11,7 @@ limit, and so does a lane where the owner already holds its share: all but a qua
 docs/architecture.md, Tenancy). A call under both limits waits for its tool's lane, then for its
 server's.
 
-Per replica: replicas count their own calls (README, Concurrency limits and queues). Pure:
+Per replica: replicas count their own calls (docs/upstreams.md, Concurrency limits). Pure:
 no I/O; the clock is injectable.
 """
 

@@ -1,7 +1,7 @@
 """A request's `Authorization` header to a `Principal`: a static bearer token (compared in
 constant time; the token's digest is its owner), else an OAuth access token (its issuer and
 subject are the owner, see tokens.py). With neither configured every caller is one
-anonymous owner (README: bind to loopback then).
+anonymous owner (docs/security.md: bind to loopback then).
 
 With a shared store, owners are written where the store's operator reads them: there an
 owner is a keyed digest (HMAC with the owner-digest key of replica.secret, keyring.py), so

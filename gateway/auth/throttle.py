@@ -11,7 +11,7 @@ The address is the socket's peer, or, where that peer is a proxy named in
 forwarding header from anyone else is never believed (a client chooses those). An IPv6
 address counts by its /64, the block one host is usually given (else a host would have 2^64
 budgets). Behind a reverse proxy not named there every client shares the proxy's address:
-README, Security says what to set then.
+docs/security.md says what to set then.
 """
 
 from __future__ import annotations

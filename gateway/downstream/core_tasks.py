@@ -199,7 +199,7 @@ class CoreTasks:
 
     async def _delivered(self, task_id: str, ex: SessionExchange) -> None:
         """A tasks/result answered with the task's end (not left by its client before it):
-        the result was read (README, Limits: read results make room)."""
+        the result was read (docs/limits.md: read results make room)."""
         if ex.response is not None:
             with contextlib.suppress(errors.StoreUnavailable):
                 await self.engine.delivered(task_id)

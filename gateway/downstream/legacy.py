@@ -91,7 +91,7 @@ class LegacyEra:
         info = params.get("clientInfo")
         session = self.life.new(version, params.get("capabilities") or {},
                                 principal_of(request).owner, info)
-        if not self.life.keepable(session):  # 400: no session was made (README, Limits)
+        if not self.life.keepable(session):  # 400: no session was made (docs/limits.md)
             return json_response(jsonrpc.error(msg["id"], jsonrpc.INVALID_PARAMS, (
                 "Invalid params: the client's capabilities are too large to keep for its "
                 f"session (at most {MAX_RECORD_BYTES} bytes as JSON with its clientInfo's "

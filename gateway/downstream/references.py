@@ -1,4 +1,4 @@
-"""A client's request names only its own principal's tasks (issue 41, item 6; README,
+"""A client's request names only its own principal's tasks (issue 41, item 6; docs/security.md,
 Isolation between principals).
 
 A request may carry the related-task `_meta` (`io.modelcontextprotocol/related-task`,

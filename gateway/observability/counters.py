@@ -4,7 +4,7 @@ Each event is a field or a verb, so a misspelt event is a type error rather than
 They are shown as they always were: under `counters` in `/readyz?detail` (the keys
 `sessions.created`, `tasks.completed`, `rejections.auth:expired`, ...; only those that
 happened), and the rejections as `mcp_gateway_rejections_total{reason, cause}`
-(README, Metrics).
+(docs/operations.md, Metrics).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prometheus metrics: the series README's Operations names, kept by one `Metrics` per app
+"""Prometheus metrics: the series docs/operations.md names, kept by one `Metrics` per app
 (its own registry: two apps in one process, as in tests, never share counts).
 
 Events are counted where they happen (`request`, `task_created`, `task_finished`); what is

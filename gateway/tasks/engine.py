@@ -105,7 +105,7 @@ class TaskEngine:
             if self.replicas is not None and await self.replicas.unsettled():
                 # The store lost what it held and its replica may not have written this
                 # task back yet: "not found" would tell a poller to give up on a live task.
-                # Unknown and foreign ids get the same (README, store incidents).
+                # Unknown and foreign ids get the same (docs/replicas.md).
                 raise StoreSettling(self.replicas.generation.retry_after_s())
         self._report.missed(owner, task_id)
         raise TaskNotFound(task_id)
@@ -121,7 +121,7 @@ class TaskEngine:
             if stored.dialect == dialect and (here is not None or not stored.due(now)):
                 out.append(stored if here is None else here)
         # Asked after the read: a store that lost its records before it, or while it was
-        # read, shows then (README, store incidents: a client that misses a task in its
+        # read, shows then (docs/replicas.md: a client that misses a task in its
         # list may conclude it is gone).
         if self.replicas is not None and await self.replicas.unsettled():
             raise StoreSettling(self.replicas.generation.retry_after_s(), "some tasks")
@@ -136,7 +136,7 @@ class TaskEngine:
     async def delivered(self, task_id: str) -> None:
         """The owner has had the result of `task_id`, ended (core tasks/result answered it,
         an extension tasks/get showed it): it may now leave before its ttl to make room
-        for its principal's newer tasks (README, Limits). Call it for a finished task only:
+        for its principal's newer tasks (docs/limits.md). Call it for a finished task only:
         a shared store writes the mark once (a round trip on its first read)."""
         await self._store.read(task_id)
 

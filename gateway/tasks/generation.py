@@ -10,7 +10,7 @@ writes back what it holds (lease.py) and then says so in the store (`Beat.rejoin
 does a replica at its start, with nothing to write back).
 
 Until that has settled, an id not found answers "unavailable, retry", never "not found"
-(README, store incidents: "Task not found" is what a client gets for a task that will never
+(docs/replicas.md: "Task not found" is what a client gets for a task that will never
 exist, and a poller gives up on it). Settled once a beat and a half has passed since the
 change was seen (every replica alive beats at least every third of a lease, so by then each
 has beaten in the new generation: `Beat.peers`), and every replica beating in it has

@@ -378,7 +378,7 @@ def _lines(body: bytes) -> list[bytes] | None:
 
 def redirect_refused(upstream: str, resp: aiohttp.ClientResponse) -> str:
     """Why a redirect was not followed, logged (`upstream.redirect_refused`) with where it
-    pointed (its origin only); its clients are not told where (README.md, Security model:
+    pointed (its origin only); its clients are not told where (docs/security.md:
     no internal URL in a client's error)."""
     location = resp.headers.get("Location", "")
     target = URL(resp.url).join(URL(location)).origin() if location else None
@@ -393,7 +393,7 @@ def reason(exc: aiohttp.ClientError) -> str:
     """Why a request failed, as a client may read it: the OS's words, or what went wrong
     with the answer; never the host, port or URL it went to (aiohttp's own text names them,
     and its TLS context, "ssl:default", even for a plain http:// URL). Who logs it logs
-    where (README.md, Security model: no internal URL in a client's error)."""
+    where (docs/security.md: no internal URL in a client's error)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         return _os_reason(exc.os_error)
     if isinstance(exc, aiohttp.ClientOSError) and exc.errno:  # e.g. reset by peer

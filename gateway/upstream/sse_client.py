@@ -36,7 +36,7 @@ STALLED_RESUMES = 5  # resumes in a row that brought nothing new, then the strea
 class Refused(ValueError):
     """An HTTP+SSE stream the gateway does not take: why, as clients may read it, and
     `detail` for the operator's log only (where it pointed: no client learns the inside of
-    the network, README.md, Security model)."""
+    the network, docs/security.md)."""
 
     def __init__(self, why: str, detail: str = "") -> None:
         super().__init__(why)

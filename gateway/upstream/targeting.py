@@ -1,7 +1,7 @@
 """Where a message that belongs to no call goes, on one upstream link: never guessed. Pure.
 
 A server-to-client request or a notification from a legacy upstream may name no call. The
-rule (docs/architecture.md, Tenancy; README, Isolation between principals): a message that
+rule (docs/architecture.md, Tenancy; docs/security.md, Isolation): a message that
 names its task (the related-task `_meta`) goes to that task's owner; one that names nothing
 goes to the one owner with calls in flight (its oldest call), or to the only attached owner
 when nothing is in flight; otherwise to nobody (a guess could leak one user's data to

@@ -60,7 +60,7 @@ class MemoryStore:
         self.max_result_bytes = max_result_bytes
         self.max_stored_bytes = max_stored_bytes
         # A principal's share of the result bytes: one client's big results fill its own
-        # share, never the whole store (README, Isolation between principals).
+        # share, never the whole store (docs/security.md, Isolation).
         self.max_bytes_per_owner = max_bytes_per_owner or max_stored_bytes
         self.clock = clock
         self._tasks: dict[str, Task] = {}

@@ -1,6 +1,6 @@
 """What a shared store has not taken yet: task changes kept, in order, until it answers.
 
-The promise (README, Several replicas: nothing acknowledged is lost): a task whose handle
+The promise (docs/replicas.md: nothing acknowledged is lost): a task whose handle
 was returned keeps its end. A change the store does not take (it is down, or fewer store
 replicas than `store.min_replicas_acked` took it) joins this outbox instead of being lost;
 while anything waits here every later change joins it too, so that changes reach the store

@@ -7,8 +7,10 @@ import os
 import sys
 from typing import Any
 
-from gateway import __version__, settings
-from gateway.settings import ConfigError, Settings
+from gateway import __version__
+from gateway.settings import ConfigError
+from gateway.settings.isolated import load_isolated
+from gateway.settings.schema import Settings
 
 MODES = ("never", "auto", "always", "required")
 
@@ -49,11 +51,14 @@ def parser() -> argparse.ArgumentParser:
 
 def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> Settings:
     """The file's settings (if any) with every given flag applied on top; with `unset`,
-    as `settings.from_mapping` checks them (unset variables collected there)."""
+    as `load.from_mapping` checks them (unset variables collected there)."""
+    # Validating: in load_isolated's child (or --check-config), never in a serving process.
+    from gateway.settings import load
+
     raw: dict[str, Any] = {}
     path = args.check_config or args.config
     if path:
-        raw = settings.read_raw(path)
+        raw = load.read_raw(path)
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the configuration must be a YAML mapping")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -90,7 +95,7 @@ def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> 
         if not sep or not name or mode not in MODES:
             raise ConfigError(f"--task-tool {item}: expected NAME=MODE with MODE one of {MODES}")
         _set(raw, ("tasks", "tools", name, "mode"), mode)
-    return settings.from_mapping(raw, unset)
+    return load.from_mapping(raw, unset)
 
 
 def _set(tree: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.check_config}: ok ({len(s.upstreams)} upstream(s)){needs}")
             return 0
         # Validated in a child process: pydantic never loads into the one that serves.
-        conf = settings.load_isolated(lambda: build_settings(args))
+        conf = load_isolated(lambda: build_settings(args))
         from gateway.app import serve  # imported late: --check-config stays light and fast
 
         return serve(conf)

@@ -16,7 +16,9 @@ import yaml
 from conftest import loaded_by
 
 from gateway.cli import build_settings, main, parser
-from gateway.settings import ConfigError, Upstream, from_mapping, load, read_raw
+from gateway.settings import ConfigError
+from gateway.settings.load import from_mapping, load, read_raw
+from gateway.settings.schema import Upstream
 from gateway.tasks.policy import Policies
 
 ROOT = Path(__file__).parents[2]
@@ -415,7 +417,9 @@ def test_an_upstreams_default_given_as_null_clears_the_global_one() -> None:
 # load_isolated and says what came back and whether pydantic was loaded here.
 ISOLATED = """
 import json, sys
-from gateway.settings import ConfigError, from_mapping, load_isolated
+from gateway.settings import ConfigError
+from gateway.settings.isolated import load_isolated
+from gateway.settings.load import from_mapping
 raw = json.loads(sys.argv[1])
 try:
     conf = load_isolated(lambda: from_mapping(raw))
@@ -468,11 +472,12 @@ def test_a_serving_process_never_loads_pydantic() -> None:
     """The app and the CLI import no pydantic; only validating does (--check-config, or
     the child of load_isolated)."""
     code = ("import gateway.cli; from gateway.app import create_app; "
-            "from gateway.settings import from_mapping, load_isolated; "
+            "from gateway.settings.isolated import load_isolated; "
+            "from gateway.settings.load import from_mapping; "
             "create_app(load_isolated(lambda: from_mapping({'upstreams': {'m': "
             "{'command': 'x'}}})))")
     assert loaded_by(code, ("pydantic", "pydantic_core")) == []
-    assert loaded_by("from gateway.settings import from_mapping; "
+    assert loaded_by("from gateway.settings.load import from_mapping; "
                      "from_mapping({'upstreams': {'m': {'command': 'x'}}})",
                      ("pydantic",)) == ["pydantic"]
 
@@ -520,7 +525,7 @@ def test_a_crash_while_validating_in_the_child_is_no_config_error() -> None:
 def failed_isolated(build: str) -> str:
     """The stderr of a fresh process whose load_isolated ran `build` in its child: it must
     exit 1 (a fault, not a config error's 2)."""
-    code = ("import os, signal\nfrom gateway.settings import load_isolated\n"
+    code = ("import os, signal\nfrom gateway.settings.isolated import load_isolated\n"
             f"load_isolated(lambda: {build})")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True)
@@ -549,7 +554,7 @@ def test_the_settings_repr_shows_no_secret() -> None:
 def test_an_upstreams_defaults_built_in_code_count_the_keys_they_set() -> None:
     """Not only a file's: `UpstreamDefaults(mode="always")` made by an embedder or a test
     sets the mode (it was silently ignored, `given` being filled by validation only)."""
-    from gateway.settings import Tasks, UpstreamDefaults, UpstreamTasks
+    from gateway.settings.schema import Tasks, UpstreamDefaults, UpstreamTasks
 
     upstream = UpstreamTasks(defaults=UpstreamDefaults(mode="always"))
     assert Policies(Tasks(), {"m": upstream}).for_tool("m", "t").mode == "always"

@@ -61,20 +61,7 @@ def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> 
         raw = load.read_raw(path)
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the configuration must be a YAML mapping")
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if command or args.upstream_url:
-        # A command or URL on the command line replaces the file's upstreams with one: "main".
-        if command and args.upstream_url:
-            raise ConfigError("give either a command after -- or --upstream-url, not both")
-        target = {"url": args.upstream_url} if args.upstream_url else {
-            "command": command[0], "args": command[1:]}
-        raw["upstreams"] = {"main": target}
-    if not raw.get("upstreams"):
-        raise ConfigError("no upstream: give -- COMMAND [ARG...], --upstream-url or --config")
-    if args.isolation:
-        for up in raw["upstreams"].values():
-            if isinstance(up, dict):
-                up["isolation"] = args.isolation
+    _apply_upstream_flags(raw, args, from_file=bool(path))
     _set(raw, ("listen", "host"), args.host)
     _set(raw, ("listen", "port"), args.port)
     if args.store_url:
@@ -98,6 +85,28 @@ def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> 
     return load.from_mapping(raw, unset)
 
 
+def _apply_upstream_flags(raw: dict[str, Any], args: argparse.Namespace, from_file: bool
+                          ) -> None:
+    """A command or URL on the command line replaces the file's upstreams with one, "main";
+    --isolation applies to every upstream."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if command and args.upstream_url:
+        raise ConfigError("give either a command after -- or --upstream-url, not both")
+    if command or args.upstream_url:
+        target = {"url": args.upstream_url} if args.upstream_url else {
+            "command": command[0], "args": command[1:]}
+        raw["upstreams"] = {"main": target}
+    if not raw.get("upstreams") and not from_file:
+        # With a file, validation says what is wrong: a misspelt `upstream:` is an unknown
+        # key, the near one offered (settings/problems.py), though --config was given.
+        raise ConfigError("no upstream: give -- COMMAND [ARG...], --upstream-url or --config")
+    upstreams = raw.get("upstreams")
+    if args.isolation and isinstance(upstreams, dict):
+        for up in upstreams.values():
+            if isinstance(up, dict):
+                up["isolation"] = args.isolation
+
+
 def _set(tree: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
     if value is None:
         return
@@ -106,15 +115,26 @@ def _set(tree: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
     tree[keys[-1]] = value
 
 
+def check(args: argparse.Namespace) -> int:
+    """--check-config: the same rules as a start with the same flags. A valid file says ok
+    (stdout), then what will likely fail where it is checked (stderr, exit 0 still: the
+    file may be meant for another machine or a container)."""
+    from gateway.settings import problems
+
+    unset: list[str] = []
+    conf = build_settings(args, unset)
+    needs = f"; set before starting: {', '.join(sorted(set(unset)))}" if unset else ""
+    print(f"{args.check_config}: ok ({len(conf.upstreams)} upstream(s)){needs}")
+    for warning in problems.warnings(conf, unset):
+        print(f"{args.check_config}: warning: {warning}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if args.check_config:  # the same rules as a start with the same flags
-            unset: list[str] = []
-            s = build_settings(args, unset)
-            needs = f"; set before starting: {', '.join(sorted(set(unset)))}" if unset else ""
-            print(f"{args.check_config}: ok ({len(s.upstreams)} upstream(s)){needs}")
-            return 0
+        if args.check_config:
+            return check(args)
         # Validated in a child process: pydantic never loads into the one that serves.
         conf = load_isolated(lambda: build_settings(args))
         from gateway.app import serve  # imported late: --check-config stays light and fast

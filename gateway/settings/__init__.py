@@ -7,7 +7,8 @@
                   with the gateway
     env.py        `${VAR}` and `${VAR:-default}` interpolation of a YAML tree
     load.py       a YAML file or tree to validated Settings (pydantic, imported here only)
-    problems.py   pydantic's errors as one line naming the key
+    problems.py   pydantic's errors as one line naming the key; warnings about a valid
+                  file that will likely fail where it is checked (`--check-config`)
     isolated.py   load_isolated: validation in a forked child, its Settings handed back
 
 A serving process imports schema, rules and isolated only: the rest, pydantic and PyYAML

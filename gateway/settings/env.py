@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from typing import Any
 
 from gateway.settings import ConfigError
@@ -50,3 +51,8 @@ def placeholder(name: str, where: str, whole: bool) -> str:
         return f"https://unset-{name}.invalid/"
     return f"unset-{name}".ljust(MIN_TOKEN_CHARS, "-")
 
+
+def names_unset(text: str, unset: Collection[str]) -> bool:
+    """Whether `text` holds the placeholder of a variable in `unset` (a checked file's
+    value that is not known yet)."""
+    return any(f"unset-{name}" in text for name in unset)

@@ -225,6 +225,37 @@ def test_start_without_upstream_is_a_clear_error() -> None:
     assert "no upstream" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_a_misspelt_upstreams_key_is_named_though_the_file_was_given(tmp_path, capsys
+                                                                     ) -> None:
+    """Issue 42: `upstream:` for `upstreams:` said "no upstream: give ... --config" although
+    --config was given; now the unknown key is named, the near one offered, and its missing
+    twin is no second problem."""
+    conf = tmp_path / "g.yaml"
+    conf.write_text("upstream:\n  main: {command: python3}\n")
+    line = "upstream: unknown key `upstream`; did you mean `upstreams`?"
+    assert main(["--check-config", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(line) and "no upstream" not in err
+    res = run_cli("--config", str(conf), "--isolation", "call")
+    assert res.returncode == 2 and res.stderr.strip().endswith(line)
+    conf.write_text("listen: {port: 9000}\n")
+    assert main(["--check-config", str(conf)]) == 2
+    assert capsys.readouterr().err.strip().endswith("upstreams: required, and not given")
+
+
+def test_check_config_warns_of_a_command_not_found_here(tmp_path, capsys) -> None:
+    """Issue 42: a command that does not exist here passed unremarked. It may exist where the
+    file is meant to run (a container): a warning on stderr, the exit code still 0."""
+    conf = tmp_path / "g.yaml"
+    conf.write_text("upstreams:\n  main: {command: no-such-server-zz9}\n"
+                    "  ok: {command: python3, path: /ok}\n")
+    assert main(["--check-config", str(conf)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{conf}: ok (2 upstream(s))")
+    assert err == (f"{conf}: warning: upstreams.main.command: 'no-such-server-zz9' is not on "
+                   "the PATH here\n")
+
+
 @pytest.mark.parametrize(("host", "auth", "allowed", "ok"), [
     ("0.0.0.0", [], False, False),
     ("10.1.2.3", [""], False, False),  # an empty token is no token
@@ -480,6 +511,21 @@ def test_a_serving_process_never_loads_pydantic() -> None:
     assert loaded_by("from gateway.settings.load import from_mapping; "
                      "from_mapping({'upstreams': {'m': {'command': 'x'}}})",
                      ("pydantic",)) == ["pydantic"]
+
+
+def test_a_serving_process_imports_the_settings_schema_only() -> None:
+    """Issue 42: of the settings package, the CLI's way to a serving app imports the schema,
+    its rules and the fork; interpolation, loading and error wording (and PyYAML, difflib)
+    stay in the validating child."""
+    code = ("import gateway.cli as cli; from gateway.app import create_app; "
+            "from gateway.settings.isolated import load_isolated; "
+            "args = cli.parser().parse_args(['--', 'python3']); "
+            "create_app(load_isolated(lambda: cli.build_settings(args)))")
+    parts = ("gateway.settings", "gateway.settings.schema", "gateway.settings.rules",
+             "gateway.settings.isolated", "gateway.settings.env", "gateway.settings.load",
+             "gateway.settings.problems", "pydantic", "yaml", "difflib")
+    assert loaded_by(code, parts) == ["gateway.settings", "gateway.settings.isolated",
+                                      "gateway.settings.rules", "gateway.settings.schema"]
 
 
 def test_a_validating_child_killed_is_reported_as_killed_not_as_a_config_error() -> None:

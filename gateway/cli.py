@@ -125,7 +125,7 @@ def check(args: argparse.Namespace) -> int:
     conf = build_settings(args, unset)
     needs = f"; set before starting: {', '.join(sorted(set(unset)))}" if unset else ""
     print(f"{args.check_config}: ok ({len(conf.upstreams)} upstream(s)){needs}")
-    for warning in problems.warnings(conf, unset):
+    for warning in problems.warnings_about(conf, unset):
         print(f"{args.check_config}: warning: {warning}", file=sys.stderr)
     return 0
 

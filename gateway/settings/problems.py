@@ -84,7 +84,7 @@ def _is_model(t: Any) -> bool:
     return isinstance(t, type) and is_dataclass(t)
 
 
-def warnings(conf: Settings, unset: Collection[str] = ()) -> list[str]:
+def warnings_about(conf: Settings, unset: Collection[str] = ()) -> list[str]:
     """What a valid configuration will likely fail on if started here: a stdio upstream's
     command that is not found, or its working directory missing. Warnings, not errors: the
     file may be checked on another machine than the one (or the container) that runs it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.settings.problems import close_key, keys_at, warnings
+from gateway.settings.problems import close_key, keys_at, warnings_about
 from gateway.settings.schema import Settings, Upstream
 
 
@@ -36,14 +36,15 @@ def executable(path: Path) -> Path:
 
 def test_a_command_found_here_is_no_warning(tmp_path: Path) -> None:
     tool = executable(tmp_path / "server")
-    assert warnings(conf(a=Upstream(command="sh"), b=Upstream(command=str(tool), path="/b"),
-                         c=Upstream(command="./server", cwd=str(tmp_path), path="/c"),
-                         d=Upstream(url="https://mcp.example/mcp", path="/d"))) == []
+    assert warnings_about(conf(
+        a=Upstream(command="sh"), b=Upstream(command=str(tool), path="/b"),
+        c=Upstream(command="./server", cwd=str(tmp_path), path="/c"),
+        d=Upstream(url="https://mcp.example/mcp", path="/d"))) == []
 
 
 def test_a_command_not_found_here_is_named(tmp_path: Path) -> None:
     (tmp_path / "plain").write_text("not a program")
-    found = warnings(conf(
+    found = warnings_about(conf(
         a=Upstream(command="no-such-server-zz9"),
         b=Upstream(command="./missing", cwd=str(tmp_path), path="/b"),
         c=Upstream(command="./plain", cwd=str(tmp_path), path="/c"),
@@ -58,11 +59,12 @@ def test_the_servers_own_path_is_searched(tmp_path: Path) -> None:
     """A server started with `env: {PATH: ...}` is found on that PATH (upstream/stdio.py
     passes its environment to the spawn, whose lookup reads the child's PATH)."""
     executable(tmp_path / "only-here")
-    assert warnings(conf(a=Upstream(command="only-here", env={"PATH": str(tmp_path)}))) == []
-    assert len(warnings(conf(a=Upstream(command="only-here")))) == 1
+    own_path = Upstream(command="only-here", env={"PATH": str(tmp_path)})
+    assert warnings_about(conf(a=own_path)) == []
+    assert len(warnings_about(conf(a=Upstream(command="only-here")))) == 1
 
 
 def test_a_command_from_an_unset_variable_is_not_checked() -> None:
     placeholder = "unset-SERVER".ljust(32, "-")
-    assert warnings(conf(a=Upstream(command=placeholder)), unset=["SERVER"]) == []
-    assert len(warnings(conf(a=Upstream(command=placeholder)))) == 1
+    assert warnings_about(conf(a=Upstream(command=placeholder)), unset=["SERVER"]) == []
+    assert len(warnings_about(conf(a=Upstream(command=placeholder)))) == 1

@@ -11,9 +11,10 @@
                   file that will likely fail where it is checked (`--check-config`)
     isolated.py   load_isolated: validation in a forked child, its Settings handed back
 
-A serving process imports schema, rules and isolated only: the rest, pydantic and PyYAML
-run in the child `load_isolated` forks (bench/README: Memory). So this module holds nothing
-but the one error every part raises.
+Loaded once at start; nothing else reads YAML or the environment for settings. A serving
+process imports schema, rules and isolated only: the rest, pydantic and PyYAML run in the
+child `load_isolated` forks (bench/README: Memory; tests/unit/test_settings.py holds it).
+So this module holds nothing but the one error every part raises.
 """
 
 from __future__ import annotations

@@ -144,7 +144,9 @@ def limits_of(tree: Path) -> dict[str, int]:
     """The checkout's documented budgets: `Limits` defaults, and what a legacy session keeps
     of its initialize (resume.MAX_RECORD_BYTES) where the checkout has it."""
     script = (
-        "import dataclasses, json\nfrom gateway.settings import Limits\n"
+        "import dataclasses, json\n"
+        "try:\n    from gateway.settings.schema import Limits\n"  # the package (issue 42)
+        "except ImportError:\n    from gateway.settings import Limits\n"
         "out = {f.name: f.default for f in dataclasses.fields(Limits)"
         " if isinstance(f.default, (int, float))}\n"
         "try:\n    from gateway.downstream.resume import MAX_RECORD_BYTES\n"

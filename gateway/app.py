@@ -34,7 +34,8 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracer
 from gateway.queues import Queues
 from gateway.ratelimit import Admission, InFlight, RateLimiter
-from gateway.settings import MIN_TOKEN_CHARS, Limits, Settings
+from gateway.settings.rules import MIN_TOKEN_CHARS
+from gateway.settings.schema import Limits, Settings
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
 from gateway.tasks.policy import Policies

@@ -7,8 +7,10 @@ import os
 import sys
 from typing import Any
 
-from gateway import __version__, settings
-from gateway.settings import ConfigError, Settings
+from gateway import __version__
+from gateway.settings import ConfigError
+from gateway.settings.isolated import load_isolated
+from gateway.settings.schema import Settings
 
 MODES = ("never", "auto", "always", "required")
 
@@ -49,27 +51,17 @@ def parser() -> argparse.ArgumentParser:
 
 def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> Settings:
     """The file's settings (if any) with every given flag applied on top; with `unset`,
-    as `settings.from_mapping` checks them (unset variables collected there)."""
+    as `load.from_mapping` checks them (unset variables collected there)."""
+    # Validating: in load_isolated's child (or --check-config), never in a serving process.
+    from gateway.settings import load
+
     raw: dict[str, Any] = {}
     path = args.check_config or args.config
     if path:
-        raw = settings.read_raw(path)
+        raw = load.read_raw(path)
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the configuration must be a YAML mapping")
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if command or args.upstream_url:
-        # A command or URL on the command line replaces the file's upstreams with one: "main".
-        if command and args.upstream_url:
-            raise ConfigError("give either a command after -- or --upstream-url, not both")
-        target = {"url": args.upstream_url} if args.upstream_url else {
-            "command": command[0], "args": command[1:]}
-        raw["upstreams"] = {"main": target}
-    if not raw.get("upstreams"):
-        raise ConfigError("no upstream: give -- COMMAND [ARG...], --upstream-url or --config")
-    if args.isolation:
-        for up in raw["upstreams"].values():
-            if isinstance(up, dict):
-                up["isolation"] = args.isolation
+    _apply_upstream_flags(raw, args, from_file=bool(path))
     _set(raw, ("listen", "host"), args.host)
     _set(raw, ("listen", "port"), args.port)
     if args.store_url:
@@ -90,7 +82,29 @@ def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> 
         if not sep or not name or mode not in MODES:
             raise ConfigError(f"--task-tool {item}: expected NAME=MODE with MODE one of {MODES}")
         _set(raw, ("tasks", "tools", name, "mode"), mode)
-    return settings.from_mapping(raw, unset)
+    return load.from_mapping(raw, unset)
+
+
+def _apply_upstream_flags(raw: dict[str, Any], args: argparse.Namespace, from_file: bool
+                          ) -> None:
+    """A command or URL on the command line replaces the file's upstreams with one, "main";
+    --isolation applies to every upstream."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if command and args.upstream_url:
+        raise ConfigError("give either a command after -- or --upstream-url, not both")
+    if command or args.upstream_url:
+        target = {"url": args.upstream_url} if args.upstream_url else {
+            "command": command[0], "args": command[1:]}
+        raw["upstreams"] = {"main": target}
+    if not raw.get("upstreams") and not from_file:
+        # With a file, validation says what is wrong: a misspelt `upstream:` is an unknown
+        # key, the near one offered (settings/problems.py), though --config was given.
+        raise ConfigError("no upstream: give -- COMMAND [ARG...], --upstream-url or --config")
+    upstreams = raw.get("upstreams")
+    if args.isolation and isinstance(upstreams, dict):
+        for up in upstreams.values():
+            if isinstance(up, dict):
+                up["isolation"] = args.isolation
 
 
 def _set(tree: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
@@ -101,17 +115,28 @@ def _set(tree: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
     tree[keys[-1]] = value
 
 
+def check(args: argparse.Namespace) -> int:
+    """--check-config: the same rules as a start with the same flags. A valid file says ok
+    (stdout), then what will likely fail where it is checked (stderr, exit 0 still: the
+    file may be meant for another machine or a container)."""
+    from gateway.settings import problems
+
+    unset: list[str] = []
+    conf = build_settings(args, unset)
+    needs = f"; set before starting: {', '.join(sorted(set(unset)))}" if unset else ""
+    print(f"{args.check_config}: ok ({len(conf.upstreams)} upstream(s)){needs}")
+    for warning in problems.warnings_about(conf, unset):
+        print(f"{args.check_config}: warning: {warning}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if args.check_config:  # the same rules as a start with the same flags
-            unset: list[str] = []
-            s = build_settings(args, unset)
-            needs = f"; set before starting: {', '.join(sorted(set(unset)))}" if unset else ""
-            print(f"{args.check_config}: ok ({len(s.upstreams)} upstream(s)){needs}")
-            return 0
+        if args.check_config:
+            return check(args)
         # Validated in a child process: pydantic never loads into the one that serves.
-        conf = settings.load_isolated(lambda: build_settings(args))
+        conf = load_isolated(lambda: build_settings(args))
         from gateway.app import serve  # imported late: --check-config stays light and fast
 
         return serve(conf)

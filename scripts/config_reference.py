@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes docs/configuration.md, every YAML key with its type, default and meaning, from the
-settings models themselves (gateway/settings.py), so the reference cannot drift from the
+settings models themselves (gateway/settings/schema.py), so the reference cannot drift from the
 code. `--check` exits 1 when the committed file differs (a test runs it).
 
     python scripts/config_reference.py [--check]
@@ -19,12 +19,13 @@ from typing import Annotated, Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway import settings  # noqa: E402
+from gateway.settings import schema  # noqa: E402
 
 OUT = ROOT / "docs" / "configuration.md"
 HEAD = """# Configuration reference
 
-Generated from `gateway/settings.py` by `scripts/config_reference.py`; do not edit by hand.
+Generated from `gateway/settings/schema.py` by `scripts/config_reference.py`; do not edit by
+hand.
 Keys are snake_case; `${VAR}` and `${VAR:-default}` in any string are read from the
 environment; `mcp-task-gateway --check-config FILE` validates a file (exit 0, naming the
 `${VAR}`s still to set; 2 with a one-line error that names the key). Unknown keys are
@@ -84,7 +85,7 @@ def type_name(annotation: Any) -> str:
         return f"{origin.__name__}[{', '.join(type_name(a) for a in args)}]"
     if is_section(annotation):
         return "section"
-    if annotation is settings.Secret:
+    if annotation is schema.Secret:
         return "str (secret)"
     return getattr(annotation, "__name__", str(annotation))
 
@@ -132,7 +133,7 @@ def bounds(annotation: Any) -> str:
 def section(model: type, path: str, todo: list[tuple[type, str]]) -> list[str]:
     lines = [f"## `{path}`" if path else "## Top level", ""]
     own = model.__doc__ and not model.__doc__.startswith(f"{model.__name__}(")  # not generated
-    if own and model.__module__ == settings.__name__:
+    if own and model.__module__ == schema.__name__:
         lines += [linked(" ".join(model.__doc__.split())), ""]
     lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
     hints = typing.get_type_hints(model, include_extras=True)
@@ -166,7 +167,7 @@ def nested(annotation: Any) -> list[tuple[type, str]]:
 
 
 def render() -> str:
-    todo: list[tuple[type, str]] = [(settings.Settings, "")]
+    todo: list[tuple[type, str]] = [(schema.Settings, "")]
     out = [HEAD]
     for model, path in todo:  # grows as sections name the models inside them
         out += section(model, path, todo)

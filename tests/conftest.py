@@ -24,7 +24,7 @@ import pytest
 from mcp_http import BASIC, McpHttp
 
 from gateway.app import create_app
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 
 NODE_BIN = Path(__file__).parent / "node" / "node_modules" / ".bin"
 MCP130 = Path(__file__).parents[1] / ".test-envs" / "mcp130" / "bin" / "python"

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.settings import Limits, Listen, load
+from gateway.settings.load import load
+from gateway.settings.schema import Limits, Listen
 
 ROOT = Path(__file__).parents[1]
 KUBE = ROOT / "deploy" / "kubernetes"

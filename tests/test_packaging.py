@@ -12,7 +12,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from gateway.settings import load
+from gateway.settings.load import load
 
 ROOT = Path(__file__).parents[1]
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from gateway import errors, settings
+from gateway import errors
+from gateway.settings import schema as settings
 
 ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", ROOT / "SECURITY.md", *sorted((ROOT / "docs").rglob("*.md")),

@@ -21,7 +21,7 @@ from gateway.auth.token_exchange import TokenExchanger
 from gateway.errors import Unauthorized
 from gateway.keyring import keyed_digest
 from gateway.observability import owner_hash
-from gateway.settings import Auth, TokenExchange
+from gateway.settings.schema import Auth, TokenExchange
 
 if TYPE_CHECKING:
     from gateway.auth.tokens import AccessTokens

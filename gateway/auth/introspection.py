@@ -18,7 +18,7 @@ from urllib.parse import quote_plus
 from gateway.auth.fetch import Fetcher
 from gateway.auth.principal import Principal
 from gateway.errors import Unauthorized
-from gateway.settings import Introspection, OAuth
+from gateway.settings.schema import Introspection, OAuth
 
 CACHE_S = 60.0
 

@@ -17,7 +17,7 @@ from yarl import URL
 
 from gateway.auth.fetch import Fetcher, unavailable
 from gateway.errors import AuthUnavailable, Unauthorized
-from gateway.settings import transport_allowed
+from gateway.settings.rules import transport_allowed
 
 MAX_AGE_S = 3600.0  # known keys are fetched again this often (rotation without a restart)
 RETRY_AFTER_FAILURE_S = 1.0  # a failed fetch answers at once for this long, then retries

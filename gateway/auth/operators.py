@@ -16,7 +16,7 @@ import hmac
 
 from gateway.auth.authenticator import Authenticator, bearer_token
 from gateway.errors import OperatorOnly, Unauthorized
-from gateway.settings import Auth
+from gateway.settings.schema import Auth
 
 
 class Operators:

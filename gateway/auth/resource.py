@@ -14,7 +14,7 @@ from typing import Any
 from yarl import URL
 
 from gateway.errors import AuthCause
-from gateway.settings import OAuth
+from gateway.settings.schema import OAuth
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 

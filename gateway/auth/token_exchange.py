@@ -13,7 +13,7 @@ from cachetools import TLRUCache
 
 from gateway.auth.fetch import Fetcher, unavailable
 from gateway.auth.introspection import client_auth
-from gateway.settings import TokenExchange
+from gateway.settings.schema import TokenExchange
 
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"

@@ -31,7 +31,8 @@ from gateway.auth.introspection import Introspector
 from gateway.auth.keys import IssuerKeys
 from gateway.auth.principal import Principal
 from gateway.errors import AuthCause, Unauthorized, shown
-from gateway.settings import SIGNING_ALGORITHMS, OAuth
+from gateway.settings.rules import SIGNING_ALGORITHMS
+from gateway.settings.schema import OAuth
 
 MAX_CACHE_S = 300.0
 REFUSED_CACHE_S = 10.0  # a refused token is refused again without a check this long

@@ -27,7 +27,7 @@ from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.queues import Ticket
-from gateway.settings import Settings
+from gateway.settings.schema import Settings
 from gateway.tasks.dialects import Lacking
 from gateway.upstream.isolation import Backend
 

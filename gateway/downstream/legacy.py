@@ -39,7 +39,7 @@ from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.ratelimit import InFlight
-from gateway.settings import Settings
+from gateway.settings.schema import Settings
 from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies

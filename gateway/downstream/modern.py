@@ -40,7 +40,7 @@ from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
-from gateway.settings import Settings
+from gateway.settings.schema import Settings
 from gateway.tasks.dialects import (
     Lacking,
     extension,

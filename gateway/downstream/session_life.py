@@ -22,7 +22,7 @@ from gateway.downstream.session import Session, SessionStore, idle, refusal
 from gateway.errors import StoreUnavailable, UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
-from gateway.settings import Settings
+from gateway.settings.schema import Settings
 from gateway.upstream.isolation import Backend
 
 

@@ -29,7 +29,7 @@ from aiohttp import web
 
 from gateway.observability import log
 from gateway.protocol import mcp
-from gateway.settings import Settings
+from gateway.settings.schema import Settings
 
 KEEPALIVE = b": keep-alive\n\n"
 # The buffer also holds events not yet written: never so small that a burst between two

@@ -13,7 +13,7 @@ import sys
 import orjson
 import structlog
 
-from gateway.settings import Logging
+from gateway.settings.schema import Logging
 
 
 def configure_logging(conf: Logging) -> None:

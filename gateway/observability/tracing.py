@@ -21,7 +21,8 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
-from gateway.settings import ConfigError, Tracing
+from gateway.settings import ConfigError
+from gateway.settings.schema import Tracing
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

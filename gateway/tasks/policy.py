@@ -11,7 +11,7 @@ from fnmatch import fnmatchcase
 from cachetools import LRUCache
 
 from gateway.queues import Limit
-from gateway.settings import TaskMode, TaskPolicy, TaskPolicyOverride, Tasks, UpstreamTasks
+from gateway.settings.schema import TaskMode, TaskPolicy, TaskPolicyOverride, Tasks, UpstreamTasks
 
 POLL_FLOOR_MS = 250  # never suggest polling faster than this
 POLL_CEILING_MS = 30_000

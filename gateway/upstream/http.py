@@ -30,7 +30,7 @@ from gateway.errors import (
 )
 from gateway.observability import log
 from gateway.protocol import mcp
-from gateway.settings import Upstream as UpstreamConf
+from gateway.settings.schema import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
 from gateway.upstream.http_post import Poster, ServerSession, forgets_session, reason

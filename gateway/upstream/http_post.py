@@ -28,7 +28,7 @@ from gateway import redact
 from gateway.errors import UpstreamConnectionFailed, UpstreamError, UpstreamTooLarge
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
-from gateway.settings import Upstream as UpstreamConf
+from gateway.settings.schema import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
 from gateway.upstream.sse_client import EventReader, TooLarge

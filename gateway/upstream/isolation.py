@@ -38,7 +38,7 @@ from gateway.observability.counters import Counters
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.queues import Limit, Queues, Ticket
-from gateway.settings import Upstream as UpstreamConf
+from gateway.settings.schema import Upstream as UpstreamConf
 from gateway.upstream.catalogue import Catalogue
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Owner

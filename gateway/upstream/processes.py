@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from gateway.errors import QueueFull, TooManyProcesses
 from gateway.observability.counters import Counters
 from gateway.queues import Limit, Queues, Ticket
-from gateway.settings import Limits
+from gateway.settings.schema import Limits
 
 POOL = "pool"  # the owner of `isolation: call`'s warm processes in the overall lane
 # Newcomers that may wait at once, per lane (beyond, refused at once). Each also holds a

@@ -34,7 +34,7 @@ from gateway.errors import (
     UpstreamStartFailed,
 )
 from gateway.observability import log
-from gateway.settings import Upstream as UpstreamConf
+from gateway.settings.schema import Upstream as UpstreamConf
 from gateway.upstream.correlator import Call
 from gateway.upstream.transport import STABLE_AFTER_S, Link, backoff_s, start_failed
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.app import create_app
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 
 MODERN = "2026-07-28"
 POLICY = {"defaults": {"mode": "auto", "sync_budget_ms": 50},

@@ -31,7 +31,7 @@ from test_operations import scrape, value
 from test_tasks import POLICY, call, tasks_op, wait_for
 
 from gateway.app import create_app
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 
 pytestmark = pytest.mark.node
 ROOT = Path(__file__).parents[2]

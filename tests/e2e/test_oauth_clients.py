@@ -29,7 +29,7 @@ from test_modern import envelope
 from test_tasks import POLICY, TASKS
 
 from gateway.app import create_app
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 
 pytestmark = pytest.mark.node
 REDIRECT = "http://localhost:3030/callback"

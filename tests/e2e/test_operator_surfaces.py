@@ -26,7 +26,7 @@ from test_tasks import POLICY, call, tasks_op
 from yarl import URL
 
 from gateway.app import create_app
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 
 # 32 characters at least: one test serves beyond loopback, where shorter ones are refused.
 ALICE_TOKEN, BOB_TOKEN = "alice-token-" + "a" * 24, "bob-token-" + "b" * 24

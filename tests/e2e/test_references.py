@@ -18,7 +18,7 @@ from mcp_http import BASIC, Reply, next_event, text_of
 from test_tenancy import TOKENS, As  # Alice and Bob: two static tokens
 
 from gateway.app import create_app
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 
 RELATED = "io.modelcontextprotocol/related-task"
 MODERN = "2026-07-28"

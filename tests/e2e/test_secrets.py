@@ -25,7 +25,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from mcp_http import BASIC, text_of
 
-from gateway.settings import ConfigError, from_mapping
+from gateway.settings import ConfigError
+from gateway.settings.load import from_mapping
 from gateway.upstream.sse_client import same_origin
 from gateway.upstream.stdio import DEFAULT_ENV
 

@@ -19,7 +19,7 @@ from idp import Idp, Key
 from mcp_http import BASIC, McpHttp, Reply, next_event
 
 from gateway.app import create_app
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 from gateway.upstream import correlator
 
 SERVERS = Path(__file__).parents[1] / "servers"

@@ -17,7 +17,7 @@ from test_modern import modern
 from test_tasks import POLICY, TASKS, wait_for
 
 from gateway.observability.tracing import Tracer
-from gateway.settings import Tracing
+from gateway.settings.schema import Tracing
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"

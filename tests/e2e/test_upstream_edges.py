@@ -20,7 +20,7 @@ from mcp_http import next_event, parse_sse, text_of
 from test_http_upstream import answered_after_restart, basic_http
 from test_modern import call, envelope, headers_for, modern
 
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 from gateway.upstream import sse_client
 
 

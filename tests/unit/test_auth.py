@@ -13,7 +13,7 @@ from gateway.auth.principal import Principal, digest, scopes_of
 from gateway.auth.resource import ProtectedResource
 from gateway.auth.throttle import FailedAuths
 from gateway.errors import TooManyFailures
-from gateway.settings import OAuth
+from gateway.settings.schema import OAuth
 
 
 def test_metadata_is_looked_for_where_rfc_8414_then_oidc_put_it() -> None:
@@ -58,7 +58,7 @@ def test_tokens_stay_out_of_reprs() -> None:
 
 
 def test_a_gateway_without_oauth_does_not_load_pyjwt() -> None:
-    code = ("from gateway.app import create_app; from gateway.settings import from_mapping; "
+    code = ("from gateway.app import create_app; from gateway.settings.load import from_mapping; "
             "create_app(from_mapping({'upstreams': {'m': {'command': 'x'}}, "
             "'auth': {'bearer_tokens': ['t']}}))")
     assert loaded_by(code, ("jwt",)) == []

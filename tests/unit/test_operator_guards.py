@@ -14,7 +14,8 @@ from gateway.auth import Authenticator
 from gateway.auth.operators import Operators
 from gateway.downstream.peers import Clients, Hosts, split
 from gateway.errors import OperatorOnly, Unauthorized
-from gateway.settings import ConfigError, from_mapping, load
+from gateway.settings import ConfigError
+from gateway.settings.load import from_mapping, load
 
 UPSTREAM = {"upstreams": {"main": {"command": "x"}}}
 

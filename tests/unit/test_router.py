@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gateway import errors, router
 from gateway.protocol import jsonrpc, mcp
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 from gateway.tasks.dialects import extension
 from gateway.tasks.policy import Policies
 from gateway.upstream.catalogue import Catalogue

@@ -16,7 +16,9 @@ import yaml
 from conftest import loaded_by
 
 from gateway.cli import build_settings, main, parser
-from gateway.settings import ConfigError, Upstream, from_mapping, load, read_raw
+from gateway.settings import ConfigError
+from gateway.settings.load import from_mapping, load, read_raw
+from gateway.settings.schema import Upstream
 from gateway.tasks.policy import Policies
 
 ROOT = Path(__file__).parents[2]
@@ -223,6 +225,37 @@ def test_start_without_upstream_is_a_clear_error() -> None:
     assert "no upstream" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_a_misspelt_upstreams_key_is_named_though_the_file_was_given(tmp_path, capsys
+                                                                     ) -> None:
+    """Issue 42: `upstream:` for `upstreams:` said "no upstream: give ... --config" although
+    --config was given; now the unknown key is named, the near one offered, and its missing
+    twin is no second problem."""
+    conf = tmp_path / "g.yaml"
+    conf.write_text("upstream:\n  main: {command: python3}\n")
+    line = "upstream: unknown key `upstream`; did you mean `upstreams`?"
+    assert main(["--check-config", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(line) and "no upstream" not in err
+    res = run_cli("--config", str(conf), "--isolation", "call")
+    assert res.returncode == 2 and res.stderr.strip().endswith(line)
+    conf.write_text("listen: {port: 9000}\n")
+    assert main(["--check-config", str(conf)]) == 2
+    assert capsys.readouterr().err.strip().endswith("upstreams: required, and not given")
+
+
+def test_check_config_warns_of_a_command_not_found_here(tmp_path, capsys) -> None:
+    """Issue 42: a command that does not exist here passed unremarked. It may exist where the
+    file is meant to run (a container): a warning on stderr, the exit code still 0."""
+    conf = tmp_path / "g.yaml"
+    conf.write_text("upstreams:\n  main: {command: no-such-server-zz9}\n"
+                    "  ok: {command: python3, path: /ok}\n")
+    assert main(["--check-config", str(conf)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{conf}: ok (2 upstream(s))")
+    assert err == (f"{conf}: warning: upstreams.main.command: 'no-such-server-zz9' is not on "
+                   "the PATH here\n")
+
+
 @pytest.mark.parametrize(("host", "auth", "allowed", "ok"), [
     ("0.0.0.0", [], False, False),
     ("10.1.2.3", [""], False, False),  # an empty token is no token
@@ -415,7 +448,9 @@ def test_an_upstreams_default_given_as_null_clears_the_global_one() -> None:
 # load_isolated and says what came back and whether pydantic was loaded here.
 ISOLATED = """
 import json, sys
-from gateway.settings import ConfigError, from_mapping, load_isolated
+from gateway.settings import ConfigError
+from gateway.settings.isolated import load_isolated
+from gateway.settings.load import from_mapping
 raw = json.loads(sys.argv[1])
 try:
     conf = load_isolated(lambda: from_mapping(raw))
@@ -468,13 +503,29 @@ def test_a_serving_process_never_loads_pydantic() -> None:
     """The app and the CLI import no pydantic; only validating does (--check-config, or
     the child of load_isolated)."""
     code = ("import gateway.cli; from gateway.app import create_app; "
-            "from gateway.settings import from_mapping, load_isolated; "
+            "from gateway.settings.isolated import load_isolated; "
+            "from gateway.settings.load import from_mapping; "
             "create_app(load_isolated(lambda: from_mapping({'upstreams': {'m': "
             "{'command': 'x'}}})))")
     assert loaded_by(code, ("pydantic", "pydantic_core")) == []
-    assert loaded_by("from gateway.settings import from_mapping; "
+    assert loaded_by("from gateway.settings.load import from_mapping; "
                      "from_mapping({'upstreams': {'m': {'command': 'x'}}})",
                      ("pydantic",)) == ["pydantic"]
+
+
+def test_a_serving_process_imports_the_settings_schema_only() -> None:
+    """Issue 42: of the settings package, the CLI's way to a serving app imports the schema,
+    its rules and the fork; interpolation, loading and error wording (and PyYAML, difflib)
+    stay in the validating child."""
+    code = ("import gateway.cli as cli; from gateway.app import create_app; "
+            "from gateway.settings.isolated import load_isolated; "
+            "args = cli.parser().parse_args(['--', 'python3']); "
+            "create_app(load_isolated(lambda: cli.build_settings(args)))")
+    parts = ("gateway.settings", "gateway.settings.schema", "gateway.settings.rules",
+             "gateway.settings.isolated", "gateway.settings.env", "gateway.settings.load",
+             "gateway.settings.problems", "pydantic", "yaml", "difflib")
+    assert loaded_by(code, parts) == ["gateway.settings", "gateway.settings.isolated",
+                                      "gateway.settings.rules", "gateway.settings.schema"]
 
 
 def test_a_validating_child_killed_is_reported_as_killed_not_as_a_config_error() -> None:
@@ -520,7 +571,7 @@ def test_a_crash_while_validating_in_the_child_is_no_config_error() -> None:
 def failed_isolated(build: str) -> str:
     """The stderr of a fresh process whose load_isolated ran `build` in its child: it must
     exit 1 (a fault, not a config error's 2)."""
-    code = ("import os, signal\nfrom gateway.settings import load_isolated\n"
+    code = ("import os, signal\nfrom gateway.settings.isolated import load_isolated\n"
             f"load_isolated(lambda: {build})")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True)
@@ -549,7 +600,7 @@ def test_the_settings_repr_shows_no_secret() -> None:
 def test_an_upstreams_defaults_built_in_code_count_the_keys_they_set() -> None:
     """Not only a file's: `UpstreamDefaults(mode="always")` made by an embedder or a test
     sets the mode (it was silently ignored, `given` being filled by validation only)."""
-    from gateway.settings import Tasks, UpstreamDefaults, UpstreamTasks
+    from gateway.settings.schema import Tasks, UpstreamDefaults, UpstreamTasks
 
     upstream = UpstreamTasks(defaults=UpstreamDefaults(mode="always"))
     assert Policies(Tasks(), {"m": upstream}).for_tool("m", "t").mode == "always"

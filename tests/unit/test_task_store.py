@@ -13,7 +13,7 @@ import orjson
 import pytest
 from conftest import loaded_by
 
-from gateway.settings import from_mapping
+from gateway.settings.load import from_mapping
 from gateway.tasks.engine import TaskEngine, TaskNotFound
 from gateway.tasks.model import TRANSITIONS, InvalidTransition, Status, Task, iso, new_id
 from gateway.tasks.policy import Policies, PollAdvisor
@@ -372,7 +372,7 @@ async def test_an_unacknowledged_creation_leaves_no_task(redis_server, key_prefi
 def test_only_a_shared_store_loads_redis() -> None:
     """redis-py and what it pulls in (hiredis, cryptography, OpenTelemetry where installed)
     cost ~20 MiB resident: a one-process gateway never imports them (issue 22)."""
-    code = ("from gateway.app import create_app; from gateway.settings import from_mapping; "
+    code = ("from gateway.app import create_app; from gateway.settings.load import from_mapping; "
             "create_app(from_mapping({'upstreams': {'m': {'command': 'x'}}%s}))")
     assert loaded_by(code % "", ("redis", "cryptography")) == []
     shared = (", 'store': {'backend': 'redis', 'url': 'redis://127.0.0.1:9/0'}, "

@@ -1,81 +1,50 @@
-"""The gateway's configuration: frozen dataclasses of the YAML file (docs/configuration.md),
-`${VAR}` interpolation, and one-line errors that name the offending key.
+"""The configuration's schema: the frozen dataclasses the gateway reads at run time, one per
+section of the YAML file (docs/configuration.md is generated from them), with each key's
+default, meaning (`doc`), constraints and the invariants across keys (`__post_init__`).
 
-Loaded once at start; nothing else reads YAML or the environment for settings. The classes are
-plain stdlib dataclasses, all the gateway reads at run time; pydantic validates a YAML tree into
-them (their constraints are `Annotated` metadata it reads), imported only to validate, so a
-serving process started through `load_isolated` never holds it (bench/README: Memory).
+Plain stdlib dataclasses: pydantic validates a YAML tree into them where it is imported (the
+`Annotated` metadata is what it reads: annotated_types bounds, rules.py's checks), in the
+child of isolated.load_isolated; a serving process holds only these classes.
 """
 
 from __future__ import annotations
 
-import functools
-import ipaddress
-import os
-import pickle
-import re
-import signal
-import types
-import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, ClassVar, Literal
 
 from annotated_types import Ge, Le, MaxLen, MinLen
 
-from gateway import redact
-
-if TYPE_CHECKING:
-    from pydantic import TypeAdapter, ValidationError
+from gateway.settings.rules import (
+    MIN_TOKEN_CHARS,
+    SIGNING_ALGORITHMS,
+    EmptyIsNull,
+    Matches,
+    Rule,
+    addresses,
+    asymmetric,
+    host_names,
+    host_ports,
+    http_urls,
+    loopback,
+    transport_allowed,
+)
 
 TaskMode = Literal["never", "auto", "always", "required"]
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 Isolation = Literal["shared", "client", "call"]
-Era = Literal["auto", "legacy", "modern"]
+# Which era the gateway speaks to an upstream, or `auto`: it finds out (upstream/wire.py's
+# `Era` is the answer, legacy or modern).
+EraChoice = Literal["auto", "legacy", "modern"]
 
 
 # The gateway's own routes (gateway/admin.py; RFC 9728's metadata under /.well-known/).
 GATEWAY_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/status"})
 
 
-class ConfigError(Exception):
-    """A configuration problem, worded for one line: `key.path: what is wrong`."""
-
-
 def doc(text: str) -> dict[str, str]:
     """A key's meaning, as docs/configuration.md shows it (scripts/config_reference.py)."""
     return {"doc": text}
-
-
-class _Rule:
-    """A check of one key's value (`before`: a rewrite of it), run where pydantic validates,
-    so that its error names that key. pydantic_core is imported only then."""
-
-    __slots__ = ("before", "rule")
-
-    def __init__(self, rule: Callable[[Any], Any], before: bool = False) -> None:
-        self.rule, self.before = rule, before
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
-        from pydantic_core import core_schema
-
-        wrap = (core_schema.no_info_before_validator_function if self.before
-                else core_schema.no_info_after_validator_function)
-        return wrap(self.rule, handler(source))
-
-
-class Matches:
-    """A string key's regular expression (pydantic's own check and error wording)."""
-
-    __slots__ = ("pattern",)
-
-    def __init__(self, pattern: str) -> None:
-        self.pattern = pattern
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
-        return {**handler(source), "pattern": self.pattern}
 
 
 class Secret:
@@ -106,13 +75,7 @@ class Secret:
         return core_schema.no_info_after_validator_function(cls, core_schema.str_schema())
 
 
-def _none_if_empty(value: Any) -> Any:
-    return None if value == "" else value  # `${HOSTNAME:-}` and the like
-
-
 EnvName = Annotated[str, Matches(r"^[A-Za-z_][A-Za-z0-9_]*$")]
-# Left empty (`${VAR:-}` unset), a key reads as not given.
-EmptyIsNull = _Rule(_none_if_empty, before=True)
 
 
 class _Model:
@@ -268,7 +231,7 @@ class UpstreamTasks(_Model):
     """One upstream's task policies, over the global `tasks` field by field: a key left
     out takes the global one; in `defaults`, a null clears it."""
 
-    defaults: Annotated[UpstreamDefaults, _Rule(_keys_given, before=True)] = field(
+    defaults: Annotated[UpstreamDefaults, Rule(_keys_given, before=True)] = field(
         default_factory=UpstreamDefaults,
         metadata=doc("for every tool of this upstream, over the global `tasks.defaults` (a "
                      "null timeout_ms, immediate_response or max_concurrency clears it)"))
@@ -318,7 +281,7 @@ class Upstream(_Model):
             "call: one per tools/call, from a warm pool"))
     pool_size: Annotated[int, Ge(1), Le(64)] = field(default=2,
         metadata=doc("warm processes kept for isolation: call"))
-    era: Era = field(default="auto",
+    era: EraChoice = field(default="auto",
         metadata=doc("which protocol era the gateway speaks to it: auto finds out (a server "
             "of both eras serves modern clients on its modern wire); legacy: "
             "initialize only; modern: server/discover only"))
@@ -484,12 +447,6 @@ class Limits(_Model):
             "next request starts one); the warm pool stays"))
 
 
-# Asymmetric signatures only: `none` is no signature, and an HS* key would be the issuer's
-# public key used as a shared secret (the classic algorithm-confusion attack).
-SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
-                      "ES512", "EdDSA")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Introspection(_Model):
     """RFC 7662 token introspection, for opaque (non-JWT) access tokens."""
@@ -508,21 +465,6 @@ class Introspection(_Model):
             "a server that never sends `aud` and issues tokens for this gateway alone"))
 
 
-def _asymmetric(value: list[str]) -> list[str]:
-    for alg in value:
-        if alg not in SIGNING_ALGORITHMS:
-            raise ValueError(f"{alg!r} is not accepted: use asymmetric algorithms among "
-                             f"{', '.join(SIGNING_ALGORITHMS)}")
-    return value
-
-
-def _http_urls(value: list[str]) -> list[str]:
-    for issuer in value:
-        if not issuer.startswith(("https://", "http://")):
-            raise ValueError(f"{issuer!r} is not an http(s) URL")
-    return value
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OAuth(_Model):
     """An OAuth 2.1 resource server (MCP authorization spec): JWT access tokens checked
@@ -531,7 +473,7 @@ class OAuth(_Model):
     resource: Annotated[str, Matches(r"^https?://[^#]+$")] = field(
         metadata=doc("this gateway's canonical URI: the audience tokens must carry (RFC 8707), "
             "and the `resource` of its metadata (RFC 9728)"))
-    issuers: Annotated[list[str], MinLen(1), _Rule(_http_urls)] = field(
+    issuers: Annotated[list[str], MinLen(1), Rule(http_urls)] = field(
         metadata=doc("accepted token issuers; each one's keys are found by RFC 8414 / OIDC "
             "discovery"))
     scopes: list[str] = field(default_factory=list,
@@ -539,7 +481,7 @@ class OAuth(_Model):
     introspection: Introspection | None = field(default=None,
         metadata=doc("{url, client_id, client_secret, issuer, require_audience}: opaque "
             "tokens are checked there"))
-    algorithms: Annotated[list[str], _Rule(_asymmetric)] = field(
+    algorithms: Annotated[list[str], Rule(asymmetric)] = field(
         default_factory=lambda: list(SIGNING_ALGORITHMS),
         metadata=doc("accepted JWT signature algorithms (asymmetric ones only)"))
     leeway_s: Annotated[int, Ge(0), Le(300)] = field(default=30,
@@ -570,10 +512,10 @@ class OAuth(_Model):
             {self.admin_scope} if self.admin_scope is not None else set())
 
     def __post_init__(self) -> None:
-        self._https_beyond_loopback()
+        self._https_beyondloopback()
         self._introspection_issuer()
 
-    def _https_beyond_loopback(self) -> None:
+    def _https_beyondloopback(self) -> None:
         """Keys and tokens cross to these servers: https, or plain http to this machine
         only, unless `allow_http` says otherwise (RFC 8414 section 2: issuers are https)."""
         where = [(f"issuers.{i}", url) for i, url in enumerate(self.issuers)]
@@ -627,23 +569,6 @@ class Auth(_Model):
                              "an operator's token must not be a client's")
 
 
-def _host_names(value: list[str] | None) -> list[str] | None:
-    for host in value or ():
-        if not host or "/" in host or "@" in host:
-            raise ValueError(f"{host!r} is not a host name or host:port (no scheme, no path)")
-    return value
-
-
-def _addresses(value: list[str]) -> list[str]:
-    for item in value:
-        if item:
-            try:
-                ipaddress.ip_network(item, strict=False)
-            except ValueError:
-                raise ValueError(f"{item!r} is not an IP address or CIDR") from None
-    return value
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Security(_Model):
     """Browser origins, Host names, requestState sealing, and serving without
@@ -654,7 +579,7 @@ class Security(_Model):
         metadata=doc("browser Origins served (others get 403); * for any"))
     # DNS rebinding: a page on the attacker's name, resolved to 127.0.0.1, is same-origin
     # to the browser (no Origin on its GETs), but its Host header still names the attacker.
-    allowed_hosts: Annotated[list[str] | None, _Rule(_host_names)] = field(default=None,
+    allowed_hosts: Annotated[list[str] | None, Rule(host_names)] = field(default=None,
         metadata=doc("Host header values served (others get 421): a name (any port) or "
             "name:port, [::1] for IPv6, * for any; null: localhost, 127.0.0.1 and "
             "[::1] when listen.host is loopback, no check beyond it"))
@@ -667,7 +592,7 @@ class Security(_Model):
     # Behind a reverse proxy every client has the proxy's address; only a proxy named here
     # is believed about the client's (X-Forwarded-For). Never by default: a client chooses
     # its own headers.
-    trusted_proxies: Annotated[list[str], _Rule(_addresses)] = field(default_factory=list,
+    trusted_proxies: Annotated[list[str], Rule(addresses)] = field(default_factory=list,
         metadata=doc("addresses or CIDRs of reverse proxies whose X-Forwarded-For names the "
             "client (its rightmost address not in this list): the failed-auth limit and the "
             "audit log count that client, not the proxy; empty entries are ignored; []: the "
@@ -677,14 +602,6 @@ class Security(_Model):
     allow_unauthenticated: bool = field(default=False,
         metadata=doc("serve beyond loopback without a bearer token, on purpose (an "
             "authenticating proxy in front)"))
-
-
-def _host_ports(value: list[str]) -> list[str]:
-    for item in value:
-        host, _, port = item.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"{item!r} is not host:port")
-    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -702,7 +619,7 @@ class Store(_Model):
         metadata=doc("prefix of every key the gateway writes"))
     lease_ms: Annotated[int, Ge(1000)] = field(default=10_000,
         metadata=doc("then a silent replica is gone"))
-    sentinels: Annotated[list[str], _Rule(_host_ports)] = field(default_factory=list,
+    sentinels: Annotated[list[str], Rule(host_ports)] = field(default_factory=list,
         metadata=doc("host:port of Redis Sentinels, which name the primary (then url may go)"))
     sentinel_master: Annotated[str, MinLen(1)] = field(default="mymaster",
         metadata=doc("the name the sentinels monitor the primary under"))
@@ -805,7 +722,7 @@ class Settings(_Model):
         bound to loopback); None: any."""
         hosts = self.security.allowed_hosts
         if hosts is None:
-            return list(LOOPBACK_HOSTS) if _loopback(self.listen.host) else None
+            return list(LOOPBACK_HOSTS) if loopback(self.listen.host) else None
         return None if "*" in hosts else hosts
 
     @property
@@ -835,8 +752,8 @@ class Settings(_Model):
 
     def __post_init__(self) -> None:
         self._exchange_needs_oauth()
-        self._authenticated_beyond_loopback()
-        self._strong_tokens_beyond_loopback()
+        self._authenticated_beyondloopback()
+        self._strong_tokens_beyondloopback()
         self._secret_for_a_shared_store()
         self._distinct_paths()
 
@@ -846,10 +763,10 @@ class Settings(_Model):
                 raise ValueError(f"upstreams.{name}.token_exchange needs auth.oauth (there is "
                                  "no caller's token to exchange without it)")
 
-    def _authenticated_beyond_loopback(self) -> None:
+    def _authenticated_beyondloopback(self) -> None:
         """spec (Streamable HTTP, Security Warning): servers SHOULD implement proper
         authentication; reachable from other machines, the gateway insists on it."""
-        if (not _loopback(self.listen.host) and not self.auth.enabled
+        if (not loopback(self.listen.host) and not self.auth.enabled
                 and not self.security.allow_unauthenticated):
             raise ValueError(
                 f"listen.host {self.listen.host} is reachable from other machines and "
@@ -857,11 +774,11 @@ class Settings(_Model):
                 "127.0.0.1, or set security.allow_unauthenticated: true to serve without "
                 "authentication")
 
-    def _strong_tokens_beyond_loopback(self) -> None:
+    def _strong_tokens_beyondloopback(self) -> None:
         """Static tokens are the only secret between a caller and the gateway: beyond
         loopback, short ones (guessable, or typed by hand) are refused (an empty one is
         none: `${VAR:-}` left unset)."""
-        if _loopback(self.listen.host):
+        if loopback(self.listen.host):
             return
         for key in ("bearer_tokens", "admin_tokens"):
             for i, token in enumerate(getattr(self.auth, key)):
@@ -886,217 +803,3 @@ class Settings(_Model):
             if up.path in seen:
                 raise ValueError(f"upstreams '{seen[up.path]}' and '{name}' share path {up.path}")
             seen[up.path] = name
-
-
-MIN_TOKEN_CHARS = 32  # static tokens served beyond loopback (128 bits as hex)
-
-
-def transport_allowed(url: str, allow_http: bool) -> bool:
-    """Whether credentials may go to `url`: https, plain http to a loopback host
-    (127.0.0.0/8, ::1, localhost), or any http when the operator opted in."""
-    scheme, _, rest = url.partition("://")
-    if scheme.lower() == "https" or allow_http:
-        return True
-    host = urlsplit(f"http://{rest}").hostname or ""
-    return scheme.lower() == "http" and _loopback(host)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve anywhere
-
-
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def interpolate(value: Any, where: str = "", unset: list[str] | None = None) -> Any:
-    """Replace `${VAR}` (or `${VAR:-default}`) in every string of a YAML tree. A variable
-    neither set nor defaulted is an error, unless `unset` collects it (checking a file
-    before deployment): it then reads as a placeholder."""
-    if isinstance(value, dict):
-        return {k: interpolate(v, f"{where}.{k}" if where else str(k), unset)
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [interpolate(v, f"{where}.{i}", unset) for i, v in enumerate(value)]
-    if not isinstance(value, str):
-        return value
-
-    def sub(m: re.Match[str]) -> str:
-        name, default = m.group(1), m.group(2)
-        if name in os.environ:
-            return os.environ[name]
-        if default is not None:
-            return default
-        if unset is None:
-            raise ConfigError(f"{where}: environment variable {name} is not set")
-        unset.append(name)
-        return _placeholder(name, where, whole=m.group(0) == value)
-
-    return _VAR.sub(sub, value)
-
-
-def _placeholder(name: str, where: str, whole: bool) -> str:
-    """What an unset variable reads as while a file is checked: long enough for a token,
-    and, standing for a whole URL (`store.url: "${REDIS_URL}"`), a URL of the right kind,
-    so that the check names the variable instead of failing on the placeholder."""
-    if whole and where == "store.url":
-        return f"redis://unset-{name}"
-    if whole and where.endswith(".url"):
-        return f"https://unset-{name}.invalid/"
-    return f"unset-{name}".ljust(MIN_TOKEN_CHARS, "-")
-
-
-def from_mapping(raw: Any, unset: list[str] | None = None) -> Settings:
-    """Validated settings of a YAML tree. With `unset` (checking a file before deployment),
-    environment variables not set here read as placeholders, and are collected there."""
-    if not isinstance(raw, dict):
-        raise ConfigError("the configuration must be a YAML mapping")
-    tree = interpolate(raw, unset=unset)
-    from pydantic import ValidationError  # only here: a serving process never imports it
-
-    try:
-        return _adapter().validate_python(tree)
-    except ValidationError as exc:
-        raise ConfigError(_first_problem(exc)) from None
-
-
-@functools.cache
-def _adapter() -> TypeAdapter[Settings]:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(Settings)
-
-
-def load_isolated(build: Callable[[], Settings]) -> Settings:
-    """`build()` (which validates: `from_mapping`) run in a forked child, its Settings
-    handed back pickled. Why: importing pydantic and building its validators keeps ~10 MiB
-    resident for the life of a process (bench/README: Memory), and the serving process
-    needs only the plain dataclasses. A ConfigError in the child is raised here with the
-    same line. Where os.fork is missing, `build()` runs here. Called before any thread
-    starts (a fork copies only the calling thread)."""
-    if not hasattr(os, "fork"):
-        return build()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: validate, answer, and leave without running the parent's exits
-        os.close(read_end)
-        _answer(write_end, build)
-    os.close(write_end)
-    try:
-        with os.fdopen(read_end, "rb") as pipe:
-            answer = pipe.read()
-    except BaseException:  # interrupted (Ctrl-C, a signal): the child goes too
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise
-    status = os.waitpid(pid, 0)[1]
-    try:
-        kind, value = pickle.loads(answer)
-    except (pickle.UnpicklingError, EOFError, ValueError):  # killed, not a config error
-        raise RuntimeError("validating the configuration failed: its process ended "
-                           f"unanswered ({_ended(status)})") from None
-    if kind == "error":
-        raise ConfigError(value)
-    if kind == "crash":
-        raise RuntimeError(f"validating the configuration failed in its process:\n{value}")
-    return typing.cast(Settings, value)
-
-
-def _ended(status: int) -> str:
-    code = os.waitstatus_to_exitcode(status)
-    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-
-
-def _answer(fd: int, build: Callable[[], Settings]) -> typing.NoReturn:
-    code = 0
-    try:
-        reply: tuple[str, Any] = ("ok", build())
-    except ConfigError as exc:
-        reply = ("error", str(exc))
-    except BaseException:  # a bug: its traceback goes to the parent
-        import traceback
-
-        # A validator's bug may quote a value (a store URL, its password): shown redacted.
-        reply, code = ("crash", redact.text(traceback.format_exc())), 1
-    try:
-        with os.fdopen(fd, "wb") as pipe:
-            pipe.write(pickle.dumps(reply))
-    finally:
-        os._exit(code)
-
-
-def load(path: str | Path) -> Settings:
-    return from_mapping(read_raw(path))
-
-
-def read_raw(path: str | Path) -> Any:
-    """The YAML tree of `path`, unvalidated (the CLI merges flags into it first)."""
-    import yaml  # only configs from a file need it: zero-config starts lighter
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1})" if mark else ""
-        raise ConfigError(f"{path}{at}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    return raw or {}
-
-
-def _first_problem(exc: ValidationError) -> str:
-    """One line naming the key at fault. An unknown key comes first: it usually explains a
-    missing one beside it (`upstream:` for `upstreams:`), and a close known name is offered."""
-    errors = exc.errors()
-    err = next((e for e in errors if e["type"] in _UNKNOWN_KEY), errors[0])
-    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] in _UNKNOWN_KEY:
-        import difflib  # a bad file only: not resident in a serving process
-
-        msg = f"unknown key `{err['loc'][-1]}`"
-        close = difflib.get_close_matches(str(err["loc"][-1]), _keys_at(err["loc"][:-1]), 1)
-        if close:
-            msg += f"; did you mean `{close[0]}`?"
-    more = len(errors) - 1
-    # A value quoted back (an URL with its password, say) is shown without credentials:
-    # the line goes to a terminal, a CI log, a support ticket.
-    msg = redact.text(msg)
-    return f"{key}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
-
-
-# What pydantic calls a key a settings class does not have (`extra_forbidden`: on models).
-_UNKNOWN_KEY = ("unexpected_keyword_argument", "extra_forbidden")
-
-
-def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
-    """The keys the settings know at `loc` (a dict's own keys pass through to its values)."""
-    model: Any = Settings
-    for part in loc:
-        model = _present(model)
-        hints = typing.get_type_hints(model) if _is_model(model) else {}
-        if str(part) in hints:
-            model = hints[str(part)]
-        else:  # a key of a dict of models: its values are the next model
-            args = typing.get_args(model)
-            model = args[-1] if args else None
-    model = _present(model)
-    return [f.name for f in fields(model) if not f.metadata.get("internal")
-            ] if _is_model(model) else []
-
-
-def _present(t: Any) -> Any:
-    """X of `X | None`; any other type as it is."""
-    if typing.get_origin(t) in (typing.Union, types.UnionType):
-        return next(a for a in typing.get_args(t) if a is not type(None))
-    return t
-
-
-def _is_model(t: Any) -> bool:
-    return isinstance(t, type) and is_dataclass(t)

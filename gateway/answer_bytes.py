@@ -18,7 +18,8 @@ Rules (docs/limits.md):
   `max_message_bytes` a process, stdio.py) is counted in the total under its upstream
   (`reading`), never refused: whose it is is known once it is whole, when it becomes its
   call's answer. It counts toward the overall bound, so a principal over its fair share
-  meets that bound sooner while big lines are read; one under its share never does.
+  meets that bound sooner while big lines are read; one under its share never does (the
+  upstream is no principal: it does not shrink the fair share).
 
 Pure: no I/O, no asyncio.
 """
@@ -40,8 +41,9 @@ class AnswerBytes:
         self.overall = overall
         self.per_principal = per_principal
         self.counters = counters if counters is not None else Counters()
-        self.held: Counter[str] = Counter()
-        self.total = 0
+        self.held: Counter[str] = Counter()  # by principal
+        self.reading_now: Counter[str] = Counter()  # lines read in part, by upstream
+        self.total = 0  # both
 
     def take(self, owner: str, size: int) -> None:
         """`owner` holds `size` more bytes; AnswersOverBudget (holding nothing more) when
@@ -68,11 +70,10 @@ class AnswerBytes:
         """How a reader of an upstream's lines says its part-read line grew or shrank by
         `delta` bytes, counted under `holder` and never refused (see the rules above)."""
         def note(delta: int) -> None:
-            if delta > 0:
-                self.held[holder] += delta
-                self.total += delta
-            elif delta < 0:
-                self.give_back(holder, -delta)
+            self.total += delta  # not in `held`: no principal's, so no holder of a share
+            self.reading_now[holder] += delta
+            if not self.reading_now[holder]:
+                del self.reading_now[holder]
         return note
 
     def hold(self, owner: str) -> Hold:

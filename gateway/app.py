@@ -54,13 +54,17 @@ LEASE = web.AppKey("lease", Lease)
 REAP_EVERY_S = 30.0
 SETTLE_S = 2.0  # for the ends of tasks to be written at shutdown
 HANDLERS_S = 2.0  # for answered requests to finish sending at shutdown
+# Request bodies are read as sent: a compressed one is refused (415, downstream/boundary.py)
+# and never inflated, not even by aiohttp's lingering read of a body left unread, which
+# inflated it on the one event loop for up to 10 s (a second look at issue 41).
+INFLATE = False  # aiohttp's auto_decompress, on both listeners
 
 
 def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application:
     """The gateway as an aiohttp app; `tracing` (else built from `conf.tracing`) is for tests
     that read spans in memory."""
-    counters = Counters()
-    app, auth, guard = _guarded_app(conf, counters, _owner_key(conf))
+    counters, replica = Counters(), conf.replica.id or secrets.token_hex(8)
+    app, auth, guard = _guarded_app(conf, counters, _owner_key(conf), replica)
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
@@ -77,7 +81,6 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
                           counters)
     inflight = InFlight(limits.max_calls_per_owner, counters, answers := _answers(limits, counters))
     queues = Queues(metrics.queue_waited, counters=counters)
-    replica = conf.replica.id or secrets.token_hex(8)
     store, bus, records = _store(conf, replica)
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
                         conf.replica_url or "")
@@ -134,7 +137,8 @@ def _operator_listener(conf: Settings, guard: Guard, admin: Admin
         app = web.Application()
         app.on_response_prepare.append(guard.on_prepare)
         admin.routes(app, guard.wrap)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                auto_decompress=INFLATE)
         await runner.setup()
         site = web.TCPSite(runner, conf.listen.operator_host, conf.listen.operator_port,
                            ssl_context=_tls(conf.listen.tls_cert, conf.listen.tls_key))
@@ -171,14 +175,14 @@ def _resumption(records: SessionRecords | None, upstream: str, limits: Limits
         records, upstream, limits.session_idle_ms / 1000, limits.max_sessions_per_principal)
 
 
-def _guarded_app(conf: Settings, counters: Counters, owner_key: bytes | None
+def _guarded_app(conf: Settings, counters: Counters, owner_key: bytes | None, replica: str
                  ) -> tuple[web.Application, Authenticator, Guard]:
     """The app and its guard (origins, authentication), with the protected resource
     metadata when OAuth is on. No middleware: each route is registered behind the guard
     (`Guard.wrap`), and the MCP endpoints' POST calls it first thing (one handler a
     request, no chain: docs/architecture.md, The request path)."""
     auth = Authenticator(conf.auth, _tool_scopes(conf), owner_key)
-    guard = Guard(conf, counters, auth, _seals(conf))
+    guard = Guard(conf, counters, auth, _seals(conf, replica))
     # aiohttp refuses bodies over client_max_size with 413 before we parse them.
     app = web.Application(client_max_size=conf.limits.max_body_bytes)
     app.on_response_prepare.append(guard.on_prepare)
@@ -228,11 +232,12 @@ def _sealer(conf: Settings) -> Sealer:
                   conf.limits.park_timeout_ms / 1000)
 
 
-def _seals(conf: Settings) -> ReplicaSeals:
-    """What one replica vouches for on a request it relays to another: sealed with a key
-    of the shared secret (auth/replicas.py), else with a random one (no other replica)."""
+def _seals(conf: Settings, replica: str) -> ReplicaSeals:
+    """What one replica vouches for on a request it relays to another (`replica`: this
+    one's id, which a seal for it names): sealed with a key of the shared secret
+    (auth/replicas.py), else with a random one (no other replica)."""
     secret = _shared_secret(conf)
-    return ReplicaSeals(None if secret is None else derive(secret, "relay"))
+    return ReplicaSeals(None if secret is None else derive(secret, "relay"), replica)
 
 
 def _owner_key(conf: Settings) -> bytes | None:
@@ -355,7 +360,7 @@ def serve(conf: Settings) -> int:
                 max_field_size=conf.listen.max_header_bytes,
                 # A modern client cancels by closing its stream (spec 2026-07-28); legacy
                 # calls outlive their handlers anyway.
-                handler_cancellation=True)
+                handler_cancellation=True, auto_decompress=INFLATE)
     return 0
 
 

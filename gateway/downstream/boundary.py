@@ -321,8 +321,12 @@ class Guard:
         relayed = request.headers.get(mcp.H_RELAYED)
         if relayed is None:
             return await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
-        vouched = self.seals.open(relayed, binding(
-            request.path, request.headers.get(mcp.H_METHOD), request.headers.get(mcp.H_NAME)))
+        if request.method != "POST" or mcp.H_SESSION in request.headers:
+            # A relay is a modern retry (handoff.py): a POST, of no session; the body digest
+            # it is sealed with is checked when a POST's body is read.
+            raise errors.Unauthorized("Unauthorized: a replica seal vouches for a relayed "
+                                      "POST of no session only", "wrong")
+        vouched = self.seals.open(relayed, binding(request.path, request.headers))
         if vouched is None:
             raise errors.Unauthorized("Unauthorized: a relayed request whose replica seal "
                                       "does not open (forged, stale, or used already)",
@@ -345,6 +349,10 @@ class Guard:
                     "Forbidden: the Origin header is not valid UTF-8"))
             return error_response(errors.InvalidRequest(
                 f"Bad Request: the {bad} header is not valid UTF-8"))
+        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+            # No MCP client compresses what it sends; a compressed body is not inflated.
+            return error_response(errors.UnsupportedMediaType(
+                "Unsupported Media Type: send the body without Content-Encoding"))
         origin = request.headers.get(mcp.H_ORIGIN)
         # spec (Streamable HTTP, Security Warning): servers MUST validate Origin (DNS rebinding).
         if origin is not None and not self.origin_allowed(origin):

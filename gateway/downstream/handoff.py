@@ -47,9 +47,8 @@ class Handoff:
             raise errors.InvalidParams(GONE)
         headers = {k: v for k in PASSED if (v := request.headers.get(k)) is not None}
         body = jsonrpc.dumps(msg)
-        headers[RELAYED] = self.seals.seal(principal, binding(
-            request.path, request.headers.get(mcp.H_METHOD), request.headers.get(mcp.H_NAME)),
-            body)
+        headers[RELAYED] = self.seals.seal(principal, replica,
+                                           binding(request.path, request.headers), body)
         try:
             async with self._session().post(url + request.path, data=body,
                                             headers=headers) as answer:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,33 @@ async def test_answers_bob_does_not_read_hold_his_share_not_alices() -> None:
         assert grown < 48, f"the gateway grew {grown:.1f} MiB for 64 MiB of unread answers"
         for writer in writers:
             writer.close()
+
+
+# -- a body sent compressed is refused, never inflated ---------------------------------------
+def cpu_seconds(pid: int) -> float:
+    """The process's user and system CPU time (proc(5): stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def test_a_compressed_request_body_is_refused_and_never_inflated() -> None:
+    """A second look at issue 41: a 1 MiB deflate body that inflates to 1 GiB, answered 401
+    at once, was still inflated by aiohttp's lingering read for up to 10 s on the event
+    loop (Alice waited seconds). Now any Content-Encoding is 415 before the credential is
+    read, the body is not inflated, and Alice's next call is served as usual."""
+    bomb = zlib.compress(b"\0" * (1 << 30), 9)
+    async with unruly() as base, gateway_process(base + "/mcp", {}) as (url, pid), \
+            principal(url, "alice") as alice:
+        before = cpu_seconds(pid)
+        async with aiohttp.ClientSession() as http:
+            for token in (None, "bob"):
+                headers = {"Content-Type": "application/json", "Content-Encoding": "deflate",
+                           "Accept": "application/json, text/event-stream"}
+                if token:
+                    headers["Authorization"] = f"Bearer {token}"
+                async with http.post(url, data=bomb, headers=headers) as resp:
+                    assert resp.status == 415, resp.status
+                    assert "Content-Encoding" in (await resp.json())["error"]["message"]
+        assert text_length((await alice.call("big", {"mib": 1})).message) == MIB
+        spent = cpu_seconds(pid) - before
+        assert spent < 3, f"the gateway spent {spent:.1f} s of CPU on two refused bodies"

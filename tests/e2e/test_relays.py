@@ -168,11 +168,14 @@ async def test_a_relayed_retry_carries_no_client_credential(made, redis_server, 
                     "host", "content-length", "mcp-name")},
                 "Mcp-Name": "echo", "Mcp-Gateway-Relayed": seal}) as refused:
             assert refused.status == 401
-    # Nor does the very relay sent again whole: a seal opens once.
-    async with http.post(a.url, data=body, headers={
-            k: v for k, v in headers.items() if k.lower() not in ("host", "content-length")}
-            ) as again:
-        assert again.status == 401
+    # Nor does the very relay sent again whole: a seal opens once, and for its replica
+    # only (r1 is another); nor on a GET of the same path.
+    same = {k: v for k, v in headers.items() if k.lower() not in ("host", "content-length")}
+    for other in (a.url, made[0][-1].url):
+        async with http.post(other, data=body, headers=same) as again:
+            assert again.status == 401
+    async with http.get(a.url, headers=same) as got:
+        assert got.status == 401
 
 
 async def test_a_relay_seal_vouches_for_its_own_body_only(made, redis_server, key_prefix,

@@ -11,7 +11,7 @@ the model (a route or a rejection, matched).
     Answer        the gateway answers itself with a fixed `result` (ping)
     SetLevel      the session's log level, kept here; answered at once
     Subscription  counted here: only the first subscribe / last unsubscribe goes upstream
-    Augment       forward, and change the answer on its way back (`edit`)
+    Augment       forward tools/list; each tool in the answer gains its taskSupport
     ServeTasks    tasks/* answered from the engine
     Discover      server/discover, answered from what the upstream said at initialize
     Listen        a subscriptions/listen stream
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from gateway import errors
 from gateway.protocol import mcp
@@ -34,7 +34,6 @@ from gateway.upstream.catalogue import Catalogue
 
 PolicyFor = Callable[[str], Policy]
 Lacks = Callable[[frozenset[str]], frozenset[str]]  # needed scopes -> those not held
-Edit = Literal["mark_tools"]  # tools/list gains each tool's taskSupport (core tasks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +58,8 @@ class Subscription:
 
 @dataclass(frozen=True, slots=True)
 class Augment:
-    edit: Edit
+    """A core-tasks session's tools/list: forwarded, and each tool in the answer gains its
+    `execution.taskSupport` (spec tasks-2025-11-25, Tool-Level Negotiation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,7 @@ def legacy(msg: dict[str, Any], *, core_tasks: bool, keeps_level: bool,
     if not core_tasks:
         return PASS
     if method == mcp.TOOLS_LIST:
-        return Augment("mark_tools")
+        return Augment()
     if method == mcp.TOOLS_CALL and isinstance(params, dict):
         return _core_call(params, catalogue, policy_for)
     return PASS

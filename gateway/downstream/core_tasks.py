@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, assert_never
+from typing import Any
 
 from aiohttp import web
 
@@ -62,14 +62,10 @@ class CoreTasks:
         own = self.backend.catalogue.own_task_support(tool)
         return own or core.TASK_SUPPORT[self.policy(tool).mode]
 
-    def edit(self, name: router.Edit) -> Edit:
-        """The change the router asked for on an answer's way back: tools/list gains each
-        tool's taskSupport (and the catalogue learns what the upstream said of them)."""
-        match name:
-            case "mark_tools":
-                return lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
-            case _:
-                assert_never(name)
+    def marked_tools(self) -> Edit:
+        """The change `router.Augment` asks for on an answer's way back: tools/list gains
+        each tool's taskSupport (and the catalogue learns what the upstream said of them)."""
+        return lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
 
     # -- tools/call --------------------------------------------------------------------------
     async def call(self, session: Session, msg: Message, decision: router.TaskCall,

@@ -143,8 +143,8 @@ class LegacyEra:
             case router.Subscription():  # held once the server took it
                 if msg["method"] == mcp.SUBSCRIBE:
                     edit = _subscribed(session, msg["params"]["uri"])
-            case router.Augment(edit=name):
-                edit = self.tasks.edit(name)
+            case router.Augment():
+                edit = self.tasks.marked_tools()
             case router.Pass():
                 pass
             case _:

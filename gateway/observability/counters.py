@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gateway.errors import AuthCause, GatewayError, Rejection
+from gateway.errors import AuthCause, AuthRefusal, GatewayError, Rejection
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Counters:
         """Count a refusal that protects the gateway (see `GatewayError.reason`); auth
         refusals also by their `cause`, one of a fixed few words."""
         if exc.reason is not None:
-            self.reject(exc.reason, exc.cause)
+            self.reject(exc.reason, exc.cause if isinstance(exc, AuthRefusal) else None)
 
     def shown(self) -> dict[str, int]:
         """The counts that happened, by their dotted names (`/readyz?detail`)."""

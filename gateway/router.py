@@ -28,7 +28,7 @@ from typing import Any
 
 from gateway import errors
 from gateway.protocol import mcp
-from gateway.tasks.dialects import Lacking, core, extension
+from gateway.tasks.dialects import Lacking, core, extension, task_id_of
 from gateway.tasks.policy import Policy
 from gateway.upstream.catalogue import Catalogue
 
@@ -165,8 +165,8 @@ def _legacy_tasks_request(method: str, params: Any, core_tasks: bool,
     only from a session that negotiated tasks (docs/architecture.md, Tenancy)."""
     if core_tasks and method in core.METHODS:
         return _core_tasks_request(params, native_task_ids)
-    task_id = params.get("taskId") if isinstance(params, dict) else None
-    if core_tasks and isinstance(task_id, str) and task_id in native_task_ids:
+    task_id = task_id_of(params) if isinstance(params, dict) else None
+    if core_tasks and task_id is not None and task_id in native_task_ids:
         return PASS  # a method of the upstream's own for the session's own task
     why = "tasks need protocol version 2025-11-25" if not core_tasks else \
         "not a method of core tasks"
@@ -179,8 +179,8 @@ def _core_tasks_request(params: Any, native_task_ids: Container[str]
         return ServeTasks()  # tasks/list may have no params at all
     if not isinstance(params, dict):
         return Refuse(errors.InvalidParams("Invalid params: params must be an object"))
-    task_id = params.get("taskId")
-    if isinstance(task_id, str) and task_id in native_task_ids:
+    task_id = task_id_of(params)
+    if task_id is not None and task_id in native_task_ids:
         return PASS  # the upstream's own task
     return ServeTasks()
 

@@ -28,7 +28,7 @@ from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
-from gateway.tasks.dialects import Lacking, core, handlers, task_id_of, unscoped, watch_progress
+from gateway.tasks.dialects import Lacking, core, handlers, unscoped, watch_progress
 from gateway.tasks.engine import (
     Handover,
     Intent,
@@ -147,8 +147,7 @@ class CoreTasks:
                      params: dict[str, Any], lacking: Lacking) -> web.StreamResponse:
         """spec (Result Retrieval): blocks until the task is terminal. Its input requests
         travel on this response's stream meanwhile."""
-        task = await handlers.core_lookup(self.engine, task_id_of(params), session.task_owner,
-                                          lacking)
+        task = await handlers.core_named(self.engine, params, session.task_owner, lacking)
         bound = session.tasks.get(task.id)
         if task.terminal:
             await self.engine.delivered(task.id)

@@ -83,7 +83,9 @@ class TaskOwners(Generic[OwnerT]):
         """The ids of the tasks `owner` itself (that session) created."""
         return _Held(self._by_id, owner)
 
-    def owns(self, task_id: Any, principal: str) -> bool:
+    def owns(self, task_id: object, principal: str) -> bool:
+        """Whether `principal` created `task_id`: any value a client sent, of which only a
+        string can name a task."""
         record = self._by_id.get(task_id) if isinstance(task_id, str) else None
         return record is not None and record.principal == principal
 

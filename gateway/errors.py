@@ -106,10 +106,10 @@ class GatewayError(Exception):
     reason: ClassVar[Rejection | None] = None
     retry_after_s: float | None = None  # when set, the HTTP answer carries Retry-After
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls) -> None:
         """A kind that names its code and not its status answers with its code's status
         from the one table (mcp.MODERN_ERROR_STATUS), so no status is copied here."""
-        super().__init_subclass__(**kwargs)
+        super().__init_subclass__()
         if "code" in vars(cls) and "http_status" not in vars(cls):
             cls.http_status = mcp.modern_error_status(cls.code)
 

@@ -148,7 +148,7 @@ def legacy(msg: dict[str, Any], *, core_tasks: bool, keeps_level: bool,
     return PASS
 
 
-def _set_level(params: Any) -> SetLevel | Refuse:
+def _set_level(params: object) -> SetLevel | Refuse:
     """Each session's level is its own: a modern server takes it with each request, a
     legacy one is set to the most verbose level asked and the rest filtered per session."""
     level = params.get("level") if isinstance(params, dict) else None
@@ -158,7 +158,7 @@ def _set_level(params: Any) -> SetLevel | Refuse:
     return SetLevel(level)
 
 
-def _legacy_tasks_request(method: str, params: Any, core_tasks: bool,
+def _legacy_tasks_request(method: str, params: object, core_tasks: bool,
                           native_task_ids: Container[str]) -> Pass | ServeTasks | Refuse:
     """tasks/* of a legacy session. The upstream's own tasks are the gateway's client's,
     whoever made them (it sees one client): only ids this session created go there, and
@@ -173,7 +173,7 @@ def _legacy_tasks_request(method: str, params: Any, core_tasks: bool,
     return Refuse(errors.MethodNotFound(f"Method not found: {method} ({why})"))
 
 
-def _core_tasks_request(params: Any, native_task_ids: Container[str]
+def _core_tasks_request(params: object, native_task_ids: Container[str]
                         ) -> Pass | ServeTasks | Refuse:
     if params is None:
         return ServeTasks()  # tasks/list may have no params at all
@@ -265,7 +265,7 @@ def is_modern(msg: dict[str, Any], header_version: str | None) -> bool:
                                                                           mcp.LISTEN)
 
 
-def negotiate(requested: Any) -> str:
+def negotiate(requested: object) -> str:
     """spec (lifecycle, Version Negotiation): the same version if supported, else our latest."""
     return requested if requested in mcp.LEGACY_VERSIONS else mcp.LATEST_LEGACY
 

@@ -52,7 +52,7 @@ class CoreTasks:
         self.flow = flow
         self.inflight = inflight
 
-    def policy(self, tool: Any) -> Policy:
+    def policy(self, tool: object) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
 
     def support(self, tool: str) -> str:

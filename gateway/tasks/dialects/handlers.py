@@ -73,7 +73,7 @@ def _position(task: Task) -> tuple[float, str]:
     return task.created_at, task.id
 
 
-def _read_cursor(cursor: Any) -> tuple[float, str]:
+def _read_cursor(cursor: object) -> tuple[float, str]:
     try:
         created_at, task_id = orjson.loads(base64.urlsafe_b64decode(str(cursor).encode()))
         if isinstance(created_at, int | float) and isinstance(task_id, str):
@@ -115,7 +115,7 @@ def _named(params: dict[str, Any], wording: str = "") -> str:
     return task_id
 
 
-def _not_found(task_id: Any, wording: str) -> errors.InvalidParams:
+def _not_found(task_id: object, wording: str) -> errors.InvalidParams:
     return errors.InvalidParams(f"{wording}Task not found", {"taskId": task_id})
 
 

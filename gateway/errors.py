@@ -331,7 +331,8 @@ class UpstreamError(GatewayError):
     """The upstream failed a call. Raised as one of the kinds below (httpcore's exception
     tree is the model): each says why in its class, `failure` (the data's `reason`), so the
     gateway tells them apart by type, never by reading that field back; and each kind is of
-    one category (unavailable, broken, timeout, shutdown), which is what most callers ask."""
+    one category (unavailable, broken, timeout, shutdown): decide by category where the
+    kinds in one need no telling apart (upstream/handshake.py)."""
 
     http_status = 200
     failure: ClassVar[UpstreamFailure]

@@ -65,7 +65,6 @@ def modern_error_status(error: Any) -> int:
     return MODERN_ERROR_STATUS.get(code, 200)
 
 
-
 class TaskStatus(StrEnum):
     """A task's status, as both task specs name it (spec tasks-2025-11-25 `TaskStatus`; the
     2026-07-28 extension's are the same): here, below tasks/, so what counts ended tasks

@@ -2,7 +2,7 @@
 the HTTP status that carries it.
 
     GatewayError                      -32603  500
-    ├── ProtocolError                          400   bad input at the HTTP/JSON-RPC boundary
+    ├── ProtocolError                 -32600  400   bad input at the HTTP/JSON-RPC boundary
     │   ├── ParseError                -32700  400   body is not JSON
     │   ├── InvalidRequest            -32600  400   not a single JSON-RPC message
     │   ├── SessionRequired           -32600  400   no Mcp-Session-Id
@@ -14,18 +14,20 @@ the HTTP status that carries it.
     │   ├── PayloadTooLarge           -32600  413   body over limits.max_body_bytes
     │   ├── ForbiddenOrigin           -32600  403   Origin not in security.allowed_origins
     │   ├── MisdirectedRequest        -32600  421   Host not in security.allowed_hosts
-    │   ├── Unauthorized              -32600  401   no valid bearer or access token
-    │   ├── InsufficientScope         -32600  403   the token lacks a scope this needs
-    │   ├── OperatorOnly              -32600  403   an operator's route, and not an operator
     │   ├── InvalidParams             -32602  400   a modern envelope field is missing or bad
     │   ├── MethodNotFound            -32601  404   not a method of the modern era
     │   ├── HeaderMismatch            -32020  400   Mcp-* headers disagree with the body
     │   ├── MissingCapability         -32021  400   the request lacks a needed capability
     │   ├── UnsupportedModernVersion  -32022  400   protocol version we do not speak
     │   ├── TooManyListeners          -32600  429   listen streams over the per-owner bound
-    │   ├── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
-    │   └── TooManyFailures           -32000  429   too many failed authentications from
-    │                                               the client's address (retryAfterMs)
+    │   └── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
+    ├── AuthRefusal                   -32600        reason "auth"; why in `cause` (a word)
+    │   ├── Unauthorized              -32600  401   no valid bearer or access token
+    │   ├── InsufficientScope         -32600  403   the token lacks a scope this needs
+    │   ├── OperatorOnly              -32600  403   an operator's route, and not an operator
+    │   ├── TooManyFailures           -32000  429   too many failed authentications from
+    │   │                                           the client's address (retryAfterMs)
+    │   └── AuthUnavailable           -32603  503   the authorization server does not answer
     ├── TooManySessions               -32603  503   no room for another legacy session
     ├── QueueFull                     -32000  503   a concurrency limit's queue is full
     │                                               (legacy sessions: 200; retryAfterMs)
@@ -33,33 +35,35 @@ the HTTP status that carries it.
     │                                               past its bytes of answers not yet read
     ├── UpstreamError                 -32603  200   the upstream failed this call (sent as a
     │   │                                           JSON-RPC response, so HTTP stays 200);
-    │   │                                           one kind per data `reason`:
-    │   ├── UpstreamDown                            down: not running, nothing sent
-    │   ├── UpstreamNotReady                        not_ready: not ready in time
-    │   ├── UpstreamStartFailed                     start_failed: its command did not start
-    │   ├── UpstreamUnreachable                     unreachable: its connection failed
-    │   ├── UpstreamConnectionFailed                connection: an HTTP request unanswered
-    │   ├── UpstreamInitializeFailed                initialize: the handshake failed
-    │   ├── UpstreamExited                          exited: its process exited
-    │   ├── UpstreamSessionLost                     session_lost: it ended its session
-    │   ├── UpstreamTimeout                         timeout: request_timeout_ms passed
-    │   ├── UpstreamTooLarge                        too_large: an answer over
+    │   │                                           by category, one kind per data `reason`:
+    │   ├── UpstreamUnavailable                     no server took the call:
+    │   │   ├── UpstreamDown                        down: not running, nothing sent
+    │   │   ├── UpstreamNotReady                    not_ready: not ready in time
+    │   │   ├── UpstreamStartFailed                 start_failed: its command did not start
+    │   │   ├── UpstreamUnreachable                 unreachable: its connection failed
+    │   │   ├── UpstreamConnectionFailed            connection: an HTTP request unanswered
+    │   │   └── TooManyProcesses      -32000        processes: no server process for it
+    │   │                                           within limits.max_processes or the
+    │   │                                           principal's share (initialize: 503)
+    │   ├── UpstreamBroken                          the server broke off the exchange:
+    │   │   ├── UpstreamInitializeFailed            initialize: the handshake failed
+    │   │   ├── UpstreamExited                      exited: its process exited
+    │   │   ├── UpstreamSessionLost                 session_lost: it ended its session
+    │   │   └── UpstreamTooLarge                    too_large: an answer over
     │   │                                           limits.max_message_bytes
-    │   ├── UpstreamShutdown                        shutdown: the gateway stops
-    │   └── TooManyProcesses          -32000        processes: no server process for it
-    │                                               within limits.max_processes or the
-    │                                               principal's share (initialize: 503)
+    │   ├── UpstreamTimeout                         timeout: request_timeout_ms passed
+    │   └── UpstreamShutdown                        shutdown: the gateway stops
     ├── StoreUnavailable              -32603  503   the shared task store does not answer
-    ├── StoreSettling                 -32000  503   the store came back without its records
-    │                                               and this id may be one not written back
-    │                                               yet: retry (retryAfterMs, Retry-After)
-    └── AuthUnavailable               -32603  503   the authorization server does not answer
+    └── StoreSettling                 -32000  503   the store came back without its records
+                                                    and this id may be one not written back
+                                                    yet: retry (retryAfterMs, Retry-After)
 
 Raise where the fault is known; the transport turns the error into a response with
-`to_message(id)` and `http_status`. An error whose status follows from its JSON-RPC code
-alone takes it from the one table of modern statuses (`mcp.MODERN_ERROR_STATUS`, also used
-for what an upstream answers); the rest are refusals at the HTTP boundary (401, 403, 405,
-406, 413, 415, 421, 429) or the gateway's own state (503), whose status is their own.
+`to_message(id)` and `http_status`. A class that names its JSON-RPC code and no status
+takes its code's status from the one table of modern statuses (`mcp.MODERN_ERROR_STATUS`,
+also used for what an upstream answers: `GatewayError.__init_subclass__`); the rest are
+refusals at the HTTP boundary (401, 403, 405, 406, 413, 415, 421, 429) or the gateway's own
+state (503), whose status is their own.
 """
 
 from __future__ import annotations
@@ -100,8 +104,14 @@ class GatewayError(Exception):
     http_status: ClassVar[int] = 500
     # A refusal that protects the gateway, counted in mcp_gateway_rejections_total{reason}.
     reason: ClassVar[Rejection | None] = None
-    cause: AuthCause | None = None  # set on the auth refusals (reason "auth") alone
     retry_after_s: float | None = None  # when set, the HTTP answer carries Retry-After
+
+    def __init_subclass__(cls) -> None:
+        """A kind that names its code and not its status answers with its code's status
+        from the one table (mcp.MODERN_ERROR_STATUS), so no status is copied here."""
+        super().__init_subclass__()
+        if "code" in vars(cls) and "http_status" not in vars(cls):
+            cls.http_status = mcp.modern_error_status(cls.code)
 
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -114,12 +124,10 @@ class GatewayError(Exception):
 
 class ProtocolError(GatewayError):
     code = jsonrpc.INVALID_REQUEST
-    http_status = 400
 
 
 class ParseError(ProtocolError):
     code = jsonrpc.PARSE_ERROR
-    http_status = mcp.modern_error_status(code)
 
 
 class InvalidRequest(ProtocolError):
@@ -170,65 +178,24 @@ class MisdirectedRequest(ProtocolError):
     reason = "host"
 
 
-class Unauthorized(ProtocolError):
-    """No valid credentials. `cause` is one of a fixed few words (a metric label, an audit
-    field): why, never what was sent."""
-
-    http_status = 401
-    reason = "auth"
-    cause: AuthCause
-
-    def __init__(self, message: str, cause: AuthCause = "missing") -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-class InsufficientScope(ProtocolError):
-    """spec (MCP 2025-11-25 authorization, scope challenge): a valid token without a scope
-    the request needs gets 403 and the scopes to ask for."""
-
-    http_status = 403
-    reason = "auth"
-    cause = "scope"
-
-    def __init__(self, what: str, scopes: frozenset[str]) -> None:
-        self.scopes = sorted(scopes)
-        super().__init__(f"Forbidden: {what} needs the scope(s) {' '.join(self.scopes)}",
-                         {"requiredScopes": self.scopes})
-
-
-class OperatorOnly(ProtocolError):
-    """A caller who is not an operator asks for an operator's route (/status, /metrics,
-    /readyz?detail): an MCP client's valid credentials do not open them (docs/security.md)."""
-
-    http_status = 403
-    reason = "auth"
-    cause = "operator"
-
-
 class InvalidParams(ProtocolError):
     code = jsonrpc.INVALID_PARAMS
-    http_status = mcp.modern_error_status(code)
 
 
 class MethodNotFound(ProtocolError):
     code = jsonrpc.METHOD_NOT_FOUND
-    http_status = mcp.modern_error_status(code)
 
 
 class HeaderMismatch(ProtocolError):
     code = mcp.HEADER_MISMATCH
-    http_status = mcp.modern_error_status(code)
 
 
 class MissingCapability(ProtocolError):
     code = mcp.MISSING_CAPABILITY
-    http_status = mcp.modern_error_status(code)
 
 
 class UnsupportedModernVersion(ProtocolError):
     code = mcp.UNSUPPORTED_VERSION
-    http_status = mcp.modern_error_status(code)
 
 
 class TooManyListeners(ProtocolError):
@@ -248,20 +215,76 @@ class TooManyRequests(ProtocolError):
                    {"retryAfterMs": max(1, round(wait_s * 1000))})
 
 
-class TooManyFailures(ProtocolError):
+class AuthRefusal(GatewayError):
+    """A refusal of the caller's credentials (or of the check itself), counted as rejections
+    {reason="auth", cause} and audited (`auth.failed`). `cause` is one of a fixed few words
+    (a metric label, an audit field): why, never what was sent."""
+
+    code = jsonrpc.INVALID_REQUEST
+    reason = "auth"
+    cause: AuthCause
+
+
+class Unauthorized(AuthRefusal):
+    """No valid credentials."""
+
+    http_status = 401
+
+    def __init__(self, message: str, cause: AuthCause = "missing") -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class InsufficientScope(AuthRefusal):
+    """spec (MCP 2025-11-25 authorization, scope challenge): a valid token without a scope
+    the request needs gets 403 and the scopes to ask for."""
+
+    http_status = 403
+    cause = "scope"
+
+    def __init__(self, what: str, scopes: frozenset[str]) -> None:
+        self.scopes = sorted(scopes)
+        super().__init__(f"Forbidden: {what} needs the scope(s) {' '.join(self.scopes)}",
+                         {"requiredScopes": self.scopes})
+
+
+class OperatorOnly(AuthRefusal):
+    """A caller who is not an operator asks for an operator's route (/status, /metrics,
+    /readyz?detail): an MCP client's valid credentials do not open them (docs/security.md)."""
+
+    http_status = 403
+    cause = "operator"
+
+
+class TooManyFailures(AuthRefusal):
     """The client's address failed to authenticate too often (`auth.failures_per_minute`):
     its requests are refused unchecked until its budget refills (data: retryAfterMs; the
     guard adds Retry-After)."""
 
     code = SERVER_ERROR
     http_status = 429
-    reason = "auth"
     cause = "rate"
 
     def __init__(self, wait_s: float) -> None:
         self.retry_after_s = wait_s
         super().__init__("Too many failed authentications from this address; retry later",
                          {"retryAfterMs": max(1, round(wait_s * 1000))})
+
+
+class AuthUnavailable(AuthRefusal):
+    """The gateway cannot check a token because its authorization server (discovery, keys,
+    introspection) does not answer usefully: the gateway's dependency is down, not the
+    caller wrong. Nobody gets through meanwhile."""
+
+    code = jsonrpc.INTERNAL_ERROR
+    http_status = 503
+    cause = "unavailable"
+
+    def __init__(self) -> None:
+        # Where the authorization server is, and what failed, is the operator's (logged as
+        # auth.server_unavailable): the caller may not even be authenticated.
+        super().__init__("Cannot check the access token now (authorization server "
+                         "unavailable); try again shortly", {"reason": "auth_unavailable"})
 
 
 class TooManySessions(GatewayError):
@@ -288,8 +311,7 @@ class AnswersOverBudget(GatewayError):
     this, naming the bound (`limit`: the setting, `maxBytes`, `heldBytes`). Sent as the
     call's JSON-RPC response (HTTP 200), as an upstream's failure is."""
 
-    code = SERVER_ERROR
-    http_status = 200
+    code = SERVER_ERROR  # the table's 200: the call's answer, as an upstream's failure is
     reason = "answer_bytes"
 
     def __init__(self, bound: str, limit: int, held: int) -> None:
@@ -308,7 +330,9 @@ UpstreamFailure = Literal["down", "not_ready", "start_failed", "unreachable", "c
 class UpstreamError(GatewayError):
     """The upstream failed a call. Raised as one of the kinds below (httpcore's exception
     tree is the model): each says why in its class, `failure` (the data's `reason`), so the
-    gateway tells them apart by type, never by reading that field back."""
+    gateway tells them apart by type, never by reading that field back; and each kind is of
+    one category (unavailable, broken, timeout, shutdown): decide by category where the
+    kinds in one need no telling apart (upstream/handshake.py)."""
 
     http_status = 200
     failure: ClassVar[UpstreamFailure]
@@ -323,69 +347,80 @@ class UpstreamError(GatewayError):
         # so it never reaches a client).
         self.detail = detail
 
-    @classmethod
-    def timed_out(cls, upstream: str, seconds: float) -> UpstreamError:
-        """`request_timeout_ms` passed: the gateway gave up on the call (and cancelled it)."""
-        return UpstreamTimeout(upstream, f"upstream '{upstream}' did not answer within "
-                               f"{seconds:g} s")
+
+class UpstreamUnavailable(UpstreamError):
+    """No server took the call: none runs, is ready, can be reached or is free for it, or
+    its connection failed before an answer. The handshake reads this as "reached nothing"."""
 
 
-class UpstreamDown(UpstreamError):
+class UpstreamDown(UpstreamUnavailable):
     """The upstream is not running (or not connected): nothing was sent."""
 
     failure = "down"
 
 
-class UpstreamNotReady(UpstreamError):
+class UpstreamNotReady(UpstreamUnavailable):
     """The upstream did not become ready in time (its state in the data)."""
 
     failure = "not_ready"
 
 
-class UpstreamStartFailed(UpstreamError):
+class UpstreamStartFailed(UpstreamUnavailable):
     """A stdio server's command could not start (its command in the data)."""
 
     failure = "start_failed"
 
 
-class UpstreamUnreachable(UpstreamError):
+class UpstreamUnreachable(UpstreamUnavailable):
     """Nothing reached the server: its connection failed before the handshake."""
 
     failure = "unreachable"
 
 
-class UpstreamConnectionFailed(UpstreamError):
+class UpstreamConnectionFailed(UpstreamUnavailable):
     """An HTTP request got no answer (refused, dropped, timed out, an HTTP error)."""
 
     failure = "connection"
 
 
-class UpstreamInitializeFailed(UpstreamError):
+class TooManyProcesses(UpstreamUnavailable):
+    """An isolated upstream has no server process for this session or call: the gateway
+    runs `limits.max_processes`, or the caller's principal its share of them
+    (`max_processes_per_principal`), and none was given back within `process_wait_ms`
+    (upstream/processes.py; data: the bound's name and size, retryAfterMs)."""
+
+    code = SERVER_ERROR
+    failure = "processes"
+
+    def __init__(self, upstream: str, message: str, **data: Any) -> None:
+        super().__init__(upstream, message, retryAfterMs=1000, **data)
+
+
+class UpstreamBroken(UpstreamError):
+    """The server was reached and broke off the exchange: it refused the handshake, exited,
+    ended its session, or answered more than the gateway takes."""
+
+
+class UpstreamInitializeFailed(UpstreamBroken):
     """The handshake failed: the server refused it, or answered what the gateway does not
     speak, or exited during it."""
 
     failure = "initialize"
 
 
-class UpstreamExited(UpstreamError):
+class UpstreamExited(UpstreamBroken):
     """The server's process exited before answering (its exit code in the data)."""
 
     failure = "exited"
 
 
-class UpstreamSessionLost(UpstreamError):
+class UpstreamSessionLost(UpstreamBroken):
     """An HTTP server ended its session before answering."""
 
     failure = "session_lost"
 
 
-class UpstreamTimeout(UpstreamError):
-    """`request_timeout_ms` passed before the server answered."""
-
-    failure = "timeout"
-
-
-class UpstreamTooLarge(UpstreamError):
+class UpstreamTooLarge(UpstreamBroken):
     """An HTTP server's answer to this call (a JSON body, or one SSE event's data) went past
     `limits.max_message_bytes`: the gateway stopped reading it and fails this call alone;
     the server's session goes on (data: the bound's name and bytes)."""
@@ -399,23 +434,21 @@ class UpstreamTooLarge(UpstreamError):
                    limit="limits.max_message_bytes", maxBytes=max_bytes)
 
 
+class UpstreamTimeout(UpstreamError):
+    """`request_timeout_ms` passed before the server answered."""
+
+    failure = "timeout"
+
+    @classmethod
+    def timed_out(cls, upstream: str, seconds: float) -> UpstreamTimeout:
+        """The gateway gave up on the call after `seconds` (and cancelled it)."""
+        return cls(upstream, f"upstream '{upstream}' did not answer within {seconds:g} s")
+
+
 class UpstreamShutdown(UpstreamError):
     """The gateway is stopping: calls in flight end."""
 
     failure = "shutdown"
-
-
-class TooManyProcesses(UpstreamError):
-    """An isolated upstream has no server process for this session or call: the gateway
-    runs `limits.max_processes`, or the caller's principal its share of them
-    (`max_processes_per_principal`), and none was given back within `process_wait_ms`
-    (upstream/processes.py; data: the bound's name and size, retryAfterMs)."""
-
-    code = SERVER_ERROR
-    failure = "processes"
-
-    def __init__(self, upstream: str, message: str, **data: Any) -> None:
-        super().__init__(upstream, message, retryAfterMs=1000, **data)
 
 
 class StoreUnavailable(GatewayError):
@@ -448,19 +481,3 @@ class StoreSettling(GatewayError):
                          "may not be back yet; retry shortly",
                          {"reason": "store_settling", "retryAfterMs": max(1, round(
                              wait_s * 1000))})
-
-
-class AuthUnavailable(GatewayError):
-    """The gateway cannot check a token because its authorization server (discovery, keys,
-    introspection) does not answer usefully: the gateway's dependency is down, not the
-    caller wrong. Nobody gets through meanwhile."""
-
-    http_status = 503
-    reason = "auth"
-    cause = "unavailable"
-
-    def __init__(self) -> None:
-        # Where the authorization server is, and what failed, is the operator's (logged as
-        # auth.server_unavailable): the caller may not even be authenticated.
-        super().__init__("Cannot check the access token now (authorization server "
-                         "unavailable); try again shortly", {"reason": "auth_unavailable"})

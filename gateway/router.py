@@ -11,7 +11,7 @@ the model (a route or a rejection, matched).
     Answer        the gateway answers itself with a fixed `result` (ping)
     SetLevel      the session's log level, kept here; answered at once
     Subscription  counted here: only the first subscribe / last unsubscribe goes upstream
-    Augment       forward, and change the answer on its way back (`edit`)
+    Augment       forward tools/list; each tool in the answer gains its taskSupport
     ServeTasks    tasks/* answered from the engine
     Discover      server/discover, answered from what the upstream said at initialize
     Listen        a subscriptions/listen stream
@@ -24,17 +24,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from gateway import errors
 from gateway.protocol import mcp
-from gateway.tasks.dialects import Lacking, core, extension
+from gateway.tasks.dialects import Lacking, core, extension, task_id_of
 from gateway.tasks.policy import Policy
 from gateway.upstream.catalogue import Catalogue
 
 PolicyFor = Callable[[str], Policy]
 Lacks = Callable[[frozenset[str]], frozenset[str]]  # needed scopes -> those not held
-Edit = Literal["mark_tools"]  # tools/list gains each tool's taskSupport (core tasks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +58,8 @@ class Subscription:
 
 @dataclass(frozen=True, slots=True)
 class Augment:
-    edit: Edit
+    """A core-tasks session's tools/list: forwarded, and each tool in the answer gains its
+    `execution.taskSupport` (spec tasks-2025-11-25, Tool-Level Negotiation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +142,13 @@ def legacy(msg: dict[str, Any], *, core_tasks: bool, keeps_level: bool,
     if not core_tasks:
         return PASS
     if method == mcp.TOOLS_LIST:
-        return Augment("mark_tools")
+        return Augment()
     if method == mcp.TOOLS_CALL and isinstance(params, dict):
         return _core_call(params, catalogue, policy_for)
     return PASS
 
 
-def _set_level(params: Any) -> SetLevel | Refuse:
+def _set_level(params: object) -> SetLevel | Refuse:
     """Each session's level is its own: a modern server takes it with each request, a
     legacy one is set to the most verbose level asked and the rest filtered per session."""
     level = params.get("level") if isinstance(params, dict) else None
@@ -158,29 +158,29 @@ def _set_level(params: Any) -> SetLevel | Refuse:
     return SetLevel(level)
 
 
-def _legacy_tasks_request(method: str, params: Any, core_tasks: bool,
+def _legacy_tasks_request(method: str, params: object, core_tasks: bool,
                           native_task_ids: Container[str]) -> Pass | ServeTasks | Refuse:
     """tasks/* of a legacy session. The upstream's own tasks are the gateway's client's,
     whoever made them (it sees one client): only ids this session created go there, and
     only from a session that negotiated tasks (docs/architecture.md, Tenancy)."""
     if core_tasks and method in core.METHODS:
         return _core_tasks_request(params, native_task_ids)
-    task_id = params.get("taskId") if isinstance(params, dict) else None
-    if core_tasks and isinstance(task_id, str) and task_id in native_task_ids:
+    task_id = task_id_of(params) if isinstance(params, dict) else None
+    if core_tasks and task_id is not None and task_id in native_task_ids:
         return PASS  # a method of the upstream's own for the session's own task
     why = "tasks need protocol version 2025-11-25" if not core_tasks else \
         "not a method of core tasks"
     return Refuse(errors.MethodNotFound(f"Method not found: {method} ({why})"))
 
 
-def _core_tasks_request(params: Any, native_task_ids: Container[str]
+def _core_tasks_request(params: object, native_task_ids: Container[str]
                         ) -> Pass | ServeTasks | Refuse:
     if params is None:
         return ServeTasks()  # tasks/list may have no params at all
     if not isinstance(params, dict):
         return Refuse(errors.InvalidParams("Invalid params: params must be an object"))
-    task_id = params.get("taskId")
-    if isinstance(task_id, str) and task_id in native_task_ids:
+    task_id = task_id_of(params)
+    if task_id is not None and task_id in native_task_ids:
         return PASS  # the upstream's own task
     return ServeTasks()
 
@@ -265,7 +265,7 @@ def is_modern(msg: dict[str, Any], header_version: str | None) -> bool:
                                                                           mcp.LISTEN)
 
 
-def negotiate(requested: Any) -> str:
+def negotiate(requested: object) -> str:
     """spec (lifecycle, Version Negotiation): the same version if supported, else our latest."""
     return requested if requested in mcp.LEGACY_VERSIONS else mcp.LATEST_LEGACY
 

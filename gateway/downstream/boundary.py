@@ -46,7 +46,7 @@ ACCEPTS = web.RequestKey("accepts", tuple[bool, bool])
 # request's outcome in metrics.
 FAILED = web.ResponseKey("failed", bool)
 # Set on a 401/403 of authentication or scopes: the guard adds its challenge and audit event.
-AUTH_FAULT = web.ResponseKey("auth_fault", GatewayError)
+AUTH_FAULT = web.ResponseKey("auth_fault", errors.AuthRefusal)
 AUTH_FAULTS = (errors.Unauthorized, errors.InsufficientScope)
 # Set once the guard admitted an operator (auth/operators.py): what only operators may read.
 OPERATOR = web.RequestKey("operator", bool)
@@ -426,19 +426,19 @@ class Guard:
             response.headers["WWW-Authenticate"] = self._challenge(request.path, fault)
             self._audit(request, fault)
 
-    def _challenge(self, path: str, fault: GatewayError) -> str:
+    def _challenge(self, path: str, fault: errors.AuthRefusal) -> str:
         resource = self.auth.resource
         if resource is None:
             return "Bearer"  # static tokens only: no metadata to point to
         if isinstance(fault, errors.InsufficientScope):
             return resource.insufficient_scope(path, fault.scopes, fault.message)
-        return resource.unauthorized(path, fault.cause or "missing", fault.message)
+        return resource.unauthorized(path, fault.cause, fault.message)
 
-    def _audit(self, request: web.Request, fault: GatewayError) -> None:
+    def _audit(self, request: web.Request, fault: errors.AuthRefusal) -> None:
         """An audit event: why, and who where known (issuer, hashed subject); never what
         was sent (it may be a near-miss token)."""
         who = request.get(PRINCIPAL)
         log.warning("auth.failed", audit=True, path=request.path,
                     remote=self.clients.address(request),
-                    reason=fault.cause or "missing",
+                    reason=fault.cause,
                     issuer=who.issuer if who else None, subject=who.subject if who else None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, assert_never
+from typing import Any
 
 from aiohttp import web
 
@@ -28,7 +28,7 @@ from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
-from gateway.tasks.dialects import Lacking, core, handlers, task_id_of, unscoped, watch_progress
+from gateway.tasks.dialects import Lacking, core, handlers, unscoped, watch_progress
 from gateway.tasks.engine import (
     Handover,
     Intent,
@@ -52,7 +52,7 @@ class CoreTasks:
         self.flow = flow
         self.inflight = inflight
 
-    def policy(self, tool: Any) -> Policy:
+    def policy(self, tool: object) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
 
     def support(self, tool: str) -> str:
@@ -62,14 +62,10 @@ class CoreTasks:
         own = self.backend.catalogue.own_task_support(tool)
         return own or core.TASK_SUPPORT[self.policy(tool).mode]
 
-    def edit(self, name: router.Edit) -> Edit:
-        """The change the router asked for on an answer's way back: tools/list gains each
-        tool's taskSupport (and the catalogue learns what the upstream said of them)."""
-        match name:
-            case "mark_tools":
-                return lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
-            case _:
-                assert_never(name)
+    def marked_tools(self) -> Edit:
+        """The change `router.Augment` asks for on an answer's way back: tools/list gains
+        each tool's taskSupport (and the catalogue learns what the upstream said of them)."""
+        return lambda m: core.mark_tools(self.backend.learn_tools(m), self.support)
 
     # -- tools/call --------------------------------------------------------------------------
     async def call(self, session: Session, msg: Message, decision: router.TaskCall,
@@ -151,8 +147,7 @@ class CoreTasks:
                      params: dict[str, Any], lacking: Lacking) -> web.StreamResponse:
         """spec (Result Retrieval): blocks until the task is terminal. Its input requests
         travel on this response's stream meanwhile."""
-        task = await handlers.core_lookup(self.engine, task_id_of(params), session.task_owner,
-                                          lacking)
+        task = await handlers.core_named(self.engine, params, session.task_owner, lacking)
         bound = session.tasks.get(task.id)
         if task.terminal:
             await self.engine.delivered(task.id)

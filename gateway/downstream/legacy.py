@@ -34,7 +34,7 @@ from gateway.downstream.session import (
     SessionStore,
 )
 from gateway.downstream.session_life import SessionLife
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
@@ -143,8 +143,8 @@ class LegacyEra:
             case router.Subscription():  # held once the server took it
                 if msg["method"] == mcp.SUBSCRIBE:
                     edit = _subscribed(session, msg["params"]["uri"])
-            case router.Augment(edit=name):
-                edit = self.tasks.edit(name)
+            case router.Augment():
+                edit = self.tasks.marked_tools()
             case router.Pass():
                 pass
             case _:
@@ -232,7 +232,7 @@ class LegacyEra:
         name = call.conn.name
         call.conn.cancel(call, "timed out at the gateway")
         log.warning("request.timed_out", upstream=name, session=session.owner[:12])
-        call.sink.on_response(UpstreamError.timed_out(name, seconds).to_message(client_id))
+        call.sink.on_response(UpstreamTimeout.timed_out(name, seconds).to_message(client_id))
 
     def _subscription(self, session: Session, msg: Message) -> bool:
         """True when the gateway answers a (un)subscribe itself: the upstream holds one

@@ -202,7 +202,7 @@ class ModernExchange(Exchange):
         self.call.conn.cancel(self.call, "timed out at the gateway")
         name = self.era.backend.name
         log.warning("request.timed_out", upstream=name, era="modern")
-        self.answer(errors.UpstreamError.timed_out(name, seconds).to_message(self.call.client_id))
+        self.answer(errors.UpstreamTimeout.timed_out(name, seconds).to_message(self.call.client_id))
 
 
 class ModernEra:

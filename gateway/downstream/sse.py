@@ -80,7 +80,8 @@ class Stream:
         self.max_bytes = max_bytes
         self.buffer: deque[tuple[int, bytes]] = deque()
         self.bytes = 0
-        self._waiter: asyncio.Future[None] | None = None
+        # Resolved True by news (`_wake`), False when the wait's time is up (`_resolve`).
+        self._waiter: asyncio.Future[bool] | None = None
         self.writer: object | None = None  # the one connection reading this stream now
         self.budget: Budget | None = None  # what bounds it with others (legacy sessions')
         # A legacy session's (spec 2025-11-25, Resumability): primed when opened, see pump.
@@ -130,24 +131,24 @@ class Stream:
     async def wait(self, timeout_s: float) -> bool:
         """Wait for news; False when `timeout_s` passed first."""
         loop = asyncio.get_running_loop()
-        self._waiter = waiter = loop.create_future()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
         handle = loop.call_later(timeout_s, _resolve, waiter)
         try:
-            await waiter
+            return await waiter
         finally:
             handle.cancel()
             if self._waiter is waiter:
                 self._waiter = None
-        return waiter.result() is None
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+            self._waiter.set_result(True)
 
 
-def _resolve(fut: asyncio.Future[None]) -> None:
+def _resolve(fut: asyncio.Future[bool]) -> None:
     if not fut.done():
-        fut.set_result(False)  # type: ignore[arg-type]
+        fut.set_result(False)
 
 
 def priming(key: str, seq: int) -> bytes:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gateway.errors import AuthCause, GatewayError, Rejection
+from gateway.errors import AuthCause, AuthRefusal, GatewayError, Rejection
+from gateway.protocol.mcp import TaskStatus
 
 
 @dataclass
@@ -24,8 +25,7 @@ class Counters:
     tasks_inline_store_unavailable: int = 0  # ... or the store did not answer
     upstream_exits: int = 0  # a server's process exited or its session ended
     upstream_unroutable_notifications: int = 0
-    # A task's end status (a tasks.model.Status value: this module sits below tasks/).
-    tasks_ended: Counter[str] = field(default_factory=Counter)
+    tasks_ended: Counter[TaskStatus] = field(default_factory=Counter)  # by end status
     rejections: Counter[tuple[Rejection, AuthCause | None]] = field(default_factory=Counter)
 
     def reject(self, reason: Rejection, cause: AuthCause | None = None) -> None:
@@ -35,7 +35,7 @@ class Counters:
         """Count a refusal that protects the gateway (see `GatewayError.reason`); auth
         refusals also by their `cause`, one of a fixed few words."""
         if exc.reason is not None:
-            self.reject(exc.reason, exc.cause)
+            self.reject(exc.reason, exc.cause if isinstance(exc, AuthRefusal) else None)
 
     def shown(self) -> dict[str, int]:
         """The counts that happened, by their dotted names (`/readyz?detail`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Final
 
 # Legacy era: the initialize handshake. Newest first; the first is what the gateway offers.
@@ -62,6 +63,20 @@ def modern_error_status(error: Any) -> int:
     if isinstance(code, bool) or not isinstance(code, int):
         return 200
     return MODERN_ERROR_STATUS.get(code, 200)
+
+
+class TaskStatus(StrEnum):
+    """A task's status, as both task specs name it (spec tasks-2025-11-25 `TaskStatus`; the
+    2026-07-28 extension's are the same): here, below tasks/, so what counts ended tasks
+    (observability/counters.py) keys them by it. Which may follow which is the task
+    model's (tasks/model.py `TRANSITIONS`)."""
+
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
 
 DISCOVER: Final = "server/discover"
 LISTEN: Final = "subscriptions/listen"

@@ -88,25 +88,24 @@ class TaskEngine:
         return task
 
     # -- finding ------------------------------------------------------------------------------
-    async def find(self, task_id: Any, owner: str) -> Task:
+    async def find(self, task_id: str, owner: str) -> Task:
         """The owner's task; past its ttl (the engine's call, whatever the store still
         holds) as it lapsed (`Task.lapsed`: a terminal status) while its id is remembered;
         TaskNotFound for unknown and foreign ids, and once forgotten; StoreSettling for
         those instead while a shared store that lost its records is being written back."""
-        if isinstance(task_id, str):
-            here = self._local.task(task_id)
-            task = here if here is not None else await self._store.get(task_id)
-            if task is not None and here is None and task.due(now := self._clock()):
-                task = task.lapsed() if task.remembered(now) else None
-            if task is not None and task.owner == owner:
-                if here is not None or self.replicas is None:
-                    return task
-                return await self.replicas.unless_stranded(task)
-            if self.replicas is not None and await self.replicas.unsettled():
-                # The store lost what it held and its replica may not have written this
-                # task back yet: "not found" would tell a poller to give up on a live task.
-                # Unknown and foreign ids get the same (docs/replicas.md).
-                raise StoreSettling(self.replicas.generation.retry_after_s())
+        here = self._local.task(task_id)
+        task = here if here is not None else await self._store.get(task_id)
+        if task is not None and here is None and task.due(now := self._clock()):
+            task = task.lapsed() if task.remembered(now) else None
+        if task is not None and task.owner == owner:
+            if here is not None or self.replicas is None:
+                return task
+            return await self.replicas.unless_stranded(task)
+        if self.replicas is not None and await self.replicas.unsettled():
+            # The store lost what it held and its replica may not have written this task
+            # back yet: "not found" would tell a poller to give up on a live task. Unknown
+            # and foreign ids get the same (docs/replicas.md).
+            raise StoreSettling(self.replicas.generation.retry_after_s())
         self._report.missed(owner, task_id)
         raise TaskNotFound(task_id)
 

@@ -16,12 +16,12 @@ import secrets
 import time
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, Literal
 
 import orjson
 
 from gateway.protocol import jsonrpc
+from gateway.protocol.mcp import TaskStatus
 
 EXPIRED_MEMORY_S = 600.0  # how long an expired id still answers "expired", then "unknown"
 
@@ -31,12 +31,7 @@ EXPIRED_MEMORY_S = 600.0  # how long an expired id still answers "expired", then
 CANCELLED_BY_CLIENT = "cancelled by the client"
 
 
-class Status(StrEnum):
-    WORKING = "working"
-    INPUT_REQUIRED = "input_required"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+Status = TaskStatus  # the protocol's statuses (protocol/mcp.py), by the model's short name
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})

@@ -68,9 +68,9 @@ class Report:
             tracing.end(span, error, **{"mcp.task.status": str(task.status)})
         audit(f"task.{task.status}", task, **extra)
 
-    def missed(self, owner: str, task_id: Any) -> None:
+    def missed(self, owner: str, task_id: str) -> None:
         """A look-up of a task id that `owner` does not have."""
         who = owner_hash(owner)
         self.misses[who] = count = self.misses.get(who, 0) + 1
-        log.info("task.lookup_failed", audit=True, owner=who, task=str(task_id)[:64],
+        log.info("task.lookup_failed", audit=True, owner=who, task=task_id[:64],
                  failures=count)

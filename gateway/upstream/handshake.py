@@ -17,10 +17,10 @@ from typing import Any, Literal, Protocol
 
 from gateway import __version__
 from gateway.errors import (
-    UpstreamConnectionFailed,
     UpstreamError,
     UpstreamInitializeFailed,
     UpstreamNotReady,
+    UpstreamUnavailable,
     UpstreamUnreachable,
     shown,
 )
@@ -70,7 +70,7 @@ class Handshake:
         elif self.era == "probe" and await self._probed():
             version = wire.VERSION
         else:
-            reply = await self._ask_initialize()  # UpstreamUnreachable: never reached
+            reply = await self._ask_initialize()  # UpstreamUnavailable: never reached
             # A server that refused initialize may be a modern one.
             if self.era == "auto" and isinstance(reply.get("error"), dict) and \
                     await self._modern_after_refusal():
@@ -146,14 +146,15 @@ class Handshake:
 
     async def _ask(self, method: str, params: dict[str, Any], timeout_s: float | None = None
                    ) -> Message:
-        """The server's answer to one of the handshake's requests; UpstreamUnreachable when
-        the transport failed it before any reached the server."""
+        """The server's answer to one of the handshake's requests; UpstreamUnavailable when
+        it reached no server (not connected: raised as it is; the transport failed it: as
+        UpstreamUnreachable, in the transport's words)."""
         sink = FutureSink()
         call = self.conn.request(jsonrpc.request(0, method, params), None, sink)
         name = self.conn.name
         try:
             reply = await asyncio.wait_for(sink.future, timeout_s or self.startup_timeout_s)
-            if isinstance(call.failure, UpstreamConnectionFailed):  # the transport says why
+            if isinstance(call.failure, UpstreamUnavailable):  # the transport says why
                 raise UpstreamUnreachable(name, call.failure.message)
             return reply
         except TimeoutError:
@@ -182,7 +183,7 @@ class Handshake:
         refusal stands) on any other answer, or when the probe reached nothing."""
         try:
             return (await self._probe_modern()).get("result") is not None
-        except UpstreamUnreachable:
+        except UpstreamUnavailable:
             return False
 
     async def _probe_modern(self, timeout_s: float | None = None) -> Message:
@@ -191,7 +192,7 @@ class Handshake:
         modern = self.conn.wire = wire.ModernWire(self.conn)  # the probe carries the envelope
         try:
             reply = await self._ask(mcp.DISCOVER, {}, timeout_s)
-        except UpstreamUnreachable:
+        except UpstreamUnavailable:
             self.conn.wire = wire.LegacyWire()
             raise
         result = reply.get("result")

@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from gateway.observability import log
 
@@ -49,7 +49,7 @@ class TaskOwners(Generic[OwnerT]):
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def note(self, result: Any, principal: str, owner: OwnerT) -> None:
+    def note(self, result: object, principal: str, owner: OwnerT) -> None:
         """Remember `principal` (and `owner`) as the creator if `result` creates a task of
         the upstream's own: a CreateTaskResult (2025-11-25: `{"task": Task}`) or the tasks
         extension's (2026-07-28: `resultType: "task"`)."""
@@ -83,7 +83,9 @@ class TaskOwners(Generic[OwnerT]):
         """The ids of the tasks `owner` itself (that session) created."""
         return _Held(self._by_id, owner)
 
-    def owns(self, task_id: Any, principal: str) -> bool:
+    def owns(self, task_id: object, principal: str) -> bool:
+        """Whether `principal` created `task_id`: any value a client sent, of which only a
+        string can name a task."""
         record = self._by_id.get(task_id) if isinstance(task_id, str) else None
         return record is not None and record.principal == principal
 
@@ -96,7 +98,7 @@ class TaskOwners(Generic[OwnerT]):
         record = self._by_id.get(task_id)
         return record if record is not None and record.live_until > self.clock() else None
 
-    def ended(self, task_id: Any) -> None:
+    def ended(self, task_id: object) -> None:
         """Its result, its cancellation or a terminal status came back: it asks and says
         nothing more."""
         record = self._live.pop(task_id, None) if isinstance(task_id, str) else None
@@ -134,7 +136,7 @@ class _Held(Generic[OwnerT]):
         return record is not None and record.owner is self._owner
 
 
-def created_task(result: Any) -> tuple[str, float] | None:
+def created_task(result: object) -> tuple[str, float] | None:
     """The task id and ttl (seconds) a call's `result` creates, if it creates a task of the
     upstream's own: a CreateTaskResult (2025-11-25) or the tasks extension's."""
     if not isinstance(result, dict):

@@ -55,3 +55,27 @@ async def test_final_message_per_status() -> None:
     assert final["result"]["_meta"] == {"keep": 1, core.RELATED_TASK: {"taskId": task.id}}
     task.result, task.error = None, {"code": -32000, "message": "boom"}
     assert core.final(task, 7)["error"] == {"code": -32000, "message": "boom"}
+
+
+@pytest.mark.parametrize("sent", [42, None, ["t"], {"id": "t"}, True])
+@pytest.mark.parametrize(("method", "dialect"), [
+    ("tasks/get", "core"), ("tasks/cancel", "core"), ("tasks/get", "extension"),
+    ("tasks/update", "extension"), ("tasks/cancel", "extension")])
+async def test_a_task_id_that_is_no_string_is_refused_as_an_unknown_one(
+        sent: object, method: str, dialect: str) -> None:
+    """A task id enters as a string (the MCP SDK's `as_request_id` narrows request ids so)
+    or is refused exactly as an unknown id is: same code, words and data, either dialect."""
+    engine = await engine_with(1, Clock())
+
+    async def ask(task_id: object) -> errors.InvalidParams:
+        params = {"taskId": task_id, "inputResponses": {}}
+        served = handlers.CORE[method](engine, params, "me") if dialect == "core" else \
+            handlers.extension_request(engine, method, params, "me")
+        with pytest.raises(errors.InvalidParams) as refused:
+            await served
+        return refused.value
+
+    odd, unknown = await ask(sent), await ask("no-such-task")
+    assert (odd.code, odd.message, odd.http_status) == (
+        unknown.code, unknown.message, unknown.http_status)
+    assert (odd.data, unknown.data) == ({"taskId": sent}, {"taskId": "no-such-task"})

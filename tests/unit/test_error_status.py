@@ -9,6 +9,7 @@ import pytest
 
 from gateway import errors
 from gateway.downstream import shapes
+from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 
 # (code, status, where the spec says so: spec 2026-07-28)
@@ -77,7 +78,7 @@ def test_a_legacy_resource_not_found_is_bridged_with_its_uri() -> None:
 def test_each_kind_of_upstream_failure_says_its_own_reason_as_a_json_rpc_response() -> None:
     """A client reads why an upstream failed in the error's data `reason`: one kind of
     UpstreamError per reason, each carried at HTTP 200 as the server's answer would be."""
-    kinds = errors.UpstreamError.__subclasses__()
+    kinds = [k for k in _descendants(errors.UpstreamError) if "failure" in vars(k)]
     assert {k.failure for k in kinds} == set(typing.get_args(errors.UpstreamFailure))
     assert len({k.failure for k in kinds}) == len(kinds)
     for kind in kinds:
@@ -88,3 +89,49 @@ def test_each_kind_of_upstream_failure_says_its_own_reason_as_a_json_rpc_respons
         assert out["error"]["data"].items() >= {"upstream": "main", "reason": kind.failure,
                                                 "exitCode": 3}.items()
         assert kind.http_status == 200
+
+
+def _descendants(cls: type) -> list[type]:
+    """The kinds under a category, and under categories (errors.py draws the tree)."""
+    return [d for sub in cls.__subclasses__() for d in (sub, *_descendants(sub))]
+
+
+def test_each_kind_of_upstream_failure_is_of_one_category() -> None:
+    """unavailable / broken / timeout / shutdown: the handshake (upstream/handshake.py)
+    and the eras decide by category, never by a list of kinds."""
+    categories = (errors.UpstreamUnavailable, errors.UpstreamBroken, errors.UpstreamTimeout,
+                  errors.UpstreamShutdown)
+    assert set(errors.UpstreamError.__subclasses__()) == set(categories)
+    for kind in _descendants(errors.UpstreamError):
+        if "failure" in vars(kind):
+            assert sum(issubclass(kind, c) for c in categories) == 1, kind
+
+
+def test_a_kind_that_names_only_its_code_takes_the_tables_status() -> None:
+    """errors.py states no status a code already implies (mcp.MODERN_ERROR_STATUS): a
+    kind that names its code alone answers with that code's status; one that names its
+    own status keeps it."""
+
+    class Derived(errors.GatewayError):
+        code = jsonrpc.METHOD_NOT_FOUND
+
+    class Own(errors.GatewayError):
+        code = jsonrpc.METHOD_NOT_FOUND
+        http_status = 503
+
+    assert (Derived.http_status, Own.http_status) == (404, 503)
+    assert errors.AnswersOverBudget.http_status == errors.TooManyProcesses.http_status == 200
+
+
+def test_only_an_auth_refusal_has_a_cause() -> None:
+    """rejections{reason="auth", cause}: the cause is the auth refusals' alone; other
+    refusals are counted by reason."""
+    counters = Counters()
+    counters.refused(errors.Unauthorized("no", "expired"))
+    counters.refused(errors.TooManyFailures(1.0))
+    counters.refused(errors.PayloadTooLarge("big"))
+    assert counters.shown() == {"rejections.auth:expired": 1, "rejections.auth:rate": 1,
+                                "rejections.body_too_large": 1}
+    assert not hasattr(errors.PayloadTooLarge("big"), "cause")
+    assert all(issubclass(k, errors.AuthRefusal)
+               for k in _descendants(errors.GatewayError) if k.reason == "auth")

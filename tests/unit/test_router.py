@@ -106,7 +106,7 @@ def test_core_tasks_requests_are_answered_here_unless_the_upstream_runs_the_task
 
 
 def test_core_tools_list_is_augmented_with_task_support() -> None:
-    assert legacy(mcp.TOOLS_LIST) == router.Augment("mark_tools")
+    assert legacy(mcp.TOOLS_LIST) == router.Augment()
 
 
 @pytest.mark.parametrize(("params", "kind", "code"), [

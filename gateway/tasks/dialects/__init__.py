@@ -24,9 +24,12 @@ def check_scopes(task: Task, lacking: Lacking) -> Task:
     return task
 
 
-def task_id_of(params: dict[str, Any]) -> Any:
-    """The task a tasks/* request names (both dialects: `taskId`)."""
-    return params.get("taskId")
+def task_id_of(params: dict[str, Any]) -> str | None:
+    """The task a tasks/* request names (both dialects: `taskId`), narrowed where it enters
+    as the MCP SDK's `as_request_id` narrows request ids: a string, as every task id is;
+    None for anything else (absent, or another JSON value), which names no task."""
+    task_id = params.get("taskId")
+    return task_id if isinstance(task_id, str) else None
 
 
 def watch_progress(params: dict[str, Any]) -> bool:

@@ -15,26 +15,34 @@ from gateway.tasks.dialects import Lacking, check_scopes, core, extension, task_
 from gateway.tasks.engine import TaskEngine, TaskNotFound
 from gateway.tasks.model import Dialect, Task
 
-
 # -- core tasks (2025-11-25) -------------------------------------------------------------
-async def core_lookup(engine: TaskEngine, task_id: Any, owner: str,
+CORE_WORDING = "Failed to retrieve task: "  # before "Task not found" (core tasks' words)
+
+
+async def core_named(engine: TaskEngine, params: dict[str, Any], owner: str,
+                     lacking: Lacking = unscoped) -> Task:
+    """The owner's core task that a tasks/* request names (see `core_lookup`); an id that
+    is not a string is refused as an unknown one is."""
+    return await core_lookup(engine, _named(params, CORE_WORDING), owner, lacking)
+
+
+async def core_lookup(engine: TaskEngine, task_id: str, owner: str,
                       lacking: Lacking = unscoped) -> Task:
     """The owner's core task; -32602 for unknown, expired, foreign or other-dialect ids,
     InsufficientScope (403) when the caller may not use its tool."""
-    return await _lookup(engine, task_id, owner, core.NAME, lacking,
-                         "Failed to retrieve task: ")
+    return await _lookup(engine, task_id, owner, core.NAME, lacking, CORE_WORDING)
 
 
 async def core_get(engine: TaskEngine, params: dict[str, Any], owner: str,
                    lacking: Lacking = unscoped) -> dict[str, Any]:
-    return core.fields(await core_lookup(engine, task_id_of(params), owner, lacking))
+    return core.fields(await core_named(engine, params, owner, lacking))
 
 
 async def core_cancel(engine: TaskEngine, params: dict[str, Any], owner: str,
                       lacking: Lacking = unscoped) -> dict[str, Any]:
     """spec (Task Cancellation): -32602 for a terminal task; otherwise the task is cancelled
     before the answer, which shows it."""
-    task = await core_lookup(engine, task_id_of(params), owner, lacking)
+    task = await core_named(engine, params, owner, lacking)
     if task.terminal:
         raise errors.InvalidParams(
             f"Cannot cancel task: already in terminal status '{task.status}'",
@@ -65,7 +73,7 @@ def _position(task: Task) -> tuple[float, str]:
     return task.created_at, task.id
 
 
-def _read_cursor(cursor: Any) -> tuple[float, str]:
+def _read_cursor(cursor: object) -> tuple[float, str]:
     try:
         created_at, task_id = orjson.loads(base64.urlsafe_b64decode(str(cursor).encode()))
         if isinstance(created_at, int | float) and isinstance(task_id, str):
@@ -83,7 +91,7 @@ CORE = {"tasks/get": core_get, "tasks/list": core_list, "tasks/cancel": core_can
 async def extension_request(engine: TaskEngine, method: str, params: dict[str, Any],
                             owner: str, lacking: Lacking = unscoped) -> dict[str, Any]:
     """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
-    task = await _lookup(engine, task_id_of(params), owner, extension.NAME, lacking)
+    task = await _lookup(engine, _named(params), owner, extension.NAME, lacking)
     if method == "tasks/get":
         if task.terminal:  # its result (or error) inlined: its owner has it now
             await engine.delivered(task.id)
@@ -99,7 +107,19 @@ async def extension_request(engine: TaskEngine, method: str, params: dict[str, A
 
 
 # -- both ---------------------------------------------------------------------------------
-async def _lookup(engine: TaskEngine, task_id: Any, owner: str, dialect: Dialect,
+def _named(params: dict[str, Any], wording: str = "") -> str:
+    """The id a tasks/* request names, where it enters (`task_id_of`): a value that is no
+    string names no task, and gets what an unknown id gets (the value sent echoed back)."""
+    if (task_id := task_id_of(params)) is None:
+        raise _not_found(params.get("taskId"), wording)
+    return task_id
+
+
+def _not_found(task_id: object, wording: str) -> errors.InvalidParams:
+    return errors.InvalidParams(f"{wording}Task not found", {"taskId": task_id})
+
+
+async def _lookup(engine: TaskEngine, task_id: str, owner: str, dialect: Dialect,
                   lacking: Lacking, wording: str = "") -> Task:
     """The owner's task of `dialect` (a task renders only in the dialect it was created
     in); -32602 for unknown, forgotten, foreign or other-dialect ids, each dialect in its own
@@ -109,5 +129,5 @@ async def _lookup(engine: TaskEngine, task_id: Any, owner: str, dialect: Dialect
     except TaskNotFound:
         task = None
     if task is None or task.dialect != dialect:
-        raise errors.InvalidParams(f"{wording}Task not found", {"taskId": task_id})
+        raise _not_found(task_id, wording)
     return check_scopes(task, lacking)

@@ -52,7 +52,7 @@ class Endpoint:
         if (refused := await self.guard.caller(request)) is not None:
             return refused  # not counted as a request: it never reached the endpoint
         started = time.monotonic()
-        msg, era = None, "legacy"
+        msg, era, tool_call = None, "legacy", None
         try:
             msg, kind = await read_message(request, self.max_body_bytes)
             if kind != "response":
@@ -62,13 +62,17 @@ class Endpoint:
             request[ACCEPTS] = check_accept(request, need_json=True)
             if router.is_modern(msg, request.headers.get(mcp.H_PROTOCOL)):
                 era = "modern"
+            if msg.get("method") == mcp.TOOLS_CALL:  # its name read now: the era may move it
+                tool_call = self.metrics.calling((msg.get("params") or {}).get("name"))
             resp = await self._serve(request, msg, kind, era)
         except GatewayError as exc:
             self.counters.refused(exc)
             resp = error_response(exc, msg.get("id") if msg else None)
         method = msg.get("method", "other") if msg else "other"  # a reply to the server: other
-        self.metrics.request(self.upstream, method, era, not failed(resp),
-                             time.monotonic() - started)
+        ok, seconds = not failed(resp), time.monotonic() - started
+        self.metrics.request(self.upstream, method, era, ok, seconds)
+        if tool_call is not None:
+            self.metrics.called(self.upstream, tool_call, ok, seconds)
         return resp
 
     async def _serve(self, request: web.Request, msg: Message, kind: jsonrpc.Kind, era: str

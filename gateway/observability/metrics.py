@@ -1,13 +1,22 @@
 """Prometheus metrics: the series docs/operations.md names, kept by one `Metrics` per app
 (its own registry: two apps in one process, as in tests, never share counts).
 
-Events are counted where they happen (`request`, `task_created`, `task_finished`); what is
+Events are counted where they happen (`request`, `tool_called`, `task_created`,
+`task_finished`); what is
 a state rather than an event (live tasks, store bytes, upstream up, sessions, restarts,
 rejections) is read at scrape time from the parts that own it (`Live`), so nothing here can
 drift from what the gateway really holds.
 
 Label values stay bounded whatever clients send: methods outside the protocol's own become
-"other", and tool names outside the upstream's tools/list catalogue become "other".
+"other", and tool names outside the upstream's tools/list catalogue become "other", as do
+those past MAX_TOOLS an upstream (a server may list many).
+
+Per tool (issue 44): every tools/call, inline or a task, counts once in
+mcp_gateway_tool_calls_total{outcome} and mcp_gateway_tool_call_duration_seconds: an
+inline one when it is answered (`tool_called`), one answered with a task when the task
+ends, by its end (`task_finished`). The endpoint learns that a call became a task from
+`task_created`, in the same request's context (`calling`): a ContextVar, so that no era's
+code has to say so.
 
 Events are plain counts here (no lock, no import of prometheus_client on the request path);
 prometheus_client renders them, with the state read from `Live`, when /metrics is first
@@ -17,6 +26,8 @@ scraped (gateway/observability/exposition.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.observability.series import Counted, Live, Timed
@@ -27,10 +38,23 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER = "other"
+MAX_TOOLS = 200  # tool label values an upstream's series may hold; more are "other"
+# The tools/call being answered in this context: [whether it became a task] (`calling`).
+_CALL: ContextVar[list[bool] | None] = ContextVar("tool_call", default=None)
+OUTCOMES = {"completed": "ok", "failed": "error", "cancelled": "cancelled"}  # a task's end
 # Seconds: fast pass-through calls to tasks that run for minutes.
 REQUEST_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
 TASK_BUCKETS = (.1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 QUEUE_BUCKETS = (.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+@dataclass(frozen=True, slots=True)
+class Calling:
+    """A tools/call being answered: its tool, whether it became a task, its context."""
+
+    tool: str
+    tasked: list[bool]
+    token: Token[list[bool] | None]
+
 
 class Metrics:
     def __init__(self, known_tool: Callable[[str, str], bool] = lambda _u, _t: False,
@@ -54,6 +78,13 @@ class Metrics:
         self.task_duration = Timed(
             "mcp_gateway_task_duration_seconds", "How long tasks ran, creation to end",
             ("upstream", "tool"), TASK_BUCKETS)
+        self.tool_calls = Counted(
+            "mcp_gateway_tool_calls", "tools/call answered, inline or by their task's end, "
+            "by upstream, tool, outcome (ok, error, cancelled)", ("upstream", "tool", "outcome"))
+        self.tool_duration = Timed(
+            "mcp_gateway_tool_call_duration_seconds", "Time to a tools/call's answer, inline "
+            "or its task's end", ("upstream", "tool"), REQUEST_BUCKETS + TASK_BUCKETS[7:])
+        self._tools: dict[str, set[str]] = {}  # upstream -> tool label values in use
         # Labelled by the limit's name: a tool pattern from the settings, or "*" for a
         # server's own limit (bounded whatever clients send).
         self.queue_wait = Timed(
@@ -63,7 +94,8 @@ class Metrics:
     @property
     def families(self) -> tuple[Counted | Timed, ...]:
         return (self.requests, self.request_duration, self.tasks_created,
-                self.tasks_finished, self.task_duration, self.queue_wait)
+                self.tasks_finished, self.task_duration, self.queue_wait, self.tool_calls,
+                self.tool_duration)
 
     def watch(self, live: Live) -> None:
         self.live = live
@@ -81,13 +113,34 @@ class Metrics:
         self.requests.inc((upstream, method, era, "ok" if ok else "error"))
         self.request_duration.observe((upstream, method), seconds)
 
+    @staticmethod
+    def calling(tool: object) -> Calling:
+        """A tools/call of `tool` (the name as the client sent it) is answered in this
+        context from now until `called`."""
+        marker = [False]
+        return Calling(tool if isinstance(tool, str) else OTHER, marker, _CALL.set(marker))
+
+    def called(self, upstream: str, call: Calling, ok: bool, seconds: float) -> None:
+        """The tools/call `calling` began is answered: counted unless a task took it."""
+        _CALL.reset(call.token)
+        if not call.tasked[0]:
+            self.tool_called(upstream, call.tool, "ok" if ok else "error", seconds)
+
+    def tool_called(self, upstream: str, tool: str, outcome: str, seconds: float) -> None:
+        tool = self._tool(upstream, tool)
+        self.tool_calls.inc((upstream, tool, outcome))
+        self.tool_duration.observe((upstream, tool), seconds)
+
     def task_created(self, upstream: str, tool: str, dialect: str) -> None:
+        if (marker := _CALL.get()) is not None:
+            marker[0] = True  # the call's answer is its task's end (`task_finished`)
         self.tasks_created.inc((upstream, self._tool(upstream, tool), dialect))
 
     def task_finished(self, upstream: str, tool: str, status: str, seconds: float) -> None:
         tool = self._tool(upstream, tool)
         self.tasks_finished.inc((upstream, tool, status))
         self.task_duration.observe((upstream, tool), seconds)
+        self.tool_called(upstream, tool, OUTCOMES.get(status, "error"), seconds)
 
     def queue_waited(self, upstream: str, label: str, seconds: float) -> None:
         self.queue_wait.observe((upstream, self.lane(upstream, label)), seconds)
@@ -100,4 +153,12 @@ class Metrics:
         return OTHER
 
     def _tool(self, upstream: str, tool: str) -> str:
-        return tool if self.known_tool(upstream, tool) else OTHER
+        """`tool` as a label value: a tool its upstream listed, within MAX_TOOLS of them."""
+        if tool == OTHER or not self.known_tool(upstream, tool):
+            return OTHER
+        seen = self._tools.setdefault(upstream, set())
+        if tool not in seen:
+            if len(seen) >= MAX_TOOLS:
+                return OTHER
+            seen.add(tool)
+        return tool

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
+from test_core_tasks import as_task, session
+from test_core_tasks import wait_for as core_wait_for
 from test_modern import modern
 from test_tasks import POLICY, TASKS, call, tasks_op, wait_for
 
@@ -120,6 +122,57 @@ async def test_metric_labels_stay_bounded_whatever_clients_send(url, http) -> No
     assert not any(str(x).startswith(("made/", "nosuch-")) for x in labels)
     assert value(samples, "mcp_gateway_requests_total", upstream="main", method="other",
                  era="modern", outcome="error") == 5
+
+
+def per_tool(samples: dict[str, Any], tool: str, outcome: str) -> float:
+    return value(samples, "mcp_gateway_tool_calls_total", upstream="main", tool=tool,
+                 outcome=outcome)
+
+
+async def test_every_tool_call_counts_per_tool_inline_or_task_in_both_eras(url, http, client
+                                                                        ) -> None:
+    """Issue 44: mcp_gateway_tool_calls_total and its duration, per upstream and tool, for
+    every tools/call: an inline one when answered, one answered with a task when the task
+    ends (by its end, its duration the task's), never both; legacy and modern alike."""
+    await modern(http, url, "tools/list", {}, TASKS)  # the catalogue, read by now
+    await call(http, url, "echo", {"text": "hi"})  # modern, inline (mode never)
+    await modern(http, url, "tools/call", {"name": "blob", "arguments": {
+        "bytes": "not a number"}}, {})  # modern, inline, the server's error
+    task = (await call(http, url, "sleep", {"ms": 400})).body["result"]  # modern, a task
+    legacy = await session(client, url)
+    assert "result" in (await legacy.call("echo", {"text": "hi"})).message  # legacy, inline
+    core = (await as_task(legacy, "whoami"))["result"]["task"]  # legacy, a core task
+    running = await scrape(http, url)
+    assert per_tool(running, "echo", "ok") == 2 and per_tool(running, "blob", "error") == 1
+    assert per_tool(running, "sleep", "ok") == 0  # counted when it ends, not when created
+    await wait_for(http, url, task["taskId"], "completed")
+    await core_wait_for(legacy, core["taskId"], "completed")
+    after = await scrape(http, url)
+    assert per_tool(after, "sleep", "ok") == 1 and per_tool(after, "whoami", "ok") == 1
+    assert value(after, "mcp_gateway_tool_call_duration_seconds_count", upstream="main",
+                 tool="sleep") == 1
+    assert value(after, "mcp_gateway_tool_call_duration_seconds_sum", upstream="main",
+                 tool="sleep") >= 0.15  # the task's run: 400 ms less the 200 ms sync budget
+    assert value(after, "mcp_gateway_tool_call_duration_seconds_count", upstream="main",
+                 tool="echo") == 2
+
+
+async def test_ten_thousand_made_up_tool_names_leave_the_tool_labels_alone(url, http) -> None:
+    """A client that calls 10,000 tools no upstream listed adds no label value: each is
+    counted under "other", and the listed tools keep their own."""
+    await modern(http, url, "tools/list", {}, TASKS)
+    await call(http, url, "echo", {"text": "hi"})
+    sem = asyncio.Semaphore(32)
+
+    async def made_up(n: int) -> None:
+        async with sem:
+            await call(http, url, f"nosuch-{n}", caps={})
+
+    await asyncio.gather(*(made_up(n) for n in range(10_000)))
+    samples = await scrape(http, url)
+    tools = {dict(k[1]).get("tool") for k in samples if k[0].startswith("mcp_gateway_tool_")}
+    assert tools == {"echo", "other"}, sorted(map(str, tools))[:10]
+    assert per_tool(samples, "other", "ok") + per_tool(samples, "other", "error") == 10_000
 
 
 async def test_metrics_and_status_are_for_operators_only(gateway, http) -> None:

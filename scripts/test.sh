@@ -9,7 +9,7 @@
 #     check deploy/kubernetes offline and pin many libraries of their own;
 #   - a Redis-compatible server with Sentinel and HAProxy for the replica tests, nginx for the
 #     long calls' (a hop that cuts quiet connections), Chromium for the status page's, podman (with runc) and mmdebstrap to build and run the container
-#     image (Debian's packages, when one of them is not on PATH);
+#     image, and podman-compose (Debian's packages, when one of them is not there);
 #   - ruff, mypy --strict, then pytest (extra arguments go to pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +26,12 @@ if ! { command -v redis-server || command -v valkey-server; } >/dev/null || \
     apt_install redis-server redis-sentinel haproxy chromium nginx-light
 fi
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || \
-        ! command -v mmdebstrap >/dev/null; then
-    # Where these cannot be installed, the image's tests say so and are skipped.
-    apt_install podman runc mmdebstrap || echo "test.sh: podman could not be installed" >&2
+        ! command -v mmdebstrap >/dev/null || ! [ -x /usr/bin/podman-compose ]; then
+    # Where these cannot be installed, the image's tests say so and are skipped. Debian's
+    # podman-compose (1.0 on Debian 12) beside the venv's newer one: deploy/'s compose files
+    # are run with both.
+    apt_install podman runc mmdebstrap podman-compose ||
+        echo "test.sh: podman could not be installed" >&2
 fi
 
 python3 -m venv .venv

@@ -1,8 +1,8 @@
 """The `/status` page: one read-only HTML document rendered from a `Snapshot`, no script.
 
-Everything shown is escaped (tool names, status messages and failure texts come from
-upstream servers). The page refreshes itself every few seconds with a meta tag, which needs
-no JavaScript.
+Everything shown is escaped (tool names and status messages come from upstream servers; a
+failure's message is the gateway's own, tasks/report.py `shown`). The page refreshes itself
+every few seconds with a meta tag, which needs no JavaScript.
 """
 
 from __future__ import annotations

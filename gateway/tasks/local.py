@@ -140,7 +140,7 @@ class Local:
 
     # -- ending -------------------------------------------------------------------------------
     def _responded(self, run: TaskRun, msg: Message) -> None:
-        self._spawn(self._commit(run, run.outcome(msg)))
+        self._spawn(self._commit(run, run.outcome(msg), answered=True))
 
     async def _stop(self, run: TaskRun, status: Status, message: str,
                     error_text: str | None = None) -> Task:
@@ -161,16 +161,20 @@ class Local:
                                 f"Task expired: its ttl of {ttl} ms passed before it finished")
         audit("task.expired", task)
 
-    async def _commit(self, run: TaskRun, final: Task) -> Task:
+    async def _commit(self, run: TaskRun, final: Task, *, answered: bool = False) -> Task:
         """Write the end (compare-and-set), then tell everyone: nobody hears of a result
-        the store does not hold."""
+        the store does not hold. `answered`: `final` is the server's answer (the report
+        shows none of its words)."""
         await self._behind.written(final.id)
+        written = final
         try:
-            final = await self._write_end(run, final)
+            written = await self._write_end(run, final)
         except Exception as exc:  # the store failed: the end is still told, never a hang
             log.error("task.store_error", task=final.id, error=repr(exc))
-        self._end(run, final)
-        return final
+        # Still the server's answer unless the end written is the gateway's (too big to
+        # keep) or another writer's.
+        self._end(run, written, answered=answered and written is final)
+        return written
 
     async def _write_end(self, run: TaskRun, final: Task) -> Task:
         """The end as stored: `final`, failed instead when its result is too big to keep,
@@ -187,13 +191,13 @@ class Local:
                 final = stored
         return final
 
-    def _end(self, run: TaskRun, task: Task) -> None:
+    def _end(self, run: TaskRun, task: Task, *, answered: bool) -> None:
         self._inputs.forget(run)
         self._runs.pop(task.id, None)
         duration = run.finish(task)
         if task.status is not Status.CANCELLED:
             self._poll.record(task.tool, duration)
-        self._report.ended(task, duration)
+        self._report.ended(task, duration, answered=answered)
         self._watchers.tell(task)
 
     async def settle(self, timeout_s: float) -> int:

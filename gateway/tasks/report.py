@@ -8,6 +8,9 @@ Audit events are structlog events with stable names (`task.created`, `task.input
 or session id they stand for. Look-ups of unknown or foreign task ids are counted per
 owner, the count kept while misses come less than 10 minutes apart, so a caller guessing
 ids shows up as one owner with a growing count.
+
+The recent failures hold the gateway's own words only (`shown`): what a server answered may
+quote the call's arguments, or a secret the tool was handed, and operators read /status.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from gateway import redact
 from gateway.observability import log, owner_hash, tracing
 from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
@@ -26,6 +30,29 @@ from gateway.tasks.model import Status, Task
 MISS_WINDOW_S = 600.0
 MISS_OWNERS = 10_000  # owners whose misses are counted at once (the least recent go first)
 RECENT_FAILURES = 20
+
+
+def shown(task: Task, answered: bool) -> str:
+    """What /status shows of a failed task (its "Recent failures" row). The gateway's own
+    words whole: a timeout, an expiry, a replica gone, a result too big, an upstream that
+    failed the call (errors.py `UpstreamError`, whose data names the upstream and a reason;
+    its message has no URL). Of what the server answered (`answered`), never its words: a
+    server's error message, or the text of a tool's isError result, may quote an argument
+    value or a secret the tool was handed (issue 42), so only its JSON-RPC code, or that the
+    tool said isError. The client reads the server's own words, in its task."""
+    error = task.error
+    if not answered or (error is not None and _upstream_error(error)):
+        return redact.text(task.status_message or "failed")
+    if error is None:  # core dialect: a tool result with isError fails the task
+        return "the tool's result has isError: true"
+    return f"the server answered JSON-RPC error {error.get('code')}"
+
+
+def _upstream_error(error: dict[str, Any]) -> bool:
+    """Whether `error` is one the gateway made for an upstream that failed the call
+    (`UpstreamError.to_message`: its data holds the upstream's name and the reason)."""
+    data = error.get("data")
+    return isinstance(data, dict) and {"upstream", "reason"} <= data.keys()
 
 
 def audit(event: str, task: Task, **extra: Any) -> None:
@@ -39,7 +66,7 @@ class Report:
         self.metrics = metrics if metrics is not None else Metrics()
         self.counters = counters if counters is not None else Counters()
         self.misses: TTLCache[str, int] = TTLCache(MISS_OWNERS, MISS_WINDOW_S)
-        # (unix time, upstream, tool, status message) of the last failed tasks run here.
+        # (unix time, upstream, tool, `shown`) of the last failed tasks run here.
         self.failures: deque[tuple[float, str, str, str]] = deque(maxlen=RECENT_FAILURES)
         self.spans: dict[str, Any] = {}  # task id -> its trace span, while it runs here
 
@@ -53,16 +80,17 @@ class Report:
     def answered(self, task: Task, key: str) -> None:
         audit("task.input_answered", task, key=key)
 
-    def ended(self, task: Task, seconds: float | None, **extra: Any) -> None:
+    def ended(self, task: Task, seconds: float | None, *, answered: bool = False,
+              **extra: Any) -> None:
         """`task` ended; `seconds` it ran here, None when it ran on another replica (which
-        counts it in its own metrics)."""
+        counts it in its own metrics); `answered`: its end is the server's answer."""
         self.counters.tasks_ended[task.status] += 1
         if seconds is not None:
             self.metrics.task_finished(task.upstream, task.tool, task.status, seconds)
             extra["duration_s"] = round(seconds, 3)
         if task.status is Status.FAILED:
             self.failures.append((time.time(), task.upstream, task.tool,
-                                  task.status_message or ""))
+                                  shown(task, answered)))
         if (span := self.spans.pop(task.id, None)) is not None:
             error = (task.status_message or "failed") if task.status is Status.FAILED else None
             tracing.end(span, error, **{"mcp.task.status": str(task.status)})

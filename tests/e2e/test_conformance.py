@@ -7,6 +7,9 @@ passes through; the tasks extension's scenarios, which the fixture (a server wit
 fails directly, pass through, where the gateway adds tasks. The per-scenario table is written
 to results/ (conformance-matrix.json and .md) for the notes.
 
+One test a requirement set and leg (issue 42: the whole matrix as one test ran near its time
+bound on a loaded host): the direct run of a set is made once and kept for the two legs
+through the gateway, which are held against it (a through test run alone makes it first).
 The suites run one after another: two at once interfere (server-initialize fails in one).
 """
 
@@ -22,8 +25,10 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURE, NODE_BIN, node_env
 
-# Six suite runs one after another: some two minutes, over the default per-test bound.
-pytestmark = [pytest.mark.node, pytest.mark.slow, pytest.mark.timeout(600)]
+# One suite run takes 15 to 90 s on a loaded 2-core host (the modern set directly: its tasks
+# scenarios fail slowly against a server without tasks); a test makes two at most.
+RUN_S = 240
+pytestmark = [pytest.mark.node, pytest.mark.slow, pytest.mark.timeout(2 * RUN_S + 60)]
 ROOT = Path(__file__).parents[2]
 LINE = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed", re.M)
 NOT_SCORED = re.compile(r"^\s+[✓✗] (\S+) \(", re.M)
@@ -39,7 +44,7 @@ async def run_suite(url: str, workdir: Path, requirements: str = "2025-11-25"
         "--requirements", requirements, "-o", str(workdir / "checks"), cwd=workdir,
         env=node_env(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await asyncio.wait_for(proc.communicate(), 600)
+    out, _ = await asyncio.wait_for(proc.communicate(), RUN_S)
     text = out.decode()
     (workdir / "output.txt").write_text(text)
     summary = text[text.rfind("=== SUMMARY ==="):]
@@ -83,50 +88,75 @@ def table(results: dict[str, dict[str, dict[str, dict]]]) -> str:
                 leg, {})), True)
             out.append(f"| {name} | {'yes' if scored else 'no'} | {' | '.join(cells)} |")
         totals = [f"{sum(r['ok'] for r in legs[leg].values())}/{len(legs[leg])}"
-                  for leg in LEGS]
+                  if leg in legs else "-" for leg in LEGS]
         out += [f"| **scenarios passing** | | {' | '.join(totals)} |", ""]
     return "\n".join(out)
 
 
-async def test_conformance_matrix_direct_and_through_both_upstreams(direct_url, gateway
-                                                                   ) -> None:
-    # direct_url first: the gateways (and their streams to the fixture) close before it.
+# What the runs of this session gave, by requirement set and leg, and their seconds: the
+# matrix written after each test holds every run made so far.
+RESULTS: dict[str, dict[str, dict[str, dict]]] = {}
+TOOK: dict[str, float] = {}
+
+
+async def run_leg(url: str, reqs: str, leg: str) -> dict[str, dict]:
+    """One suite run against `url`, kept and written to results/ with the runs before it."""
     results_dir = ROOT / "results"
-    results: dict[str, dict[str, dict[str, dict]]] = {}
-    took: dict[str, float] = {}
-    for reqs in SETS:
-        tasks = {"tasks": TASK_POLICY} if reqs == "2026-07-28" else {}
-        urls = {"direct": direct_url, "http": await gateway(url=direct_url, **tasks),
-                "stdio": await gateway([sys.executable, FIXTURE], **tasks)}
-        results[reqs] = {}
-        for leg, url in urls.items():
-            start = time.monotonic()
-            results[reqs][leg] = await run_suite(url, results_dir / f"{reqs}-{leg}", reqs)
-            took[f"{reqs} {leg}"] = round(time.monotonic() - start, 1)
+    start = time.monotonic()
+    result = await run_suite(url, results_dir / f"{reqs}-{leg}", reqs)
+    TOOK[f"{reqs} {leg}"] = round(time.monotonic() - start, 1)
+    RESULTS.setdefault(reqs, {})[leg] = result
+    ordered = {r: {leg: RESULTS[r][leg] for leg in LEGS if leg in RESULTS[r]}
+               for r in SETS if r in RESULTS}
     (results_dir / "conformance-matrix.json").write_text(
-        json.dumps({"results": results, "seconds": took}, indent=1))
+        json.dumps({"results": ordered, "seconds": TOOK}, indent=1))
     (results_dir / "conformance-matrix.md").write_text(
-        table(results) + "\nSeconds per run: " + json.dumps(took) + "\n")
-    for reqs, legs in results.items():
-        direct = legs["direct"]
-        assert len(direct) >= 30, "the suite should have run its server scenarios"
-        for leg in ("http", "stdio"):
-            through = legs[leg]
-            excused = set(NOT_FOR_A_PROXY)
-            regressions = [n for n, r in direct.items() if r["ok"] and not through[n]["ok"]
-                           and n not in excused]
-            assert regressions == [], (reqs, leg)
-            failing_scored = [n for n, r in through.items()
-                              if r["scored"] and not r["ok"] and n not in excused]
-            assert failing_scored == [], (reqs, leg)
-    for leg in ("http", "stdio"):
+        table(ordered) + "\nSeconds per run: " + json.dumps(TOOK) + "\n")
+    return result
+
+
+async def directly(reqs: str, direct_url: str) -> dict[str, dict]:
+    """The fixture's results for `reqs` without the gateway: this session's run, or one
+    made now."""
+    known = RESULTS.get(reqs, {}).get("direct")
+    return known if known is not None else await run_leg(direct_url, reqs, "direct")
+
+
+@pytest.mark.parametrize("reqs", SETS)
+async def test_the_suite_runs_directly_against_the_fixture(direct_url, reqs) -> None:
+    direct = await run_leg(direct_url, reqs, "direct")
+    assert len(direct) >= 30, "the suite should have run its server scenarios"
+    if reqs == "2025-11-25":
+        # Not scored (pending: the suite's own fixture could not pass it), but ours polls
+        # as SEP-1699 has it (the legs through the gateway: below).
+        assert direct["server-sse-polling"]["ok"]
+
+
+@pytest.mark.parametrize("leg", ["http", "stdio"])
+@pytest.mark.parametrize("reqs", SETS)
+async def test_the_suite_passes_through_the_gateway(direct_url, gateway, reqs, leg) -> None:
+    """Through the gateway in front of the fixture as an HTTP or a stdio upstream: every
+    scenario that passes directly passes, and every scored one."""
+    # direct_url first: the gateway (and its streams to the fixture) closes before it.
+    direct = await directly(reqs, direct_url)
+    tasks = {"tasks": TASK_POLICY} if reqs == "2026-07-28" else {}
+    url = await (gateway(url=direct_url, **tasks) if leg == "http" else
+                 gateway([sys.executable, FIXTURE], **tasks))
+    through = await run_leg(url, reqs, leg)
+    excused = set(NOT_FOR_A_PROXY)
+    regressions = [n for n, r in direct.items() if r["ok"] and not through[n]["ok"]
+                   and n not in excused]
+    assert regressions == [], (reqs, leg)
+    failing_scored = [n for n, r in through.items()
+                      if r["scored"] and not r["ok"] and n not in excused]
+    assert failing_scored == [], (reqs, leg)
+    if reqs == "2026-07-28":
         # The tasks extension is not scored (optional by definition), but the gateway's
         # purpose: the fixture has no tasks, the gateway adds them.
-        through = results["2026-07-28"][leg]
         assert [n for n in TASK_SCENARIOS if not through[n]["ok"]] == [], leg
         assert through["http-custom-header-server-validation"]["ok"]  # Mcp-Param-*
-    # Not scored (pending: the suite's own fixture could not pass it), but ours polls as
-    # SEP-1699 has it, ending test_reconnection's stream before the answer: through the
-    # HTTP upstream the gateway resumes it with Last-Event-ID (issue 40).
-    assert [leg for leg in LEGS if not results["2025-11-25"][leg]["server-sse-polling"]["ok"]
-            ] == []
+    else:
+        # Not scored (pending: the suite's own fixture could not pass it), but ours polls
+        # as SEP-1699 has it, ending test_reconnection's stream before the answer: through
+        # the HTTP upstream the gateway resumes it with Last-Event-ID (issue 40).
+        assert through["server-sse-polling"]["ok"]

@@ -268,33 +268,46 @@ def test_the_layers_carry_no_ca_no_secret_and_no_build_tools(podman: Any, image:
     assert TOKEN not in history and ADMIN_TOKEN not in history
 
 
+# The podman-compose of the test dependencies (pyproject.toml), and Debian 12's (1.0, which
+# scripts/test.sh installs): the compose files serve both.
+COMPOSE = str(Path(sys.executable).parent / "podman-compose")
+DEBIAN_COMPOSE = "/usr/bin/podman-compose"
+
+
 @pytest.fixture
 def compose_up(engine_env: dict[str, str], image: str) -> Iterator[Any]:
-    """A compose file of deploy/ under podman-compose, with the image built here and what
-    runs beside it (Valkey, HAProxy) made from Debian's packages where no registry answers.
-    Gives HAProxy's address and the container name of each service."""
+    """A compose file of deploy/ under podman-compose (`compose`: which), with the image built
+    here and what runs beside it (Valkey, HAProxy) made from Debian's packages where no
+    registry answers. Gives HAProxy's address and the container name of each service; what
+    `up` printed goes to `printed`, where given."""
     subprocess.run([str(ROOT / "scripts" / "image.sh"), "--stand-ins"], check=True,
                    timeout=600, env={**engine_env, "CONTAINER_ENGINE": "podman"})
-    downs: list[tuple[list[str], dict[str, str]]] = []
+    downs: list[tuple[list[str], dict[str, str], str]] = []
 
-    def up(name: str) -> tuple[str, Callable[[str], str]]:
+    def up(name: str, compose: str = COMPOSE, build: bool = False,
+           printed: list[str] | None = None) -> tuple[str, Callable[[str], str]]:
         port, project = free_port(), f"gwtest{uuid.uuid4().hex[:6]}"
         env = {**engine_env, "GATEWAY_SECRET": secrets.token_hex(32),
                "STORE_PASSWORD": secrets.token_hex(24), "GATEWAY_TOKEN": TOKEN,
                "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN,
                "PORT": str(port), "GATEWAY_IMAGE": image, "HOST_CA": str(HOST_CA)}
-        compose = [str(Path(sys.executable).parent / "podman-compose"), "--project-name",
-                   project, "--file", str(ROOT / "deploy" / name),
+        command = [compose, "--project-name", project, "--file", str(ROOT / "deploy" / name),
                    "--file", str(Path(__file__).parent / "compose.image.yaml")]
-        downs.append((compose, env))
-        subprocess.run([*compose, "up", "--detach", "--no-build"], env=env, check=True,
-                       capture_output=True, timeout=300)
+        downs.append((command, env, project))
+        done = subprocess.run([*command, "up", "--detach", *([] if build else ["--no-build"])],
+                              env=env, check=True, capture_output=True, text=True,
+                              timeout=300)
+        if printed is not None:
+            printed.append(done.stdout + done.stderr)
         return f"http://127.0.0.1:{port}", lambda service: f"{project}_{service}_1"
 
     yield up
-    for compose, env in downs:
-        subprocess.run([*compose, "down", "--volumes", "--timeout", "10"], env=env,
-                       capture_output=True, timeout=300)
+    for command, env, project in downs:
+        # Debian's podman-compose (1.0) knows no `down --timeout`, and leaves the network.
+        subprocess.run([*command, "down", "--volumes"], env=env, capture_output=True,
+                       timeout=300)
+        subprocess.run(["podman", "network", "rm", "--force", f"{project}_default"],
+                       env=env, capture_output=True, timeout=60)
 
 
 async def replicas_behind(base: str, http: aiohttp.ClientSession) -> set[str]:
@@ -329,6 +342,20 @@ async def test_the_replica_set_in_containers_shares_tasks(compose_up: Any,
         again = (await tasks_op(bearer, url, "tasks/get", handle["taskId"])).body["result"]
         assert again["result"] == done["result"]
     assert "Long running operation completed" in done["result"]["content"][0]["text"]
+
+
+@pytest.mark.skipif(not Path(DEBIAN_COMPOSE).exists(),
+                    reason="Debian's podman-compose is missing (scripts/test.sh installs it)")
+async def test_the_replica_set_comes_up_under_debians_podman_compose(
+        compose_up: Any, bearer: aiohttp.ClientSession) -> None:
+    """deploy/compose.yaml under Debian 12's podman-compose (1.0): `up` uses the image
+    scripts/image.sh made rather than building one without the proxy's CA (that build failed,
+    and `up` still said 0), and every replica starts with the operator token (a
+    `${GATEWAY_ADMIN_TOKEN:-}` stayed literal there, and the replicas refused it)."""
+    printed: list[str] = []
+    base, _ = compose_up("compose.yaml", DEBIAN_COMPOSE, build=True, printed=printed)
+    assert "podman build" not in printed[0], printed[0][-2000:]
+    assert await replicas_behind(base, bearer) == {"gateway-1", "gateway-2", "gateway-3"}
 
 
 async def test_the_sentinel_replica_set_keeps_a_task_through_a_failover(

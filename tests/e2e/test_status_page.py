@@ -49,3 +49,18 @@ async def test_status_page_shows_a_running_task_in_a_browser(gateway, http) -> N
     failures = dom.split('id="failures"')[1].split("</table>")[0]
     assert "<td>blob</td>" in failures
     assert "<script" not in dom
+
+
+async def test_a_failures_row_says_why_without_the_servers_words(gateway, http) -> None:
+    """A failed task's row has a message: the gateway's words, never the server's, which
+    may quote an argument value ("not a number" here: the blob tool's int() error)."""
+    url = await gateway(tasks=POLICY)
+    failed = (await call(http, url, "blob", {"bytes": "not a number"})).body["result"]
+    await wait_for(http, url, failed["taskId"], "failed")
+    timed = (await call(http, url, "hang", {})).body["result"]  # timeout_ms: 300
+    await wait_for(http, url, timed["taskId"], "failed")
+    async with http.get(url.replace("/mcp", "/status")) as page:
+        failures = (await page.text()).split("id=failures")[1].split("</table>")[0]
+    assert "<td>blob</td><td>the server answered JSON-RPC error -32603</td>" in failures
+    assert "<td>hang</td><td>timed out after 300 ms</td>" in failures
+    assert "not a number" not in failures

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gateway import errors
 from gateway.protocol import jsonrpc
 from gateway.queues import Limit, Queues, Ticket
 from gateway.tasks.engine import Handover, Intent, TaskEngine, TaskNotFound
@@ -202,6 +203,31 @@ async def test_is_error_fails_a_core_task_yet_keeps_its_result(store: MemoryStor
     await settled()
     found = await engine.find(task.id, "me")
     assert found.status is Status.FAILED and found.result == b'{"content":[],"isError":true}'
+
+
+async def test_recent_failures_show_the_gateways_words_never_the_servers(
+        store: MemoryStore) -> None:
+    """/status's "Recent failures" (engine.failures): a message for every failure, yet none
+    of what the server answered (it may quote an argument value or a secret); the client
+    still reads the server's own words in its task."""
+    engine = TaskEngine(store)
+    quoted, call, _ = await running(engine)
+    call.sink.on_response(jsonrpc.error(7, -32603, "bad value 'hunter2' for password"))
+    _, soft_call, _ = await running(engine, fail_on_is_error=True)
+    soft_call.sink.on_response(jsonrpc.result(8, {"content": [
+        {"type": "text", "text": "no such user: alice@example.com"}], "isError": True}))
+    _, exited_call, _ = await running(engine)
+    exited_call.sink.on_response(
+        errors.UpstreamExited("fake", "upstream 'fake' exited (code 3)").to_message(9))
+    await running(engine, timeout_ms=20)
+    await asyncio.sleep(0.1)
+    assert (await engine.find(quoted.id, "me")).status_message == (
+        "bad value 'hunter2' for password")  # the client's own call: its server's words
+    assert sorted(message for _, _, _, message in engine.failures()) == sorted([
+        "the server answered JSON-RPC error -32603",  # not its message
+        "the tool's result has isError: true",  # not its text
+        "upstream 'fake' exited (code 3)",  # the gateway's words, whole
+        "timed out after 20 ms"])
 
 
 class BrokenStore(MemoryStore):

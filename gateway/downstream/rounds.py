@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway import errors, router
+from gateway import errors
 from gateway.downstream.mrtr import NOT_ISSUED, Parked, ParkedCalls, Sealer, digest
 from gateway.observability import log
 from gateway.observability.counters import Counters
@@ -30,8 +30,9 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.router import OwnRound
 
-# Methods the gateway answers itself, and tasks' methods: no round has them, and a
-# requestState they carry is not opened (it goes nowhere).
+# Methods the gateway always answers itself: no round has them, and a requestState they
+# carry goes nowhere, so it is not opened. Anything else a modern route may forward, and
+# the server must never be handed the gateway's seal.
 NOT_ROUNDS = frozenset({mcp.DISCOVER, mcp.LISTEN})
 
 
@@ -89,7 +90,7 @@ class Rounds:
         upstream's issued for another request, as any state this gateway did not issue."""
         method, params = msg["method"], msg.get("params")
         if not isinstance(params, dict) or "requestState" not in params or \
-                method in NOT_ROUNDS or method.startswith(router.TASKS_PREFIX):
+                method in NOT_ROUNDS:
             return None
         ours = method in mcp.MRTR_METHODS
         if not (ours or modern_route):

@@ -1,7 +1,8 @@
 """Which era a server of both eras speaks to modern clients (`era: auto`, shared isolation).
 
-spec 2026-07-28 versioning, Backward Compatibility: a server may speak both eras, and a
-client SHOULD cache what it learned of a server's era. The primary process opens with
+spec 2026-07-28 versioning, Backward Compatibility: "The era determination is a property of
+the server, not of an individual request. Clients SHOULD cache the result for the lifetime
+of the server process (stdio) or origin (HTTP)". The primary process opens with
 initialize (legacy clients' sessions go there); the first modern request opens a second
 link that probes with server/discover first. If the server answers at the modern version,
 modern clients reach it there, on its own modern wire (its input_required rounds, its
@@ -10,8 +11,9 @@ server and modern clients are bridged onto the primary. No answer either way: th
 modern request asks again.
 
 Only a shared backend holds one (isolation.py): `isolation: client` opens each principal's
-own process with the probe first, and `isolation: call` keeps one warm pool of legacy
-processes for both eras, so a request's era never depends on which process it is handed.
+own process with the probe first, and `isolation: call` keeps one warm pool whose processes
+open as its control process does (legacy ones, for a server of both eras), so a request's
+era never depends on which process it is handed.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from test_rounds import Call as RoundsCall
+
 from gateway.downstream.envelope import Caller, ModernRequest
 from gateway.downstream.modern_exchange import INPUT_BATCH_S, MOVES, Life, ModernExchange
 from gateway.downstream.mrtr import ParkedCalls, Sealer
@@ -16,26 +18,8 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.tasks.policy import Policy
 
 
-class Conn:
-    def __init__(self) -> None:
-        self.cancelled: list[str] = []
-        self.parked = 0
-
-    def cancel(self, call: Any, why: str) -> None:
-        self.cancelled.append(why)
-
-    def park(self, call: Any, sink: Any) -> None:
-        self.parked += 1
-
-    def unpark(self, call: Any) -> None:
-        self.parked -= 1
-
-
-class Call:
-    def __init__(self) -> None:
-        self.conn = Conn()
-        self.owner = None
-        self.progress_token = None
+class Call(RoundsCall):
+    progress_token = None
 
     def when_running(self, run: Any) -> None:
         run()

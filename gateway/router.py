@@ -17,6 +17,7 @@ the model (a route or a rejection, matched).
     Listen        a subscriptions/listen stream
     TaskCall      the call becomes a task (`policy`; `at_once`, or after the sync budget)
     Resume        an MRTR retry that resumes a parked call with its input responses
+                  (`round`: its requestState, opened once by the era, carried here)
     Refuse        answer with `error`
 """
 
@@ -86,8 +87,23 @@ class TaskCall:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnRound:
+    """A fact the modern era hands in: the request retries one of the gateway's own MRTR
+    rounds, its requestState opened and checked against the request at the era's boundary
+    (downstream/rounds.py `Rounds.opened`, once): which parked call, which of its rounds,
+    and the replica holding it (`url`: where that replica is reached)."""
+
+    parked: str | None  # None: the state names no call parked by the gateway
+    round: int | None
+    replica: str | None  # None: the state names none (this replica's, then)
+    url: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Resume:
-    """An MRTR retry of a call parked here."""
+    """An MRTR retry of a call parked here (or on the replica its round names)."""
+
+    round: OwnRound
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +224,12 @@ def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyF
 
 # -- the modern era (protocol 2026-07-28) --------------------------------------------------
 def modern(msg: dict[str, Any], *, capabilities: dict[str, Any], modern_upstream: bool,
-           upstream_task: bool, catalogue: Catalogue, policy_for: PolicyFor
-           ) -> ModernDecision:
-    """A modern request whose envelope and headers were checked. `upstream_task`: tasks/*
-    names a task a modern upstream runs itself, created by this caller's principal."""
+           upstream_task: bool, catalogue: Catalogue, policy_for: PolicyFor,
+           retry: OwnRound | None = None) -> ModernDecision:
+    """A modern request whose envelope and headers were checked, on a route resolved
+    before (`modern_upstream`: its connection speaks the server's own modern wire).
+    `upstream_task`: tasks/* names a task a modern upstream runs itself, created by this
+    caller's principal; `retry`: it retries a round of the gateway's own."""
     method, params = msg["method"], msg.get("params") or {}
     if method == mcp.DISCOVER:
         return Discover()
@@ -230,8 +248,8 @@ def modern(msg: dict[str, Any], *, capabilities: dict[str, Any], modern_upstream
         return ServeTasks()
     if method == mcp.LISTEN:
         return Listen()
-    if method in mcp.MRTR_METHODS and "requestState" in params and not modern_upstream:
-        return Resume()
+    if retry is not None:  # its call is parked by the gateway, whatever the route's era
+        return Resume(retry)
     if method == mcp.TOOLS_CALL:
         return _modern_call(params, capabilities, catalogue, policy_for)
     return PASS

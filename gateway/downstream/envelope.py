@@ -1,12 +1,15 @@
 """The modern era's per-request envelope (spec 2026-07-28 basic: General fields; Streamable
 HTTP: Standard Headers, Value Encoding, Custom Headers): its checks against the body, each
-with the spec's error, and the `Caller` a valid request stands for.
+with the spec's error, the `Caller` a valid request stands for, and `ModernRequest`, the
+frozen description of a request its era decided, which its exchange and its parked call
+are built from.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -14,8 +17,9 @@ from aiohttp import web
 from gateway import errors
 from gateway.downstream.boundary import principal_of
 from gateway.protocol import mcp
-from gateway.protocol.jsonrpc import Message
-from gateway.tasks.dialects import extension
+from gateway.protocol.jsonrpc import Message, RequestId
+from gateway.tasks.dialects import Lacking, extension
+from gateway.tasks.policy import Policy
 from gateway.upstream.catalogue import Catalogue
 from gateway.upstream.correlator import Host
 
@@ -48,6 +52,29 @@ class Caller:
 
     def is_subscribed(self, uri: str) -> bool:
         return False
+
+    def without_tasks(self) -> Caller:
+        """This caller as a modern upstream hears it where the gateway decides about tasks:
+        without the tasks extension, so the upstream makes no task of its own."""
+        return Caller(self.principal, extension.without(self.capabilities), self.level)
+
+
+@dataclass(frozen=True, slots=True)
+class ModernRequest:
+    """One modern request forwarded upstream, as its era decided it: whole before its
+    exchange is built, and never changed after (an MRTR retry is described anew, from its
+    parked call's: `dataclasses.replace`)."""
+
+    id: RequestId  # the client's, which every answer to it carries
+    caller: Caller  # the `Owner` its call is sent for
+    method: str
+    digest: str  # what makes a retry "the same request" (mrtr.digest)
+    tool: str  # a tools/call's tool (str of its name, "" for none)
+    uri: str | None  # resources/read: named in a not-found error (sep-2164)
+    modern: bool  # its route speaks the server's own modern wire: its rounds come back
+    policy: Policy | None = None  # the router let the call become a task (TaskCall)
+    hidden: Lacking | None = None  # tools/list: the tools the caller may not call
+    own_progress: bool = False  # the gateway asked for progress, not the client
 
 
 def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.downstream import sse
+from gateway.downstream.envelope import Caller
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.tasks.dialects import extension
@@ -23,7 +24,7 @@ from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Task
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Host
-from gateway.upstream.isolation import Ready
+from gateway.upstream.isolation import Route
 
 # filter field -> (the notification it selects, the upstream capability that makes it real)
 LIST_FILTERS = {
@@ -94,8 +95,8 @@ class Listeners:
         self.per_owner: Counter[str] = Counter()
         self.live: set[Listener] = set()
 
-    async def listen(self, request: web.Request, msg: Message, caller: Any,
-                     ready: Ready, engine: TaskEngine) -> web.StreamResponse:
+    async def listen(self, request: web.Request, msg: Message, caller: Caller,
+                     route: Route, engine: TaskEngine) -> web.StreamResponse:
         wanted = (msg.get("params") or {}).get("notifications") or {}
         if not isinstance(wanted, dict):
             raise errors.InvalidParams("Invalid params: notifications must be an object")
@@ -107,9 +108,9 @@ class Listeners:
             raise errors.TooManyListeners(
                 f"Too many listen streams: the gateway holds its maximum of "
                 f"{self.max_listeners}; retry later")
-        conn = ready.conn
+        conn = route.conn
         # What the server said it can tell when it was found ready (it may be lost since).
-        honoured = _honoured(wanted, ready.init_result.get("capabilities", {}))
+        honoured = _honoured(wanted, route.init_result.get("capabilities", {}))
         task_ids = await self._task_ids(wanted, caller, engine)
         if task_ids is not None:
             honoured["taskIds"] = task_ids
@@ -133,7 +134,7 @@ class Listeners:
         return resp
 
     @staticmethod
-    async def _task_ids(wanted: dict[str, Any], caller: Any, engine: TaskEngine
+    async def _task_ids(wanted: dict[str, Any], caller: Caller, engine: TaskEngine
                   ) -> list[str] | None:
         """The asked task ids this caller owns (others are left out, as unknown ones)."""
         ids = wanted.get("taskIds")

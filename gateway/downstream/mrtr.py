@@ -26,13 +26,13 @@ import itertools
 import secrets
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
 from typing import Any, ClassVar
 
 import orjson
 
 from gateway import errors
+from gateway.downstream.envelope import ModernRequest
 from gateway.keyring import Cipher
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
@@ -59,11 +59,11 @@ class Sealer:
         self.cipher = Cipher(key or secrets.token_bytes(32))
         self.ttl_s = ttl_s
 
-    def seal(self, **payload: Any) -> str:
+    def seal(self, **payload: object) -> str:
         body = orjson.dumps({**payload, "exp": int(time.time() + self.ttl_s)})
         return _b64(self.cipher.encrypt(body, AAD))
 
-    def open(self, token: Any, owner: str) -> dict[str, Any]:
+    def open(self, token: object, owner: str) -> dict[str, Any]:
         """The payload of a genuine, unexpired state issued to `owner`; InvalidParams for
         anything else. Garbled, tampered and another principal's states get one answer, the
         owner checked before the expiry: Bob learns nothing of Alice's (not even whether it
@@ -94,51 +94,91 @@ def digest(method: str, params: dict[str, Any]) -> str:
     return _b64(hashlib.sha256(raw).digest()[:16])
 
 
-@dataclass(eq=False)
 class Parked:
     """An upstream call waiting for its client's answers between two HTTP requests.
 
-    While parked it is the call's `Sink`: more server requests queue up as inputs, and a
-    response that arrives meanwhile (the server gave up waiting) is kept for the retry.
+    Built whole when its first round is asked, from the call, the request it answers
+    (`request`, frozen: owner, method, digest, task policy) and `done`, which releases the
+    call's process once it is over; its rounds, its inputs and a response that came
+    meanwhile change only by its verbs. While parked it is the call's `Sink`: more server
+    requests queue up as inputs, and a response that arrives meanwhile (the server gave up
+    waiting) is kept for the retry.
     """
 
-    id: str
-    call: Call
-    owner: str  # hash of the caller's auth context
-    method: str
-    digest: str
-    round: int = 0
-    inputs: dict[str, tuple[RequestId, dict[str, Any]]] = field(default_factory=dict)
-    response: Message | None = None
-    timer: asyncio.TimerHandle | None = None
-    done: Callable[[], None] | None = None  # releases the call's process when it is over
-    policy: Any = None  # the task policy of the call, carried across rounds
-    own_progress: bool = False  # the gateway, not the client, asked for progress
-    _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-    used: set[str] = field(default_factory=set)
+    __slots__ = ("_done", "_inputs", "_keys", "_response", "_round", "_used", "call", "id",
+                 "request")
     takes_mrtr: ClassVar[bool] = False
+
+    def __init__(self, call: Call, request: ModernRequest, done: Callable[[], None] | None
+                 ) -> None:
+        self.id = secrets.token_urlsafe(16)
+        self.call = call
+        self.request = request
+        self._done = done
+        self._round = 0
+        self._inputs: dict[str, tuple[RequestId, dict[str, Any]]] = {}
+        self._response: Message | None = None
+        self._keys = itertools.count(1)
+        self._used: set[str] = set()
 
     @property
     def conn(self) -> Host:
         return self.call.conn
 
+    @property
+    def owner(self) -> str:
+        """Hash of the caller's auth context: the only one whose retry resumes it."""
+        return self.request.caller.principal
+
+    @property
+    def round(self) -> int:
+        return self._round
+
+    @property
+    def response(self) -> Message | None:
+        """The call's response, if it came while parked."""
+        return self._response
+
+    @property
+    def done(self) -> Callable[[], None] | None:
+        """What releases the call's process (a retry's exchange takes it on)."""
+        return self._done
+
+    @property
+    def asked(self) -> Collection[str]:
+        """The keys of the input requests not answered yet."""
+        return self._inputs.keys()
+
+    def next_round(self) -> int:
+        """One more round is asked: its number, which its requestState carries."""
+        self._round += 1
+        return self._round
+
     def add_input(self, msg: Message) -> None:
         # keys are unique for the life of the call, across its rounds (spec MRTR)
-        key = mcp.input_key(msg, next(self._keys), self.used)
-        self.inputs[key] = (msg["id"], {"method": msg["method"],
-                                        "params": msg.get("params", {})})
+        key = mcp.input_key(msg, next(self._keys), self._used)
+        self._inputs[key] = (msg["id"], {"method": msg["method"],
+                                         "params": msg.get("params", {})})
 
     def requests(self) -> dict[str, dict[str, Any]]:
-        return {key: request for key, (_, request) in self.inputs.items()}
+        return {key: request for key, (_, request) in self._inputs.items()}
 
     def answer(self, responses: dict[str, Any]) -> None:
         """Send the answers the client gave upstream, under the server's own ids; inputs
         not answered stay pending, keys the gateway never asked are ignored (spec MRTR,
         Error Handling: ignore what is not recognized)."""
-        for key in [k for k in self.inputs if k in responses]:
-            asked_id, _ = self.inputs.pop(key)
+        for key in [k for k in self._inputs if k in responses]:
+            asked_id, _ = self._inputs.pop(key)
             self.conn.reply(asked_id, jsonrpc.result(asked_id, responses[key]),
                             self.call.owner)
+
+    def abandon(self, why: str) -> None:
+        """Nobody will resume it: the call is cancelled upstream and its process released
+        (once)."""
+        self.conn.cancel(self.call, why)
+        done, self._done = self._done, None
+        if done is not None:
+            done()
 
     # -- Sink while parked -----------------------------------------------------------------
     def on_message(self, msg: Message) -> None:
@@ -146,7 +186,7 @@ class Parked:
             self.add_input(msg)
 
     def on_response(self, msg: Message) -> None:
-        self.response = msg
+        self._response = msg
 
     def on_refused(self, capability: str) -> None:
         pass  # the retry's exchange hears of the call's end
@@ -167,6 +207,7 @@ class ParkedCalls:
         self.timeout_s = timeout_s
         self._by_id: OrderedDict[str, Parked] = OrderedDict()
         self._held: Counter[str] = Counter()  # parked calls per principal
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # each one's park_timeout_ms
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -184,11 +225,11 @@ class ParkedCalls:
         self._by_id[parked.id] = parked
         self._held[owner] += 1
         parked.conn.park(parked.call, parked)
-        parked.timer = asyncio.get_running_loop().call_later(
+        self._timers[parked.id] = asyncio.get_running_loop().call_later(
             self.timeout_s, self.drop, parked.id, "the client never answered")
 
-    def get(self, parked_id: Any) -> Parked | None:
-        return self._by_id.get(parked_id) if isinstance(parked_id, str) else None
+    def get(self, parked_id: str | None) -> Parked | None:
+        return self._by_id.get(parked_id) if parked_id is not None else None
 
     def take(self, parked_id: str) -> Parked | None:
         """Remove and return a parked call for resuming."""
@@ -198,16 +239,15 @@ class ParkedCalls:
             if self._held[parked.owner] <= 0:
                 del self._held[parked.owner]
             parked.conn.unpark(parked.call)
-            if parked.timer is not None:
-                parked.timer.cancel()
+            timer = self._timers.pop(parked_id, None)
+            if timer is not None:
+                timer.cancel()
         return parked
 
     def drop(self, parked_id: str, why: str) -> None:
         parked = self.take(parked_id)
         if parked is not None:
-            parked.conn.cancel(parked.call, why)
-            if parked.done is not None:
-                parked.done()
+            parked.abandon(why)
 
     def close(self) -> None:
         for parked_id in list(self._by_id):

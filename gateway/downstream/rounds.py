@@ -3,6 +3,13 @@ the client, sealed and bound to its caller and request, and the checks a retry p
 before the call it resumes is touched. The parked calls themselves are mrtr.py's; the
 exchanges that carry rounds to the client are modern.py's.
 
+A retry's requestState is opened once, at the era's boundary, before its request is
+decided (`Rounds.opened`; the MCP SDK's request-state boundary): what it was issued for is
+checked there against the request, and what it says travels on as a frozen fact, in the
+router's `Resume` for the gateway's own round, beside the request for a modern upstream's.
+Apart from sealing (the key) and the parked calls `claim` and `ask` reach, the checks are
+pure: tests/unit/test_rounds.py.
+
 Two kinds of state go out: the gateway's own rounds (a legacy server asked for input: its
 call is parked here, `k` absent) and a modern upstream's rounds (its own `requestState`,
 sealed as `k: "up"`: the server sees one client, the gateway, so it cannot tell whose state
@@ -21,6 +28,12 @@ from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
+from gateway.router import OwnRound
+
+# Methods the gateway always answers itself: no round has them, and a requestState they
+# carry goes nowhere, so it is not opened. Anything else a modern route may forward, and
+# the server must never be handed the gateway's seal.
+NOT_ROUNDS = frozenset({mcp.DISCOVER, mcp.LISTEN})
 
 
 class Answerable(Protocol):
@@ -35,6 +48,14 @@ class Elsewhere:
 
     replica: str
     url: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TheirRound:
+    """A retry of a modern upstream's own round: the server's own state, out of the
+    gateway's seal, which goes to the server in place of the sealed one."""
+
+    state: object
 
 
 class Rounds:
@@ -59,73 +80,73 @@ class Rounds:
             result["requestState"] = self.sealer.seal(
                 s=result["requestState"], o=principal, m=method, d=digest_, k="up")
 
-    def open_state(self, params: dict[str, Any], principal: str, method: str) -> Any:
-        """The server's own state inside a retry's requestState. Another principal's
-        state, or one issued for another request, is refused as any state this gateway
-        did not issue."""
-        state = self.sealer.open(params["requestState"], principal)  # forged, expired
-        if state.get("k") != "up" or state.get("m") != method or \
-                state.get("d") != digest(method, params):
+    # -- a retry's state, opened once ------------------------------------------------------
+    def opened(self, msg: Message, principal: str, modern_route: bool
+               ) -> OwnRound | TheirRound | None:
+        """What a request's requestState says, opened and checked against the request,
+        before it is decided; None when it carries none the gateway reads. Forged, expired,
+        another principal's, or issued for another request: InvalidParams (spec MRTR:
+        requestState is attacker-controlled), and another principal's, or a modern
+        upstream's issued for another request, as any state this gateway did not issue."""
+        method, params = msg["method"], msg.get("params")
+        if not isinstance(params, dict) or "requestState" not in params or \
+                method in NOT_ROUNDS:
+            return None
+        ours = method in mcp.MRTR_METHODS
+        if not (ours or modern_route):
+            return None  # a bridged request the gateway never asked for input: not its state
+        state = self.sealer.open(params["requestState"], principal)
+        issued = state.get("m") == method and state.get("d") == digest(method, params)
+        if state.get("k") == "up" and modern_route:  # the server's own round
+            if not issued:
+                raise errors.InvalidParams(NOT_ISSUED)
+            return TheirRound(state.get("s"))
+        if not ours:  # a modern route's request no round of the gateway's has
             raise errors.InvalidParams(NOT_ISSUED)
-        return state.get("s")
-
-    def gateways_own(self, msg: Message, principal: str) -> bool:
-        """Whether a retry carries the state of one of the gateway's own rounds (not a
-        modern upstream's). A server of both eras under `isolation: call` answers each
-        tools/call on a legacy process of the pool, whose requests become the gateway's
-        rounds although modern clients reach the server on its modern link."""
-        params = msg.get("params")
-        if msg.get("method") not in mcp.MRTR_METHODS or not isinstance(params, dict) or \
-                "requestState" not in params:
-            return False
-        return "k" not in self.sealer.open(params["requestState"], principal)  # or forged
+        if not issued:
+            raise errors.InvalidParams("Invalid requestState: it was issued for a different "
+                                       "request; retry with the original method and params")
+        return _own(state)
 
     # -- the gateway's rounds (a legacy server asked for input) ----------------------------
     def ask(self, ex: Answerable, parked: Parked, client_id: RequestId) -> None:
         """Park `parked` for one more round and answer `ex` with the InputRequiredResult
         that says so; or, its principal having no parked call to give way (the gateway's
         bound is others'), cancel the call and answer 429."""
-        parked.round += 1
+        round_ = parked.next_round()
         try:
             self.parked.park(parked)
         except errors.TooManyRequests as exc:
             self.counters.reject("parked")
             log.warning("mrtr.refused", upstream=self.upstream, reason=exc.message)
-            parked.conn.cancel(parked.call, "too many calls waiting for input")
-            done, parked.done = parked.done, None
-            if done is not None:
-                done()
+            parked.abandon("too many calls waiting for input")
             ex.answer(exc.to_message(client_id), exc.http_status)
             return
         # The replica's address travels sealed with the state: a retry reaching another
         # replica is handed here without asking the store (which may be away meanwhile).
-        state = self.sealer.seal(p=parked.id, r=parked.round, o=parked.owner,
-                                 m=parked.method, d=parked.digest, x=self.replica,
-                                 u=self.replica_url)
+        state = self.sealer.seal(p=parked.id, r=round_, o=parked.owner,
+                                 m=parked.request.method, d=parked.request.digest,
+                                 x=self.replica, u=self.replica_url)
         ex.answer(jsonrpc.result(client_id, {"resultType": "input_required",
                                              "inputRequests": parked.requests(),
                                              "requestState": state}))
 
-    def claim(self, msg: Message, principal: str) -> Parked | Elsewhere:
-        """The parked call a retry with `requestState` resumes, its answers sent upstream;
-        or where it is parked. Every check happens before the parked call is touched, so a
+    def claim(self, retry: OwnRound, params: dict[str, Any]) -> Parked | Elsewhere:
+        """The parked call a retry of the gateway's own round resumes (its state opened
+        and checked by `opened`), its answers (`params`' inputResponses) sent upstream; or
+        where it is parked. Every check happens before the parked call is touched, so a
         bad retry (InvalidParams) leaves it waiting for a good one."""
-        method, params = msg["method"], msg["params"]
-        state = self.sealer.open(params["requestState"], principal)
-        if state.get("m") != method or state.get("d") != digest(method, params):
-            raise errors.InvalidParams("Invalid requestState: it was issued for a different "
-                                       "request; retry with the original method and params")
-        if state.get("x", self.replica) != self.replica:
-            return Elsewhere(state["x"], state.get("u"))
-        parked = self.parked.get(state.get("p"))
+        if retry.replica is not None and retry.replica != self.replica:
+            return Elsewhere(retry.replica, retry.url)
+        parked = self.parked.get(retry.parked)
         if parked is None:
             raise errors.InvalidParams("Invalid requestState: that request is no longer "
                                        "waiting for input; send it again without requestState")
-        if state.get("r") != parked.round:
+        if retry.round != parked.round:
             raise errors.InvalidParams("Invalid requestState: it was already used")
         answers = params.get("inputResponses", {})
         if not isinstance(answers, dict) or any(
-                not isinstance(answers[k], dict) for k in parked.inputs if k in answers):
+                not isinstance(answers[k], dict) for k in parked.asked if k in answers):
             raise errors.InvalidParams("Invalid params: inputResponses must map each input "
                                        "request's key to its result object")
         self.parked.take(parked.id)
@@ -134,3 +155,13 @@ class Rounds:
 
     def close(self) -> None:
         self.parked.close()
+
+
+def _own(state: dict[str, Any]) -> OwnRound:
+    """A round of the gateway's own as its opened state names it (a field of another kind
+    names nothing: the retry then finds no parked call)."""
+    parked, round_, replica, url = (state.get(k) for k in ("p", "r", "x", "u"))
+    return OwnRound(parked if isinstance(parked, str) else None,
+                    round_ if isinstance(round_, int) else None,
+                    replica if isinstance(replica, str) else None,
+                    url if isinstance(url, str) else None)

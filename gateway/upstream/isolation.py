@@ -9,13 +9,14 @@ The per-client and per-call modes make the routing of server-to-client requests 
 
 Eras (`era` in the YAML; spec 2026-07-28 versioning, Backward Compatibility). The primary
 process opens with initialize (legacy clients' sessions go there) unless the era is pinned
-`modern`. A server may speak both eras: with `era: auto`, the first modern request opens a
-second link that probes with server/discover first (`Opening` "probe"); if the server
-answers at the modern version, modern clients reach it there, on its own modern wire (its
-input_required rounds, its statelessness), and legacy clients stay on the primary's
-session. The answer holds for the backend's life (spec: cache the era per server). With
-`isolation: client` each modern owner's process probes the same way; `isolation: call`
-keeps one warm pool of legacy processes for both eras.
+`modern`. A modern request's `Route` is resolved before it is decided: its connection,
+ready, and the era that connection speaks, which every process the request may be handed
+(`for_request`) speaks too. With `era: auto` a shared backend holds a `DualEra` (eras.py):
+a server of both eras is reached by modern clients on a second link of its own modern
+wire. With `isolation: client` each modern owner's process probes for itself; `isolation:
+call` keeps one warm pool of legacy processes for both eras and opens no modern link (a
+tools/call of a modern client is bridged onto a pool process, so everything else of that
+client is bridged as well: one era per route).
 
 Bounds (issue 41): the processes of `client` and `call` are counted by one `Processes` of
 the gateway, overall and per principal (processes.py); a modern principal's own process
@@ -29,10 +30,10 @@ import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from gateway.answer_bytes import AnswerBytes
-from gateway.errors import UpstreamError, UpstreamNotReady, UpstreamShutdown
+from gateway.errors import UpstreamNotReady, UpstreamShutdown
 from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.protocol import mcp
@@ -42,6 +43,7 @@ from gateway.settings.schema import Upstream as UpstreamConf
 from gateway.upstream.catalogue import Catalogue
 from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Owner
+from gateway.upstream.eras import DualEra
 from gateway.upstream.handshake import Opening
 from gateway.upstream.http import HttpTransport
 from gateway.upstream.processes import Processes
@@ -50,17 +52,30 @@ from gateway.upstream.transport import MakeTransport
 
 
 @dataclass(frozen=True, slots=True)
-class Ready:
-    """The connection a modern request goes to, as it was found ready: what its server
-    said of itself then (`init_result`, what server/discover answers from), held even if
-    the connection is lost before the request reads it."""
+class Route:
+    """Where a modern request goes, resolved once before it is decided: the connection, as
+    it was found ready, what its server said of itself then (`init_result`, what
+    server/discover answers from, held even if the connection is lost before the request
+    reads it), and whether it speaks the server's own modern wire (`modern`: its rounds and
+    its tasks are the server's; else the gateway bridges the request onto a legacy one).
+    A process `for_request` hands the request instead speaks the same era."""
 
     conn: Connection
     init_result: dict[str, Any]
+    modern: bool
+
+    @classmethod
+    async def ready(cls, conn: Connection) -> Route:
+        """`conn`'s route once it is ready (UpstreamError: it never got there)."""
+        init_result = await conn.wait_ready()
+        return cls(conn, init_result, conn.modern)
 
 
 class Backend:
     """The processes behind one named upstream."""
+
+    # Whether a server of both eras gets a modern link (eras.py) for its modern clients.
+    dual_era: ClassVar[bool] = True
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  counters: Counters | None = None, queues: Queues | None = None,
@@ -80,10 +95,10 @@ class Backend:
         self.catalogue = Catalogue()
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
         self.primary = self._new(restart=True)
-        # A server of both eras: the link its modern clients reach (None: none, or not
-        # known yet); found by `_probe`, once.
-        self.modern_link: Connection | None = None
-        self._probe: asyncio.Task[Connection | None] | None = None
+        # A server of both eras: the link its modern clients reach, found at the first
+        # modern request (None: no probing here, the era is pinned or the mode opens none).
+        self.eras = DualEra(name, lambda: self._new(restart=True, opening="probe")) \
+            if self.dual_era and conf.era == "auto" else None
         # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.
         self.forward = (frozenset(h.lower() for h in conf.forward_headers)
                         if conf.url is not None else None)
@@ -144,9 +159,8 @@ class Backend:
         self.primary.start()
 
     async def close(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
-            await asyncio.gather(self._probe, return_exceptions=True)
+        if self.eras is not None:
+            await self.eras.close()
         # Every process this upstream started (the primary, the modern link, each
         # session's and principal's own, the warm pool's): one whose owner never ended it
         # (a session still open at shutdown) would leave its process or HTTP client behind.
@@ -158,45 +172,19 @@ class Backend:
 
     def status(self) -> dict[str, Any]:
         out = {"isolation": self.conf.isolation, **self.primary.status()}
-        if self.modern_link is not None:  # a server of both eras: its modern clients' link
-            out["modern_link"] = self.modern_link.status()
+        link = self.eras.link if self.eras is not None else None
+        if link is not None:  # a server of both eras: its modern clients' link
+            out["modern_link"] = link.status()
         return out
 
     async def modern_conn(self) -> Connection | None:
         """The link that serves modern clients on the server's own modern wire: the
         primary when it speaks only that, the modern link of a server of both eras; None
-        when modern clients are bridged onto the legacy session (a legacy server, or the
-        era pinned `legacy`). Found at the first modern request (`era: auto`)."""
+        when modern clients are bridged onto the legacy session (a legacy server, the era
+        pinned `legacy`, or a mode that opens no modern link)."""
         if self.primary.modern:
             return self.primary
-        if self.conf.era != "auto":
-            return None
-        if self._probe is None:
-            self._probe = asyncio.create_task(self._find_modern(), name="era-probe")
-        # Shielded: a caller that goes away does not end the probe the next one waits for.
-        return await asyncio.shield(self._probe)
-
-    async def _find_modern(self) -> Connection | None:
-        link = self._new(restart=True, opening="probe")
-        link.on_tools = None  # the catalogue is the primary's (its native tasks, its tools)
-        link.start()
-        try:
-            await link.wait_ready()
-        except UpstreamError as exc:  # no answer either way: the next modern request asks again
-            await link.close()
-            self._probe = None
-            log.info("upstream.eras_unknown", upstream=self.name, said=exc.message)
-            return None
-        except BaseException:  # the gateway stops meanwhile: no process left behind
-            await link.close()
-            raise
-        if not link.modern:  # it answered initialize only: a legacy server
-            await link.close()
-            log.info("upstream.eras", upstream=self.name, modern=False)
-            return None
-        self.modern_link = link
-        log.info("upstream.eras", upstream=self.name, modern=True, legacy=True)
-        return link
+        return None if self.eras is None else await self.eras.modern_link()
 
     def home(self) -> Connection:
         """The connection a new legacy session will be served by (`attach` it there)."""
@@ -212,15 +200,15 @@ class Backend:
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
 
-    async def for_principal(self, principal: str) -> Ready:
-        """The connection that serves modern requests of one auth context, ready (the
-        modern link may have been lost since it was found: it is waited for too)."""
+    async def for_principal(self, principal: str) -> Route:
+        """The route of modern requests of one auth context, ready (the modern link may
+        have been lost since it was found: it is waited for too)."""
         await self.primary.wait_ready()
-        conn = await self.modern_conn() or self.primary
-        return Ready(conn, await conn.wait_ready())
+        return await Route.ready(await self.modern_conn() or self.primary)
 
     async def for_request(self, conn: Connection, owner: Owner, method: str) -> Connection:
-        """The connection one request of `owner`, a session attached to `conn`, goes to."""
+        """The connection one request of `owner`, a session attached to `conn` (or a modern
+        request routed there), goes to: `conn`, or a process of the same era."""
         return conn
 
     def done(self, conn: Connection, used: Connection) -> None:
@@ -236,6 +224,8 @@ class PerClient(Backend):
     """A process per legacy session, and per auth context of modern requests; each holds a
     place of the gateway's process budget from before it starts until it is closed."""
 
+    dual_era = False  # each principal's own process probes for itself (`_own`)
+
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  counters: Counters | None = None, queues: Queues | None = None,
                  processes: Processes | None = None, answers: AnswerBytes | None = None
@@ -246,7 +236,7 @@ class PerClient(Backend):
         self._used: dict[str, float] = {}  # principal -> its last modern request (monotonic)
         self._held: dict[Connection, Ticket] = {}  # each process's place in the budget
 
-    async def for_principal(self, principal: str) -> Ready:
+    async def for_principal(self, principal: str) -> Route:
         self._used[principal] = time.monotonic()
         proc = self._by_principal.get(principal)
         if proc is None:
@@ -257,7 +247,7 @@ class PerClient(Backend):
                 starting.add_done_callback(lambda _: self._starting.pop(principal, None))
             # Shielded: a caller that goes away does not end the start others wait for.
             proc = await asyncio.shield(starting)
-        return Ready(proc, await proc.wait_ready())
+        return await Route.ready(proc)
 
     async def _own(self, principal: str) -> Connection:
         """`principal`'s own process, started once the budget has a place for it."""
@@ -315,7 +305,11 @@ class PerClient(Backend):
 class PerCall(Backend):
     """A warm process per tools/call: each warm one holds a place of the gateway's process
     budget from its start until it is retired; a call on one holds a place of its
-    principal's share while it runs."""
+    principal's share while it runs. Its warm processes and its control process open alike
+    (the upstream's `era`), so a modern request's route keeps its era whichever process
+    takes its tools/call: no modern link is opened beside them."""
+
+    dual_era = False
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  counters: Counters | None = None, queues: Queues | None = None,

@@ -43,11 +43,16 @@ def legacy(method: str, params: Any = None, *, core_tasks: bool = True,
 def modern(method: str, params: Any = None, *, caps: dict[str, Any] | None = None,
            modern_upstream: bool = False, theirs: bool = False,
            cat: Catalogue | None = None) -> router.ModernDecision:
+    # A retry's state is opened before deciding (rounds.py `Rounds.opened`): on a bridged
+    # route, a round of the gateway's own is the fact the router is handed.
+    retried = method in mcp.MRTR_METHODS and isinstance(params, dict) and \
+        "requestState" in params and not modern_upstream
     return router.modern(jsonrpc.request(1, method, params),
                          capabilities=TASKS_EXT if caps is None else caps,
                          modern_upstream=modern_upstream, upstream_task=theirs,
                          catalogue=cat or catalogue(),
-                         policy_for=lambda tool: POLICIES.for_tool("main", tool))
+                         policy_for=lambda tool: POLICIES.for_tool("main", tool),
+                         retry=router.OwnRound("p", 1, None, None) if retried else None)
 
 
 def call(name: str, **extra: Any) -> dict[str, Any]:

@@ -25,6 +25,9 @@ if ! { command -v redis-server || command -v valkey-server; } >/dev/null || \
         ! command -v chromium >/dev/null || ! command -v nginx >/dev/null; then
     apt_install redis-server redis-sentinel haproxy chromium nginx-light
 fi
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+    apt_install --no-install-recommends prometheus  # both; not its exporters
+fi
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || \
         ! command -v mmdebstrap >/dev/null || ! [ -x /usr/bin/podman-compose ]; then
     # Where these cannot be installed, the image's tests say so and are skipped. Debian's

@@ -187,9 +187,9 @@ async def load(http: aiohttp.ClientSession, url: str, seconds: float) -> None:
     client = {"Authorization": f"Bearer {TOKEN}"}
 
     async def call(name: str, arguments: dict[str, Any]) -> None:
-        reply = await modern(http, url, "tools/call", {"name": name, "arguments": arguments},
-                             TASKS, headers=client)
-        assert reply.status == 200, reply.body
+        # Whatever each answers (the server may be restarting): the series count it.
+        await modern(http, url, "tools/call", {"name": name, "arguments": arguments}, TASKS,
+                     headers=client)
 
     end = time.monotonic() + seconds
     while time.monotonic() < end:

@@ -5,6 +5,11 @@ renders them, and the names the pods are given (Secret keys, ${VAR}s) the ones t
 and deploy/compose.yaml use, so the topology the compose tests run in containers is the
 one the manifests describe.
 
+The PodMonitor of deploy/kubernetes/monitoring is the Prometheus Operator's API, which the
+Kubernetes schemas do not hold: kubernetes-validate leaves it out, and a test holds what it
+names to what the manifests and the gateway's configuration give (its port, its pods, the
+Secret's key); checkov reads it with the rest.
+
 kubernetes-validate and checkov pin many libraries of their own: scripts/test.sh installs
 them in .test-envs/k8s; without it these tests are skipped, saying so."""
 
@@ -25,6 +30,7 @@ from gateway.settings.schema import Limits, Listen
 
 ROOT = Path(__file__).parents[1]
 KUBE = ROOT / "deploy" / "kubernetes"
+MONITORING = KUBE / "monitoring"  # the Prometheus Operator's objects (CRDs)
 TOOLS = ROOT / ".test-envs" / "k8s" / "bin"
 OVERLAYS = ("valkey-sentinel", "external-store")
 # What the pods are given beside the Secret's keys.
@@ -42,9 +48,11 @@ needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None,
 
 
 def manifests() -> list[Path]:
-    """Every file of Kubernetes objects (not kustomizations, not the gateway's configs)."""
+    """Every file of Kubernetes objects (not kustomizations, not the gateway's configs, not
+    the Prometheus Operator's)."""
     return sorted(p for p in KUBE.rglob("*.yaml")
-                  if any("kind" in d for d in docs(p)) and p.name != "kustomization.yaml")
+                  if any("kind" in d for d in docs(p)) and p.name != "kustomization.yaml"
+                  and MONITORING not in p.parents)
 
 
 def docs(path: Path) -> list[dict[str, Any]]:
@@ -253,3 +261,34 @@ def test_the_store_start_scripts_are_shell() -> None:
     assert command[at + 1:at + 3] == ["on", ">${STORE_PASSWORD}"]
     rights = " ".join(command[at + 3:command.index("--appendonly")])
     assert f"user gateway on >${{STORE_PASSWORD}} {rights}\n" in scripts["valkey.sh"]
+
+
+def test_the_pod_monitor_scrapes_each_replicas_operator_listener() -> None:
+    """deploy/kubernetes/monitoring: a PodMonitor of the gateway's pods, on the container port
+    the gateway's operator listener (listen.operator_port) is bound to in each overlay,
+    at /metrics, with the operators' token (the Secret's key the pods read), through the
+    NetworkPolicy; its objects are the Prometheus Operator's only."""
+    kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
+    (monitor,) = [d for r in kustomization["resources"] for d in docs(MONITORING / r)]
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1",
+                                                        "PodMonitor")
+    deployment = named("Deployment", "mcp-task-gateway")
+    pod = deployment["spec"]["template"]
+    assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert endpoint["path"] == "/metrics" and endpoint["port"] in ports
+    for overlay in OVERLAYS:
+        listen = yaml.safe_load((KUBE / overlay / "gateway.yaml").read_text())["listen"]
+        assert (listen["operator_port"], listen["operator_host"]) == (
+            ports[endpoint["port"]], "0.0.0.0")  # the pod's address, for Prometheus
+        assert "GATEWAY_ADMIN_TOKEN" in config_vars(KUBE / overlay / "gateway.yaml")
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {
+        "name": deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"][0][
+            "secretRef"]["name"], "key": "GATEWAY_ADMIN_TOKEN"}}
+    policy = named("NetworkPolicy", "mcp-task-gateway")["spec"]
+    admitted = {p["port"] for rule in policy["ingress"] for p in rule["ports"]}
+    assert ports[endpoint["port"]] in admitted
+    service = named("Service", "mcp-task-gateway")  # which exposes the MCP port only
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]

@@ -32,7 +32,7 @@ import yaml
 from conftest import ROOT, free_port, listening, stop, wait_until_ready
 from mcp_http import BASIC
 from test_modern import modern
-from test_tasks import TASKS
+from test_tasks import TASKS, wait_for
 
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 RULES = PROMETHEUS / "alerts.yaml"
@@ -42,10 +42,10 @@ ADMIN = "dashboards-operator-token-of-32-characters"
 # Grafana's variables as the checks fill them: every replica, upstream and tool; the rate
 # window one scrape-rich minute (scrape_interval is 1 s here).
 FILLED = {"$__rate_interval": "1m", "$instance": ".*", "$upstream": ".*", "$tool": ".*"}
-# Alerts the load below makes fire as they stand; the others' signals return data (their
-# comparison made `bool`), though no fault holds them over their threshold here: an
-# upstream down for minutes, a store outbox growing, queue waits past 30 s.
-FIRING = {"McpGatewayToolErrors", "McpGatewayTaskFailures"}
+# Alerts the load below makes fire as they stand, and for which tools; the others' signals
+# return data (their comparison made `bool`), though no fault holds them over their
+# threshold here: an upstream down for minutes, a store outbox growing, waits past 30 s.
+FIRING = {"McpGatewayToolErrors": {"fail", "crash"}, "McpGatewayTaskFailures": {"crash"}}
 POLICY = {"defaults": {"mode": "auto", "sync_budget_ms": 200, "ttl_ms": 60_000},
           "tools": {"echo": {"mode": "never"}, "fail": {"mode": "never"},
                     "crash": {"mode": "required"},
@@ -186,20 +186,28 @@ async def load(http: aiohttp.ClientSession, url: str, seconds: float) -> None:
     budget), failed tasks (crash: its server exits, and restarts), a wrong token."""
     client = {"Authorization": f"Bearer {TOKEN}"}
 
-    async def call(name: str, arguments: dict[str, Any]) -> None:
-        # Whatever each answers (the server may be restarting): the series count it.
-        await modern(http, url, "tools/call", {"name": name, "arguments": arguments}, TASKS,
-                     headers=client)
+    async def call(name: str, arguments: dict[str, Any]) -> Any:
+        return await modern(http, url, "tools/call", {"name": name, "arguments": arguments},
+                            TASKS, headers=client)
 
-    end = time.monotonic() + seconds
+    end, rounds = time.monotonic() + seconds, 0
     while time.monotonic() < end:
-        await asyncio.gather(
-            call("echo", {"text": "hi"}), call("fail", {"code": -32000, "message": "no"}),
-            call("sleep", {"ms": 100}), call("sleep", {"ms": 100}),
-            call("sleep", {"ms": 400}), call("crash", {}))
+        replies = await asyncio.gather(
+            *(call("echo", {"text": "hi"}) for _ in range(3)),
+            call("fail", {"code": -32000, "message": "no"}),
+            *(call("sleep", {"ms": 100}) for _ in range(3)), call("sleep", {"ms": 400}))
+        for reply in replies:  # the queued ones became tasks
+            task = reply.body.get("result", {})
+            if task.get("resultType") == "task":
+                await wait_for(http, url, task["taskId"], "completed", headers=client)
+        rounds += 1
+        if rounds % 3 == 1:  # alone, and waited out: its server's other calls fail with it
+            task = (await call("crash", {})).body["result"]
+            await wait_for(http, url, task["taskId"], "failed", headers=client)
+            await wait_until_ready(url.removesuffix("/mcp"))
         async with http.post(url, json={}, headers={"Authorization": "Bearer wrong"}) as r:
             assert r.status == 401
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.2)
 
 
 async def ask(http: aiohttp.ClientSession, base: str, path: str, **params: str) -> Any:
@@ -214,6 +222,10 @@ async def answered(http: aiohttp.ClientSession, base: str, expr: str) -> list[fl
     if data["resultType"] == "scalar":
         return [float(data["result"][1])]
     return [float(s["value"][1]) for s in data["result"]]
+
+
+async def tools_alerted(http: aiohttp.ClientSession, base: str, expr: str) -> set[str]:
+    return {s["metric"]["tool"] for s in (await ask(http, base, "query", query=expr))["result"]}
 
 
 @pytest.mark.slow
@@ -237,7 +249,10 @@ async def test_prometheus_answers_every_dashboard_and_alert_expression(tmp_path,
             if not await ask(http, base, f"label/{label}/values", **{"match[]": selector}):
                 empty.append((f"variable {name}", selector, []))
         for rule in alert_rules():
-            expr = rule["expr"] if rule["alert"] in FIRING else signal(rule["expr"])
-            if not await answered(http, base, expr):
-                empty.append((f"alert {rule['alert']}", expr, []))
+            if not await answered(http, base, signal(rule["expr"])):
+                empty.append((f"alert {rule['alert']}", signal(rule["expr"]), []))
         assert empty == [], "\n".join(f"{w}: {e} -> {v}" for w, e, v in empty)
+        # As they stand, these fire for the failing tools, and only for them.
+        for rule in alert_rules():
+            if rule["alert"] in FIRING:
+                assert await tools_alerted(http, base, rule["expr"]) == FIRING[rule["alert"]]

@@ -133,6 +133,29 @@ def test_every_alert_is_one_comparison_and_the_dashboard_fills() -> None:
     assert {name for name, _, _ in dashboard_variables()} == {"instance", "upstream", "tool"}
 
 
+def test_the_dashboard_is_laid_out_as_grafana_reads_it() -> None:
+    """No Grafana here: what its import needs is held instead. Unique panel ids, every panel
+    within the 24 columns and none over another, every query on the chosen data source."""
+    board = json.loads(DASHBOARD.read_text())
+    panels = board["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: dict[tuple[int, int], str] = {}
+    for panel in panels:
+        box = panel["gridPos"]
+        assert box["x"] >= 0 and box["x"] + box["w"] <= 24, panel["title"]
+        for x in range(box["x"], box["x"] + box["w"]):
+            for y in range(box["y"], box["y"] + box["h"]):
+                assert (x, y) not in cells, (panel["title"], cells[x, y])
+                cells[x, y] = panel["title"]
+        if panel["type"] != "row":
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert all(t["datasource"] == panel["datasource"] for t in panel["targets"])
+    (source,) = [v for v in board["templating"]["list"] if v["type"] == "datasource"]
+    assert (source["name"], source["query"]) == ("datasource", "prometheus")
+    repeated = [p for p in panels if p.get("repeat")]
+    assert [p["repeat"] for p in repeated] == ["upstream"]  # a row per upstream
+
+
 # -- a live gateway, scraped -------------------------------------------------------------------
 
 

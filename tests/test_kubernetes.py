@@ -263,15 +263,29 @@ def test_the_store_start_scripts_are_shell() -> None:
     assert f"user gateway on >${{STORE_PASSWORD}} {rights}\n" in scripts["valkey.sh"]
 
 
+def monitoring(kind: str) -> list[dict[str, Any]]:
+    """The objects of deploy/kubernetes/monitoring of `kind`: the Prometheus Operator's."""
+    kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
+    made = [d for r in kustomization["resources"] for d in docs(MONITORING / r)]
+    assert {d["apiVersion"] for d in made} == {"monitoring.coreos.com/v1"}
+    assert {d["metadata"]["namespace"] for d in made} == {"mcp-task-gateway"}
+    return [d for d in made if d["kind"] == kind]
+
+
+def test_the_prometheus_rule_is_the_alert_rules_file() -> None:
+    """The PrometheusRule holds deploy/prometheus/alerts.yaml's groups as they are, which
+    promtool checks and tests (tests/e2e/test_dashboards.py)."""
+    (rule,) = monitoring("PrometheusRule")
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    assert rule["spec"] == {"groups": rules["groups"]}
+
+
 def test_the_pod_monitor_scrapes_each_replicas_operator_listener() -> None:
     """deploy/kubernetes/monitoring: a PodMonitor of the gateway's pods, on the container port
     the gateway's operator listener (listen.operator_port) is bound to in each overlay,
     at /metrics, with the operators' token (the Secret's key the pods read), through the
     NetworkPolicy; its objects are the Prometheus Operator's only."""
-    kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
-    (monitor,) = [d for r in kustomization["resources"] for d in docs(MONITORING / r)]
-    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1",
-                                                        "PodMonitor")
+    (monitor,) = monitoring("PodMonitor")
     deployment = named("Deployment", "mcp-task-gateway")
     pod = deployment["spec"]["template"]
     assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]

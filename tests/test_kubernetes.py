@@ -5,10 +5,11 @@ renders them, and the names the pods are given (Secret keys, ${VAR}s) the ones t
 and deploy/compose.yaml use, so the topology the compose tests run in containers is the
 one the manifests describe.
 
-The PodMonitor of deploy/kubernetes/monitoring is the Prometheus Operator's API, which the
-Kubernetes schemas do not hold: kubernetes-validate leaves it out, and a test holds what it
-names to what the manifests and the gateway's configuration give (its port, its pods, the
-Secret's key); checkov reads it with the rest.
+deploy/kubernetes/monitoring (a PodMonitor, a PrometheusRule) is the Prometheus Operator's
+API, which the Kubernetes schemas do not hold: kubernetes-validate leaves it out; tests hold
+what the PodMonitor names to what the manifests and the gateway's configuration give (its
+port, its pods, the Secret's key) and the PrometheusRule to deploy/prometheus/alerts.yaml;
+checkov reads both with the rest.
 
 kubernetes-validate and checkov pin many libraries of their own: scripts/test.sh installs
 them in .test-envs/k8s; without it these tests are skipped, saying so."""

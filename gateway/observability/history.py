@@ -196,24 +196,27 @@ class History:
         """Count each tool's calls, errors and durations since the last sample into its
         window; what its upstream answered: calls, and their durations' buckets."""
         totals: dict[Row, list[int]] = {}
-        width = len(self._durations.bounds) + 3  # calls, errors, the buckets (+Inf's too)
         for (up, tool, outcome), n in self._calls.values.items():
-            counts = totals.get((up, tool)) or totals.setdefault((up, tool), [0] * width)
+            counts = totals.get((up, tool)) or totals.setdefault((up, tool), [0, 0])
             counts[0] += n
             if outcome == "error":
                 counts[1] += n
-        for (up, tool), (buckets, _) in self._durations.values.items():
-            counts = totals.get((up, tool)) or totals.setdefault((up, tool), [0] * width)
-            counts[2:] = buckets
         calls: dict[str, int] = {}
         durations: dict[str, list[int]] = {}
         for row, counts in totals.items():
+            seen = self._seen.get(row)
+            if seen is not None and seen[0] == counts[0]:
+                continue  # no call since; nor a duration (metrics.tool_called counts both)
+            timed = self._durations.values.get(row)
+            counts.extend(timed[0] if timed else [0] * (len(self._durations.bounds) + 1))
             delta = self._count(self._tools, row, row, counts)
             if delta is not None:
                 calls[row[0]] = calls.get(row[0], 0) + delta[0]
-                summed = durations.setdefault(row[0], [0] * (width - 2))
+                summed = durations.get(row[0]) or durations.setdefault(
+                    row[0], [0] * (len(counts) - 2))
                 for i, n in enumerate(delta[2:]):
-                    summed[i] += n
+                    if n:
+                        summed[i] += n
         return calls, durations
 
     def _count(self, windows: dict[Row, Window], row: Row, key: Labels,

@@ -37,10 +37,11 @@ def summary(chart: Chart, span: str) -> str:
     return f"{chart.name}: {now} now, at most {chart.reads(max(shown))} in the last {span}"
 
 
-def svg(chart: Chart, span: str) -> str:
+def svg(chart: Chart, span: str, whose: str = "") -> str:
     """The chart as an <svg> element: its values against a scale from 0 to a round number
-    at or above the highest, the oldest at the left; a gap where a sample has no value."""
-    said = escape(summary(chart, span))
+    at or above the highest, the oldest at the left; a gap where a sample has no value.
+    Its text names `whose` chart it is (an upstream) before the summary."""
+    said = escape(f"{whose}, {summary(chart, span)}" if whose else summary(chart, span))
     top = _round_up(max((v for v in chart.values if v is not None), default=0.0))
     return "".join((
         f'<svg width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '

@@ -109,14 +109,14 @@ def _charts(charts: list[tuple[str, Lines]], span: str) -> str:
     out = []
     for up, lines in charts:
         figures = "".join(
-            f"<figure>{svg(chart, span)}<figcaption>{escape(summary(chart, span))}"
+            f"<figure>{svg(chart, span, up)}<figcaption>{escape(summary(chart, span))}"
             "</figcaption></figure>" for chart in (
                 Chart("calls a second", lines.calls.values(), _number, "none"),
-                Chart("p99", lines.p99.values(), _seconds, "no call answered"),
+                Chart("p99 time to answer", lines.p99.values(), _seconds, "no call answered"),
                 Chart("live tasks", lines.live.values(), _number, "none"),
                 Chart("calls queued", lines.queued.values(), _number, "none")))
         out.append(f"<h3>{escape(up)}</h3><div class=charts>{figures}</div>")
-    return "".join(out) or "<p id=charts>No upstream configured.</p>"
+    return "".join(out) or "<p id=charts>No sample yet.</p>"
 
 
 def _budgets(rows: list[tuple[str, str, str, str, str]]) -> str:

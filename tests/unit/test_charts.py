@@ -16,9 +16,9 @@ def test_a_chart_says_in_words_what_it_draws() -> None:
     chart = Chart("p99", [None, 0.12, None, 0.3, 0.25], ms, "no call answered")
     said = summary(chart, "15 min")
     assert said == "p99: 250 ms now, at most 300 ms in the last 15 min"
-    drawn = svg(chart, "15 min")
+    drawn = svg(chart, "15 min", "main")
     assert drawn.startswith("<svg ") and 'role="img"' in drawn
-    assert f'aria-label="{said}"' in drawn and f"<title>{said}</title>" in drawn
+    assert f'aria-label="main, {said}"' in drawn and f"<title>main, {said}</title>" in drawn
     assert drawn.count("<circle") == 1  # 0.12 alone between gaps
     assert drawn.count("<polyline") == 1  # 0.3 then 0.25
     assert ">500 ms</text>" in drawn  # the scale's top: a round number above the highest

@@ -4,29 +4,35 @@
 answers for them; it changes nothing. Health probes are open and say nothing but whether
 the gateway is up and ready; `/metrics`, `/status` and `/readyz?detail` show every owner's
 live work, so the guard (downstream/boundary.py) lets operators alone reach them
-(auth/operators.py; docs/security.md).
+(auth/operators.py; docs/security.md). While the app runs, `sampling` samples the counts
+into the status page's history (observability/history.py) every `every_s`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
 
+from gateway.answer_bytes import AnswerBytes
 from gateway.downstream.boundary import OPERATOR, Handler, json_response
 from gateway.downstream.legacy import LegacyEra
 from gateway.errors import AuthCause, Rejection
 from gateway.observability import status_page
 from gateway.observability.counters import Counters
+from gateway.observability.history import EVERY_S, Figures, History
 from gateway.observability.metrics import CONTENT_TYPE, Metrics
 from gateway.queues import Queues
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
-from gateway.tasks.model import LIVE
+from gateway.tasks.model import LIVE, Task
 from gateway.upstream.isolation import Backend
+from gateway.upstream.processes import Processes
 
 SHOWN_TASKS = 50  # running tasks listed on /status (all are counted)
 
@@ -34,7 +40,8 @@ SHOWN_TASKS = 50  # running tasks listed on /status (all are counted)
 class Admin:
     def __init__(self, backends: dict[str, Backend], eras: list[LegacyEra],
                  engine: TaskEngine, lease: Lease, counters: Counters,
-                 metrics: Metrics, queues: Queues) -> None:
+                 metrics: Metrics, queues: Queues, processes: Processes,
+                 answers: AnswerBytes, every_s: float = EVERY_S) -> None:
         self.backends = backends
         self.lanes = queues
         self.eras = eras
@@ -42,7 +49,11 @@ class Admin:
         self.lease = lease
         self.counters = counters
         self.metrics = metrics
+        self.processes = processes
+        self.answers = answers
         self.started = time.time()
+        self.history = History(metrics.tool_calls, metrics.tool_duration, metrics.queue_wait,
+                               time.monotonic(), every_s)
         metrics.watch(self)
 
     def routes(self, app: web.Application, guarded: Callable[[Handler], Handler]) -> None:
@@ -92,7 +103,58 @@ class Admin:
             tasks=[(t.id, t.upstream, t.tool, str(t.status), now - t.created_at,
                     t.status_message or "") for t in runs[:SHOWN_TASKS]],
             failures=self.engine.failures(), queues=self.lanes.status(),
-            sessions=self.sessions(), now=now)
+            sessions=self.sessions(), now=now, tools=self._tools(runs),
+            span_s=self.history.span_s, charts=sorted(self.history.lines.items()),
+            chart_s=self.history.samples * self.history.every_s, budgets=self._budgets())
+
+    def _tools(self, runs: list[Task]) -> list[tuple[str, str, Figures, int, int]]:
+        """The tools table: each tool's (or limit's) figures of the last quarter of an hour,
+        with its tasks live and calls queued now, under the metrics' labels (bounded)."""
+        live = Counter((t.upstream, self.metrics.tool_label(t.upstream, t.tool)) for t in runs)
+        queued = Counter[tuple[str, str]]()
+        for (up, label), n in self.lanes.depths().items():
+            queued[up, self.metrics.lane(up, label)] += n
+        figures = self.history.figures()
+        rows = sorted({*figures, *live, *(row for row, n in queued.items() if n)})
+        return [(up, tool, figures.get((up, tool), Figures()), live[up, tool],
+                 queued[up, tool]) for up, tool in rows]
+
+    def _budgets(self) -> list[tuple[str, str, str, str, str]]:
+        """What the gateway holds of its budgets (docs/limits.md), against their bounds."""
+        procs, answers = self.processes.status(), self.answers
+        per = procs["max_processes_per_principal"]
+        return [("server processes (isolated upstreams)", str(procs["running"]),
+                 f"{procs['max_processes']} (limits.max_processes)",
+                 "none (no auth)" if per is None else
+                 f"{per} (limits.max_processes_per_principal)",
+                 f"{procs['waiting']} waiting"),
+                ("answer bytes held", _bytes(answers.total),
+                 f"{_bytes(answers.overall)} (limits.max_inflight_bytes)",
+                 f"{_bytes(answers.per_principal)} "
+                 "(limits.max_inflight_bytes_per_principal)",
+                 f"{len(answers.held)} principal(s) holding")]
+
+    # -- the status page's history ----------------------------------------------------------
+    async def sampling(self, _: web.Application) -> AsyncIterator[None]:
+        """For the app's cleanup_ctx: sample the history while the app runs."""
+        sampler = asyncio.create_task(self._sample())
+        yield
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
+
+    async def _sample(self) -> None:
+        """A sample every `every_s`, on a fixed beat (a late one is not made up for)."""
+        every_s = self.history.every_s
+        due = time.monotonic()
+        while True:
+            due = max(due + every_s, time.monotonic())
+            await asyncio.sleep(due - time.monotonic())
+            live = Counter(t.upstream for t in self.engine.running())
+            queued = Counter[str]()
+            for (up, _label), n in self.lanes.depths().items():
+                queued[up] += n
+            self.history.sample(time.monotonic(), self.backends, live, queued)
 
     # -- the state the gauges show (metrics.Live) --------------------------------------------
     def tasks_live(self) -> dict[str, int]:
@@ -116,3 +178,13 @@ class Admin:
 
     def rejections(self) -> dict[tuple[Rejection, AuthCause | None], int]:
         return dict(self.counters.rejections)
+
+
+def _bytes(n: int) -> str:
+    """A size for people: 900 bytes, 12.5 KiB, 512.0 MiB."""
+    size, unit = float(n), "bytes"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"

@@ -30,6 +30,7 @@ from gateway.errors import StoreUnavailable
 from gateway.keyring import derive
 from gateway.observability import configure_logging, log
 from gateway.observability.counters import Counters
+from gateway.observability.history import EVERY_S
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracer
 from gateway.queues import Queues
@@ -60,9 +61,10 @@ HANDLERS_S = 2.0  # for answered requests to finish sending at shutdown
 INFLATE = False  # aiohttp's auto_decompress, on both listeners
 
 
-def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application:
-    """The gateway as an aiohttp app; `tracing` (else built from `conf.tracing`) is for tests
-    that read spans in memory."""
+def create_app(conf: Settings, tracing: Tracer | None = None,
+               sample_s: float = EVERY_S) -> web.Application:
+    """The gateway as an aiohttp app; for tests, `tracing` (else built from `conf.tracing`)
+    to read spans in memory, `sample_s` (/status's samples: history.py) to watch them fill."""
     counters, replica = Counters(), conf.replica.id or secrets.token_hex(8)
     app, auth, guard = _guarded_app(conf, counters, _owner_key(conf), replica)
     backends: dict[str, Backend] = {}
@@ -100,11 +102,11 @@ def create_app(conf: Settings, tracing: Tracer | None = None) -> web.Application
         backends[name] = backend
         eras.append(era)
         moderns.append(modern)
-    app[BACKENDS], app[ERAS], app[MODERNS] = backends, eras, moderns
-    app[ENGINE] = engine
+    app[BACKENDS], app[ERAS], app[MODERNS], app[ENGINE] = backends, eras, moderns, engine
     app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
-    _operators(app, conf, guard, Admin(backends, eras, engine, lease, counters, metrics, queues))
+    _operators(app, conf, guard, Admin(backends, eras, engine, lease, counters, metrics, queues,
+                                       processes, answers, sample_s))
     app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))  # last: see _unrouted
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
@@ -120,8 +122,10 @@ def _route(app: web.Application, path: str, endpoint: Endpoint, guard: Guard) ->
 
 
 def _operators(app: web.Application, conf: Settings, guard: Guard, admin: Admin) -> None:
-    """The operator's routes on the gateway's port, and on the operator listener's."""
+    """The operator's routes on the gateway's port, and on the operator listener's; the
+    sampling of /status's history while the app runs."""
     admin.routes(app, guard.wrap)
+    app.cleanup_ctx.append(admin.sampling)
     if conf.listen.operator_port is not None:
         own = Guard(conf, guard.counters, guard.auth, listener=True)
         own.failures = guard.failures  # one failed-auth limit a client, whichever port

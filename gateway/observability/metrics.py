@@ -127,17 +127,17 @@ class Metrics:
             self.tool_called(upstream, call.tool, "ok" if ok else "error", seconds)
 
     def tool_called(self, upstream: str, tool: str, outcome: str, seconds: float) -> None:
-        tool = self._tool(upstream, tool)
+        tool = self.tool_label(upstream, tool)
         self.tool_calls.inc((upstream, tool, outcome))
         self.tool_duration.observe((upstream, tool), seconds)
 
     def task_created(self, upstream: str, tool: str, dialect: str) -> None:
         if (marker := _CALL.get()) is not None:
             marker[0] = True  # the call's answer is its task's end (`task_finished`)
-        self.tasks_created.inc((upstream, self._tool(upstream, tool), dialect))
+        self.tasks_created.inc((upstream, self.tool_label(upstream, tool), dialect))
 
     def task_finished(self, upstream: str, tool: str, status: str, seconds: float) -> None:
-        tool = self._tool(upstream, tool)
+        tool = self.tool_label(upstream, tool)
         self.tasks_finished.inc((upstream, tool, status))
         self.task_duration.observe((upstream, tool), seconds)
         self.tool_called(upstream, tool, OUTCOMES.get(status, "error"), seconds)
@@ -152,7 +152,7 @@ class Metrics:
             return label
         return OTHER
 
-    def _tool(self, upstream: str, tool: str) -> str:
+    def tool_label(self, upstream: str, tool: str) -> str:
         """`tool` as a label value: a tool its upstream listed, within MAX_TOOLS of them."""
         if tool == OTHER or not self.known_tool(upstream, tool):
             return OTHER

@@ -2,7 +2,9 @@
 
 Everything shown is escaped (tool names and status messages come from upstream servers; a
 failure's message is the gateway's own, tasks/report.py `shown`). The page refreshes itself
-every few seconds with a meta tag, which needs no JavaScript.
+every few seconds with a meta tag, which needs no JavaScript. The last quarter of an hour
+(the tools table, each upstream's charts) comes from history.py's samples; the charts are
+inline SVG (charts.py), each with its summary printed beside it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
+
+from gateway.observability.charts import Chart, summary, svg
+from gateway.observability.history import Figures, Lines
 
 REFRESH_S = 5
 
@@ -28,6 +33,14 @@ class Snapshot:
     sessions: int
     now: float
     queues: list[dict[str, Any]] = field(default_factory=list)  # per concurrency limit
+    # The last quarter of an hour (history.py): a row a tool or limit label, its figures
+    # over `span_s`, and its tasks live and calls queued now; each upstream's charts, which
+    # cover `chart_s`.
+    tools: list[tuple[str, str, Figures, int, int]] = field(default_factory=list)
+    span_s: float = 0.0
+    charts: list[tuple[str, Lines]] = field(default_factory=list)
+    chart_s: float = 0.0
+    budgets: list[tuple[str, str, str, str, str]] = field(default_factory=list)
 
 
 def render(s: Snapshot) -> str:
@@ -39,7 +52,10 @@ def render(s: Snapshot) -> str:
         f"up {_age(s.now - s.started)}; task store <b id=store>{_store(s.store)}</b>; "
         f"{s.sessions} legacy session(s)</p>",
         "<h2>Upstreams</h2>", _upstreams(s.upstreams),
+        f"<h2>Tools, the last {_age(s.span_s)}</h2>", _tools(s.tools, s.span_s),
+        f"<h2>The last {_age(s.chart_s)}</h2>", _charts(s.charts, _age(s.chart_s)),
         "<h2>Queues</h2>", _queues(s.queues),
+        "<h2>Budgets</h2>", _budgets(s.budgets),
         f"<h2>Live tasks ({sum(s.live.values())})</h2>", _live(s.live), _tasks(s.tasks),
         "<h2>Recent failures</h2>", _failures(s.failures),
         "</body></html>"))
@@ -48,7 +64,9 @@ def render(s: Snapshot) -> str:
 STYLE = ("<style>body{font:14px system-ui,sans-serif;margin:2em;color:#222}"
          "table{border-collapse:collapse;margin:.5em 0 1.5em}"
          "th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left}"
-         "th{background:#f3f3f3}.bad{color:#b00}.ok{color:#070}</style>")
+         "th{background:#f3f3f3}.bad{color:#b00}.ok{color:#070}td.n{text-align:right}"
+         ".charts{display:flex;flex-wrap:wrap;gap:1em 2em;margin:.5em 0 1.5em}"
+         "figure{margin:0;width:240px}figcaption{font-size:12px;color:#444}</style>")
 
 
 def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]], table_id: str,
@@ -56,7 +74,7 @@ def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]], table_id: str,
     if not rows:
         return f"<p id={table_id}>{escape(empty)}</p>"
     ths = "".join(f"<th>{escape(h)}</th>" for h in head)
-    trs = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>"
+    trs = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>"
                   for row in rows)
     return f"<table id={table_id}><tr>{ths}</tr>{trs}</table>"
 
@@ -65,8 +83,58 @@ class _Html(str):
     """A cell already rendered (not escaped again)."""
 
 
+class _Figure(str):
+    """A number's cell, aligned right."""
+
+
 def _cell(value: Any) -> str:
-    return value if isinstance(value, _Html) else escape(str(value))
+    if isinstance(value, _Figure):
+        return f"<td class=n>{escape(value)}</td>"
+    return f"<td>{value if isinstance(value, _Html) else escape(str(value))}</td>"
+
+
+def _tools(rows: list[tuple[str, str, Figures, int, int]], span_s: float) -> str:
+    minutes = max(span_s, 1.0) / 60
+    shown = [(up, tool, *(_Figure(v) for v in (
+        _number(f.calls / minutes) if f.calls else "",
+        f"{_number(100 * f.errors / f.calls)} %" if f.calls else "",
+        _seconds(f.p50), _seconds(f.p99), live, queued, _seconds(f.wait_p99))))
+        for up, tool, f, live, queued in rows]
+    return _table(("upstream", "tool", "calls a minute", "errors", "p50", "p99",
+                   "live tasks", "queued now", "queue wait p99"), shown, "tools",
+                  "No tool was called lately.")
+
+
+def _charts(charts: list[tuple[str, Lines]], span: str) -> str:
+    out = []
+    for up, lines in charts:
+        figures = "".join(
+            f"<figure>{svg(chart, span, up)}<figcaption>{escape(summary(chart, span))}"
+            "</figcaption></figure>" for chart in (
+                Chart("calls a second", lines.calls.values(), _number, "none"),
+                Chart("p99 time to answer", lines.p99.values(), _seconds, "no call answered"),
+                Chart("live tasks", lines.live.values(), _number, "none"),
+                Chart("calls queued", lines.queued.values(), _number, "none")))
+        out.append(f"<h3>{escape(up)}</h3><div class=charts>{figures}</div>")
+    return "".join(out) or "<p id=charts>No sample yet.</p>"
+
+
+def _budgets(rows: list[tuple[str, str, str, str, str]]) -> str:
+    return _table(("budget", "in use", "bound", "bound a principal", "now"), rows,
+                  "budgets", "")
+
+
+def _number(value: float) -> str:
+    """A figure with the digits that matter: 3, 12.5, 0.25."""
+    if value >= 100 or value == int(value):
+        return f"{value:.0f}"
+    return f"{value:.2f}".rstrip("0").rstrip(".") if value < 10 else f"{value:.1f}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{_number(value * 1000)} ms" if value < 1 else f"{_number(value)} s"
 
 
 def _upstreams(ups: dict[str, dict[str, Any]]) -> str:

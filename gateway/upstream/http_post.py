@@ -193,7 +193,7 @@ class Poster:
             self.too_large(data, call)
         except AnswersOverBudget as exc:
             resp.close()
-            self.over_budget(data, call, exc)
+            self.over_budget(call, exc)
         finally:
             part.count(0)  # handed on, or dropped
         return None
@@ -275,7 +275,7 @@ class Poster:
             self.too_large(b"", call)
             return None
         except AnswersOverBudget as exc:
-            self.over_budget(b"", call, exc)
+            self.over_budget(call, exc)
             return None
         if got.status is None or got.status == 200 or got.status >= 500:
             return None
@@ -291,12 +291,13 @@ class Poster:
                         max_message_bytes=self.max_bytes,
                         method=_method(data) if data else None)
 
-    def over_budget(self, data: bytes, call: Call | None, error: AnswersOverBudget) -> None:
+    def over_budget(self, call: Call | None, error: AnswersOverBudget) -> None:
         """The answer to `call`, read in part, took its principal past its share of the
-        answer budget: it fails alone, with the error a whole answer would get."""
-        if call is not None and self.link.on_failed(call, error):
-            log.info("upstream.answer_over_budget", upstream=self.name,
-                     limit=error.data["limit"], method=_method(data) if data else None)
+        answer budget: it fails alone, with the error a whole answer would get (counted,
+        as that refusal is, in mcp_gateway_rejections_total{reason="answer_bytes"}; not
+        logged, as it is not)."""
+        if call is not None:
+            self.link.on_failed(call, error)
 
     def failed(self, data: bytes, call: Call | None, why: str) -> None:
         """A request that got no answer fails now, with a JSON-RPC error that says why

@@ -102,9 +102,10 @@ def test_an_answer_of_no_principals_call_is_counted_under_its_upstream_never_ref
     budget.take("bob", 2 * MIB)
     handshake = budget.partial(None, UPSTREAM)
     handshake.count(6 * MIB)
-    assert budget.held == {"bob": 2 * MIB, UPSTREAM: 6 * MIB}
+    assert budget.held == {"bob": 2 * MIB} and budget.reading_now == {UPSTREAM: 6 * MIB}
+    assert budget.total == 8 * MIB
     handshake.count(0)
-    assert budget.held == {"bob": 2 * MIB}
+    assert budget.total == 2 * MIB and not budget.reading_now
 
 
 # -- the readers -----------------------------------------------------------------------------

@@ -20,12 +20,20 @@ Rules (docs/limits.md):
   call's answer. It counts toward the overall bound, so a principal over its fair share
   meets that bound sooner while big lines are read; one under its share never does (the
   upstream is no principal: it does not shrink the fair share).
+- An HTTP server's answer is its POST's call's from its first byte (issue 41, F2): read in
+  part, it is counted as it arrives under that call's principal (`partial`), and refused by
+  the rules above, the answer taken as a whole (its bytes read so far are its own, not
+  "another answer held"): the reading stops and that call alone fails. Its bytes are given
+  back when it is handed on whole (the exchange then takes it again, at once: counted
+  once) or the reading ends. What comes for no principal's call (the handshake's, a
+  session's GET stream, the HTTP+SSE transport's one stream) counts as a stdio line does.
 
 Pure: no I/O, no asyncio.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 
@@ -45,14 +53,16 @@ class AnswerBytes:
         self.reading_now: Counter[str] = Counter()  # lines read in part, by upstream
         self.total = 0  # both
 
-    def take(self, owner: str, size: int) -> None:
+    def take(self, owner: str, size: int, part: int = 0) -> None:
         """`owner` holds `size` more bytes; AnswersOverBudget (holding nothing more) when
-        the rules above refuse them."""
+        the rules above refuse them. `part`: of what `owner` holds, the bytes of this same
+        answer read so far (`Partial`): an answer is taken whole when they are all it holds."""
         mine = self.held[owner]
-        if mine and mine + size > self.per_principal:
+        others = mine - part  # the answers it holds besides this one
+        if others and mine + size > self.per_principal:
             self._refuse("limits.max_inflight_bytes_per_principal", self.per_principal, mine)
         holders = len(self.held) + (0 if mine else 1)
-        if mine and self.total + size > self.overall and mine + size > self.overall / holders:
+        if others and self.total + size > self.overall and mine + size > self.overall / holders:
             self._refuse("limits.max_inflight_bytes", self.overall, mine)
         self.held[owner] = mine + size
         self.total += size
@@ -69,12 +79,20 @@ class AnswerBytes:
     def reading(self, holder: str) -> Callable[[int], None]:
         """How a reader of an upstream's lines says its part-read line grew or shrank by
         `delta` bytes, counted under `holder` and never refused (see the rules above)."""
-        def note(delta: int) -> None:
-            self.total += delta  # not in `held`: no principal's, so no holder of a share
-            self.reading_now[holder] += delta
-            if not self.reading_now[holder]:
-                del self.reading_now[holder]
-        return note
+        return functools.partial(self.read_in_part, holder)
+
+    def read_in_part(self, holder: str, delta: int) -> None:
+        """What `holder` (an upstream) reads for no principal grew or shrank by `delta`
+        bytes: counted in the total, never refused (see the rules above)."""
+        self.total += delta  # not in `held`: no principal's, so no holder of a share
+        self.reading_now[holder] += delta
+        if not self.reading_now[holder]:
+            del self.reading_now[holder]
+
+    def partial(self, principal: str | None, holder: str) -> Partial:
+        """One answer read in part: `principal`'s, refused by the rules above; or, when it
+        belongs to no principal's call, counted under `holder` and never refused."""
+        return Partial(self, principal, holder)
 
     def hold(self, owner: str) -> Hold:
         """What one exchange of `owner` holds (see Hold)."""
@@ -83,6 +101,36 @@ class AnswerBytes:
     def _refuse(self, bound: str, limit: int, mine: int) -> None:
         self.counters.reject("answer_bytes")
         raise AnswersOverBudget(bound, limit, mine)
+
+
+class Partial:
+    """An answer read in part (an HTTP server's, http_post.py and sse_client.py): `count`
+    says how many of its bytes the gateway holds now; 0 when it is handed on whole, or
+    dropped."""
+
+    __slots__ = ("budget", "holder", "principal", "size")
+
+    def __init__(self, budget: AnswerBytes | None, principal: str | None, holder: str
+                 ) -> None:
+        self.budget, self.principal, self.holder, self.size = budget, principal, holder, 0
+
+    def count(self, size: int) -> None:
+        """The answer read so far holds `size` bytes; AnswersOverBudget when the budget
+        refuses its principal the growth (it holds what it held before, which the reader
+        gives back as it drops the answer: `count(0)`)."""
+        budget, principal, grown = self.budget, self.principal, size - self.size
+        if budget is None or not grown:
+            return
+        if principal is None:
+            budget.read_in_part(self.holder, grown)
+        elif grown < 0:
+            budget.give_back(principal, -grown)
+        else:
+            budget.take(principal, grown, part=self.size)
+        self.size = size
+
+
+UNCOUNTED = Partial(None, None, "")  # a reader given no budget counts nothing
 
 
 class Hold:

@@ -379,7 +379,8 @@ class Limits(_Model):
     max_inflight_bytes_per_principal: Annotated[int, Ge(1024)] = field(
         default=128 * 1024 * 1024,
         metadata=doc("bytes of answers held for one principal's clients, not yet written to "
-            "them; an answer past it fails its call (one answer always goes through)"))
+            "them (an HTTP server's from its first byte read); an answer past it fails its "
+            "call (one answer always goes through)"))
     max_inflight_bytes: Annotated[int, Ge(1024)] = field(default=512 * 1024 * 1024,
         metadata=doc("and for all clients; past it, an answer of a principal over its fair "
             "share fails its call"))

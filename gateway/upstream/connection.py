@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Callable, Collection
 from typing import Any
 
-from gateway.errors import UpstreamDown, UpstreamError, UpstreamShutdown
+from gateway.errors import AnswersOverBudget, UpstreamDown, UpstreamError, UpstreamShutdown
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
@@ -104,7 +104,7 @@ class Connection:
     def on_down(self, error: UpstreamError) -> None:
         self.handshake.starts.ended(error)
 
-    def on_failed(self, call: Call, error: UpstreamError) -> bool:
+    def on_failed(self, call: Call, error: UpstreamError | AnswersOverBudget) -> bool:
         """Answer a call in flight with `error`; False if it was answered already."""
         if not self.correlator.drop(call):
             return False

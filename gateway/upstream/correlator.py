@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.errors import UpstreamError
+from gateway.errors import AnswersOverBudget, UpstreamError
 from gateway.observability import log, tracing
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
@@ -181,9 +181,10 @@ class Call:
             self.ticket.release()
         self._sink.on_response(msg)
 
-    def fail(self, error: UpstreamError) -> None:
-        """End the call with the transport's `error` (kept: `failure`)."""
-        self._failure = error
+    def fail(self, error: UpstreamError | AnswersOverBudget) -> None:
+        """End the call with the transport's `error` (kept: `failure`, when the upstream
+        failed it; AnswersOverBudget: its answer, read in part, was dropped)."""
+        self._failure = error if isinstance(error, UpstreamError) else None
         self.answer(error.to_message(self._client_id))
 
     def when_running(self, run: Callable[[], None]) -> None:

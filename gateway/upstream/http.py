@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
 from gateway import redact
+from gateway.answer_bytes import UNCOUNTED, Partial
 from gateway.errors import (
     UpstreamDown,
     UpstreamError,
@@ -42,9 +44,13 @@ GET_REFUSALS = 5  # 5xx answers to the GET stream in a row, with backoff, before
 
 class HttpTransport:
     def __init__(self, link: Link, name: str, conf: UpstreamConf, url: str,
-                 max_message_bytes: int, restart: bool = True) -> None:
+                 max_message_bytes: int, restart: bool = True,
+                 partial: Callable[[str | None], Partial] | None = None) -> None:
         self._link = link
         self.max_message_bytes = max_message_bytes  # of an answer, or an event's data
+        # How the answer budget counts an answer read in part, by its call's principal
+        # (None: of no principal's call; answer_bytes.py).
+        self.partial = partial or (lambda _: UNCOUNTED)
         self.name = name
         self.restarts = 0
         self.conf = conf
@@ -72,7 +78,7 @@ class HttpTransport:
         http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
             total=None, sock_connect=self.conf.connect_timeout_ms / 1000))
         poster = self._poster = Poster(self.name, self.conf, self.session, self._link, http,
-                                       self.write, self.max_message_bytes)
+                                       self.write, self.max_message_bytes, self.partial)
         self._task = asyncio.create_task(self._supervise(poster), name=f"upstream:{self.name}")
 
     def status(self) -> dict[str, Any]:
@@ -154,7 +160,8 @@ class HttpTransport:
     async def _open_sse_transport(self, poster: Poster) -> None:
         try:
             resp, events, self.session.post_url = await sse_client.open_endpoint(
-                poster.http, self.url, self.conf.headers, self.max_message_bytes)
+                poster.http, self.url, self.conf.headers, self.max_message_bytes,
+                self.partial(None))
         except ValueError as exc:  # where a refused stream pointed: for the log only
             raise UpstreamInitializeFailed(
                 self.name, f"upstream '{self.name}' refused initialize (HTTP "
@@ -196,7 +203,7 @@ class HttpTransport:
         again (upstream.get_stream_ended): a stream that lived STABLE_AFTER_S was working."""
         if self.kind != "streamable-http" or self.session.version in mcp.MODERN_VERSIONS:
             return  # the HTTP+SSE stream is read since initialize
-        reader, refusals, stalled = EventReader(self.max_message_bytes), 0, 0
+        reader, refusals, stalled = EventReader(self.max_message_bytes, self.partial(None)), 0, 0
         while True:
             news, began = reader.news, time.monotonic()
             got = await sse_client.follow(poster.http, self.url, self.session.headers(),

@@ -10,6 +10,10 @@ something new (the bounds: sse_client.py); a server that gave none fails the cal
 A 404 to a POST that carried the session id means the server forgot the session: the
 session is lost (the transport starts another) and the request goes once more on the new
 one.
+
+An answer is counted in the gateway's answer budget as it is read, under its call's
+principal (answer_bytes.py, `Partial`): past that principal's share the reading stops and the
+call fails with AnswersOverBudget, as a whole answer would; the session goes on.
 """
 
 from __future__ import annotations
@@ -25,7 +29,13 @@ import aiohttp
 from yarl import URL
 
 from gateway import redact
-from gateway.errors import UpstreamConnectionFailed, UpstreamError, UpstreamTooLarge
+from gateway.answer_bytes import UNCOUNTED, Partial
+from gateway.errors import (
+    AnswersOverBudget,
+    UpstreamConnectionFailed,
+    UpstreamError,
+    UpstreamTooLarge,
+)
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings.schema import Upstream as UpstreamConf
@@ -78,9 +88,13 @@ class Poster:
 
     def __init__(self, name: str, conf: UpstreamConf, session: ServerSession, link: Link,
                  http: aiohttp.ClientSession, write: Callable[[bytes], None],
-                 max_bytes: int) -> None:
+                 max_bytes: int, partial: Callable[[str | None], Partial] | None = None
+                 ) -> None:
         self.name, self.conf, self.session, self.link, self.http = name, conf, session, link, http
         self.max_bytes = max_bytes  # limits.max_message_bytes: of one answer, as of a line
+        # How an answer read in part is counted in the answer budget, by its call's
+        # principal (None: the gateway's own request).
+        self.partial = partial or (lambda _: UNCOUNTED)
         self.write = write  # for the cancel of a call that timed out
         connect = conf.connect_timeout_ms / 1000
         read = conf.read_timeout_ms / 1000 if conf.read_timeout_ms else None
@@ -98,10 +112,7 @@ class Poster:
                 # the configured origin only.
                 async with self.http.post(self.session.post_url, data=data, headers=headers,
                                           timeout=self.timeout, allow_redirects=False) as resp:
-                    said = await refusal(resp, self.max_bytes) if carried else None
-                    gone = carried if forgets_session(resp.status, said or b"") else None
-                    if gone is None:
-                        await self._bounded(resp, data, call, said)
+                    gone = await self._bounded(resp, data, call, carried)
                 if gone is not None:
                     await self._again(data, call, extra, gone, again)
                 return
@@ -164,19 +175,31 @@ class Poster:
             await self.post(data, call, extra, again=False)
 
     async def _bounded(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None,
-                       said: bytes | None) -> None:
-        """The answer, read to at most max_message_bytes a message: past it the reading
-        stops (the connection closes, the rest unread), and the call fails saying so; the
-        session goes on (only this POST's connection is dropped). `said`: the body of a
-        refusal read already (`refusal`)."""
+                       carried: str | None) -> str | None:
+        """The answer, read to at most max_message_bytes a message, and counted as it comes
+        in its principal's answer bytes: past either the reading stops (the connection
+        closes, the rest unread), and the call fails saying so; the session goes on (only
+        this POST's connection is dropped). The session id the server forgot, when the
+        request `carried` one and the answer says so (`forgets_session`): not read further,
+        the request goes again."""
+        part = self.partial(_principal(call))
         try:
-            await self._answered(resp, data, call, said)
+            said = await refusal(resp, self.max_bytes, part) if carried else None
+            if carried is not None and forgets_session(resp.status, said or b""):
+                return carried
+            await self._answered(resp, data, call, said, part)
         except TooLarge:
             resp.close()
             self.too_large(data, call)
+        except AnswersOverBudget as exc:
+            resp.close()
+            self.over_budget(call, exc)
+        finally:
+            part.count(0)  # handed on, or dropped
+        return None
 
     async def _answered(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None,
-                        said: bytes | None) -> None:
+                        said: bytes | None, part: Partial) -> None:
         sid = resp.headers.get(mcp.H_SESSION)
         if sid and self.session.session_id is None:
             self.session.session_id = sid
@@ -186,14 +209,15 @@ class Poster:
             if resp.status < 500 and self.session.state == "initializing":
                 self.session.refused = resp.status
             if resp.content_type == mcp.CT_JSON:  # a JSON-RPC error, e.g. a modern server's
-                body = said if said is not None else await read_body(resp, self.max_bytes)
+                body = said if said is not None else await read_body(resp, self.max_bytes, part)
+                part.count(0)  # handed on whole
                 if body:
                     self.link.on_message(body, call)
             self.failed(data, call, f"answered HTTP {resp.status}")
         elif resp.status == 202:  # spec (Sending Messages): accepted, no body (mcp 2.x
             pass  # servers still label it application/json, with a length of 0)
         elif resp.content_type == mcp.CT_SSE:  # a POST's stream: what comes on it is its call's
-            reader = EventReader(self.max_bytes)
+            reader = EventReader(self.max_bytes, part)
             try:
                 await sse_client.read(reader, resp, self.link.on_message, call)
             except aiohttp.ClientError:
@@ -201,7 +225,7 @@ class Poster:
                     raise  # nothing to resume from: the POST failed (`post` says how)
             await self._resume(reader, call)
         elif resp.content_type == mcp.CT_JSON and not await json_body(
-                resp, lambda msg: self.link.on_message(msg, call), self.max_bytes):
+                resp, lambda msg: self.link.on_message(msg, call), self.max_bytes, part):
             self.failed(data, call, "answered what is not a JSON-RPC message (an "
                         "application/json body holds one)")
         # else the HTTP+SSE transport, whose answers come on its stream
@@ -250,6 +274,9 @@ class Poster:
         except TooLarge:
             self.too_large(b"", call)
             return None
+        except AnswersOverBudget as exc:
+            self.over_budget(call, exc)
+            return None
         if got.status is None or got.status == 200 or got.status >= 500:
             return None
         if self.session.session_id is not None and forgets_session(got.status, got.body):
@@ -264,6 +291,14 @@ class Poster:
                         max_message_bytes=self.max_bytes,
                         method=_method(data) if data else None)
 
+    def over_budget(self, call: Call | None, error: AnswersOverBudget) -> None:
+        """The answer to `call`, read in part, took its principal past its share of the
+        answer budget: it fails alone, with the error a whole answer would get (counted,
+        as that refusal is, in mcp_gateway_rejections_total{reason="answer_bytes"}; not
+        logged, as it is not)."""
+        if call is not None:
+            self.link.on_failed(call, error)
+
     def failed(self, data: bytes, call: Call | None, why: str) -> None:
         """A request that got no answer fails now, with a JSON-RPC error that says why
         (`why`: what the server did, as its clients may read it: never where it is, which
@@ -277,17 +312,30 @@ class Poster:
                         url=redact.url(self.session.post_url))
 
 
-async def refusal(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+async def refusal(resp: aiohttp.ClientResponse, max_bytes: int, part: Partial = UNCOUNTED
+                  ) -> bytes | None:
     """The body of a 400, read (to see whether it says the session is unknown: see
-    `forgets_session`) and kept for the call's answer; None for any other status. It is
-    counted as it is decompressed, as every answer is (`read_body`): a small gzip body that
-    inflates past `max_bytes` is cut there and read as empty, never held whole."""
+    `forgets_session`) and, a JSON body, kept for the call's answer; None for any other
+    status. A JSON body is counted as it is decompressed and read, as every answer is
+    (`read_body`): a small gzip body that inflates past `max_bytes` is cut there and read
+    as empty, never held whole; of any other body SESSION_WORDS bytes are read."""
     if resp.status != 400:
         return None
     try:
-        return await read_body(resp, max_bytes)
+        if resp.content_type != mcp.CT_JSON:
+            return await _start(resp, SESSION_WORDS)
+        return await read_body(resp, max_bytes, part)
     except (TooLarge, aiohttp.ClientError, TimeoutError):
+        part.count(0)  # dropped
         return b""
+
+
+async def _start(resp: aiohttp.ClientResponse, size: int) -> bytes:
+    """The first `size` bytes of the body (all of a shorter one)."""
+    try:
+        return await resp.content.readexactly(size)
+    except asyncio.IncompleteReadError as exc:
+        return exc.partial
 
 
 def forgets_session(status: int | None, body: bytes) -> bool:
@@ -299,7 +347,7 @@ def forgets_session(status: int | None, body: bytes) -> bool:
 
 
 async def json_body(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], bool],
-                    max_bytes: int) -> bool:
+                    max_bytes: int, part: Partial = UNCOUNTED) -> bool:
     """An application/json answer, message by message to `deliver`; False when some part
     of it was no message (the caller ends the POST's call: it will hear nothing more);
     TooLarge, unread, when it says it is longer than `max_bytes`, or once a message has
@@ -308,17 +356,21 @@ async def json_body(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], boo
     spec (Sending Messages): the body is one JSON object, and it is read whole. One sent
     without a length (chunked) may go on for long, a message a line (seen from servers
     answering subscriptions/listen so): each is delivered as its line ends, not when the
-    body ends. A body of several JSON lines is read as those messages either way."""
+    body ends. A body of several JSON lines is read as those messages either way. What is
+    read and not yet delivered is counted in `part` (the answer budget: AnswersOverBudget)."""
     if resp.content_length is None:
-        return await _json_lines(resp, deliver, max_bytes)
-    body = await read_body(resp, max_bytes)
+        return await _json_lines(resp, deliver, max_bytes, part)
+    body = await read_body(resp, max_bytes, part)
+    part.count(0)  # handed on whole
     lines = _lines(body) if b"\n" in body.strip() else None  # compact JSON has no newline
     return all([deliver(m) for m in lines or [body]])
 
 
-async def read_body(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+async def read_body(resp: aiohttp.ClientResponse, max_bytes: int,
+                    part: Partial = UNCOUNTED) -> bytes:
     """The whole body, if it says it holds `max_bytes` at most (TooLarge, unread, if not);
-    one without a length is read to the bound."""
+    one without a length is read to the bound. Counted in `part` as it comes, and still
+    when it is returned: whoever hands it on gives it back (`part.count(0)`)."""
     if resp.content_length is not None and resp.content_length > max_bytes:
         raise TooLarge(max_bytes)
     body = bytearray()  # decompressed, it may be longer than it said: counted as it comes
@@ -326,24 +378,28 @@ async def read_body(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
         body += chunk
         if len(body) > max_bytes:
             raise TooLarge(max_bytes)
+        part.count(len(body))
     return bytes(body)
 
 
 async def _json_lines(resp: aiohttp.ClientResponse, deliver: Callable[[bytes], bool],
-                      max_bytes: int) -> bool:
+                      max_bytes: int, part: Partial = UNCOUNTED) -> bool:
     buffer, ok = bytearray(), True
     async for chunk in resp.content.iter_any():
         buffer += chunk
         if len(buffer) > max_bytes:  # the bound is a message's, as a stdio line's
             raise TooLarge(max_bytes)
+        part.count(len(buffer))
         # A chunk that ends a line may end a message (a body pretty-printed over many lines
         # is one JSON document, whole only at its last line). Parsing is tried only when
         # that line begins at the margin with a bracket (a message a line, or a document's
         # closing one): a pretty-printed body is parsed once or twice, not at every line.
         if buffer.endswith(b"\n") and _at_margin(buffer) and \
                 (messages := _messages(bytes(buffer))) is not None:
+            part.count(0)  # handed on whole
             ok = all([deliver(m) for m in messages]) and ok
             buffer = bytearray()
+    part.count(0)
     if rest := bytes(buffer).strip():
         ok = all([deliver(m) for m in _messages(rest) or [rest]]) and ok
     return ok
@@ -421,6 +477,11 @@ async def _until(holds: Callable[[], bool], timeout_s: float) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError
         await asyncio.sleep(0.02)
+
+
+def _principal(call: Call | None) -> str | None:
+    """Whose answer `call`'s is: its owner's principal; None for the gateway's own."""
+    return call.owner.principal if call is not None and call.owner is not None else None
 
 
 def _method(data: bytes) -> str | None:

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gateway.answer_bytes import AnswerBytes
+from gateway.answer_bytes import AnswerBytes, Partial
 from gateway.errors import UpstreamNotReady, UpstreamShutdown
 from gateway.observability import log
 from gateway.observability.counters import Counters
@@ -89,7 +89,8 @@ class Backend:
         self.limit = None if conf.max_concurrency is None else Limit(
             name, "*", conf.max_concurrency, conf.max_queue, server=True)
         self.max_message_bytes = max_message_bytes
-        # The answer budget: a stdio line read in part is counted in it (stdio.py).
+        # The answer budget: a stdio line, or an HTTP answer, read in part is counted in it
+        # (stdio.py, http_post.py).
         self.answers = answers or AnswerBytes(1 << 62, 1 << 62)
         self.counters = counters if counters is not None else Counters()
         self.catalogue = Catalogue()
@@ -135,12 +136,15 @@ class Backend:
         """How a connection of this upstream makes its transport: HTTP for a `url`, else a
         process of its `command` (settings.Upstream holds one of them)."""
         name, conf, url, command = self.name, self.conf, self.conf.url, self.conf.command
+        holder = f"upstream {name}"  # what it reads for no principal is counted under
         if url is not None:
+            def partial(principal: str | None) -> Partial:
+                return self.answers.partial(principal, holder)
             return lambda link: HttpTransport(link, name, conf, url, self.max_message_bytes,
-                                              restart)
+                                              restart, partial)
         if command is None:
             raise ValueError(f"upstream '{name}' has neither a command nor a url")
-        reading = self.answers.reading(f"upstream {name}")
+        reading = self.answers.reading(holder)
         return lambda link: StdioTransport(link, name, conf, command, self.max_message_bytes,
                                            restart, reading)
 

@@ -16,15 +16,15 @@ followed until the answer (or request_timeout_ms)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
 import aiohttp
-from aiohttp.http_exceptions import LineTooLong
 from yarl import URL
 
+from gateway.answer_bytes import UNCOUNTED, Partial
 from gateway.observability import log
 from gateway.protocol import mcp
 
@@ -45,6 +45,7 @@ class Refused(ValueError):
 
 FIELD_BYTES = 64  # a line's field name, beside its value's max_bytes
 TOO_LARGE = "gateway:too-large"  # the event name `events` gives an event over its bound
+Events = AsyncGenerator[tuple[str, bytes], None]  # a stream's events: (name, data)
 
 
 class TooLarge(Exception):
@@ -62,25 +63,44 @@ class EventReader:
 
     An event's data is held to `max_bytes` (limits.max_message_bytes), as a stdio line is:
     past it the reader keeps nothing more of that event and gives it as a TOO_LARGE event
-    with no data; the stream reads on, but after a line that long, which ends it."""
+    with no data; the stream reads on, but after a line that long, which ends it. What the
+    event being read holds (its data and the line begun) is counted in `part` (the answer
+    budget, answer_bytes.py) as it comes, and given back as the event is handed on, or the
+    stream ends: AnswersOverBudget, from `part`, ends the stream."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, part: Partial = UNCOUNTED) -> None:
         self.last_id: str | None = None
         self.retry_s = RETRY_S
         self.news = 0
         self.max_bytes = max_bytes
+        self.part = part
 
-    async def events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, bytes]]:
+    async def events(self, resp: aiohttp.ClientResponse) -> Events:
+        """The stream's events, as (name, data); what the event being read holds is given
+        back when the stream ends, however it ends."""
+        try:
+            async for item in self._events(resp):
+                yield item
+        finally:
+            self.part.count(0)
+
+    async def _events(self, resp: aiohttp.ClientResponse) -> Events:
         # One buffer an event, its data lines joined by \n as they come: an event split in
         # many short lines costs its bytes, not an object a line (42 times them, seen).
         event, data, lines, size = "message", bytearray(), 0, 0
         over = self.max_bytes + 1
-        async for line in _lines(resp.content, self.max_bytes + FIELD_BYTES):
+        count = self.part.count
+
+        def held(begun: int) -> None:  # the event's data so far, and the line begun
+            count(len(data) + begun)
+
+        async for line in _lines(resp.content, self.max_bytes + FIELD_BYTES, held):
             if line is None:  # a line past the bound: nothing more of this event's data
                 data.clear()
                 size = over
                 continue
             if not line:
+                count(0)  # handed on whole, or dropped
                 if size > self.max_bytes:
                     yield TOO_LARGE, b""
                 elif data:  # an event with no data only primes the id (spec: polling)
@@ -106,23 +126,36 @@ class EventReader:
             elif name == b"retry" and value.isdigit():
                 self.retry_s = min(max(int(value) / 1000, RETRY_MIN_S), RETRY_MAX_S)
         if size > self.max_bytes:  # the stream ended within the event too long
+            count(0)
             yield TOO_LARGE, b""
 
 
-async def _lines(content: aiohttp.StreamReader, max_bytes: int
-                 ) -> AsyncIterator[bytes | bytearray | None]:
+async def _lines(content: aiohttp.StreamReader, max_bytes: int,
+                 begun: Callable[[int], None]) -> AsyncIterator[bytes | None]:
     """The stream's lines, without their line ends; then None, and nothing more, after a
-    line longer than `max_bytes` (aiohttp's own bound is 128 KiB, and its LineTooLong no
-    ClientError: such a line hung its call)."""
-    while True:
-        try:
-            line = await content.readline(max_line_length=max_bytes)
-        except LineTooLong:
+    line longer than `max_bytes`. Split here, not by aiohttp's readline, whose line read in
+    part is out of sight (its own bound is 128 KiB, and its LineTooLong no ClientError: such
+    a line hung its call): `begun(n)` is told, after each chunk, the `n` bytes of the line
+    begun and not ended."""
+    buf = bytearray()
+    async for chunk in content.iter_any():
+        start, scan = 0, len(buf)
+        buf += chunk
+        with memoryview(buf) as view:  # a line is copied once, from the buffer
+            while (nl := buf.find(b"\n", scan)) >= 0:
+                end = nl - 1 if nl > start and buf[nl - 1] == 0x0D else nl  # CRLF
+                if end - start > max_bytes:
+                    yield None
+                    return
+                yield bytes(view[start:end])
+                start = scan = nl + 1
+        del buf[:start]
+        if len(buf) > max_bytes:
             yield None
             return
-        if not line:
-            return
-        yield line.rstrip(b"\r\n")
+        begun(len(buf))
+    if buf:  # a last line the stream never ended
+        yield bytes(buf)
 
 
 def _usable_id(value: bytes | bytearray) -> bool:
@@ -144,15 +177,17 @@ async def read(reader: EventReader, resp: aiohttp.ClientResponse,
     until the stream ends or, if given, `done()` holds after a message. An event over the
     reader's bound is TooLarge when the stream is a call's (`via`); on a stream of no call
     (a session's GET stream) it is dropped, logged, and the stream read on."""
-    async for event, data in reader.events(resp):
-        if event == TOO_LARGE:
-            if via is not None:
-                raise TooLarge(reader.max_bytes)
-            log.warning("upstream.message_too_large", max_message_bytes=reader.max_bytes)
-            continue
-        on_message(data, via)
-        if done is not None and done():
-            return
+    # Closed as the reading ends, whichever way: what its event held is given back then.
+    async with contextlib.aclosing(reader.events(resp)) as events:
+        async for event, data in events:
+            if event == TOO_LARGE:
+                if via is not None:
+                    raise TooLarge(reader.max_bytes)
+                log.warning("upstream.message_too_large", max_message_bytes=reader.max_bytes)
+                continue
+            on_message(data, via)
+            if done is not None and done():
+                return
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,21 +226,23 @@ async def follow(http: aiohttp.ClientSession, url: str, headers: Mapping[str, st
 
 
 async def open_endpoint(http: aiohttp.ClientSession, url: str, headers: Mapping[str, str],
-                        max_bytes: int
-                        ) -> tuple[aiohttp.ClientResponse, AsyncIterator[tuple[str, bytes]], str]:
-    """The HTTP+SSE stream, its events, and the URL its endpoint event names; Refused
-    saying what is missing or refused."""
+                        max_bytes: int, part: Partial = UNCOUNTED
+                        ) -> tuple[aiohttp.ClientResponse, Events, str]:
+    """The HTTP+SSE stream, its events (what an event read in part holds counted in
+    `part`), and the URL its endpoint event names; Refused saying what is missing or
+    refused."""
     resp = await http.get(url, headers={**headers, "Accept": mcp.CT_SSE}, allow_redirects=False)
     if resp.status != 200 or resp.content_type != mcp.CT_SSE:
         resp.release()
         raise Refused(f"offers no HTTP+SSE stream (HTTP {resp.status})")
-    events = EventReader(max_bytes).events(resp)
+    events = EventReader(max_bytes, part).events(resp)
     try:
         async for event, data in events:
             if event == "endpoint":
                 return resp, events, same_origin(url, urljoin(url, data.decode().strip()))
         raise Refused("its SSE stream named no endpoint")
     except BaseException:
+        await events.aclose()
         resp.release()
         raise
 
@@ -221,7 +258,7 @@ def same_origin(configured: str, endpoint: str) -> str:
     return endpoint
 
 
-async def pump(resp: aiohttp.ClientResponse, events: AsyncIterator[tuple[str, bytes]],
+async def pump(resp: aiohttp.ClientResponse, events: Events,
                on_message: Callable[[bytes], object], on_end: Callable[[], None]) -> None:
     """Every message event of the stream to `on_message` until it ends; then `on_end`."""
     try:
@@ -232,5 +269,6 @@ async def pump(resp: aiohttp.ClientResponse, events: AsyncIterator[tuple[str, by
                 elif event == TOO_LARGE:  # whose call it was is in what was not kept
                     log.warning("upstream.message_too_large", transport="http+sse")
     finally:
+        await events.aclose()
         resp.release()
         on_end()

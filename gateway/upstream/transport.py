@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from gateway import redact
-from gateway.errors import UpstreamError, UpstreamUnreachable
+from gateway.errors import AnswersOverBudget, UpstreamError, UpstreamUnreachable
 from gateway.observability import log
 from gateway.upstream.correlator import Call
 
@@ -69,8 +69,9 @@ class Link(Protocol):
         """A start failed (`error` says why; the transport retries after a backoff): those
         waiting for the link are told at once."""
 
-    def on_failed(self, call: Call, error: UpstreamError) -> bool:
-        """One request got no answer; False when its call was answered already."""
+    def on_failed(self, call: Call, error: UpstreamError | AnswersOverBudget) -> bool:
+        """One request got no answer (or its answer was dropped as it was read: over its
+        principal's share of the answer budget); False when its call was answered already."""
 
     def pending(self, call: Call) -> bool:
         """Whether `call` still waits for its answer."""

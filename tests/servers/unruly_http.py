@@ -10,7 +10,8 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|closing]
   primes an event id, with `retry: 10`, and ends before the answer), dropped (the same,
   but its connection is cut mid-stream), unprimed (an SSE answer that ends before the
   answer without any event id), big (arguments mib, and how: "json" with a length,
-  "chunked" JSON, or "sse"): an answer of that many MiB of text, written a MiB at a time;
+  "chunked" JSON, or "sse"): an answer of that many MiB of text, written a MiB at a time,
+  its last bytes after hold_s seconds if given (an answer read in part meanwhile);
   how "gzip400": a 400 whose gzip body is small on the wire and that many MiB inflated.
 - modern: 2026-07-28 only (initialize is 404 -32601): server/discover, tools/list, and
   subscriptions/listen answered as chunked application/json, a message a line, held open;
@@ -76,6 +77,8 @@ async def big(request: web.Request, rid: object, args: dict) -> web.StreamRespon
         await resp.write(before)
         for _ in range(mib):
             await resp.write(b"x" * (1 << 20))
+        if args.get("hold_s"):  # the last bytes wait: the answer is read in part meanwhile
+            await asyncio.sleep(float(args["hold_s"]))
         await resp.write(after)
         await resp.write_eof()
     except ConnectionError:

@@ -6,14 +6,14 @@ its HTTP headers; one span per upstream call (CLIENT), whose context goes upstre
 request's `_meta`, so a traced server continues the trace; one span per task, from creation
 to its end, however long that is.
 
-Names and attributes follow OpenTelemetry's semantic conventions for MCP (the GenAI
-conventions' docs/gen-ai/mcp.md, status Development, as of semantic-conventions-genai
-v0.1.0; its common attributes from semantic-conventions v1.41): span name `{method}
-{target}`, `mcp.method.name`, `gen_ai.tool.name` / `gen_ai.prompt.name`,
-`gen_ai.operation.name` `execute_tool` on a tool call, `jsonrpc.request.id`,
-`mcp.protocol.version`, `mcp.session.id`, `network.*`, and on failure `error.type` (the
-JSON-RPC error code; `tool_error` for a result with isError) with `rpc.response.status_code`.
-The gateway's own are `mcp.gateway.*` and `mcp.task.*`.
+Names and attributes follow OpenTelemetry's semantic conventions for MCP (docs/gen-ai/mcp.md
+of semantic-conventions-genai v0.1.0, status Development; its common attributes are
+semantic-conventions v1.41's): span name `{method} {target}`, `mcp.method.name`,
+`gen_ai.tool.name` / `gen_ai.prompt.name`, `gen_ai.operation.name` `execute_tool` on a tool
+call, `jsonrpc.request.id`, `mcp.protocol.version`, `mcp.session.id`, `network.*`, and on
+failure `error.type` (the JSON-RPC error code; `tool_error` for a result with isError; an
+upstream failure's reason) with `rpc.response.status_code`. The gateway's own are
+`mcp.gateway.*` and `mcp.task.*`.
 
 What a span never holds (issue 44): a token, an argument value, or anything the server or
 the client wrote in free text. The principal is `enduser.pseudo.id`, the short digest audit
@@ -44,6 +44,7 @@ from gateway.settings import ConfigError
 from gateway.settings.schema import Tracing
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span
 
@@ -91,15 +92,21 @@ class Tracer:
                 ) -> Iterator[Span]:
         """The span of one client request, current while it is served; `owner` is its
         principal's (only its digest is kept)."""
-        from opentelemetry.trace import SpanKind
+        from opentelemetry.trace import Link, SpanKind, get_current_span
         params = msg.get("params")
         meta = params.get("_meta") if isinstance(params, Mapping) else None
         # spec 2026-07-28 (basic, _meta: OpenTelemetry trace context) and the conventions
-        # (MCP, Context propagation): the context in `_meta` is the parent; the HTTP
-        # header's only when `_meta` has none (a client of an older spec, or a proxy's).
-        carrier = meta if isinstance(meta, Mapping) and "traceparent" in meta else headers
-        parent = self.propagator.extract({k: str(carrier[k]) for k in TRACE_KEYS
-                                          if k in carrier})
+        # (MCP, Context propagation): the context in `_meta` is the parent, the transport's
+        # (the HTTP header's) a link; the header's is the parent only when `_meta` has none
+        # (a client of an older spec, or a proxy's).
+        carrier: Mapping[str, Any] = (meta if isinstance(meta, Mapping) and "traceparent" in meta
+                                      else headers)
+        parent = self._extract(carrier)
+        links = []
+        if carrier is not headers and "traceparent" in headers:
+            transport = get_current_span(self._extract(headers)).get_span_context()
+            if transport.is_valid:
+                links.append(Link(transport))
         method = str(msg.get("method", "response"))
         attributes = {"mcp.method.name": method, "mcp.gateway.era": era,
                       "mcp.gateway.upstream": upstream, **_target(method, params),
@@ -119,10 +126,14 @@ class Tracer:
         try:
             with self.tracer.start_as_current_span(
                     _name(method, params), context=parent, kind=SpanKind.SERVER,
-                    attributes=attributes) as span:
+                    attributes=attributes, links=links) as span:
                 yield span
         finally:
             _ACTIVE.reset(token)
+
+    def _extract(self, carrier: Mapping[str, Any]) -> Context:
+        return self.propagator.extract({k: str(carrier[k]) for k in TRACE_KEYS
+                                        if k in carrier})
 
     def upstream_call(self, upstream: str, msg: dict[str, Any]) -> Span:
         """A span for a request sent upstream (a child of the current span); its context

@@ -181,6 +181,8 @@ async def test_a_legacy_tool_call_continues_the_trace_in_its_meta(authed, client
     assert hexid(server.context.trace_id, 32) == TRACE_ID
     assert hexid(server.parent.span_id, 16) == CALLER_SPAN
     assert server.context.trace_state.get("rojo") == "1"
+    (link,) = server.links  # the conventions: the transport's context, as a link
+    assert hexid(link.context.span_id, 16) == CALLER_SPAN_2
     assert holds(server.attributes, {
         "mcp.method.name": "tools/call", "gen_ai.tool.name": "meta",
         "gen_ai.operation.name": "execute_tool", "mcp.gateway.era": "legacy",
@@ -251,6 +253,18 @@ async def test_a_failed_task_says_how_in_the_gateways_words(authed, http, spans)
     assert code.lstrip("-").isdigit()
     assert "nan-shh-7" not in (span.status.description or "")
     assert span.status.description == f"the server answered JSON-RPC error {code}"
+
+
+async def test_a_timed_out_task_is_described_in_the_gateways_words(authed, http,
+                                                                    spans) -> None:
+    task = (await call(http, authed, "hang", {}, TASKS, headers=bearer(BOB))).body["result"]
+    final = await wait_for(http, authed, task["taskId"], "failed", headers=bearer(BOB))
+    (span,) = by_name(spans, "task hang")
+    assert span.attributes["error.type"] == "-32603"  # the gateway's internal error
+    assert span.status.description == final["statusMessage"]
+    upstream = sent(spans, "tools/call hang")  # the call the gateway cancelled
+    assert upstream.attributes["error.type"] == "cancelled"
+    assert upstream.status.description is None  # a cancel's reason is the client's own
 
 
 def everything_of(span) -> str:

@@ -195,6 +195,14 @@ async def test_a_legacy_tool_call_continues_the_trace_in_its_meta(authed, client
     assert upstream.parent.span_id == server.context.span_id
 
 
+async def test_a_legacy_call_without_meta_continues_the_headers_trace(authed, client,
+                                                                      spans) -> None:
+    c = await legacy(client, authed, BOB)
+    await c.call("echo", {"text": "x"}, traceparent=TRACEPARENT, **bearer(BOB))
+    server = served(spans, "tools/call echo")
+    assert hexid(server.parent.span_id, 16) == CALLER_SPAN and not server.links
+
+
 async def test_failures_say_their_error_type(authed, http, client, spans) -> None:
     """semconv error.type: the JSON-RPC code (and rpc.response.status_code), `tool_error`
     for an isError result; the status has no description, a server's words may quote an

@@ -25,6 +25,7 @@ from gateway.downstream.peers import Clients, Hosts, local_peer
 from gateway.errors import GatewayError
 from gateway.observability import log
 from gateway.observability.counters import Counters
+from gateway.observability.tracing import TOOL_ERROR, error_type
 from gateway.protocol import jsonrpc, mcp
 from gateway.queues import Ticket
 from gateway.settings.schema import Settings
@@ -45,6 +46,9 @@ ACCEPTS = web.RequestKey("accepts", tuple[bool, bool])
 # Set on a response that carries a JSON-RPC error (its HTTP status may still be 200): the
 # request's outcome in metrics.
 FAILED = web.ResponseKey("failed", bool)
+# Set on a response whose answer failed (a JSON-RPC error, or a tool's isError result): how,
+# as the semconv error.type its request's trace span records (tracing.error_type).
+ERROR_TYPE = web.ResponseKey("error_type", str)
 # Set on a 401/403 of authentication or scopes: the guard adds its challenge and audit event.
 AUTH_FAULT = web.ResponseKey("auth_fault", errors.AuthRefusal)
 AUTH_FAULTS = (errors.Unauthorized, errors.InsufficientScope)
@@ -63,8 +67,18 @@ def json_response(msg: Any, status: int = 200, headers: dict[str, str] | None = 
                   ) -> web.Response:
     resp = web.Response(body=jsonrpc.dumps(msg), status=status,
                         headers={**JSON_HEADERS, **headers} if headers else JSON_HEADERS)
-    if isinstance(msg, dict) and "error" in msg:
-        resp[FAILED] = True
+    mark(resp, error_type(msg) if isinstance(msg, dict) else None)
+    return resp
+
+
+def mark(resp: web.StreamResponse, kind: str | None) -> web.StreamResponse:
+    """`resp`, marked with how its answer failed (`kind`: tracing.error_type), if it did: a
+    JSON-RPC error counts as failed in metrics; a tool's isError result is the tool's
+    answer, only the trace records it."""
+    if kind is not None:
+        resp[ERROR_TYPE] = kind
+        if kind != TOOL_ERROR:
+            resp[FAILED] = True
     return resp
 
 

@@ -14,11 +14,13 @@ from aiohttp import web
 from gateway import errors, router
 from gateway.downstream.boundary import (
     ACCEPTS,
+    ERROR_TYPE,
     Guard,
     check_accept,
     check_params,
     error_response,
     failed,
+    principal_of,
     read_message,
 )
 from gateway.downstream.legacy import LegacyEra
@@ -80,9 +82,11 @@ class Endpoint:
         serve = self.modern.post if era == "modern" else self.legacy.post
         if self.tracing is None:
             return await serve(request, msg, kind)
-        with self.tracing.request(msg, era, self.upstream, request.headers) as span:
+        version = f"{request.version.major}.{request.version.minor}"
+        with self.tracing.request(msg, era, self.upstream, request.headers,
+                                  principal_of(request).owner, version) as span:
             resp = await serve(request, msg, kind)
-            answered(span, resp.status, failed(resp))
+            answered(span, resp.status, failed(resp), resp.get(ERROR_TYPE))
             return resp
 
     async def get(self, request: web.Request) -> web.StreamResponse:

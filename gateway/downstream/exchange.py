@@ -15,17 +15,18 @@ from aiohttp import web
 
 from gateway.answer_bytes import Hold
 from gateway.downstream import sse
-from gateway.downstream.boundary import FAILED, JSON_HEADERS
+from gateway.downstream.boundary import JSON_HEADERS, mark
 from gateway.downstream.heartbeat import Heartbeat
 from gateway.errors import AnswersOverBudget
+from gateway.observability.tracing import error_type
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
 
 
 class Exchange:
-    __slots__ = ("_wake", "beat", "done", "early", "failed", "headers", "hold", "new_stream",
-                 "response", "sse_ok", "status", "stream", "timer")
+    __slots__ = ("_wake", "beat", "done", "early", "error_type", "headers", "hold",
+                 "new_stream", "response", "sse_ok", "status", "stream", "timer")
     takes_mrtr = False  # a modern-only upstream's input_required becomes server requests
 
     def __init__(self, sse_ok: bool, new_stream: Callable[[], sse.Stream],
@@ -37,7 +38,7 @@ class Exchange:
         # Serialized on arrival: the dict of a multi-MiB result is freed at once.
         self.response: bytes | None = None
         self.status = 200
-        self.failed = False  # the response is a JSON-RPC error
+        self.error_type: str | None = None  # how the response failed (boundary.mark)
         self.stream: sse.Stream | None = None
         self._wake: asyncio.Future[bool] | None = None
         self.done: Callable[[], None] | None = None  # called once, when the response is in
@@ -83,9 +84,9 @@ class Exchange:
         if self.response is not None:
             return
         self.response, self.status = jsonrpc.dumps(msg), status
-        self.failed = "error" in msg
         if self.hold is not None:
-            self.response, self.failed = held(self.hold, msg, self.response)
+            self.response, msg = held(self.hold, msg, self.response)
+        self.error_type = error_type(msg)
         if self.timer is not None:
             self.timer.cancel()
         if self.beat is not None:
@@ -142,9 +143,7 @@ class Exchange:
         return self._marked(resp)
 
     def _marked(self, resp: web.StreamResponse) -> web.StreamResponse:
-        if self.failed:
-            resp[FAILED] = True
-        return resp
+        return mark(resp, self.error_type)
 
 
 async def send_held(request: web.Request, msg: Message, flow: sse.Flow, hold: Hold
@@ -153,22 +152,20 @@ async def send_held(request: web.Request, msg: Message, flow: sse.Flow, hold: Ho
     tasks/get): counted against its principal's answer bytes until written, and written
     under the slow-reader rule (sse.send_body), as a call's answer is; over the budget, the
     error that names the bound instead."""
-    body, failed = held(hold, msg, jsonrpc.dumps(msg))
+    body, sent = held(hold, msg, jsonrpc.dumps(msg))
     try:
         resp = await sse.send_body(request, body, 200, JSON_HEADERS, flow)
     finally:
         hold.end()
-    if failed:
-        resp[FAILED] = True
-    return resp
+    return mark(resp, error_type(sent))
 
 
-def held(hold: Hold, msg: Message, body: bytes) -> tuple[bytes, bool]:
-    """`body`, the answer to `msg`, counted against its principal's answer bytes, and
-    whether it is an error; over them, the error that names the bound instead
-    (answer_bytes.py)."""
+def held(hold: Hold, msg: Message, body: bytes) -> tuple[bytes, Message]:
+    """`body`, the answer to `msg`, counted against its principal's answer bytes, and the
+    message it is; over them, the error that names the bound instead (answer_bytes.py)."""
     try:
         hold.take(len(body))
     except AnswersOverBudget as exc:
-        return jsonrpc.dumps(exc.to_message(msg.get("id"))), True
-    return body, "error" in msg
+        error = exc.to_message(msg.get("id"))
+        return jsonrpc.dumps(error), error
+    return body, msg

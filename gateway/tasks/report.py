@@ -55,6 +55,14 @@ def _upstream_error(error: dict[str, Any]) -> bool:
     return isinstance(data, dict) and {"upstream", "reason"} <= data.keys()
 
 
+def _error_type(task: Task) -> str:
+    """A failed task's semconv error.type: its error's (tracing.error_type), or
+    `tool_error` for a core-dialect task whose result had isError."""
+    if task.error is None:
+        return tracing.TOOL_ERROR
+    return tracing.error_type({"error": task.error}) or tracing.OTHER_ERROR
+
+
 def audit(event: str, task: Task, **extra: Any) -> None:
     log.info(event, audit=True, task=task.id, tool=task.tool, upstream=task.upstream,
              owner=owner_hash(task.owner), **extra)
@@ -74,7 +82,8 @@ class Report:
         self.counters.tasks_created += 1
         self.metrics.task_created(task.upstream, task.tool, task.dialect)
         if (traced := tracing.active()) is not None:
-            self.spans[task.id] = traced.task(task.id, task.tool, task.upstream, task.dialect)
+            self.spans[task.id] = traced.task(task.id, task.tool, task.upstream, task.dialect,
+                                              task.owner)
         audit("task.created", task, dialect=task.dialect)
 
     def answered(self, task: Task, key: str) -> None:
@@ -92,8 +101,10 @@ class Report:
             self.failures.append((time.time(), task.upstream, task.tool,
                                   shown(task, answered)))
         if (span := self.spans.pop(task.id, None)) is not None:
-            error = (task.status_message or "failed") if task.status is Status.FAILED else None
-            tracing.end(span, error, **{"mcp.task.status": str(task.status)})
+            failed = task.status is Status.FAILED
+            tracing.end(span, _error_type(task) if failed else None,
+                        shown(task, answered) if failed else None,
+                        **{"mcp.task.status": str(task.status)})
         audit(f"task.{task.status}", task, **extra)
 
     def missed(self, owner: str, task_id: str) -> None:

@@ -171,7 +171,7 @@ class Connection:
         self.wire.forget(call)
         if self.pending(call):
             native_tasks.cancel(self, call)
-        call.end_trace(f"cancelled: {reason}")
+        call.end_trace("cancelled")  # not the reason: the client's own words
         if self.correlator.drop(call) and not (self.wire.cancels_by_closing
                                           and self.transport.abort(call)):
             self.notify(jsonrpc.notification(

@@ -176,7 +176,7 @@ class Call:
     def answer(self, msg: Message) -> None:
         """The call's answer, or the error that ends it, to its sink (ending its span)."""
         if self.span is not None:  # traced: rare, so untraced answers pay one test
-            self.end_trace(_error_text(msg))
+            self.end_trace(tracing.error_type(msg))
         if self.ticket is not None:
             self.ticket.release()
         self._sink.on_response(msg)
@@ -194,9 +194,10 @@ class Call:
         else:
             self.ticket.when_running(run)
 
-    def end_trace(self, error: str | None) -> None:
+    def end_trace(self, error_type: str | None) -> None:
+        """End the call's span; `error_type` (semconv error.type) when it failed."""
         if self.span is not None:
-            tracing.end(self.span, error)
+            tracing.end(self.span, error_type)
             self.span = None
 
     # -- what the task engine needs of a call (tasks/run.py: UpstreamCall) ------------------
@@ -574,7 +575,3 @@ def _task_of(method: str, params: Any) -> tuple[str, bool] | None:
 def _refusal(upstream_id: RequestId, why: str, code: int = jsonrpc.INTERNAL_ERROR) -> Answer:
     return Answer(jsonrpc.error(upstream_id, code, why))
 
-
-def _error_text(msg: Message) -> str | None:
-    error = msg.get("error")
-    return str(error.get("message")) if isinstance(error, dict) else None

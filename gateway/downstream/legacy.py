@@ -159,7 +159,7 @@ class LegacyEra:
         """A related-task reference of the session's request (or notification) stays only
         for a task of its own (references.py): the gateway's, or the upstream's that this
         session's principal (without auth: this session) created."""
-        upstream = session.conn.correlator.tasks
+        upstream = session.conn.task_owners
         held = upstream.held_by(session)
 
         def theirs(task_id: str) -> bool:
@@ -174,7 +174,7 @@ class LegacyEra:
         conn = session.conn
         return router.legacy(msg, core_tasks=core.offered(session.version),
                              keeps_level=conn.modern or conn.logs,
-                             native_task_ids=conn.correlator.tasks.held_by(session),
+                             native_task_ids=conn.task_owners.held_by(session),
                              catalogue=self.backend.catalogue, policy_for=self.tasks.policy)
 
     async def forward(self, request: web.Request, session: Session, msg: Message,
@@ -363,7 +363,7 @@ def _subscribed(session: Session, uri: str) -> Edit:
             session.subscriptions.discard(uri)
             session.conn.release(uri)
         else:
-            session.conn.confirm(uri)
+            session.conn.audience.confirm(uri)
         return msg
     return settle
 

@@ -99,6 +99,41 @@ class Session:
     def is_subscribed(self, uri: str) -> bool:
         return uri in self.subscriptions
 
+    # -- resource subscriptions: the upstream holds one per URI for all its holders
+    #    (Connection.hold, release), so only a first subscribe and a last unsubscribe of
+    #    one reach it ---------------------------------------------------------------------
+    def subscribe(self, uri: str) -> bool:
+        """Hold `uri`; True when the subscribe must reach the upstream, False when the
+        gateway answers it (held already, by this session or upstream)."""
+        if uri in self.subscriptions:
+            return False
+        self.subscriptions.add(uri)
+        return self.conn.hold(uri)
+
+    def subscribed(self, uri: str, took: bool) -> None:
+        """The upstream answered the subscribe of `uri`: held if it took it, else let go
+        (the session holds nothing the server does not)."""
+        if took:
+            self.conn.audience.confirm(uri)
+        else:
+            self.subscriptions.discard(uri)
+            self.conn.release(uri)
+
+    def unsubscribe(self, uri: str) -> bool:
+        """Let `uri` go; True when the unsubscribe must reach the upstream (its last
+        holder). Nothing of this session's to end: False (another's stays held upstream)."""
+        if uri not in self.subscriptions:
+            return False
+        self.subscriptions.discard(uri)
+        return self.conn.release(uri)
+
+    def unsubscribe_all(self) -> None:
+        """The session ended: what it held is let go, the upstream told of each URI it was
+        the last holder of."""
+        for uri in self.subscriptions:
+            if self.conn.release(uri):
+                self.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
+
     # -- streams ---------------------------------------------------------------------------
     def new_stream(self) -> Stream:
         self._stream_no += 1

@@ -122,8 +122,7 @@ class LegacyEra:
             case router.Answer(result=result):
                 return json_response(jsonrpc.result(client_id, result))
             case router.SetLevel(level=level):
-                session.level = level
-                session.conn.sync_level()
+                session.set_level(level)
                 return json_response(jsonrpc.result(client_id, {}))
             case router.Subscription() if self._subscription(session, msg):
                 return json_response(jsonrpc.result(client_id, {}))

@@ -51,12 +51,10 @@ class SessionLife:
 
     def new(self, version: str, capabilities: dict[str, Any], principal: str,
             client_info: Any, sid: str | None = None) -> Session:
-        session = Session(self.backend.home(), version, capabilities, *self.replay,
-                          principal=principal, budget=self.sessions.replay, sid=sid)
-        session.client_info = kept_client_info(client_info)  # the rest is not kept
-        if self.by_principal:
-            session.task_owner = principal
-        return session
+        return Session(self.backend.home(), version, capabilities, *self.replay,
+                       principal=principal, budget=self.sessions.replay, sid=sid,
+                       client_info=kept_client_info(client_info),  # the rest is not kept
+                       by_principal=self.by_principal)
 
     def record_of(self, session: Session) -> Record:
         return Record(session.principal, self.backend.name, session.version,

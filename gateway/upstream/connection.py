@@ -40,8 +40,9 @@ class Connection:
         self.startup_timeout_s = startup_timeout_s
         self.counters = counters
         # Who hears the server, and who made each task it runs itself: peers the correlator
-        # reads to route; downstream asks them directly (attach an owner, watch, confirm a
-        # subscription; whose a task id is).
+        # reads to route; downstream asks them directly (a listen stream watches, a session
+        # confirms a subscription; whose a task id is). What changes them together with
+        # the correlator or the wire is a verb here (attach, detach, hold, release).
         self.audience: Audience[Owner] = Audience()
         self.task_owners: TaskOwners[Owner] = TaskOwners()
         self.correlator = Correlator(self, counters, self.audience, self.task_owners)
@@ -78,6 +79,12 @@ class Connection:
     def modern(self) -> bool:
         """Whether the server speaks only the modern revision."""
         return self.wire.era == "modern"
+
+    @property
+    def logs(self) -> bool:
+        """Whether the server declared the logging capability (logging/setLevel)."""
+        caps = (self.init_result or {}).get("capabilities")
+        return isinstance(caps, dict) and "logging" in caps
 
     @property
     def in_flight(self) -> int:
@@ -216,6 +223,7 @@ class Connection:
             self.quietly(answer.msg)
         return answer is not None
 
+    # -- who hears the server: the audience, with the correlator and the wire ---------------
     def attach(self, owner: Owner) -> None:
         """`owner` hears this upstream (a legacy session; see `detach`)."""
         self.audience.attach(owner)
@@ -227,12 +235,6 @@ class Connection:
         for call in self.correlator.calls_of(owner):
             self.cancel(call, "client session ended")
         self.sync_level()
-
-    @property
-    def logs(self) -> bool:
-        """Whether the server declared the logging capability (logging/setLevel)."""
-        caps = (self.init_result or {}).get("capabilities")
-        return isinstance(caps, dict) and "logging" in caps
 
     def sync_level(self) -> None:
         """A legacy server set to the level its owners ask (Audience.next_level); a modern

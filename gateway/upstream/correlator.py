@@ -261,6 +261,50 @@ class Refused:
 Event = Deliver | Ask | Answer | Refused
 
 
+class Asked:
+    """The server's requests out to clients, under ids of the gateway's own: for each, the
+    server's id its answer goes back under and the owner asked, whose answer alone is taken
+    (docs/architecture.md, Tenancy)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, tuple[RequestId, Owner]] = {}
+
+    def ask(self, upstream_id: RequestId, owner: Owner) -> str:
+        """The id the server's request `upstream_id` goes to `owner` under."""
+        asked_id = new_asked_id()
+        self._by_id[asked_id] = (upstream_id, owner)
+        return asked_id
+
+    def answered(self, asked_id: RequestId, owner: Owner | None) -> RequestId | None:
+        """The server's id of request `asked_id`, now `owner` answered it (forgotten then);
+        None when nothing asked it, or another owner was asked (whose request stays open
+        for its own answer)."""
+        if not isinstance(asked_id, str):
+            return None  # the gateway asks under ids of its own, strings (`new_asked_id`)
+        entry = self._by_id.get(asked_id)
+        if entry is None or entry[1] is not owner:
+            return None
+        del self._by_id[asked_id]
+        return entry[0]
+
+    def forget(self, owner: Owner) -> list[RequestId]:
+        """`owner` is gone: the server's ids of what it was asked (forgotten)."""
+        theirs = [asked_id for asked_id, (_, o) in self._by_id.items() if o is owner]
+        return [self._by_id.pop(asked_id)[0] for asked_id in theirs]
+
+    def withdrawn(self, upstream_id: object) -> tuple[str, Owner] | None:
+        """The server cancelled its request `upstream_id`: the id and the owner it was
+        asked under (forgotten), if it was."""
+        for asked_id, (orig, owner) in self._by_id.items():
+            if orig == upstream_id:
+                del self._by_id[asked_id]
+                return asked_id, owner
+        return None
+
+    def clear(self) -> None:
+        self._by_id.clear()
+
+
 class Correlator:
     """Calls in flight on one link, and the server's requests and notifications routed to
     the call or owner they belong to (never guessed), or to its audience. The audience and
@@ -275,7 +319,7 @@ class Correlator:
         self.tasks = tasks  # the upstream's own tasks: whose
         self._ids = itertools.count(1)
         self.in_flight: dict[int, Call] = {}
-        self._asked: dict[str, tuple[RequestId, Owner]] = {}  # our id -> (upstream's id, owner)
+        self._asked = Asked()  # the server's requests out to clients
         self.targeting: Targeting[Call, Owner] = Targeting(self.in_flight, audience, tasks)
 
     # -- downstream -> upstream ------------------------------------------------------------
@@ -324,19 +368,16 @@ class Correlator:
         """`owner`'s answer to a server-to-client request, back under the original id;
         None when nothing asked it, or it was asked of another owner (whose request stays
         open for its own answer)."""
-        if not isinstance(asked_id, str):
-            return None  # the gateway asks under ids of its own, strings (`new_asked_id`)
-        entry = self._asked.get(asked_id)
-        if entry is None or entry[1] is not owner:
+        upstream_id = self._asked.answered(asked_id, owner)
+        if upstream_id is None:
             return None
-        del self._asked[asked_id]
-        msg["id"] = entry[0]
+        msg["id"] = upstream_id
         return Answer(msg)
 
     def detach(self, owner: Owner) -> list[Event]:
         """`owner` is gone: what the server asked it is refused."""
-        return [_refusal(self._asked.pop(asked_id)[0], "client session ended")
-                for asked_id in [k for k, (_, o) in self._asked.items() if o is owner]]
+        return [_refusal(upstream_id, "client session ended")
+                for upstream_id in self._asked.forget(owner)]
 
     def calls_of(self, owner: Owner) -> list[Call]:
         return [c for c in self.in_flight.values() if c.owner is owner]
@@ -417,9 +458,7 @@ class Correlator:
             return [self._unroutable(msg)]
         if not owner.accepts(method):
             return self._undeclared(msg, target)
-        asked_id = new_asked_id()
-        self._asked[asked_id] = (msg["id"], owner)
-        msg["id"] = asked_id
+        msg["id"] = self._asked.ask(msg["id"], owner)
         return [Ask(target, owner, msg)]
 
     def _unroutable(self, msg: Message) -> Answer:
@@ -447,12 +486,11 @@ class Correlator:
         return refusal
 
     def _forward_cancel(self, msg: Message, params: dict[str, Any]) -> list[Event]:
-        for asked_id, (orig, owner) in self._asked.items():
-            if orig == params.get("requestId"):
-                del self._asked[asked_id]
-                params["requestId"] = asked_id
-                return [Deliver(owner, msg)]
-        return []
+        withdrawn = self._asked.withdrawn(params.get("requestId"))
+        if withdrawn is None:
+            return []
+        params["requestId"], owner = withdrawn  # the id its client was asked under
+        return [Deliver(owner, msg)]
 
     def _wanted(self, msg: Message, owner: Owner) -> bool:
         return _wanted(msg, owner, self.audience.levels_set)

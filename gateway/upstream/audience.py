@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from gateway.protocol import mcp
+from gateway.upstream.targeting import Party
 
 # A principal whose call was answered this recently may still be the one a message of no
 # call is about (a late log line): while another is, such a message goes to nobody. Longer
@@ -28,14 +29,9 @@ RECENT_S = 2.0
 DEFAULT_LEVEL = "info"  # what an owner that set no level hears once the server was set
 
 
-class Hearer(Protocol):
-    """What the audience reads of an owner (correlator.py: Owner)."""
-
-    @property
-    def key(self) -> str: ...
-
-    @property
-    def principal(self) -> str: ...
+class Hearer(Party, Protocol):
+    """What the audience reads of an owner (correlator.py: Owner): what targeting does, and
+    the log level it asked for."""
 
     @property
     def level(self) -> str | None: ...

@@ -6,7 +6,6 @@ spec: mcp-base-2025-06-18.md, Transports > Streamable HTTP.
 
 from __future__ import annotations
 
-import asyncio
 from typing import assert_never
 
 from aiohttp import web
@@ -15,13 +14,11 @@ from gateway import errors, router
 from gateway.auth.token_exchange import TokenExchanger
 from gateway.downstream import shapes, sse
 from gateway.downstream.boundary import (
-    ACCEPTS,
     UpstreamHeaders,
     check_accept,
     error_response,
     json_response,
     principal_of,
-    queue_ticket,
     scopes_checked,
 )
 from gateway.downstream.core_tasks import CoreTasks
@@ -30,11 +27,11 @@ from gateway.downstream.resume import MAX_RECORD_BYTES, Resumption
 from gateway.downstream.session import (
     Edit,
     Session,
-    SessionExchange,
     SessionStore,
 )
+from gateway.downstream.session_calls import SessionCalls
 from gateway.downstream.session_life import SessionLife
-from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
@@ -43,7 +40,6 @@ from gateway.settings.schema import Settings
 from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies
-from gateway.upstream.connection import Connection
 from gateway.upstream.isolation import Backend
 
 
@@ -56,13 +52,11 @@ class LegacyEra:
                  ) -> None:
         self.backend = backend
         self.headers = UpstreamHeaders(backend, exchanger)
-        self.inflight = inflight
         self.flow = sse.Flow.of(conf)
         self.tasks = CoreTasks(backend, engine, policies, self.flow, inflight)
-        self.life = SessionLife(backend, sessions, conf, self.tasks, resume)
+        self.calls = SessionCalls(backend, inflight, self.flow, self.tasks.policy)
+        self.life = SessionLife(backend, sessions, conf, self.tasks, self.calls, resume)
         self.sessions = sessions
-        timeout_ms = backend.conf.request_timeout_ms
-        self.request_timeout_s = timeout_ms / 1000 if timeout_ms else None
 
     # -- POST ------------------------------------------------------------------------------
     async def post(self, request: web.Request, msg: Message, kind: jsonrpc.Kind
@@ -128,8 +122,7 @@ class LegacyEra:
             case router.Answer(result=result):
                 return json_response(jsonrpc.result(client_id, result))
             case router.SetLevel(level=level):
-                session.level = level
-                session.conn.sync_level()
+                session.set_level(level)
                 return json_response(jsonrpc.result(client_id, {}))
             case router.Subscription() if self._subscription(session, msg):
                 return json_response(jsonrpc.result(client_id, {}))
@@ -153,13 +146,13 @@ class LegacyEra:
         if lacking is not None and msg["method"] == mcp.TOOLS_LIST:
             edit = _then_hide(edit, lacking)
         headers = await self.headers.of(request)
-        return await self.forward(request, session, msg, edit, headers)
+        return await self.calls.forward(request, session, msg, edit, headers)
 
     async def own_references(self, session: Session, msg: Message) -> None:
         """A related-task reference of the session's request (or notification) stays only
         for a task of its own (references.py): the gateway's, or the upstream's that this
         session's principal (without auth: this session) created."""
-        upstream = session.conn.correlator.tasks
+        upstream = session.conn.task_owners
         held = upstream.held_by(session)
 
         def theirs(task_id: str) -> bool:
@@ -174,65 +167,8 @@ class LegacyEra:
         conn = session.conn
         return router.legacy(msg, core_tasks=core.offered(session.version),
                              keeps_level=conn.modern or conn.logs,
-                             native_task_ids=conn.correlator.tasks.held_by(session),
+                             native_task_ids=conn.task_owners.held_by(session),
                              catalogue=self.backend.catalogue, policy_for=self.tasks.policy)
-
-    async def forward(self, request: web.Request, session: Session, msg: Message,
-                      edit: Edit | None, headers: dict[str, str] | None
-                      ) -> web.StreamResponse:
-        json_ok, sse_ok = request[ACCEPTS]
-        ex = SessionExchange(session, sse_ok, edit)
-        ex.hold = self.inflight.answers.hold(session.principal)
-        client_id = msg["id"]
-        try:
-            self.inflight.take(session.principal)
-        except errors.TooManyRequests as exc:  # a JSON-RPC error: HTTP 200, as a server's
-            return json_response(exc.to_message(client_id))
-        try:
-            conn = await self.backend.for_request(session.conn, session, msg["method"])
-        except UpstreamError as exc:
-            self.inflight.release(session.principal)
-            return json_response(exc.to_message(client_id))
-        except BaseException:  # cancelled while it waited for a process: its slot goes
-            self.inflight.release(session.principal)
-            raise
-        await conn.reachable()
-        try:
-            ticket = queue_ticket(self.backend, session.principal, msg, self.tasks.policy)
-            call = conn.request(msg, session, ex, headers, ticket=ticket)
-        except (UpstreamError, errors.QueueFull) as exc:  # a JSON-RPC error: HTTP 200
-            self._finished(session, client_id, conn)
-            return json_response(exc.to_message(client_id))
-        except BaseException:  # a fault of the gateway's: its slot and process go back
-            self._finished(session, client_id, conn)
-            raise
-        session.calls[client_id] = call
-        ex.done = lambda: self._finished(session, client_id, conn)
-        ex.heartbeat(call.progress_token, self.flow, ticket)
-        if (seconds := self.request_timeout_s) is not None:  # from when it runs, not queued
-            call.when_running(lambda: self._time(ex, session, client_id, seconds))
-        # A call that waits in a queue keeps its request open meanwhile: the exchange turns
-        # to SSE after one keep-alive interval, and keep-alives flow.
-        return await ex.respond(request, json_ok, self.flow)
-
-    def _time(self, ex: SessionExchange, session: Session, client_id: RequestId, seconds: float
-              ) -> None:
-        ex.timer = asyncio.get_running_loop().call_later(
-            seconds, self._timed_out, session, client_id, seconds)
-
-    def _finished(self, session: Session, client_id: RequestId, used: Connection) -> None:
-        session.calls.pop(client_id, None)
-        self.inflight.release(session.principal)
-        self.backend.done(session.conn, used)
-
-    def _timed_out(self, session: Session, client_id: RequestId, seconds: float) -> None:
-        call = session.calls.get(client_id)
-        if call is None:
-            return
-        name = call.conn.name
-        call.conn.cancel(call, "timed out at the gateway")
-        log.warning("request.timed_out", upstream=name, session=session.owner[:12])
-        call.sink.on_response(UpstreamTimeout.timed_out(name, seconds).to_message(client_id))
 
     def _subscription(self, session: Session, msg: Message) -> bool:
         """True when the gateway answers a (un)subscribe itself: the upstream holds one
@@ -240,14 +176,8 @@ class LegacyEra:
         unsubscribe of a holder reach it."""
         uri = msg["params"]["uri"]  # a string: the router said so
         if msg["method"] == mcp.SUBSCRIBE:
-            if uri in session.subscriptions:
-                return True
-            session.subscriptions.add(uri)
-            return not session.conn.hold(uri)
-        if uri not in session.subscriptions:
-            return True  # nothing of this session's to end; another's stays held upstream
-        session.subscriptions.discard(uri)
-        return not session.conn.release(uri)
+            return not session.subscribe(uri)
+        return not session.unsubscribe(uri)
 
     def on_notification(self, session: Session, msg: Message) -> None:
         method = msg["method"]
@@ -255,13 +185,8 @@ class LegacyEra:
             return
         if method == mcp.CANCELLED:
             params = msg.get("params")
-            request_id = params.get("requestId") if isinstance(params, dict) else None
-            call = session.calls.get(request_id) if jsonrpc.valid_id(request_id) else None
-            if call is not None:
-                reason = params.get("reason") if isinstance(params, dict) else None
-                call.conn.cancel(call, str(reason or "cancelled by the client"))
-                call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
-                                                    "Request cancelled"))
+            if isinstance(params, dict):
+                self.calls.cancelled(session, params.get("requestId"), params.get("reason"))
             return
         session.conn.notify(msg)
 
@@ -356,14 +281,10 @@ def _session_id(request: web.Request) -> str:
 
 
 def _subscribed(session: Session, uri: str) -> Edit:
-    """On the answer to a subscribe that went upstream: held if the server took it, else
-    let go (the session holds nothing the server does not)."""
+    """On the answer to a subscribe that went upstream: the session told whether the server
+    took it."""
     def settle(msg: Message) -> Message:
-        if "error" in msg:
-            session.subscriptions.discard(uri)
-            session.conn.release(uri)
-        else:
-            session.conn.confirm(uri)
+        session.subscribed(uri, "error" not in msg)
         return msg
     return settle
 

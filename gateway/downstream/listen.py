@@ -150,7 +150,7 @@ class Listeners:
     def _start(self, listener: Listener, conn: Connection) -> None:
         self.per_owner[listener.principal] += 1
         self.live.add(listener)
-        conn.watch(listener)
+        conn.audience.watch(listener)
         for uri in listener.uris:
             if conn.hold(uri):
                 conn.send_own(mcp.SUBSCRIBE, {"uri": uri})
@@ -160,7 +160,7 @@ class Listeners:
         self.per_owner[listener.principal] -= 1
         if self.per_owner[listener.principal] <= 0:
             del self.per_owner[listener.principal]
-        conn.unwatch(listener)
+        conn.audience.unwatch(listener)
         for uri in listener.uris:
             if conn.release(uri):
                 conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})

@@ -122,8 +122,7 @@ class ModernEra:
         conn = route.conn
         # A related-task reference stays only for the caller's own task (references.py).
         await own_references(msg, caller.principal,
-                             lambda task_id: conn.correlator.tasks.owns(task_id,
-                                                                        caller.principal),
+                             lambda task_id: conn.task_owners.owns(task_id, caller.principal),
                              self.engine, self.backend.name)
         decision = self.decide(msg, caller, route, retry)
         match decision:
@@ -160,7 +159,7 @@ class ModernEra:
         method, params = msg["method"], msg.get("params") or {}
         # Only a modern upstream has tasks of its own that tasks/* could name instead.
         theirs = method.startswith(router.TASKS_PREFIX) and route.modern and \
-            route.conn.correlator.tasks.owns(task_id_of(params), caller.principal)
+            route.conn.task_owners.owns(task_id_of(params), caller.principal)
         return router.modern(msg, capabilities=caller.capabilities,
                              modern_upstream=route.modern, upstream_task=theirs,
                              catalogue=self.backend.catalogue, policy_for=self.policy,
@@ -290,7 +289,7 @@ class ModernEra:
             return await self.handoff.to(parked.replica, parked.url, request, msg,
                                          principal_of(request))
         call = parked.call
-        call.conn.redirect(call, parked, client_id=msg["id"])  # parked hears it still
+        call.redirect(parked, client_id=msg["id"])  # parked hears it still
         # The same request as the one parked (its digest checked): described anew for
         # this retry's id and caller (its log level, its capabilities).
         described = replace(parked.request, id=msg["id"], caller=caller)

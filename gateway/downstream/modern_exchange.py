@@ -224,7 +224,7 @@ class ModernExchange(Exchange):
                 self.done = None  # the parked call keeps releasing its process
                 self.era.rounds.ask(self, parked, self.request.id)
         else:
-            call.conn.redirect(call, self)
+            call.redirect(self)
             self.start_budget()
 
     # -- a task of its own ---------------------------------------------------------------------

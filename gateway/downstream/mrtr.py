@@ -224,7 +224,7 @@ class ParkedCalls:
             self.drop(oldest.id, "too many calls of this client waiting for input")
         self._by_id[parked.id] = parked
         self._held[owner] += 1
-        parked.conn.park(parked.call, parked)
+        parked.call.park(parked)
         self._timers[parked.id] = asyncio.get_running_loop().call_later(
             self.timeout_s, self.drop, parked.id, "the client never answered")
 
@@ -238,7 +238,7 @@ class ParkedCalls:
             self._held[parked.owner] -= 1
             if self._held[parked.owner] <= 0:
                 del self._held[parked.owner]
-            parked.conn.unpark(parked.call)
+            parked.call.unpark()
             timer = self._timers.pop(parked_id, None)
             if timer is not None:
                 timer.cancel()

@@ -47,7 +47,8 @@ class Session:
 
     def __init__(self, conn: Connection, version: str, capabilities: dict[str, Any],
                  replay: int, replay_bytes: int = REPLAY_BYTES, principal: str = "anonymous",
-                 budget: ReplayBudget | None = None, sid: str | None = None) -> None:
+                 budget: ReplayBudget | None = None, sid: str | None = None,
+                 client_info: Any = None, by_principal: bool = False) -> None:
         # spec (Session Management): "globally unique and cryptographically secure", visible
         # ASCII only. 256 random bits, URL-safe base64. `sid`: a session another replica
         # made, adopted here (resume.py).
@@ -60,10 +61,10 @@ class Session:
         # Whose its core tasks are: with auth the principal's (spec 2025-11-25, tasks bind
         # to the authorization context, and to the session only where there is none), so
         # every session of the principal, on any replica, reaches them (issue 35).
-        self.task_owner = self.owner
+        self.task_owner = principal if by_principal else self.owner
         self.version = version
         self.capabilities = capabilities
-        self.client_info: Any = None  # initialize's clientInfo, kept in its record
+        self.client_info = client_info  # initialize's clientInfo (what its record keeps)
         # Its streams' ids are this process's alone: a Last-Event-ID from another replica's
         # copy of the session finds no stream here (a fresh one), never another stream.
         self._tag = secrets.token_hex(3)
@@ -98,6 +99,47 @@ class Session:
 
     def is_subscribed(self, uri: str) -> bool:
         return uri in self.subscriptions
+
+    def set_level(self, level: str) -> None:
+        """logging/setLevel: kept for a modern-only upstream (sent with each request), and
+        a legacy server set for all its owners (Connection.sync_level)."""
+        self.level = level
+        self.conn.sync_level()
+
+    # -- resource subscriptions: the upstream holds one per URI for all its holders
+    #    (Connection.hold, release), so only a first subscribe and a last unsubscribe of
+    #    one reach it ---------------------------------------------------------------------
+    def subscribe(self, uri: str) -> bool:
+        """Hold `uri`; True when the subscribe must reach the upstream, False when the
+        gateway answers it (held already, by this session or upstream)."""
+        if uri in self.subscriptions:
+            return False
+        self.subscriptions.add(uri)
+        return self.conn.hold(uri)
+
+    def subscribed(self, uri: str, took: bool) -> None:
+        """The upstream answered the subscribe of `uri`: held if it took it, else let go
+        (the session holds nothing the server does not)."""
+        if took:
+            self.conn.audience.confirm(uri)
+        else:
+            self.subscriptions.discard(uri)
+            self.conn.release(uri)
+
+    def unsubscribe(self, uri: str) -> bool:
+        """Let `uri` go; True when the unsubscribe must reach the upstream (its last
+        holder). Nothing of this session's to end: False (another's stays held upstream)."""
+        if uri not in self.subscriptions:
+            return False
+        self.subscriptions.discard(uri)
+        return self.conn.release(uri)
+
+    def unsubscribe_all(self) -> None:
+        """The session ended: what it held is let go, the upstream told of each URI it was
+        the last holder of."""
+        for uri in self.subscriptions:
+            if self.conn.release(uri):
+                self.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
 
     # -- streams ---------------------------------------------------------------------------
     def new_stream(self) -> Stream:

@@ -19,9 +19,9 @@ from gateway.auth.principal import digest
 from gateway.downstream.core_tasks import CoreTasks
 from gateway.downstream.resume import ENDED, Record, Resumption, kept_client_info, record_key
 from gateway.downstream.session import Session, SessionStore, idle, refusal
+from gateway.downstream.session_calls import SessionCalls
 from gateway.errors import StoreUnavailable, UpstreamError
 from gateway.observability import log
-from gateway.protocol import jsonrpc, mcp
 from gateway.settings.schema import Settings
 from gateway.upstream.isolation import Backend
 
@@ -30,10 +30,11 @@ class SessionLife:
     """One upstream's legacy sessions: made, found or adopted, renewed, ended."""
 
     def __init__(self, backend: Backend, sessions: SessionStore, conf: Settings,
-                 tasks: CoreTasks, resume: Resumption | None) -> None:
+                 tasks: CoreTasks, calls: SessionCalls, resume: Resumption | None) -> None:
         self.backend = backend
         self.sessions = sessions
         self.tasks = tasks
+        self.calls = calls
         # Replicas sharing a store: sessions' records there, adopted on any replica.
         self.resume = resume
         self._adopting: dict[str, asyncio.Lock] = {}
@@ -50,12 +51,10 @@ class SessionLife:
 
     def new(self, version: str, capabilities: dict[str, Any], principal: str,
             client_info: Any, sid: str | None = None) -> Session:
-        session = Session(self.backend.home(), version, capabilities, *self.replay,
-                          principal=principal, budget=self.sessions.replay, sid=sid)
-        session.client_info = kept_client_info(client_info)  # the rest is not kept
-        if self.by_principal:
-            session.task_owner = principal
-        return session
+        return Session(self.backend.home(), version, capabilities, *self.replay,
+                       principal=principal, budget=self.sessions.replay, sid=sid,
+                       client_info=kept_client_info(client_info),  # the rest is not kept
+                       by_principal=self.by_principal)
 
     def record_of(self, session: Session) -> Record:
         return Record(session.principal, self.backend.name, session.version,
@@ -222,14 +221,9 @@ class SessionLife:
                 await self._end_everywhere(self.resume, session.id, session.principal)
         session.closed = True
         await self.tasks.end(session)
-        for call in list(session.calls.values()):
-            call.conn.cancel(call, "client session ended")
-            call.sink.on_response(jsonrpc.error(call.client_id, jsonrpc.REQUEST_CANCELLED,
-                                                "Session ended"))
+        self.calls.end(session)
         if session not in self._attaching:  # attaching, `attach` lets its upstream go
-            for uri in session.subscriptions:
-                if session.conn.release(uri):
-                    session.conn.send_own(mcp.UNSUBSCRIBE, {"uri": uri})
+            session.unsubscribe_all()
             await self.backend.detach(session, session.conn)
         session.close_streams()
         log.info("session.ended", session=session.owner[:12], why=why, upstream=self.backend.name)

@@ -1,6 +1,9 @@
 """One upstream connection: a transport, the correlator of its calls, the wire it speaks,
-and its handshake (handshake.py). What the server sends is taken in by inbound.py; what goes
-to the server leaves here, the one place that writes to the transport.
+and its handshake (handshake.py); its peers, the audience (audience.py: who hears the server
+and what they hold of it) and the owners of the server's own tasks (task_owners.py), which
+the correlator reads to route and downstream changes by their own verbs. What the server
+sends is taken in by inbound.py; what goes to the server leaves here, the one place that
+writes to the transport.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
 from gateway.upstream import inbound, native_tasks, wire
+from gateway.upstream.audience import Audience
 from gateway.upstream.correlator import (
     Call,
     Correlator,
@@ -22,6 +26,7 @@ from gateway.upstream.correlator import (
     Sink,
 )
 from gateway.upstream.handshake import IGNORE, Handshake, Opening, Silent
+from gateway.upstream.task_owners import TaskOwners
 from gateway.upstream.transport import MakeTransport, Transport
 
 
@@ -34,7 +39,13 @@ class Connection:
         self.transport: Transport = transport(self)  # made whole, with its link
         self.startup_timeout_s = startup_timeout_s
         self.counters = counters
-        self.correlator = Correlator(self, counters)
+        # Who hears the server, and who made each task it runs itself: peers the correlator
+        # reads to route; downstream asks them directly (a listen stream watches, a session
+        # confirms a subscription; whose a task id is). What changes them together with
+        # the correlator or the wire is a verb here (attach, detach, hold, release).
+        self.audience: Audience[Owner] = Audience()
+        self.task_owners: TaskOwners[Owner] = TaskOwners()
+        self.correlator = Correlator(self, counters, self.audience, self.task_owners)
         self.wire: wire.Wire = wire.LegacyWire()
         self.handshake = Handshake(self, startup_timeout_s, opening)
         # Told each page of the server's tools/list the gateway asks for itself (after the
@@ -70,6 +81,12 @@ class Connection:
         return self.wire.era == "modern"
 
     @property
+    def logs(self) -> bool:
+        """Whether the server declared the logging capability (logging/setLevel)."""
+        caps = (self.init_result or {}).get("capabilities")
+        return isinstance(caps, dict) and "logging" in caps
+
+    @property
     def in_flight(self) -> int:
         return len(self.correlator.in_flight)
 
@@ -91,7 +108,7 @@ class Connection:
 
     async def on_up(self) -> str:
         state = await self.handshake.run()
-        self.correlator.audience.level = None  # a new process logs at its own default
+        self.audience.restarted()  # a new process logs at its own default
         self.sync_level()
         return state
 
@@ -113,6 +130,16 @@ class Connection:
 
     def pending(self, call: Call) -> bool:
         return self.correlator.in_flight.get(call.upstream_id) is call
+
+    def drop(self, call: Call) -> bool:
+        """Forget a call whose answer nobody waits for any more (the handshake's, one whose
+        client refused its input); False if it was gone already."""
+        return self.correlator.drop(call)
+
+    def await_input(self, call: Call) -> None:
+        """Keep an answered call in flight as its caller's while its client supplies the
+        input the server asked for (wire.py: an input_required round)."""
+        self.correlator.hold_call(call)
 
     # -- downstream -> upstream ------------------------------------------------------------
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
@@ -186,18 +213,6 @@ class Connection:
         with contextlib.suppress(UpstreamError):
             self.transport.write(jsonrpc.line(msg), None, None)
 
-    def redirect(self, call: Call, sink: Sink, client_id: RequestId | None = None) -> None:
-        """From now on `sink` hears `call` (a task's run, a retry's exchange); its answer
-        goes back under `client_id`, when given."""
-        self.correlator.redirect(call, sink, client_id)
-
-    def park(self, call: Call, sink: Sink) -> None:
-        """`call` waits for its client's input (MRTR), heard by `sink` meanwhile."""
-        self.correlator.park(call, sink)
-
-    def unpark(self, call: Call) -> None:
-        self.correlator.unpark(call)
-
     def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool:
         """`owner`'s answer to a server-to-client request, back under the original id;
         False when nothing asked `owner` that."""
@@ -208,56 +223,33 @@ class Connection:
             self.quietly(answer.msg)
         return answer is not None
 
+    # -- who hears the server: the audience, with the correlator and the wire ---------------
     def attach(self, owner: Owner) -> None:
-        self.correlator.audience.attach(owner)
+        """`owner` hears this upstream (a legacy session; see `detach`)."""
+        self.audience.attach(owner)
 
     def detach(self, owner: Owner) -> None:
         """Forget `owner`, cancelling whatever it still has in flight here."""
+        self.audience.detach(owner)
         inbound.act(self, self.correlator.detach(owner))
         for call in self.correlator.calls_of(owner):
             self.cancel(call, "client session ended")
         self.sync_level()
 
-    def watch(self, owner: Owner) -> None:
-        self.correlator.audience.watch(owner)
-
-    def unwatch(self, owner: Owner) -> None:
-        self.correlator.audience.unwatch(owner)
-
-    @property
-    def logs(self) -> bool:
-        """Whether the server declared the logging capability (logging/setLevel)."""
-        caps = (self.init_result or {}).get("capabilities")
-        return isinstance(caps, dict) and "logging" in caps
-
     def sync_level(self) -> None:
-        """Once an owner asked for a level, a legacy server logs at the most verbose level
-        any attached owner hears (those that asked none: correlator.DEFAULT_LEVEL); each
-        owner is given its own level and above (correlator.py `_wanted`). Until then the
-        server is left at its own default. A modern server takes each caller's level with
-        its request."""
-        audience = self.correlator.audience
-        asked = any(o.level is not None for o in audience.owners.values())
-        levels = audience.levels()
-        if self.modern or not levels or not (asked or audience.level is not None):
-            return
-        level = min(levels, key=mcp.LOG_LEVELS.index)
-        if level != audience.level:
-            audience.level = level
+        """A legacy server set to the level its owners ask (Audience.next_level); a modern
+        server takes each caller's level with its request."""
+        if not self.modern and (level := self.audience.next_level()) is not None:
             self.send_own(mcp.SET_LEVEL, {"level": level})
 
     def hold(self, uri: str) -> bool:
         """One more holder of a resource subscription; True when a subscribe must reach
         the upstream (the first holder, unless the wire tells the server itself)."""
-        return self.correlator.audience.hold(uri) and not self.wire.subscriptions_changed()
-
-    def confirm(self, uri: str) -> None:
-        """The server took a subscribe of `uri`: later holders need not send one."""
-        self.correlator.audience.confirm(uri)
+        return self.audience.hold(uri) and not self.wire.subscriptions_changed()
 
     def release(self, uri: str) -> bool:
         """One holder fewer; True when an unsubscribe must reach the upstream."""
-        return self.correlator.audience.release(uri) and not self.wire.subscriptions_changed()
+        return self.audience.release(uri) and not self.wire.subscriptions_changed()
 
     def send_own(self, method: str, params: dict[str, Any], sink: Sink = IGNORE) -> None:
         """A request of the gateway's own whose answer no client waits for (subscriptions,

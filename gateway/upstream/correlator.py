@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import itertools
 import secrets
-import time
-from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,14 +25,10 @@ from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
+from gateway.upstream.audience import DEFAULT_LEVEL, Audience
 from gateway.upstream.targeting import Targeting
 from gateway.upstream.task_owners import TaskOwners
 
-# A principal whose call was answered this recently may still be the one a message of no
-# call is about (a late log line): while another is, such a message goes to nobody. Longer
-# catches later lines, and drops more of the lines of calls that follow another principal's.
-RECENT_S = 2.0
-DEFAULT_LEVEL = "info"  # what an owner that set no level hears once the server was set
 TASK_ENDS = frozenset({"tasks/result", "tasks/cancel"})  # answers after which a task is over
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
@@ -77,9 +71,7 @@ class Owner(Protocol):
 
 
 class Host(Protocol):
-    """The connection a call runs on, as a call's holder sees it. Who hears a call changes
-    here alone (`redirect`, `park`, `unpark`): a holder hands its call on, it never writes
-    the call's routing."""
+    """The connection a call runs on, as a call's holder sees it."""
 
     name: str
 
@@ -87,24 +79,16 @@ class Host(Protocol):
 
     def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> bool: ...
 
-    def redirect(self, call: Call, sink: Sink, client_id: RequestId | None = None) -> None:
-        """From now on `sink` hears `call`; its answer goes back under `client_id`, when
-        given (a modern client's retry carries an id of its own)."""
-
-    def park(self, call: Call, sink: Sink) -> None:
-        """`call` waits for its client's input, held by `sink` meanwhile (MRTR)."""
-
-    def unpark(self, call: Call) -> None:
-        """`call`'s client answered: it takes part in routing again."""
-
 
 class Call:
     """A request forwarded upstream and not yet answered.
 
-    Its routing (the upstream id, the client's id its answer goes back under, the sink
-    that hears it, whether it is parked) is private to upstream/: changed by its
-    correlator, through its connection's verbs (`Host.redirect`, `park`, `unpark`), and
-    read by everyone else through properties. The rest is fixed when it is opened."""
+    It alone writes its fields (docs/architecture.md: a record that changes has one owner).
+    Its routing (the sink that hears it, the client's id its answer goes back under,
+    whether it is parked) changes by its verbs alone: a holder hands its call on with
+    `redirect`, `park` and `unpark`; its upstream id and the upstream task it names change
+    only when its correlator sends it on as a new request (`go_on_as`). Everyone reads them
+    through properties. The rest is fixed when it is opened."""
 
     __slots__ = ("_client_id", "_failure", "_resend", "_sink", "_task_of", "_upstream_id",
                  "_upstream_task", "_waiting", "conn", "follow_task", "owner",
@@ -157,6 +141,11 @@ class Call:
         return self._resend
 
     @property
+    def task_of(self) -> tuple[str, bool] | None:
+        """The upstream's own task its request names, and whether its answer ends it."""
+        return self._task_of
+
+    @property
     def upstream_task(self) -> str | None:
         return self._upstream_task
 
@@ -164,6 +153,31 @@ class Call:
     def failure(self) -> UpstreamError | None:
         """The transport's error that ended the call, when one did (not a server's answer)."""
         return self._failure
+
+    # -- who hears it ----------------------------------------------------------------------
+    def redirect(self, sink: Sink, client_id: RequestId | None = None) -> None:
+        """From now on `sink` hears the call (a task's run once adopted, a retry's
+        exchange); its answer goes back under `client_id`, when given (a modern client's
+        retry carries an id of its own)."""
+        self._sink = sink
+        if client_id is not None:
+            self._client_id = client_id
+
+    def park(self, sink: Sink) -> None:
+        """The call waits for its client's input, held by `sink` meanwhile (MRTR, or a
+        server's input requests sent on as a round): routing leaves it out while others
+        run (targeting.py), its tool being blocked on the answers it asked for."""
+        self._sink, self._waiting = sink, True
+
+    def unpark(self) -> None:
+        """Its client answered: it takes part in routing again."""
+        self._waiting = False
+
+    def go_on_as(self, upstream_id: int, task_of: tuple[str, bool] | None) -> None:
+        """Sent on as a new request under `upstream_id` (its correlator's ids:
+        `Correlator.renumber`), naming the upstream task `task_of`, if any; no longer
+        parked."""
+        self._upstream_id, self._task_of, self._waiting = upstream_id, task_of, False
 
     def keep_for_resend(self, method: str, params: dict[str, Any]) -> None:
         """Keep the request to send again after an input_required round (wire.py)."""
@@ -200,14 +214,10 @@ class Call:
             tracing.end(self.span, error_type)
             self.span = None
 
-    # -- what the task engine needs of a call (tasks/run.py: UpstreamCall) ------------------
+    # -- what the task engine needs of a call besides (tasks/run.py: UpstreamCall) ---------
     @property
     def upstream(self) -> str:
         return self.conn.name
-
-    def redirect(self, sink: Sink) -> None:
-        """From now on `sink` hears the call (a task's run, once adopted)."""
-        self.conn.redirect(self, sink)
 
     def cancel(self, why: str) -> None:
         self.conn.cancel(self, why)
@@ -253,96 +263,66 @@ class Refused:
 Event = Deliver | Ask | Answer | Refused
 
 
-class Audience:
-    """Who hears what the server says to no call in particular: the owners attached (legacy
-    sessions: server requests and broadcasts reach them), the watchers (listen streams:
-    broadcasts only), the principals whose calls just ended (a late line may be theirs),
-    the resource subscriptions held for them all (the upstream keeps one subscription per
-    URI, whoever holds it) and the log level they asked of the server."""
+class Asked:
+    """The server's requests out to clients, under ids of the gateway's own: for each, the
+    server's id its answer goes back under and the owner asked, whose answer alone is taken
+    (docs/architecture.md, Tenancy)."""
 
     def __init__(self) -> None:
-        self.owners: dict[str, Owner] = {}
-        self.watchers: dict[str, Owner] = {}
-        self.subscriptions: Counter[str] = Counter()  # resource URI -> holders
-        self.confirmed: set[str] = set()  # URIs the server took a subscribe of
-        self.level: str | None = None  # the log level the server was set to, if ever
-        self.recently: dict[str, float] = {}  # principal -> when a call of its was answered
+        self._by_id: dict[str, tuple[RequestId, Owner]] = {}
 
-    def attach(self, owner: Owner) -> None:
-        self.owners[owner.key] = owner
+    def ask(self, upstream_id: RequestId, owner: Owner) -> str:
+        """The id the server's request `upstream_id` goes to `owner` under."""
+        asked_id = new_asked_id()
+        self._by_id[asked_id] = (upstream_id, owner)
+        return asked_id
 
-    def watch(self, owner: Owner) -> None:
-        self.watchers[owner.key] = owner
+    def answered(self, asked_id: RequestId, owner: Owner | None) -> RequestId | None:
+        """The server's id of request `asked_id`, now `owner` answered it (forgotten then);
+        None when nothing asked it, or another owner was asked (whose request stays open
+        for its own answer)."""
+        if not isinstance(asked_id, str):
+            return None  # the gateway asks under ids of its own, strings (`new_asked_id`)
+        entry = self._by_id.get(asked_id)
+        if entry is None or entry[1] is not owner:
+            return None
+        del self._by_id[asked_id]
+        return entry[0]
 
-    def unwatch(self, owner: Owner) -> None:
-        self.watchers.pop(owner.key, None)
+    def forget(self, owner: Owner) -> list[RequestId]:
+        """`owner` is gone: the server's ids of what it was asked (forgotten)."""
+        theirs = [asked_id for asked_id, (_, o) in self._by_id.items() if o is owner]
+        return [self._by_id.pop(asked_id)[0] for asked_id in theirs]
 
-    def only_owner(self) -> Owner | None:
-        """The owner a message for no call can belong to: the one attached, if only one."""
-        return next(iter(self.owners.values())) if len(self.owners) == 1 else None
+    def withdrawn(self, upstream_id: object) -> tuple[str, Owner] | None:
+        """The server cancelled its request `upstream_id`: the id and the owner it was
+        asked under (forgotten), if it was."""
+        for asked_id, (orig, owner) in self._by_id.items():
+            if orig == upstream_id:
+                del self._by_id[asked_id]
+                return asked_id, owner
+        return None
 
-    def answered(self, principal: str) -> None:
-        """A call of `principal`'s was answered now (a late line of it may follow)."""
-        self.recently[principal] = time.monotonic()
-
-    def recent(self) -> set[str]:
-        """The principals whose calls were answered in the last RECENT_S seconds."""
-        cutoff = time.monotonic() - RECENT_S
-        for principal in [p for p, at in self.recently.items() if at < cutoff]:
-            del self.recently[principal]
-        return set(self.recently)
-
-    def present(self) -> set[str]:
-        """The principals a message of no call may concern: whose sessions and listen
-        streams hear this upstream, and whose calls were answered moments ago."""
-        return {*self.recent(), *(o.principal for o in self.owners.values()),
-                *(o.principal for o in self.watchers.values())}
-
-    def levels(self) -> list[str]:
-        """The log levels the attached owners asked for (logging/setLevel); an owner that
-        asked none counts as DEFAULT_LEVEL once the server was set for anyone."""
-        return [o.level or DEFAULT_LEVEL for o in self.owners.values()]
-
-    def hold(self, uri: str) -> bool:
-        """One more holder of a resource subscription; True while the upstream has not
-        confirmed one (the first holder's subscribe may yet fail: then the next holder's
-        must reach the server too, or it would hold what the server never took)."""
-        self.subscriptions[uri] += 1
-        return uri not in self.confirmed
-
-    def confirm(self, uri: str) -> None:
-        """The server took a subscribe of `uri`."""
-        if self.subscriptions[uri] > 0:
-            self.confirmed.add(uri)
-
-    def release(self, uri: str) -> bool:
-        """One holder fewer; True when it was the last."""
-        if self.subscriptions[uri] > 1:
-            self.subscriptions[uri] -= 1
-            return False
-        self.subscriptions.pop(uri, None)
-        self.confirmed.discard(uri)
-        return True
-
-    def broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> list[Event]:
-        return [Deliver(owner, msg) for owner in [*self.owners.values(), *self.watchers.values()]
-                if want(owner)]
+    def clear(self) -> None:
+        self._by_id.clear()
 
 
 class Correlator:
     """Calls in flight on one link, and the server's requests and notifications routed to
-    the call or owner they belong to (never guessed), or to its audience."""
+    the call or owner they belong to (never guessed), or to its audience. The audience and
+    the owners of the upstream's own tasks are its peers, the connection's (`Connection`):
+    it reads them to route and tells them what the server's answers say."""
 
-    def __init__(self, host: Host, counters: Counters) -> None:
+    def __init__(self, host: Host, counters: Counters, audience: Audience[Owner],
+                 tasks: TaskOwners[Owner]) -> None:
         self.host = host
         self.counters = counters
-        self.audience = Audience()
+        self.audience = audience
+        self.tasks = tasks  # the upstream's own tasks: whose
         self._ids = itertools.count(1)
         self.in_flight: dict[int, Call] = {}
-        self._asked: dict[str, tuple[RequestId, Owner]] = {}  # our id -> (upstream's id, owner)
-        self.tasks: TaskOwners[Owner] = TaskOwners()  # the upstream's own tasks: whose
-        self.targeting: Targeting[Call, Owner] = Targeting(self.in_flight, self.audience,
-                                                           self.tasks)
+        self._asked = Asked()  # the server's requests out to clients
+        self.targeting: Targeting[Call, Owner] = Targeting(self.in_flight, audience, tasks)
 
     # -- downstream -> upstream ------------------------------------------------------------
     def open(self, msg: Message, owner: Owner | None, sink: Sink, follow_task: bool = False,
@@ -365,24 +345,13 @@ class Correlator:
 
     def renumber(self, call: Call, method: str, params: dict[str, Any]) -> int:
         """A new upstream id for a call that goes on with another request."""
-        self.in_flight.pop(call._upstream_id, None)
-        call._upstream_id = uid = next(self._ids)
-        call._waiting = False
-        call._task_of = _task_of(method, params)
+        self.in_flight.pop(call.upstream_id, None)
+        uid = next(self._ids)
+        call.go_on_as(uid, _task_of(method, params))
         meta = params.get("_meta")
         if call.progress_token is not None and isinstance(meta, dict):
             params["_meta"] = {**meta, "progressToken": uid}
         return uid
-
-    # Who hears a call changes here alone (Host.redirect, park, unpark say when).
-    def redirect(self, call: Call, sink: Sink, client_id: RequestId | None = None) -> None:
-        call._sink, call._client_id = sink, call._client_id if client_id is None else client_id
-
-    def park(self, call: Call, sink: Sink) -> None:
-        call._sink, call._waiting = sink, True  # routing leaves it out (targeting.py)
-
-    def unpark(self, call: Call) -> None:
-        call._waiting = False
 
     def sent(self, call: Call) -> None:
         """A call's request is on its way: in flight from now."""
@@ -390,38 +359,27 @@ class Correlator:
 
     def hold_call(self, call: Call) -> None:
         """Keep an answered call as the caller's while its client supplies input."""
-        call._waiting = True
+        call.park(call.sink)
         self.in_flight[call.upstream_id] = call
 
     def drop(self, call: Call) -> bool:
         """Forget a call (it was cancelled or failed); False if it was gone already."""
         return self.in_flight.pop(call.upstream_id, None) is not None
 
-    def new_asked_id(self) -> str:
-        """Ids of server requests are random (96 bits): unique across upstreams and their
-        processes, so a session that talks to several (isolation: call, or two upstreams)
-        never confuses two of them, and no caller can guess another's (docs/architecture.md,
-        Tenancy: an answer is accepted only from the principal asked)."""
-        return f"gw-{secrets.token_urlsafe(12)}"
-
     def reply(self, asked_id: RequestId, msg: Message, owner: Owner | None) -> Answer | None:
         """`owner`'s answer to a server-to-client request, back under the original id;
         None when nothing asked it, or it was asked of another owner (whose request stays
         open for its own answer)."""
-        if not isinstance(asked_id, str):
-            return None  # the gateway asks under ids of its own, strings (`new_asked_id`)
-        entry = self._asked.get(asked_id)
-        if entry is None or entry[1] is not owner:
+        upstream_id = self._asked.answered(asked_id, owner)
+        if upstream_id is None:
             return None
-        del self._asked[asked_id]
-        msg["id"] = entry[0]
+        msg["id"] = upstream_id
         return Answer(msg)
 
     def detach(self, owner: Owner) -> list[Event]:
-        """Forget `owner`: what the server asked it is refused."""
-        self.audience.owners.pop(owner.key, None)
-        return [_refusal(self._asked.pop(asked_id)[0], "client session ended")
-                for asked_id in [k for k, (_, o) in self._asked.items() if o is owner]]
+        """`owner` is gone: what the server asked it is refused."""
+        return [_refusal(upstream_id, "client session ended")
+                for upstream_id in self._asked.forget(owner)]
 
     def calls_of(self, owner: Owner) -> list[Call]:
         return [c for c in self.in_flight.values() if c.owner is owner]
@@ -452,8 +410,8 @@ class Correlator:
         self.audience.answered(principal)
         result = msg.get("result")
         self.tasks.note(result, principal, call.owner)
-        if call._task_of is not None:
-            task_id, ends = call._task_of
+        if call.task_of is not None:
+            task_id, ends = call.task_of
             if ends or (isinstance(result, dict) and result.get("status") in TERMINAL):
                 self.tasks.ended(task_id)
         return call
@@ -471,10 +429,10 @@ class Correlator:
         for (the call on whose stream it came, if any)."""
         method, params = msg["method"], msg.get("params")
         if method.endswith("/list_changed"):
-            return self.audience.broadcast(msg, lambda _owner: True)
+            return self._broadcast(msg, lambda _owner: True)
         if method == mcp.RESOURCE_UPDATED and isinstance(params, dict):
             uri = params.get("uri")
-            return self.audience.broadcast(
+            return self._broadcast(
                 msg, lambda owner: isinstance(uri, str) and owner.is_subscribed(uri))
         if method == mcp.CANCELLED and isinstance(params, dict):
             return self._forward_cancel(msg, params)
@@ -486,7 +444,7 @@ class Correlator:
         # Belonging to no call, it may concern anyone's work: only when one principal hears
         # this upstream may it go to all (docs/architecture.md, Tenancy); else nowhere.
         if not self.clients_calls() and len(self.audience.present()) <= 1:
-            return self.audience.broadcast(msg, lambda owner: self._wanted(msg, owner))
+            return self._broadcast(msg, lambda owner: self._wanted(msg, owner))
         self.counters.upstream_unroutable_notifications += 1
         return []
 
@@ -502,9 +460,7 @@ class Correlator:
             return [self._unroutable(msg)]
         if not owner.accepts(method):
             return self._undeclared(msg, target)
-        asked_id = self.new_asked_id()
-        self._asked[asked_id] = (msg["id"], owner)
-        msg["id"] = asked_id
+        msg["id"] = self._asked.ask(msg["id"], owner)
         return [Ask(target, owner, msg)]
 
     def _unroutable(self, msg: Message) -> Answer:
@@ -532,15 +488,17 @@ class Correlator:
         return refusal
 
     def _forward_cancel(self, msg: Message, params: dict[str, Any]) -> list[Event]:
-        for asked_id, (orig, owner) in self._asked.items():
-            if orig == params.get("requestId"):
-                del self._asked[asked_id]
-                params["requestId"] = asked_id
-                return [Deliver(owner, msg)]
-        return []
+        withdrawn = self._asked.withdrawn(params.get("requestId"))
+        if withdrawn is None:
+            return []
+        params["requestId"], owner = withdrawn  # the id its client was asked under
+        return [Deliver(owner, msg)]
 
     def _wanted(self, msg: Message, owner: Owner) -> bool:
-        return _wanted(msg, owner, self.audience.level is not None)
+        return _wanted(msg, owner, self.audience.levels_set)
+
+    def _broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> list[Event]:
+        return [Deliver(owner, msg) for owner in self.audience.hearing(want)]
 
     def _came_with(self, via: Call | None) -> Call | None:
         """The call a message's stream belongs to, while it is a client's and in flight."""
@@ -548,6 +506,13 @@ class Correlator:
             return None
         return via
 
+
+def new_asked_id() -> str:
+    """An id for a server's request of a client. Random (96 bits): unique across upstreams
+    and their processes, so a session that talks to several (isolation: call, or two
+    upstreams) never confuses two of them, and no caller can guess another's
+    (docs/architecture.md, Tenancy: an answer is accepted only from the principal asked)."""
+    return f"gw-{secrets.token_urlsafe(12)}"
 
 
 def _wanted(msg: Message, owner: Owner, levels_set: bool) -> bool:

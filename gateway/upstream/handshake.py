@@ -161,7 +161,7 @@ class Handshake:
             raise UpstreamInitializeFailed(
                 name, f"upstream '{name}' did not answer {method}") from None
         finally:  # answered, or abandoned (the process exited meanwhile)
-            self.conn.correlator.drop(call)
+            self.conn.drop(call)
 
     def _initialized(self, reply: Message) -> str:
         """Accept the server's initialize reply (a version we speak) and become ready."""
@@ -174,7 +174,7 @@ class Handshake:
         self.conn.transport.write(jsonrpc.line(jsonrpc.notification(mcp.INITIALIZED)), None,
                                   {mcp.H_PROTOCOL: str(version)})
         self._become_ready(result)
-        for uri in self.conn.correlator.audience.subscriptions:  # a restarted server knew none
+        for uri in self.conn.audience.held():  # a restarted server knew none
             self.conn.send_own(mcp.SUBSCRIBE, {"uri": uri})
         return str(version)
 

@@ -291,7 +291,7 @@ class PerClient(Backend):
         cutoff = time.monotonic() - idle_s
         idle = [p for p, conn in self._by_principal.items()
                 if self._used.get(p, 0.0) < cutoff and not conn.in_flight
-                and not conn.correlator.audience.watchers]
+                and not conn.audience.watchers]
         for principal in idle:
             conn = self._by_principal.pop(principal)
             self._used.pop(principal, None)

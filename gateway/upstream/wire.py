@@ -25,7 +25,8 @@ from typing import Any, Final, Literal, Protocol
 
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
-from gateway.upstream.correlator import Call, Correlator, Host, Owner, Sink
+from gateway.upstream.audience import Audience
+from gateway.upstream.correlator import Call, Host, Owner, Sink, new_asked_id
 
 VERSION = mcp.MODERN_VERSIONS[0]
 Era = Literal["legacy", "modern"]  # which revision a server speaks (/readyz `era`)
@@ -50,17 +51,21 @@ class Round:
 class Driver(Host, Protocol):
     """What a modern wire needs of its connection."""
 
+    audience: Audience[Owner]  # the subscriptions its listen stream carries
+
     @property
     def ready(self) -> bool: ...
 
     def request(self, msg: Message, owner: Owner | None, sink: Sink,
                 headers: dict[str, str] | None = None, follow_task: bool = False) -> Call: ...
 
-    correlator: Correlator
-
     def resend(self, call: Call, method: str, params: dict[str, Any]) -> None: ...
 
     def cancel(self, call: Call, reason: str) -> None: ...
+
+    def drop(self, call: Call) -> bool: ...
+
+    def await_input(self, call: Call) -> None: ...
 
 
 class Wire(Protocol):
@@ -199,7 +204,7 @@ class ModernWire:
             return
         params = {"notifications": {
             "toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True,
-            "resourceSubscriptions": sorted(self.conn.correlator.audience.subscriptions)}}
+            "resourceSubscriptions": self.conn.audience.held()}}
         self.listening = self.conn.request(jsonrpc.request(0, mcp.LISTEN, params), None,
                                            _Listening(self))
 
@@ -215,7 +220,9 @@ class ModernWire:
             else:
                 del params["_meta"]
 
-    def _listen_ended(self, sink: _Listening, msg: Message) -> None:
+    def listen_ended(self, sink: _Listening, msg: Message) -> None:
+        """The gateway's listen stream `sink` was answered: it ended. Opened again after
+        RELISTEN_S, unless the server offers none (or a newer one replaced it)."""
         if self.listening is None or self.listening.sink is not sink:
             return  # an older stream, replaced already
         self.listening = None
@@ -282,9 +289,9 @@ class ModernWire:
                 f"the server asks for input the client did not declare ({refused[0]})")}
             return False
         this = Round(call, resend, result.get("requestState"), set(requests))
-        self.conn.correlator.hold_call(call)
+        self.conn.await_input(call)
         for key, request in requests.items():
-            asked_id = self.conn.correlator.new_asked_id()
+            asked_id = new_asked_id()
             self.rounds[asked_id] = (this, key)
             owner.expect_reply(asked_id, self.conn)
             ask_params = dict(request.get("params") or {})
@@ -307,7 +314,7 @@ class ModernWire:
         result = msg.get("result")
         if not isinstance(result, dict):  # the client refused: so does the call
             self.forget(this.call)
-            self.conn.correlator.drop(this.call)
+            self.conn.drop(this.call)
             this.call.answer(jsonrpc.error(
                 this.call.client_id, jsonrpc.INTERNAL_ERROR,
                 f"the client did not answer the server's input request {key!r}",
@@ -355,4 +362,4 @@ class _Listening:
         pass
 
     def on_response(self, msg: Message) -> None:
-        self.owner._listen_ended(self, msg)
+        self.owner.listen_ended(self, msg)

@@ -20,7 +20,7 @@ from mcp_http import BASIC, McpHttp, Reply, next_event
 
 from gateway.app import create_app
 from gateway.settings.load import from_mapping
-from gateway.upstream import correlator
+from gateway.upstream import audience
 
 SERVERS = Path(__file__).parents[1] / "servers"
 MODERN_SERVER = [sys.executable, str(SERVERS / "modern_server.py")]
@@ -236,7 +236,7 @@ async def test_an_unsubscribe_ends_only_the_callers_own_subscription(base, http)
 def no_late_lines(monkeypatch) -> None:
     """Calls of two principals in a row: the lines of the second are not taken for late
     lines of the first (what the tests below look at is the level)."""
-    monkeypatch.setattr(correlator, "RECENT_S", 0.0)
+    monkeypatch.setattr(audience, "RECENT_S", 0.0)
 
 
 @pytest.mark.usefixtures("no_late_lines")

@@ -20,7 +20,8 @@ DIFFERENT = "it was issued for a different request"
 
 
 class Conn:
-    """What a parked call needs of its connection (the `Host`), recorded."""
+    """What a parked call needs of its connection (the `Host`), recorded; and how many of
+    its calls are parked (`Call.park`, `unpark`)."""
 
     def __init__(self) -> None:
         self.replies: list[tuple[Any, dict[str, Any]]] = []
@@ -33,17 +34,18 @@ class Conn:
     def cancel(self, call: Any, why: str) -> None:
         self.cancelled.append(why)
 
-    def park(self, call: Any, sink: Any) -> None:
-        self.parked += 1
-
-    def unpark(self, call: Any) -> None:
-        self.parked -= 1
 
 
 class Call:
     def __init__(self) -> None:
         self.conn = Conn()
         self.owner = None
+
+    def park(self, sink: Any) -> None:
+        self.conn.parked += 1
+
+    def unpark(self) -> None:
+        self.conn.parked -= 1
 
 
 class Answers:

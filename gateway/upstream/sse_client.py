@@ -177,9 +177,11 @@ async def read(reader: EventReader, resp: aiohttp.ClientResponse,
     until the stream ends or, if given, `done()` holds after a message. An event over the
     reader's bound is TooLarge when the stream is a call's (`via`); on a stream of no call
     (a session's GET stream) it is dropped, logged, and the stream read on."""
-    # Closed as the reading ends, whichever way: what its event held is given back then.
-    async with contextlib.aclosing(reader.events(resp)) as events:
-        async for event, data in events:
+    # What the event being read held is given back as the reading ends, whichever way. Not
+    # by closing the generator (contextlib.aclosing): a task destroyed with its loop
+    # (GeneratorExit inside the generator's await) made aclose() raise "already running".
+    try:
+        async for event, data in reader.events(resp):
             if event == TOO_LARGE:
                 if via is not None:
                     raise TooLarge(reader.max_bytes)
@@ -188,6 +190,8 @@ async def read(reader: EventReader, resp: aiohttp.ClientResponse,
             on_message(data, via)
             if done is not None and done():
                 return
+    finally:
+        reader.part.count(0)
 
 
 @dataclass(frozen=True, slots=True)

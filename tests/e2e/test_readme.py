@@ -9,6 +9,7 @@ import http.client
 import importlib
 import json
 import re
+import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,9 @@ PROBES: dict[str, Probe] = {
         "Content-Type": "text/plain"}),
     "Accept without JSON or SSE": lambda s: s.post(call("ping"), headers={
         "Accept": "text/html"}),
+    "a body sent with a `Content-Encoding`": lambda s: s.post(
+        data=zlib.compress(json.dumps(call("ping")).encode()),
+        headers={"Content-Encoding": "deflate"}),
     "no `Mcp-Session-Id`": lambda s: s.post(call("tools/list"), headers={
         "MCP-Protocol-Version": "2025-06-18"}),
     "unknown or ended session": lambda s: s.post(call("tools/list"), headers={

@@ -151,6 +151,10 @@ def refuse_initialize_on_stdio() -> None:
     """stdio: the SDK serves whichever era the first request opens, so `initialize` is
     answered here (refused) and never reaches it; everything else is piped through."""
     real_stdin = os.fdopen(os.dup(0), "rb")
+    # The SDK diverts fd 1 to stderr once it runs (its stdio.py, issue #1933), so the refusal
+    # goes to a copy of the wire taken now: written to fd 1 it raced the divert and, late,
+    # reached the gateway's stderr reader, and the gateway waited for an answer that never came.
+    wire = os.dup(1)
     read_end, write_end = os.pipe()
     os.dup2(read_end, 0)
     os.close(read_end)
@@ -160,7 +164,7 @@ def refuse_initialize_on_stdio() -> None:
             for line in real_stdin:
                 msg = json.loads(line) if line.strip() else {}
                 if isinstance(msg, dict) and msg.get("method") == "initialize":
-                    os.write(1, json.dumps(refusal(msg.get("id"))).encode() + b"\n")
+                    os.write(wire, json.dumps(refusal(msg.get("id"))).encode() + b"\n")
                 else:
                     sdk.write(line)
 

@@ -136,6 +136,10 @@ class CoreTasks:
         lacking = scopes_checked(request, msg, self.policy) or unscoped
         try:
             self.engine.admit(session.principal)  # the principal's rate, over its sessions
+            if (kept := handlers.kept(self.engine, core.NAME, method, params,
+                                      session.task_owner, lacking)) is not None:
+                return await send_held(request, jsonrpc.result(msg["id"], kept), self.flow,
+                                       self.inflight.answers.hold(session.principal))
             if method == core.RESULT:
                 return await self.result(request, session, msg, params, lacking)
             return json_response(jsonrpc.result(msg["id"], await handlers.CORE[method](
@@ -151,7 +155,11 @@ class CoreTasks:
         bound = session.tasks.get(task.id)
         if task.terminal:
             await self.engine.delivered(task.id)
-            return await send_held(request, core.final(task, msg["id"]), self.flow,
+            answer = core.final(task, msg["id"])
+            if "result" in answer:  # kept for the next reads (an error is not: it is short)
+                answer["result"] = handlers.keep(self.engine, core.RESULT, task,
+                                                 answer["result"])
+            return await send_held(request, answer, self.flow,
                                    self.inflight.answers.hold(session.principal))
         if bound is None:  # the principal's, made in another session or on another replica
             return await self._await_end(request, session, msg, task)

@@ -19,6 +19,7 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import assert_never
 
+import orjson
 from aiohttp import web
 
 from gateway import errors, router
@@ -113,6 +114,10 @@ class ModernEra:
                                         "answer input requests with inputResponses")
         caller = envelope.check(request, msg, self.backend.catalogue)
         lacking = scopes_checked(request, msg, self.policy)  # InsufficientScope: 403
+        if (kept := self.kept(msg, caller, lacking)) is not None:
+            self.engine.admit(caller.principal)  # the tasks/* rate, as on the ordinary path
+            return await send_held(request, jsonrpc.result(msg["id"], kept), self.flow,
+                                   self.inflight.answers.hold(caller.principal))
         try:  # the route first: the decision depends on its era
             route = await self.backend.for_principal(caller.principal)
         except errors.UpstreamError as exc:  # it cannot start: 503, as a legacy initialize
@@ -151,6 +156,19 @@ class ModernEra:
 
     def policy(self, tool: str) -> Policy:
         return self.policies.for_tool(self.backend.name, tool)
+
+    def kept(self, msg: Message, caller: Caller, lacking: Lacking | None
+             ) -> orjson.Fragment | None:
+        """A tasks/get of the caller's finished task, answered as its first read was
+        (tasks/kept.py): the route and the router would decide ServeTasks, and the task
+        cannot have changed. Anything else (no extension declared, a retry's state to
+        open) takes the ordinary path, which refuses what it must."""
+        params = msg.get("params") or {}
+        if msg["method"] != extension.GET or "requestState" in params or \
+                not extension.declared(caller.capabilities):
+            return None
+        return handlers.kept(self.engine, extension.NAME, extension.GET, params,
+                             caller.principal, lacking or unscoped)
 
     def decide(self, msg: Message, caller: Caller, route: Route,
                retry: router.OwnRound | TheirRound | None) -> router.ModernDecision:

@@ -41,7 +41,8 @@ def notification(method: str, params: dict[str, Any] | None = None) -> Message:
     return msg
 
 
-def result(id_: RequestId, value: dict[str, Any]) -> Message:
+def result(id_: RequestId, value: dict[str, Any] | orjson.Fragment) -> Message:
+    """A result message; `value` may be serialized already (a Fragment: embedded as it is)."""
     return {"jsonrpc": "2.0", "id": id_, "result": value}
 
 

@@ -23,6 +23,7 @@ from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import UNLIMITED, Admission
+from gateway.tasks.kept import KeptAnswers
 from gateway.tasks.local import Local
 from gateway.tasks.model import CANCELLED_BY_CLIENT, Dialect, Status, Task, failure, new_id
 from gateway.tasks.policy import PollAdvisor
@@ -47,6 +48,7 @@ class TaskEngine:
         self._report = Report(metrics, counters)
         self._admission = admission or Admission(UNLIMITED, UNLIMITED, self._report.counters)
         self.poll = PollAdvisor()
+        self.kept = KeptAnswers(clock)  # finished tasks' answers, by the dialects' hands
         self._local = Local(store, self._report, self.poll, clock)
         # Replicas sharing the store (a bus); a single process has none.
         self.replicas = None if bus is None else Replicas(

@@ -308,3 +308,21 @@ async def test_a_cancelled_task_reads_the_same_in_both_eras(url, client, http) -
                   ).body["result"]
     assert core_end["status"] == modern_end["status"] == "cancelled"
     assert core_end["statusMessage"] == modern_end["statusMessage"] == "cancelled by the client"
+
+
+async def test_a_finished_task_read_again_is_its_sessions_alone(url, client) -> None:
+    """tasks/get and tasks/result of a finished core task are kept from their first read
+    (tasks/kept.py): read again, the same answers; another session gets "not found"."""
+    c = await session(client, url)
+    task_id = (await as_task(c, "whoami"))["result"]["task"]["taskId"]
+    await wait_for(c, task_id, "completed")
+    reads = [await request(c, method, {"taskId": task_id})
+             for method in ("tasks/get", "tasks/result") for _ in range(2)]
+    assert reads[0]["result"] == reads[1]["result"] and reads[0]["id"] != reads[1]["id"]
+    assert reads[2]["result"] == reads[3]["result"]
+    assert reads[2]["result"]["_meta"][RELATED] == {"taskId": task_id}
+    assert reads[2]["result"]["content"][0]["text"].isdigit()
+    other = await session(client, url)
+    for method in ("tasks/get", "tasks/result"):
+        err = (await request(other, method, {"taskId": task_id}))["error"]
+        assert err["code"] == -32602 and "not found" in err["message"]

@@ -202,6 +202,9 @@ async def test_tools_need_their_scopes_in_both_eras(oauth, idp, http) -> None:
     narrower = await tasks_op(http, url, "tasks/get", task["taskId"], bearer(plain))
     assert narrower.status == 403 and challenge(narrower)["scope"] == "deploy"
     await wait_for(http, url, task["taskId"], "completed", bearer(deployer))
+    # Finished and read, its answer is kept (tasks/kept.py): still its tool's scopes only.
+    narrower = await tasks_op(http, url, "tasks/get", task["taskId"], bearer(plain))
+    assert narrower.status == 403 and challenge(narrower)["scope"] == "deploy"
 
 
 async def test_scopes_every_request_needs(oauth, idp, http) -> None:

@@ -42,6 +42,17 @@ async def wait_for(http, url, task_id, status, headers=None) -> dict[str, Any]:
     raise AssertionError(f"task never reached {status}: {task}")
 
 
+async def misnamed_get(http, url, task_id, headers) -> tuple[int, int]:
+    """A tasks/get whose Mcp-Name disagrees with its taskId: its status and error code."""
+    params = {"taskId": task_id, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": TASKS}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}
+    headers = {**headers_for("tasks/get", params), **headers, "Mcp-Name": "other"}
+    async with http.post(url, json=body, headers=headers) as resp:
+        return resp.status, (await resp.json())["error"]["code"]
+
+
 @pytest.fixture
 async def url(gateway) -> str:
     return await gateway(tasks=POLICY)
@@ -146,13 +157,7 @@ async def test_ownership_and_wrong_requests(gateway, http) -> None:
     for method in ("tasks/result", "tasks/list"):
         gone = await tasks_op(http, url, method, task["taskId"], alice)
         assert (gone.status, gone.body["error"]["code"]) == (404, -32601)
-    params = {"taskId": task["taskId"], "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": TASKS}}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}
-    headers = {**headers_for("tasks/get", params), **alice, "Mcp-Name": "other"}
-    async with http.post(url, json=body, headers=headers) as resp:
-        assert resp.status == 400 and (await resp.json())["error"]["code"] == -32020
+    assert await misnamed_get(http, url, task["taskId"], alice) == (400, -32020)
 
 
 async def test_a_full_store_answers_inline(gateway, http) -> None:
@@ -321,3 +326,24 @@ async def test_a_finished_task_frees_its_call_at_once(url, http) -> None:
     finally:
         gc.enable()
     assert held == []
+
+
+async def test_a_finished_task_read_again_answers_its_owner_alone(gateway, http) -> None:
+    """A finished task's answer is kept from its first read (tasks/kept.py): read again it is
+    the same; Bob naming it gets what an unknown id gets, an undeclared extension -32021, a
+    Mcp-Name that disagrees -32020, exactly as before it was kept."""
+    url = await gateway(tasks=POLICY, auth={"bearer_tokens": ["alice", "bob"]})
+    alice, bob = {"Authorization": "Bearer alice"}, {"Authorization": "Bearer bob"}
+    task_id = (await call(http, url, "whoami", headers=alice)).body["result"]["taskId"]
+    first = await wait_for(http, url, task_id, "completed", alice)
+    again = [(await tasks_op(http, url, "tasks/get", task_id, alice)).body for _ in range(2)]
+    assert [reply["result"] for reply in again] == [first, first]
+    assert again[0]["id"] != again[1]["id"]  # each answer carries its own request's id
+    assert first["result"]["content"][0]["text"].isdigit()  # the server's pid: its answer
+    foreign = await tasks_op(http, url, "tasks/get", task_id, bob)
+    unknown = await tasks_op(http, url, "tasks/get", "no-such-task", bob)
+    assert (foreign.status, foreign.body["error"]) == (
+        unknown.status, {**unknown.body["error"], "data": {"taskId": task_id}})
+    undeclared = await tasks_op(http, url, "tasks/get", task_id, alice, caps={})
+    assert undeclared.status == 400 and undeclared.body["error"]["code"] == -32021
+    assert await misnamed_get(http, url, task_id, alice) == (400, -32020)

@@ -15,7 +15,8 @@ from gateway.tasks.model import Dialect, Status, Task
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 NAME: Dialect = "extension"
-METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+GET = "tasks/get"
+METHODS = frozenset({GET, "tasks/update", "tasks/cancel"})
 NOTIFICATION = "notifications/tasks"
 
 

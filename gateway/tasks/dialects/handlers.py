@@ -34,8 +34,10 @@ async def core_lookup(engine: TaskEngine, task_id: str, owner: str,
 
 
 async def core_get(engine: TaskEngine, params: dict[str, Any], owner: str,
-                   lacking: Lacking = unscoped) -> dict[str, Any]:
-    return core.fields(await core_named(engine, params, owner, lacking))
+                   lacking: Lacking = unscoped) -> dict[str, Any] | orjson.Fragment:
+    task = await core_named(engine, params, owner, lacking)
+    return keep(engine, "tasks/get", task, core.fields(task)) if task.terminal \
+        else core.fields(task)
 
 
 async def core_cancel(engine: TaskEngine, params: dict[str, Any], owner: str,
@@ -89,13 +91,16 @@ CORE = {"tasks/get": core_get, "tasks/list": core_list, "tasks/cancel": core_can
 
 # -- the tasks extension (2026-07-28) ------------------------------------------------------
 async def extension_request(engine: TaskEngine, method: str, params: dict[str, Any],
-                            owner: str, lacking: Lacking = unscoped) -> dict[str, Any]:
+                            owner: str, lacking: Lacking = unscoped
+                            ) -> dict[str, Any] | orjson.Fragment:
     """tasks/get, tasks/update, tasks/cancel for `owner`; the result to send."""
     task = await _lookup(engine, _named(params), owner, extension.NAME, lacking)
     if method == "tasks/get":
-        if task.terminal:  # its result (or error) inlined: its owner has it now
-            await engine.delivered(task.id)
-        return {**extension.detailed(task), "resultType": "complete"}
+        detailed = {**extension.detailed(task), "resultType": "complete"}
+        if not task.terminal:
+            return detailed
+        await engine.delivered(task.id)  # its result (or error) inlined: its owner has it now
+        return keep(engine, method, task, detailed)
     if method == "tasks/update":
         responses = params.get("inputResponses")
         if not isinstance(responses, dict):
@@ -107,6 +112,27 @@ async def extension_request(engine: TaskEngine, method: str, params: dict[str, A
 
 
 # -- both ---------------------------------------------------------------------------------
+def kept(engine: TaskEngine, dialect: Dialect, method: str, params: dict[str, Any],
+         owner: str, lacking: Lacking = unscoped) -> orjson.Fragment | None:
+    """The owner's finished task's answer to `method` as its first read rendered it
+    (tasks/kept.py), or None: the ordinary path answers (a task not finished, not read yet,
+    another's, unknown, or of a tool whose scopes the caller lacks: refused there)."""
+    task_id = task_id_of(params)
+    found = None if task_id is None else engine.kept.get(dialect, method, task_id, owner)
+    if found is None or lacking(found.tool):
+        return None
+    return orjson.Fragment(found.answer)
+
+
+def keep(engine: TaskEngine, method: str, task: Task, result: dict[str, Any]
+         ) -> orjson.Fragment:
+    """`result`, the finished `task`'s answer to `method`, serialized once and kept for
+    its owner's next reads."""
+    answer = orjson.dumps(result)
+    engine.kept.keep(method, task, answer)
+    return orjson.Fragment(answer)
+
+
 def _named(params: dict[str, Any], wording: str = "") -> str:
     """The id a tasks/* request names, where it enters (`task_id_of`): a value that is no
     string names no task, and gets what an unknown id gets (the value sent echoed back)."""

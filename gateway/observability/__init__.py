@@ -6,6 +6,7 @@ them. Secrets never reach a log line: headers are never logged, and owners appea
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import sys
@@ -55,6 +56,7 @@ def _orjson_str(obj: object, **_: object) -> str:
     return orjson.dumps(obj, default=str).decode()
 
 
+@functools.lru_cache(maxsize=4096)  # a task's events name its owner two or three times
 def owner_hash(owner: str) -> str:
     """A short stable digest of an owner identity, safe to log."""
     return hashlib.sha256(owner.encode()).hexdigest()[:12]

@@ -45,10 +45,11 @@ def watch_progress(params: dict[str, Any]) -> bool:
 
 def task_fields(task: Task, ttl_key: str, poll_key: str) -> dict[str, Any]:
     """The Task object both dialects share; they differ only in the names of two fields."""
+    created = iso(task.created_at)
+    updated = created if task.updated_at == task.created_at else iso(task.updated_at)
     out: dict[str, Any] = {"taskId": task.id, "status": str(task.status),
-                           "createdAt": iso(task.created_at),
-                           "lastUpdatedAt": iso(task.updated_at), ttl_key: task.ttl_ms,
-                           poll_key: task.poll_interval_ms}
+                           "createdAt": created, "lastUpdatedAt": updated,
+                           ttl_key: task.ttl_ms, poll_key: task.poll_interval_ms}
     if task.status_message:
         out["statusMessage"] = task.status_message
     return out

@@ -27,7 +27,6 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from cachetools import TTLCache
@@ -41,10 +40,10 @@ _NO_INPUTS: dict[str, Any] = {}  # shared by kept records; never handed out (get
 def _kept(task: Task) -> Task:
     """The copy the store keeps: shares nothing mutable with `task`, and as little memory
     with other records as it can."""
-    return replace(task, owner=sys.intern(task.owner), quota=sys.intern(task.quota),
-                   tool=sys.intern(task.tool),
-                   upstream=sys.intern(task.upstream), replica=sys.intern(task.replica),
-                   inputs=dict(task.inputs) if task.inputs else _NO_INPUTS)
+    return task.but(owner=sys.intern(task.owner), quota=sys.intern(task.quota),
+                    tool=sys.intern(task.tool),
+                    upstream=sys.intern(task.upstream), replica=sys.intern(task.replica),
+                    inputs=dict(task.inputs) if task.inputs else _NO_INPUTS)
 
 
 class MemoryStore:

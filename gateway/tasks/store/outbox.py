@@ -23,7 +23,7 @@ save the store cannot apply to a record it lacks becomes a restore).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gateway.errors import StoreUnavailable
 from gateway.observability import log
@@ -196,5 +196,5 @@ def _ends_first(pending: dict[str, Entry]) -> list[tuple[str, Entry]]:
 def _too_large(task: Task, why: str) -> Task:
     """`task`'s end as a failure that says why its result could not be kept."""
     error = failure(why)
-    return replace(task, status=Status.FAILED, status_message=why, result=None, error=error,
-                   size=len(jsonrpc.dumps(error)))
+    return task.but(status=Status.FAILED, status_message=why, result=None, error=error,
+                    size=len(jsonrpc.dumps(error)))

@@ -70,6 +70,10 @@ class Endpoint:
         except GatewayError as exc:
             self.counters.refused(exc)
             resp = error_response(exc, msg.get("id") if msg else None)
+        except BaseException:  # a fault of the gateway's, or cancelled: the call's mark goes
+            if tool_call is not None:
+                self.metrics.uncalled(tool_call)
+            raise
         method = msg.get("method", "other") if msg else "other"  # a reply to the server: other
         ok, seconds = not failed(resp), time.monotonic() - started
         self.metrics.request(self.upstream, method, era, ok, seconds)

@@ -120,6 +120,12 @@ class Metrics:
         marker = [False]
         return Calling(tool if isinstance(tool, str) else OTHER, marker, _CALL.set(marker))
 
+    @staticmethod
+    def uncalled(call: Calling) -> None:
+        """The tools/call `calling` began ends with no answer (the handler raised): its
+        context's marker goes, uncounted."""
+        _CALL.reset(call.token)
+
     def called(self, upstream: str, call: Calling, ok: bool, seconds: float) -> None:
         """The tools/call `calling` began is answered: counted unless a task took it."""
         _CALL.reset(call.token)
@@ -127,7 +133,10 @@ class Metrics:
             self.tool_called(upstream, call.tool, "ok" if ok else "error", seconds)
 
     def tool_called(self, upstream: str, tool: str, outcome: str, seconds: float) -> None:
-        tool = self.tool_label(upstream, tool)
+        self._tool_called(upstream, self.tool_label(upstream, tool), outcome, seconds)
+
+    def _tool_called(self, upstream: str, tool: str, outcome: str, seconds: float) -> None:
+        """`tool_called`, its label found already."""
         self.tool_calls.inc((upstream, tool, outcome))
         self.tool_duration.observe((upstream, tool), seconds)
 
@@ -140,7 +149,7 @@ class Metrics:
         tool = self.tool_label(upstream, tool)
         self.tasks_finished.inc((upstream, tool, status))
         self.task_duration.observe((upstream, tool), seconds)
-        self.tool_called(upstream, tool, OUTCOMES.get(status, "error"), seconds)
+        self._tool_called(upstream, tool, OUTCOMES.get(status, "error"), seconds)
 
     def queue_waited(self, upstream: str, label: str, seconds: float) -> None:
         self.queue_wait.observe((upstream, self.lane(upstream, label)), seconds)

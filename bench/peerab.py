@@ -4,9 +4,11 @@ figures a change can be judged by, taken in the same interleaved rounds on the s
 
 Adds the peers `gateway-before` and `gateway-tasks-before` (BEFORE_CMD, e.g. the console
 script of a venv with the previous commit installed) beside peerbench's `gateway` and
-`gateway-tasks` (GATEWAY_CMD), and `gateway-tasks-redis` (and `-before`) with its tasks on
-the Redis at REDIS_URL where set (REDIS_ACKED: store replicas a write waits for, Redis WAIT);
-every gateway-tasks peer reads bench/gateway-tasks.yaml (see its header). Results go where
+`gateway-tasks` (GATEWAY_CMD), more builds by BUILDS ("py313=/tmp/gw313/bin/mcp-task-gateway":
+peers `gateway-py313`, `gateway-tasks-py313`, ...), and `gateway-tasks-redis` with its tasks on
+the Redis at REDIS_URL where set, `gateway-tasks-redis-wait` the same with every write
+waiting for one store replica (Redis WAIT: attach one to that server); every gateway-tasks
+peer reads bench/gateway-tasks.yaml (see its header). Results go where
 peerbench's do; `report.py` prints them.
 
     BEFORE_CMD=/tmp/before/bin/mcp-task-gateway GATEWAY_CMD=/tmp/gw/bin/mcp-task-gateway \
@@ -40,13 +42,14 @@ def load_peerbench():  # type: ignore[no-untyped-def]
     return module
 
 
-def redis_conf(url: str) -> str:
-    """bench/gateway-tasks.yaml with its tasks on a Redis (YAML is a superset of JSON)."""
+def redis_conf(url: str, acked: int) -> str:
+    """bench/gateway-tasks.yaml with its tasks on a Redis (YAML is a superset of JSON);
+    `acked`: store replicas each write waits for (Redis WAIT)."""
     import yaml  # the gateway's own dependency: run this with the gateway's Python
 
     conf = yaml.safe_load(Path(TASKS_CONF).read_text())
-    conf["store"] = {"backend": "redis", "url": url, "key_prefix": f"peerab{os.getpid()}:",
-                     "min_replicas_acked": int(os.environ.get("REDIS_ACKED", "0"))}
+    conf["store"] = {"backend": "redis", "url": url, "min_replicas_acked": acked,
+                     "key_prefix": f"peerab{os.getpid()}-{acked}:"}
     conf["replica"] = {"secret": "peerab-" + "x" * 32}
     path = Path(tempfile.mkdtemp()) / "gateway-tasks-redis.json"
     path.write_text(json.dumps(conf))
@@ -65,17 +68,27 @@ def gateway_peer(cmd: list[str], port: int, upstream: str, conf: str | None
     return peer
 
 
+def builds() -> dict[str, list[str]]:
+    """Peer-name suffix -> the gateway command: "" for GATEWAY_CMD, "-before" for
+    BEFORE_CMD, and each `suffix=command` of BUILDS (comma-separated)."""
+    out = {"": os.environ.get("GATEWAY_CMD", "mcp-task-gateway").split()}
+    if before := os.environ.get("BEFORE_CMD"):
+        out["-before"] = before.split()
+    for item in filter(None, os.environ.get("BUILDS", "").split(",")):
+        suffix, _, cmd = item.partition("=")
+        out["-" + suffix] = cmd.split()
+    return out
+
+
 def main() -> None:
     bench = load_peerbench()
     upstream = str(PEERBENCH / "upstream.py")
-    builds = {"": os.environ.get("GATEWAY_CMD", "mcp-task-gateway").split()}
-    if before := os.environ.get("BEFORE_CMD"):
-        builds["-before"] = before.split()
     confs: dict[str, str | None] = {"gateway": None, "gateway-tasks": TASKS_CONF}
     if redis := os.environ.get("REDIS_URL"):
-        confs["gateway-tasks-redis"] = redis_conf(redis)
+        confs["gateway-tasks-redis"] = redis_conf(redis, 0)
+        confs["gateway-tasks-redis-wait"] = redis_conf(redis, 1)  # needs a replica attached
     port = 9130
-    for suffix, cmd in builds.items():
+    for suffix, cmd in builds().items():
         for name, conf in confs.items():
             bench.PEERS[name + suffix] = gateway_peer(cmd, port, upstream, conf)
             port += 1

@@ -55,10 +55,12 @@ from gateway.tasks.dialects import (
     unscoped,
     watch_progress,
 )
-from gateway.tasks.engine import Intent, StoreFull, TaskEngine
+from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine
+from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks
 from gateway.upstream.connection import Connection
+from gateway.upstream.handshake import IGNORE
 from gateway.upstream.isolation import Backend, Route
 
 
@@ -192,6 +194,12 @@ class ModernEra:
         headers = await self.headers.of(request)  # AuthUnavailable: 503
         self.inflight.take(principal)  # TooManyRequests: 429
         home = how.route.conn
+        at_once = isinstance(decision, router.TaskCall) and decision.at_once
+        if at_once and json_ok and isinstance(decision, router.TaskCall):
+            if (created := await self._task_first(msg, described, home, headers,
+                                                  decision)) is not None:
+                return created
+            at_once = False  # no task could be made: the call is answered inline
         try:
             used = await self.backend.for_request(home, described.caller, described.method)
         except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
@@ -214,8 +222,7 @@ class ModernEra:
         if not described.own_progress:  # the client's own token: a quiet call tells it it runs
             ex.heartbeat(call.progress_token, self.flow, ticket)
         # A call that must wait its turn is a task at once for a caller that can take one.
-        if (isinstance(decision, router.TaskCall) and decision.at_once) or \
-                (ticket is not None and ticket.queued):
+        if at_once or (ticket is not None and ticket.queued):
             await self.to_task(ex)
         else:
             ex.start_budget()
@@ -244,6 +251,57 @@ class ModernEra:
             uri if isinstance(uri, str) else None, how.route.modern, policy, how.lacking,
             own_progress=policy is not None and watch_progress(upstream_params))
 
+    async def _task_first(self, msg: Message, described: ModernRequest, home: Connection,
+                          headers: dict[str, str] | None, decision: router.TaskCall
+                          ) -> web.StreamResponse | None:
+        """A call that is a task at once (mode always or required): its task is stored
+        first, then its call is sent with the task's run as its sink, as core tasks do
+        (core_tasks.py). Nothing the call says can race the store write (a shared store
+        takes a round trip: docs/tasks.md, Modes), and no exchange is built for an answer
+        that is the task's handle. None when no task could be made (the store full or
+        away, the creation rate): the call goes on inline, as the extension allows."""
+        principal = described.caller.principal
+
+        async def attach(task: Task) -> Handover:
+            used = await self.backend.for_request(home, described.caller, described.method)
+            try:
+                ticket = queue_ticket(self.backend, principal, msg, self.policy)  # 503
+                call = used.request(msg, described.caller, IGNORE, headers, decision.follow,
+                                    ticket)
+            except BaseException:
+                self.backend.done(home, used)
+                raise
+            return Handover(call, done=lambda: self._done(principal, home, used))
+
+        intent = Intent(principal, described.tool, extension.NAME, self.backend.name,
+                        decision.policy)
+        try:
+            task = await self.engine.adopt(intent, attach)
+        except (StoreFull, errors.StoreUnavailable, errors.TooManyRequests) as exc:
+            self._no_task(described.tool, exc)
+            return None
+        except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
+            self.inflight.release(principal)
+            return json_response(exc.to_message(described.id), 503)
+        except BaseException:  # QueueFull (503), cancelled, or a fault: the slot goes
+            self.inflight.release(principal)
+            raise
+        return json_response(jsonrpc.result(described.id, extension.created(task)))
+
+    def _no_task(self, tool: str, exc: Exception) -> None:
+        """No task could be made for a call that was to become one: it is answered inline
+        (the extension lets the gateway), counted and said why."""
+        counters, upstream = self.backend.counters, self.backend.name
+        if isinstance(exc, StoreFull):  # never evict a live task
+            counters.tasks_inline_store_full += 1
+            log.warning("task.store_full", tool=tool, reason=str(exc), upstream=upstream)
+        elif isinstance(exc, errors.StoreUnavailable):
+            counters.tasks_inline_store_unavailable += 1
+            log.warning("task.store_unavailable", tool=tool, reason=exc.detail,
+                        upstream=upstream)
+        else:
+            log.warning("task.rate_limited", tool=tool, reason=str(exc), upstream=upstream)
+
     def _done(self, principal: str, conn: Connection, used: Connection) -> None:
         """The call is over (answered, or its task ended): its process and its slot go."""
         self.backend.done(conn, used)
@@ -267,19 +325,8 @@ class ModernEra:
                         policy)
         try:
             task = await self.engine.adopt(intent, ex.handover)
-        except StoreFull as exc:  # never evict a live task: answer inline instead
-            self.backend.counters.tasks_inline_store_full += 1
-            log.warning("task.store_full", tool=tool, reason=str(exc),
-                        upstream=self.backend.name)
-            return
-        except errors.StoreUnavailable as exc:  # the extension lets the gateway answer inline
-            self.backend.counters.tasks_inline_store_unavailable += 1
-            log.warning("task.store_unavailable", tool=tool, reason=exc.detail,
-                        upstream=self.backend.name)
-            return
-        except errors.TooManyRequests as exc:  # the extension lets the gateway answer inline
-            log.warning("task.rate_limited", tool=tool, reason=exc.message,
-                        upstream=self.backend.name)
+        except (StoreFull, errors.StoreUnavailable, errors.TooManyRequests) as exc:
+            self._no_task(tool, exc)
             return
         if task is not None:
             ex.answer(jsonrpc.result(described.id, extension.created(task)))

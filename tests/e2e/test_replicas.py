@@ -13,8 +13,9 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 import redis.asyncio
-from conftest import OPERATOR, RedisServer, Replica
+from conftest import OPERATOR, REPLICA_POLICY, RedisServer, Replica
 from test_modern import ask_round, headers_for, retry
 from test_tasks import TASKS, call, tasks_op, wait_for
 
@@ -278,3 +279,22 @@ async def test_the_stores_operator_can_neither_read_nor_rewrite_a_task(
     for who in (ALICE, BOB):
         reply = await tasks_op(http, b.url, "tasks/get", alice["taskId"], who)
         assert "not found" in reply.body["error"]["message"].lower(), reply.body
+
+
+@pytest.mark.parametrize("mode", ["always", "required"])
+async def test_a_task_at_once_is_a_task_however_fast_its_server_answers(group, http,
+                                                                        mode) -> None:
+    """A shared store takes a round trip to write a task; an echo answers in less. A call
+    that is a task at once (mode always or required) is stored before its call is sent, so
+    every answer is its task's handle, and the task holds the server's result (docs/tasks.md,
+    Modes). Bob, naming each of Alice's tasks, gets what an unknown id gets."""
+    a, = await group(1, tasks={**REPLICA_POLICY, "tools": {"echo": {"mode": mode}}})
+    replies = await asyncio.gather(*(call(http, a.url, "echo", {"text": f"n{n}"},
+                                          headers=ALICE) for n in range(24)))
+    assert [r.body["result"]["resultType"] for r in replies] == ["task"] * 24
+    for n, reply in enumerate(replies):
+        task_id = reply.body["result"]["taskId"]
+        done = await wait_for(http, a.url, task_id, "completed", ALICE)
+        assert done["result"]["content"][0]["text"] == f"n{n}"
+        foreign = await tasks_op(http, a.url, "tasks/get", task_id, BOB)
+        assert foreign.body["error"]["message"] == "Task not found"

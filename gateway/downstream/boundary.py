@@ -202,6 +202,8 @@ async def _read_body(request: web.Request, max_bytes: int) -> bytes | bytearray:
     for its whole life, and never holds the chunks and their join at once: a proxied
     multi-MiB body is in memory once, and only until it is parsed."""
     body: bytes | bytearray = await request.content.readany()
+    if request.content.at_eof() and len(body) <= max_bytes:  # whole in one read: the usual
+        return body
     while len(body) <= max_bytes and (chunk := await request.content.readany()):
         if isinstance(body, bytes):
             body = bytearray(body)
@@ -219,6 +221,8 @@ def _too_large(limit: int) -> errors.PayloadTooLarge:
 def _undecodable(headers: Mapping[str, str]) -> str | None:
     """The name of a header whose bytes are not UTF-8 (aiohttp keeps them as surrogate
     escapes, which cannot be encoded again), if any."""
+    if "".join(headers.values()).isascii():  # one pass in C over all of them (every request)
+        return None
     for name, value in headers.items():
         if not value.isascii():
             try:

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from cachetools import TLRUCache
 
 from gateway.tasks.model import Dialect, Task
 
@@ -37,33 +36,50 @@ class Kept:
     expires_at: float
 
 
-def _expiry(_key: object, kept: Kept, _now: float) -> float:
-    return kept.expires_at
-
-
-def _size(kept: Kept) -> int:
-    return len(kept.answer) + _RECORD_BYTES
-
-
 class KeptAnswers:
-    """(dialect, method, task id) -> the finished task's answer to that method."""
+    """(dialect, method, task id) -> the finished task's answer to that method; least
+    recently read first (a plain ordered dict: cachetools' TLRUCache cost a tasks/get ~2 us
+    more than the answer it keeps saves: docs/performance.md)."""
 
     def __init__(self, clock: Callable[[], float] = time.time,
                  max_bytes: int = KEPT_BYTES) -> None:
-        self._answers: TLRUCache[tuple[str, str, str], Kept] = TLRUCache(
-            max_bytes, _expiry, timer=clock, getsizeof=_size)
+        self._clock = clock
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._answers: OrderedDict[tuple[str, str, str], Kept] = OrderedDict()
 
     def get(self, dialect: Dialect, method: str, task_id: str, owner: str) -> Kept | None:
-        kept = self._answers.get((dialect, method, task_id))
-        return kept if kept is not None and kept.owner == owner else None
+        key = (dialect, method, task_id)
+        kept = self._answers.get(key)
+        if kept is None:
+            return None
+        if kept.expires_at <= self._clock():  # its ttl passed: the store's answer is right
+            self._drop(key)
+            return None
+        self._answers.move_to_end(key)
+        return kept if kept.owner == owner else None
 
     def keep(self, method: str, task: Task, answer: bytes) -> None:
         """`answer`, the finished `task`'s to `method`, for its owner's next reads."""
-        if not task.terminal or len(answer) > ENTRY_BYTES:
-            return
         end = task.expires_at
-        self._answers[task.dialect, method, task.id] = Kept(
-            task.owner, task.tool, answer, math.inf if end is None else end)
+        if not task.terminal or len(answer) > ENTRY_BYTES or \
+                (end is not None and end <= self._clock()):
+            return
+        key = (task.dialect, method, task.id)
+        self._drop(key)
+        self._answers[key] = Kept(task.owner, task.tool, answer,
+                                  math.inf if end is None else end)
+        self._bytes += _size(answer)
+        while self._bytes > self._max_bytes:
+            self._drop(next(iter(self._answers)))
+
+    def _drop(self, key: tuple[str, str, str]) -> None:
+        if (kept := self._answers.pop(key, None)) is not None:
+            self._bytes -= _size(kept.answer)
 
     def __len__(self) -> int:
         return len(self._answers)
+
+
+def _size(answer: bytes) -> int:
+    return len(answer) + _RECORD_BYTES

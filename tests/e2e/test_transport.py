@@ -168,6 +168,12 @@ async def test_oversize_chunked_body_gets_413(gateway, client, http) -> None:
         assert resp.status == 413
         assert (await resp.json())["error"]["data"]["maxBytes"] == 2048
 
+    async def one_chunk():  # whole in the first read, and still over the bound
+        yield b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"pad":"' + b"z" * 4000 + b'"}}'
+
+    async with http.post(url, data=one_chunk(), headers=mcp.headers()) as resp:
+        assert resp.status == 413
+
 
 async def test_wrong_content_type_and_accept(gateway, client) -> None:
     mcp = client(await gateway())

@@ -39,10 +39,10 @@ from gateway.downstream.exchange import send_held
 from gateway.downstream.handoff import Handoff
 from gateway.downstream.listen import Listeners
 from gateway.downstream.modern_exchange import ModernExchange
+from gateway.downstream.modern_tasks import ModernTasks
 from gateway.downstream.mrtr import ParkedCalls, Sealer, digest
 from gateway.downstream.references import own_references
 from gateway.downstream.rounds import Elsewhere, Rounds, TheirRound
-from gateway.observability import log
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message
 from gateway.ratelimit import InFlight
@@ -55,12 +55,10 @@ from gateway.tasks.dialects import (
     unscoped,
     watch_progress,
 )
-from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine
-from gateway.tasks.model import Task
+from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks
 from gateway.upstream.connection import Connection
-from gateway.upstream.handshake import IGNORE
 from gateway.upstream.isolation import Backend, Route
 
 
@@ -100,7 +98,7 @@ class ModernEra:
                              backend.name, backend.counters)
         self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.flow,
                                    conf.limits.max_listeners)
-        self._jobs: set[asyncio.Task[None]] = set()  # tasks being made after a budget ran out
+        self.tasks = ModernTasks(backend, engine, inflight, self.policy, self._done)
 
     @property
     def server_info(self) -> object:
@@ -196,7 +194,7 @@ class ModernEra:
         home = how.route.conn
         at_once = isinstance(decision, router.TaskCall) and decision.at_once
         if at_once and json_ok and isinstance(decision, router.TaskCall):
-            if (created := await self._task_first(msg, described, home, headers,
+            if (created := await self.tasks.first(msg, described, home, headers,
                                                   decision)) is not None:
                 return created
             at_once = False  # no task could be made: the call is answered inline
@@ -223,7 +221,7 @@ class ModernEra:
             ex.heartbeat(call.progress_token, self.flow, ticket)
         # A call that must wait its turn is a task at once for a caller that can take one.
         if at_once or (ticket is not None and ticket.queued):
-            await self.to_task(ex)
+            await self.tasks.adopt(ex)
         else:
             ex.start_budget()
         return await self._respond(request, ex, json_ok)
@@ -251,85 +249,15 @@ class ModernEra:
             uri if isinstance(uri, str) else None, how.route.modern, policy, how.lacking,
             own_progress=policy is not None and watch_progress(upstream_params))
 
-    async def _task_first(self, msg: Message, described: ModernRequest, home: Connection,
-                          headers: dict[str, str] | None, decision: router.TaskCall
-                          ) -> web.StreamResponse | None:
-        """A call that is a task at once (mode always or required): its task is stored
-        first, then its call is sent with the task's run as its sink, as core tasks do
-        (core_tasks.py). Nothing the call says can race the store write (a shared store
-        takes a round trip: docs/tasks.md, Modes), and no exchange is built for an answer
-        that is the task's handle. None when no task could be made (the store full or
-        away, the creation rate): the call goes on inline, as the extension allows."""
-        principal = described.caller.principal
-
-        async def attach(task: Task) -> Handover:
-            used = await self.backend.for_request(home, described.caller, described.method)
-            try:
-                ticket = queue_ticket(self.backend, principal, msg, self.policy)  # 503
-                call = used.request(msg, described.caller, IGNORE, headers, decision.follow,
-                                    ticket)
-            except BaseException:
-                self.backend.done(home, used)
-                raise
-            return Handover(call, done=lambda: self._done(principal, home, used))
-
-        intent = Intent(principal, described.tool, extension.NAME, self.backend.name,
-                        decision.policy)
-        try:
-            task = await self.engine.adopt(intent, attach)
-        except (StoreFull, errors.StoreUnavailable, errors.TooManyRequests) as exc:
-            self._no_task(described.tool, exc)
-            return None
-        except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
-            self.inflight.release(principal)
-            return json_response(exc.to_message(described.id), 503)
-        except BaseException:  # QueueFull (503), cancelled, or a fault: the slot goes
-            self.inflight.release(principal)
-            raise
-        return json_response(jsonrpc.result(described.id, extension.created(task)))
-
-    def _no_task(self, tool: str, exc: Exception) -> None:
-        """No task could be made for a call that was to become one: it is answered inline
-        (the extension lets the gateway), counted and said why."""
-        counters, upstream = self.backend.counters, self.backend.name
-        if isinstance(exc, StoreFull):  # never evict a live task
-            counters.tasks_inline_store_full += 1
-            log.warning("task.store_full", tool=tool, reason=str(exc), upstream=upstream)
-        elif isinstance(exc, errors.StoreUnavailable):
-            counters.tasks_inline_store_unavailable += 1
-            log.warning("task.store_unavailable", tool=tool, reason=exc.detail,
-                        upstream=upstream)
-        else:
-            log.warning("task.rate_limited", tool=tool, reason=str(exc), upstream=upstream)
-
     def _done(self, principal: str, conn: Connection, used: Connection) -> None:
         """The call is over (answered, or its task ended): its process and its slot go."""
         self.backend.done(conn, used)
         self.inflight.release(principal)
 
-    # -- tasks (the io.modelcontextprotocol/tasks extension) --------------------------------
+    # -- tasks (the io.modelcontextprotocol/tasks extension: modern_tasks.py) -------------
     def task_soon(self, ex: ModernExchange) -> None:
         """The sync budget ran out: the call becomes a task (unless it answers first)."""
-        job = asyncio.get_running_loop().create_task(self.to_task(ex))
-        self._jobs.add(job)
-        job.add_done_callback(self._jobs.discard)
-
-    async def to_task(self, ex: ModernExchange) -> None:
-        """Answer `ex` with a task and let its call go on in the background. The task is in
-        the store before the CreateTaskResult is sent (spec: durably created)."""
-        described, policy = ex.request, ex.request.policy
-        if policy is None or not ex.forwarding:
-            return
-        tool = described.tool  # the call goes to its task
-        intent = Intent(described.caller.principal, tool, extension.NAME, self.backend.name,
-                        policy)
-        try:
-            task = await self.engine.adopt(intent, ex.handover)
-        except (StoreFull, errors.StoreUnavailable, errors.TooManyRequests) as exc:
-            self._no_task(tool, exc)
-            return
-        if task is not None:
-            ex.answer(jsonrpc.result(described.id, extension.created(task)))
+        self.tasks.soon(ex)
 
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:

@@ -48,7 +48,8 @@ class TaskEngine:
         self._report = Report(metrics, counters)
         self._admission = admission or Admission(UNLIMITED, UNLIMITED, self._report.counters)
         self.poll = PollAdvisor()
-        self.kept = KeptAnswers(clock)  # finished tasks' answers, by the dialects' hands
+        # Finished tasks' answers, by the dialects' hands, while the store holds the task.
+        self.kept = KeptAnswers(store.holds, clock)
         self._local = Local(store, self._report, self.poll, clock)
         # Replicas sharing the store (a bus); a single process has none.
         self.replicas = None if bus is None else Replicas(

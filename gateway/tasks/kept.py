@@ -8,9 +8,10 @@ tool, the tasks/* rate). The bytes are opaque here: the dialects render them.
 
 Bounded (docs/limits.md): an answer over ENTRY_BYTES is not kept (it costs its bytes to
 send whatever is saved), all of them take at most KEPT_BYTES, the least recently read
-leave first, and each leaves at its task's ttl, after which the store's answer ("expired",
-then unknown) is the right one. An entry answers its owner alone: another principal's look-up
-misses and takes the ordinary path, which answers as for an unknown id.
+leave first, and each leaves at its task's ttl or once the store no longer holds the task
+(a read task evicted to make room: docs/limits.md), after which the store's answer
+("expired", "not found") is the right one. An entry answers its owner alone: another
+principal's look-up misses and takes the ordinary path, which answers as for an unknown id.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ class KeptAnswers:
     recently read first (a plain ordered dict: cachetools' TLRUCache cost a tasks/get ~2 us
     more than the answer it keeps saves: docs/performance.md)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time,
+    def __init__(self, holds: Callable[[str], bool], clock: Callable[[], float] = time.time,
                  max_bytes: int = KEPT_BYTES) -> None:
+        self._holds = holds  # the store's: whether it still holds a task's record
         self._clock = clock
         self._max_bytes = max_bytes
         self._bytes = 0
@@ -53,9 +55,9 @@ class KeptAnswers:
         kept = self._answers.get(key)
         if kept is None:
             return None
-        if kept.expires_at <= self._clock():  # its ttl passed: the store's answer is right
-            self._drop(key)
-            return None
+        if kept.expires_at <= self._clock() or not self._holds(task_id):
+            self._drop(key)  # its ttl passed, or the store let it go to make room: the
+            return None  # store's answer ("expired", "not found") is the right one
         self._answers.move_to_end(key)
         return kept if kept.owner == owner else None
 

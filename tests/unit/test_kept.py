@@ -20,7 +20,7 @@ def finished(task_id: str = "t1", owner: str = "alice", ttl_ms: int | None = 60_
 
 
 def test_an_answer_is_its_owners_alone_and_of_its_dialect() -> None:
-    kept = KeptAnswers(Clock())
+    kept = KeptAnswers(lambda _id: True, Clock())
     kept.keep("tasks/get", finished(), b'{"x":1}')
     assert kept.get("extension", "tasks/get", "t1", "alice").answer == b'{"x":1}'
     assert kept.get("extension", "tasks/get", "t1", "bob") is None
@@ -29,7 +29,7 @@ def test_an_answer_is_its_owners_alone_and_of_its_dialect() -> None:
 
 
 def test_only_finished_tasks_and_small_answers_are_kept() -> None:
-    kept = KeptAnswers(Clock())
+    kept = KeptAnswers(lambda _id: True, Clock())
     running = Task("t2", "alice", "echo", "extension", 60_000, 1000, created_at=Clock.now)
     kept.keep("tasks/get", running, b"{}")
     kept.keep("tasks/get", finished("t3"), b"x" * (ENTRY_BYTES + 1))
@@ -38,7 +38,7 @@ def test_only_finished_tasks_and_small_answers_are_kept() -> None:
 
 def test_an_answer_leaves_at_its_tasks_ttl() -> None:
     clock = Clock()
-    kept = KeptAnswers(clock)
+    kept = KeptAnswers(lambda _id: True, clock)
     kept.keep("tasks/get", finished(ttl_ms=500), b"{}")
     kept.keep("tasks/get", finished("forever", ttl_ms=None), b"{}")
     clock.now += 0.4
@@ -49,7 +49,7 @@ def test_an_answer_leaves_at_its_tasks_ttl() -> None:
 
 
 def test_the_least_recently_read_leave_first_at_the_bound() -> None:
-    kept = KeptAnswers(Clock(), max_bytes=3 * (1000 + 200))
+    kept = KeptAnswers(lambda _id: True, Clock(), max_bytes=3 * (1000 + 200))
     for n in range(3):
         kept.keep("tasks/get", finished(f"t{n}"), b"x" * 1000)
     assert kept.get("extension", "tasks/get", "t0", "alice") is not None  # read: stays
@@ -57,3 +57,14 @@ def test_the_least_recently_read_leave_first_at_the_bound() -> None:
     assert kept.get("extension", "tasks/get", "t1", "alice") is None
     assert kept.get("extension", "tasks/get", "t0", "alice") is not None
     assert len(kept) == 3
+
+
+def test_an_answer_leaves_with_its_task_from_the_store() -> None:
+    """A read task evicted to make room is "not found" from then on (docs/limits.md)."""
+    held = {"t1"}
+    kept = KeptAnswers(held.__contains__, Clock())
+    kept.keep("tasks/get", finished(), b"{}")
+    assert kept.get("extension", "tasks/get", "t1", "alice") is not None
+    held.clear()
+    assert kept.get("extension", "tasks/get", "t1", "alice") is None
+    assert len(kept) == 0

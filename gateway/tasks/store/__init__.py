@@ -126,6 +126,12 @@ class TaskStore(Protocol):
     async def knows(self, task_id: str) -> bool:
         """Whether `task_id` is (or lately was) a task here, whoever owns it."""
 
+    def holds(self, task_id: str) -> bool:
+        """Whether a read of `task_id` is answered here with no round trip, from a record
+        not forgotten since: every record of the memory store, a finished one a shared
+        store keeps a copy of (a task evicted to make room is held by no one from then on:
+        its kept answer goes with it, tasks/kept.py)."""
+
     def stored_bytes(self) -> int:
         """Bytes of results and errors held (for /readyz and metrics)."""
 

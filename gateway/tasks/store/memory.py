@@ -198,6 +198,9 @@ class MemoryStore:
     async def delete(self, task_id: str) -> None:
         self._drop(task_id)
 
+    def holds(self, task_id: str) -> bool:
+        return task_id in self._tasks
+
     def _drop(self, task_id: str) -> Task | None:
         """Forget a record and give back what it took of every bound; the record."""
         task = self._tasks.pop(task_id, None)

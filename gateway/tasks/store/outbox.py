@@ -158,6 +158,10 @@ class Outbox:
     async def knows(self, task_id: str) -> bool:
         return task_id in self._pending or await self.store.knows(task_id)
 
+    def holds(self, task_id: str) -> bool:
+        held = self._pending.get(task_id)
+        return not isinstance(held, _Forget) if held is not None else self.store.holds(task_id)
+
     async def read(self, task_id: str) -> None:
         """A mark the store does not take is let go: the task then stays until its ttl (and
         one whose end waits here is not finished there yet)."""

@@ -271,6 +271,9 @@ class RedisStore:
     async def delete(self, task_id: str) -> None:
         await self._forget(task_id)
 
+    def holds(self, task_id: str) -> bool:
+        return task_id in self._finished  # dropped when evicted, here or heard of ("gone")
+
     async def _forget(self, task_id: str) -> None:
         self._finished.pop(task_id, None)
         self._marked.pop(task_id, None)

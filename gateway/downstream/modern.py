@@ -163,9 +163,10 @@ class ModernEra:
         (tasks/kept.py): the route and the router would decide ServeTasks, and the task
         cannot have changed. Anything else (no extension declared, a retry's state to
         open) takes the ordinary path, which refuses what it must."""
+        if msg["method"] != extension.GET:  # every modern request asks: the cheap test first
+            return None
         params = msg.get("params") or {}
-        if msg["method"] != extension.GET or "requestState" in params or \
-                not extension.declared(caller.capabilities):
+        if "requestState" in params or not extension.declared(caller.capabilities):
             return None
         return handlers.kept(self.engine, extension.NAME, extension.GET, params,
                              caller.principal, lacking or unscoped)
@@ -193,7 +194,7 @@ class ModernEra:
         self.inflight.take(principal)  # TooManyRequests: 429
         home = how.route.conn
         at_once = isinstance(decision, router.TaskCall) and decision.at_once
-        if at_once and json_ok and isinstance(decision, router.TaskCall):
+        if isinstance(decision, router.TaskCall) and decision.at_once and json_ok:
             if (created := await self.tasks.first(msg, described, home, headers,
                                                   decision)) is not None:
                 return created

@@ -24,6 +24,7 @@ from gateway.ratelimit import InFlight
 from gateway.tasks.dialects import extension
 from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine
 from gateway.tasks.model import Task
+from gateway.tasks.policy import Policy
 from gateway.upstream.connection import Connection
 from gateway.upstream.handshake import IGNORE
 from gateway.upstream.isolation import Backend
@@ -66,10 +67,8 @@ class ModernTasks:
                 raise
             return Handover(call, done=lambda: self.done(principal, home, used))
 
-        intent = Intent(principal, described.tool, extension.NAME, self.backend.name,
-                        decision.policy)
         try:
-            task = await self.engine.adopt(intent, attach)
+            task = await self.engine.adopt(self._intent(described, decision.policy), attach)
         except (StoreFull, errors.StoreUnavailable, errors.TooManyRequests) as exc:
             self._inline(described.tool, exc)
             return None
@@ -93,16 +92,18 @@ class ModernTasks:
         described, policy = ex.request, ex.request.policy
         if policy is None or not ex.forwarding:
             return
-        tool = described.tool  # the call goes to its task
-        intent = Intent(described.caller.principal, tool, extension.NAME, self.backend.name,
-                        policy)
         try:
-            task = await self.engine.adopt(intent, ex.handover)
+            task = await self.engine.adopt(self._intent(described, policy), ex.handover)
         except (StoreFull, errors.StoreUnavailable, errors.TooManyRequests) as exc:
-            self._inline(tool, exc)
+            self._inline(described.tool, exc)
             return
         if task is not None:
             ex.answer(jsonrpc.result(described.id, extension.created(task)))
+
+    def _intent(self, described: ModernRequest, policy: Policy) -> Intent:
+        """What the engine is asked to make of the call: its caller's task of its tool."""
+        return Intent(described.caller.principal, described.tool, extension.NAME,
+                      self.backend.name, policy)
 
     def _inline(self, tool: str, exc: Exception) -> None:
         """No task could be made for a call that was to become one: it is answered inline

@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.answer_bytes import AnswerBytes
 from gateway.downstream.boundary import OPERATOR, Handler, json_response
+from gateway.downstream.leases import Leases
 from gateway.downstream.legacy import LegacyEra
 from gateway.errors import AuthCause, Rejection
 from gateway.observability import status_page
@@ -41,7 +41,7 @@ class Admin:
     def __init__(self, backends: dict[str, Backend], eras: list[LegacyEra],
                  engine: TaskEngine, lease: Lease, counters: Counters,
                  metrics: Metrics, queues: Queues, processes: Processes,
-                 answers: AnswerBytes, every_s: float = EVERY_S) -> None:
+                 leases: Leases, every_s: float = EVERY_S) -> None:
         self.backends = backends
         self.lanes = queues
         self.eras = eras
@@ -50,7 +50,8 @@ class Admin:
         self.counters = counters
         self.metrics = metrics
         self.processes = processes
-        self.answers = answers
+        self.leases = leases  # the calls in flight, and whether the gateway stops
+        self.answers = leases.answers
         self.started = time.time()
         self.history = History(metrics.tool_calls, metrics.tool_duration, metrics.queue_wait,
                                time.monotonic(), every_s)
@@ -68,16 +69,22 @@ class Admin:
         return json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
-        """200 when every upstream is initialized; the body says so and nothing else, but to
-        an operator asking for the detail (`?detail`, which the guard admitted). A shared
-        store's state is in the detail only: it is shared, so its outage would take every
-        replica out of a balancer, and pass-through with them (docs/replicas.md)."""
-        ready = all(b.ready for b in self.backends.values())
-        body: dict[str, Any] = {"ready": ready}
+        """200 when every upstream is initialized and the gateway is not stopping (from the
+        stop signal on, 503: balancers take a draining replica out; stopping.py); the body
+        says so and nothing else, but to an operator asking for the detail (`?detail`,
+        which the guard admitted). A shared store's state is in the detail only: it is
+        shared, so its outage would take every replica out of a balancer, and pass-through
+        with them (docs/replicas.md)."""
+        stopping = self.leases.stopping
+        ready = not stopping and all(b.ready for b in self.backends.values())
+        body: dict[str, Any] = {"ready": ready, "stopping": True} if stopping else {
+            "ready": ready}
         if request.get(OPERATOR, False):
             body |= {"upstreams": {n: b.status() for n, b in self.backends.items()},
                      "tasks": {"running": len(self.engine.running()),
                                "stored_bytes": self.engine.stored_bytes()},
+                     "calls": self.leases.status(), "processes": self.processes.status(),
+                     "queues": self.lanes.status(),
                      "store": self.lease.status(),
                      "counters": self.counters.shown()}
         return json_response(body, 200 if ready else 503)

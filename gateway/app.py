@@ -20,6 +20,7 @@ from gateway.auth.replicas import ReplicaSeals
 from gateway.auth.resource import WELL_KNOWN, ProtectedResource
 from gateway.downstream.boundary import Guard, metadata_handler
 from gateway.downstream.endpoint import Endpoint
+from gateway.downstream.leases import Leases
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
@@ -37,10 +38,11 @@ from gateway.queues import Queues
 from gateway.ratelimit import Admission, InFlight, RateLimiter
 from gateway.settings.rules import MIN_TOKEN_CHARS
 from gateway.settings.schema import Limits, Settings
+from gateway.stopping import Stopping
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
 from gateway.tasks.policy import Policies
-from gateway.tasks.store import ReplicaBus, TaskStore
+from gateway.tasks.store import ReplicaBus, TaskStore, snapshot
 from gateway.tasks.store.memory import MemoryStore
 from gateway.tasks.store.outbox import Outbox
 from gateway.upstream import isolation
@@ -52,6 +54,7 @@ ERAS = web.AppKey("eras", list[LegacyEra])
 MODERNS = web.AppKey("moderns", list[ModernEra])
 ENGINE = web.AppKey("engine", TaskEngine)
 LEASE = web.AppKey("lease", Lease)
+LEASES = web.AppKey("leases", Leases)
 REAP_EVERY_S = 30.0
 SETTLE_S = 2.0  # for the ends of tasks to be written at shutdown
 HANDLERS_S = 2.0  # for answered requests to finish sending at shutdown
@@ -70,8 +73,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
-    sealer = _sealer(conf)
-    limits = conf.limits
+    sealer, limits = _sealer(conf), conf.limits
     tracing = tracing or Tracer.from_settings(conf.tracing)
     if tracing is not None:
         app.on_cleanup.append(_flush(tracing))
@@ -81,7 +83,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     admission = Admission(RateLimiter(limits.task_requests_per_s, limits.task_requests_burst),
                           RateLimiter(limits.task_creations_per_s, limits.task_creations_burst),
                           counters)
-    inflight = InFlight(limits.max_calls_per_owner, counters, answers := _answers(limits, counters))
+    leases = _leases(limits, counters)
     queues = Queues(metrics.queue_waited, counters=counters)
     store, bus, records = _store(conf, replica)
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
@@ -91,11 +93,11 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     replay, processes = _replay(limits), Processes(Bounds.of(limits, conf.auth.enabled), counters)
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, limits.max_message_bytes, counters, queues, processes,
-                                  answers)
+                                  leases.answers)
         exchanger = auth.exchanger(up.token_exchange)
         era = LegacyEra(backend, _sessions(limits, replay, up.isolation == "client"), conf,
-                        engine, policies, inflight, exchanger, _resumption(records, name, limits))
-        modern = ModernEra(backend, conf, sealer, engine, policies, inflight, exchanger,
+                        engine, policies, leases, exchanger, _resumption(records, name, limits))
+        modern = ModernEra(backend, conf, sealer, engine, policies, leases, exchanger,
                            guard.seals)
         endpoint = Endpoint(era, modern, guard, limits.max_body_bytes, metrics, counters, tracing)
         _route(app, up.path, endpoint, guard)
@@ -103,13 +105,13 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
         eras.append(era)
         moderns.append(modern)
     app[BACKENDS], app[ERAS], app[MODERNS], app[ENGINE] = backends, eras, moderns, engine
+    app[LEASES] = leases
     app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
     _operators(app, conf, guard, Admin(backends, eras, engine, lease, counters, metrics, queues,
-                                       processes, answers, sample_s))
+                                       processes, leases, sample_s))
     app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))  # last: see _unrouted
-    app.cleanup_ctx.append(_lifecycle)
-    app.on_shutdown.append(_stop)
+    _lifecycles(app, conf, store)
     return app
 
 
@@ -286,6 +288,29 @@ def _flush(tracing: Tracer) -> Callable[[web.Application], Awaitable[None]]:
     return flush
 
 
+def _lifecycles(app: web.Application, conf: Settings, store: TaskStore) -> None:
+    """What runs while the app does: the snapshot read before anything starts and written
+    after everything stopped (cleanup contexts end in reverse), the app's parts, and the
+    stop's stages (`_stop`, before any cleanup context ends)."""
+    path = conf.store.snapshot_path
+    if path is not None and isinstance(store, MemoryStore):
+        app.cleanup_ctx.append(_snapshot(path, _shared_secret(conf), store))
+    app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_stop)
+
+
+def _snapshot(path: str, secret: bytes | None, store: MemoryStore
+              ) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A single gateway's tasks across its restart (tasks/store/snapshot.py): read at
+    start, written at the end of the stop, once the drain's ends are in the store."""
+    async def kept(_: web.Application) -> AsyncIterator[None]:
+        key = snapshot.key_of(path, secret)
+        snapshot.load(store, path, key)
+        yield
+        snapshot.save(store, path, key)
+    return kept
+
+
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     backends = app[BACKENDS]
     lease = app[LEASE]
@@ -351,6 +376,7 @@ def serve(conf: Settings) -> int:
     loop = _new_loop()
     _tune_allocator()
     app = create_app(conf)
+    app.on_startup.append(Stopping(app[LEASES], conf.shutdown.drain_ms).on_startup())
     short = sum(0 < len(t) < MIN_TOKEN_CHARS
                 for t in [*conf.auth.bearer_tokens, *conf.auth.admin_tokens])
     if short:  # refused beyond loopback (settings.py); here, a word to the operator
@@ -360,6 +386,7 @@ def serve(conf: Settings) -> int:
     web.run_app(app, host=conf.listen.host, port=conf.listen.port,
                 ssl_context=_tls(conf.listen.tls_cert, conf.listen.tls_key),
                 access_log=None, print=None, shutdown_timeout=HANDLERS_S, loop=loop,
+                handle_signals=False,  # the stop signals start the drain (stopping.py)
                 max_line_size=conf.listen.max_header_bytes,
                 max_field_size=conf.listen.max_header_bytes,
                 # A modern client cancels by closing its stream (spec 2026-07-28); legacy
@@ -404,7 +431,9 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def _answers(limits: Limits, counters: Counters) -> AnswerBytes:
-    """The budget of answer bytes held for clients (answer_bytes.py)."""
-    return AnswerBytes(limits.max_inflight_bytes, limits.max_inflight_bytes_per_principal,
-                       counters)
+def _leases(limits: Limits, counters: Counters) -> Leases:
+    """What calls hold (downstream/leases.py): each principal's calls in flight, and the
+    budget of answer bytes held for clients (answer_bytes.py)."""
+    answers = AnswerBytes(limits.max_inflight_bytes, limits.max_inflight_bytes_per_principal,
+                          counters)
+    return Leases(InFlight(limits.max_calls_per_owner, counters, answers))

@@ -42,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--token", action="append", default=[], metavar="TOKEN",
                    help="a bearer token clients must send (repeatable; other local users can "
                         "read it in the process list: a config file with ${VAR} cannot leak)")
+    p.add_argument("--drain-ms", type=int, metavar="MS",
+                   help="on SIGTERM, how long running calls may finish (shutdown.drain_ms)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", choices=("json", "console"))
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -74,6 +76,7 @@ def build_settings(args: argparse.Namespace, unset: list[str] | None = None) -> 
     _set(raw, ("replica", "url"), args.replica_url)
     if args.token:
         _set(raw, ("auth", "bearer_tokens"), args.token)
+    _set(raw, ("shutdown", "drain_ms"), args.drain_ms)
     _set(raw, ("logging", "level"), args.log_level)
     _set(raw, ("logging", "format"), args.log_format)
     _set(raw, ("tasks", "defaults", "mode"), args.tasks)

@@ -31,6 +31,8 @@ the HTTP status that carries it.
     ├── TooManySessions               -32603  503   no room for another legacy session
     ├── QueueFull                     -32000  503   a concurrency limit's queue is full
     │                                               (legacy sessions: 200; retryAfterMs)
+    ├── GatewayStopping               -32000  503   the gateway drains: no new tools/call
+    │                                               (reason "shutdown"; Retry-After)
     ├── AnswersOverBudget             -32000  200   the call's answer would take its principal
     │                                               past its bytes of answers not yet read
     ├── UpstreamError                 -32603  200   the upstream failed this call (sent as a
@@ -303,6 +305,22 @@ class QueueFull(GatewayError):
     code = SERVER_ERROR
     http_status = 503  # modern clients; legacy sessions get it as a JSON-RPC error (200)
     # Counted by the queues as rejections{reason="queue_full"}, in either era.
+
+
+class GatewayStopping(GatewayError):
+    """The gateway is stopping (its drain: docs/deploys.md): a new tools/call, or one still
+    waiting in a queue, is refused and never sent upstream; another replica (or this one,
+    restarted) takes it. A 503 with Retry-After where no stream carries the answer yet, so
+    a balancer or client may retry at once; data.reason "shutdown" as a stopped call's."""
+
+    code = SERVER_ERROR
+    http_status = 503
+    RETRY_S = 1.0
+
+    def __init__(self) -> None:
+        self.retry_after_s = self.RETRY_S
+        super().__init__("the gateway is stopping; retry (another replica takes the call)",
+                         {"reason": "shutdown", "retryAfterMs": round(self.RETRY_S * 1000)})
 
 
 class AnswersOverBudget(GatewayError):

@@ -9,6 +9,7 @@ none of them is the secret itself.
     request-state  encrypts MRTR requestState (AES-GCM)
     session-record encrypts and authenticates legacy sessions' records (AES-GCM)
     relay          seals the principal a replica vouches for on a relayed request (AES-GCM)
+    snapshot       encrypts and seals a memory store's snapshot file
 
 AES-GCM here always takes a random 96-bit nonce per message, sent in front of the
 ciphertext (`nonce || ciphertext || tag`): at well under 2**32 messages per key the chance
@@ -27,7 +28,7 @@ from typing import Any
 
 NONCE_BYTES = 12
 LABELS = frozenset({"channel", "record-seal", "result-enc", "owner-digest", "request-state",
-                    "session-record", "relay"})
+                    "session-record", "relay", "snapshot"})
 
 
 def derive(secret: bytes, label: str) -> bytes:

@@ -58,6 +58,11 @@ class Lane:
         self._clock = clock
 
     @property
+    def busy(self) -> bool:
+        """Whether a call coming now would wait (every slot taken, or others waiting)."""
+        return self.running >= self.limit.max_concurrency or self.depth > 0
+
+    @property
     def full(self) -> bool:
         return self.depth >= self.limit.max_queue and self.running >= self.limit.max_concurrency
 
@@ -241,8 +246,8 @@ class Queues:
         lanes = [lane for limit in limits if (lane := self.lane(limit)) is not None]
         if not lanes:
             return None
-        for lane in lanes:
-            if lane.full or lane.over_share(owner):
+        for lane in lanes:  # only a call that would wait is refused (max_queue 0: none wait)
+            if lane.busy and (lane.full or lane.over_share(owner)):
                 self.counters.reject("queue_full")
                 raise _full(lane.limit, lane.expected_wait_s(lane.depth))
         return Ticket(lanes, owner, self._clock)

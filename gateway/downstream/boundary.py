@@ -27,7 +27,6 @@ from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.observability.tracing import TOOL_ERROR, error_type
 from gateway.protocol import jsonrpc, mcp
-from gateway.queues import Ticket
 from gateway.settings.schema import Settings
 from gateway.tasks.dialects import Lacking
 from gateway.upstream.isolation import Backend
@@ -94,16 +93,6 @@ def scopes_checked(request: web.Request, msg: dict[str, Any], policy_for: router
     if (refusal := router.scope_refusal(msg, lacking)) is not None:
         raise refusal
     return lacking
-
-
-def queue_ticket(backend: Backend, owner: str, msg: dict[str, Any],
-                 policy_for: router.PolicyFor) -> Ticket | None:
-    """A tools/call's place under its tool's and its server's concurrency limits (None for
-    other methods, or no limit; QueueFull when it would wait in a full queue)."""
-    if msg["method"] != mcp.TOOLS_CALL:
-        return None
-    tool = (msg.get("params") or {}).get("name")
-    return backend.ticket(owner, policy_for(str(tool or "")).limit(backend.name))
 
 
 def metadata_handler(document: dict[str, Any]) -> Handler:

@@ -23,11 +23,11 @@ from gateway import errors, router
 from gateway.downstream import sse
 from gateway.downstream.boundary import ACCEPTS, json_response, scopes_checked
 from gateway.downstream.exchange import send_held
+from gateway.downstream.leases import Lease, Leases
 from gateway.downstream.session import Edit, Session, SessionExchange, SessionTask
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.ratelimit import InFlight
 from gateway.tasks.dialects import Lacking, core, handlers, unscoped, watch_progress
 from gateway.tasks.engine import (
     Handover,
@@ -45,12 +45,12 @@ class CoreTasks:
     """Serves core tasks for one upstream's legacy sessions."""
 
     def __init__(self, backend: Backend, engine: TaskEngine, policies: Policies,
-                 flow: sse.Flow, inflight: InFlight) -> None:
+                 flow: sse.Flow, leases: Leases) -> None:
         self.backend = backend
         self.engine = engine
         self.policies = policies
         self.flow = flow
-        self.inflight = inflight
+        self.leases = leases
 
     def policy(self, tool: object) -> Policy:
         return self.policies.for_tool(self.backend.name, str(tool or ""))
@@ -80,51 +80,42 @@ class CoreTasks:
         quota = "" if session.task_owner == session.principal else session.principal
         intent = Intent(session.task_owner, tool, core.NAME, self.backend.name, policy,
                         decision.ttl, quota=quota)
-        try:
-            self.inflight.take(session.principal)  # a task's call is a call in flight
+        try:  # a task's call is a call in flight: its lease goes with the task
+            lease = self.leases.take(session.principal, mcp.TOOLS_CALL)
         except errors.TooManyRequests as exc:  # a JSON-RPC error: HTTP 200, as a server's
             return json_response(exc.to_message(client_id))
-        handed: list[Handover] = []  # the slot goes with the task once its call is handed
-        try:
-            task = await self.engine.adopt(intent, self._attacher(session, msg, headers,
-                                                                  policy, handed))
-        except StoreFull as exc:
-            self.backend.counters.reject("store_full")
-            log.warning("task.store_full", tool=tool, reason=str(exc),
-                        upstream=self.backend.name)
-            return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
-                                               f"Cannot create task: {exc}"))
-        except (errors.TooManyRequests, errors.StoreUnavailable,  # HTTP 200: a JSON-RPC
-                errors.UpstreamError, errors.QueueFull) as exc:  # error, as a server's
-            return json_response(exc.to_message(client_id))
-        finally:
-            if not handed:
-                self.inflight.release(session.principal)
+        with lease:
+            try:
+                task = await self.engine.adopt(intent, self._attacher(session, msg, headers,
+                                                                      lease))
+            except StoreFull as exc:
+                self.backend.counters.reject("store_full")
+                log.warning("task.store_full", tool=tool, reason=str(exc),
+                            upstream=self.backend.name)
+                return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
+                                                   f"Cannot create task: {exc}"))
+            except (errors.TooManyRequests, errors.StoreUnavailable,  # HTTP 200: a JSON-RPC
+                    errors.UpstreamError, errors.QueueFull) as exc:  # error, as a server's
+                return json_response(exc.to_message(client_id))
         return json_response(jsonrpc.result(client_id,
                                             core.created(task, policy.immediate_response)))
 
     def _attacher(self, session: Session, msg: Message, headers: dict[str, str] | None,
-                  policy: Policy, handed: list[Handover]
-                  ) -> Callable[[Task], Awaitable[Handover]]:
-        """How the new task takes its call over: opened upstream, tied to the session, and
-        holding its principal's call slot until the task ends."""
+                  lease: Lease) -> Callable[[Task], Awaitable[Handover]]:
+        """How the new task takes its call over: opened upstream under its `lease`, tied to
+        the session, the lease going back when the task ends."""
         relay_progress = not watch_progress(msg["params"])
-        home = session.conn
 
         async def attach(task: Task) -> Handover:
-            conn = await self.backend.for_request(home, session, mcp.TOOLS_CALL)
+            conn = await lease.connect(self.backend, session.conn, session, mcp.TOOLS_CALL)
             await conn.reachable()
-            ticket = self.backend.ticket(session.principal, policy.limit(self.backend.name))
-            call = conn.request(msg, session, IGNORE, headers, ticket=ticket)
+            call = conn.request(msg, session, IGNORE, headers,
+                                ticket=lease.queue(msg, self.policy))
+            lease.sent(call)
             bound = SessionTask(self.engine, session, task, relay_progress)
             session.tasks[task.id] = bound
-
-            def done() -> None:
-                self.backend.done(home, conn)
-                self.inflight.release(session.principal)
             self.engine.watch(task.id, bound.changed)
-            handed.append(Handover(call, done=done, relay=bound.relay, fail_on_is_error=True))
-            return handed[-1]
+            return Handover(call, done=lease.hand(), relay=bound.relay, fail_on_is_error=True)
         return attach
 
     # -- tasks/* -----------------------------------------------------------------------------
@@ -139,7 +130,7 @@ class CoreTasks:
             if (kept := handlers.kept(self.engine, core.NAME, method, params,
                                       session.task_owner, lacking)) is not None:
                 return await send_held(request, jsonrpc.result(msg["id"], kept), self.flow,
-                                       self.inflight.answers.hold(session.principal))
+                                       self.leases.answers.hold(session.principal))
             if method == core.RESULT:
                 return await self.result(request, session, msg, params, lacking)
             return json_response(jsonrpc.result(msg["id"], await handlers.CORE[method](
@@ -160,12 +151,12 @@ class CoreTasks:
                 answer["result"] = handlers.keep(self.engine, core.RESULT, task,
                                                  answer["result"])
             return await send_held(request, answer, self.flow,
-                                   self.inflight.answers.hold(session.principal))
+                                   self.leases.answers.hold(session.principal))
         if bound is None:  # the principal's, made in another session or on another replica
             return await self._await_end(request, session, msg, task)
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok)
-        ex.hold = self.inflight.answers.hold(session.principal)
+        ex.hold = self.leases.answers.hold(session.principal)
         waiter = (msg["id"], ex)
         bound.waiters.append(waiter)
         for held in bound.held:
@@ -185,7 +176,7 @@ class CoreTasks:
         its input requests stay with the session that made it."""
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok)
-        ex.hold = self.inflight.answers.hold(session.principal)
+        ex.hold = self.leases.answers.hold(session.principal)
 
         def told(changed: Task) -> None:
             if changed.terminal and ex.response is None:

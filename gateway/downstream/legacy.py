@@ -22,6 +22,7 @@ from gateway.downstream.boundary import (
     scopes_checked,
 )
 from gateway.downstream.core_tasks import CoreTasks
+from gateway.downstream.leases import Leases
 from gateway.downstream.references import own_references
 from gateway.downstream.resume import MAX_RECORD_BYTES, Resumption
 from gateway.downstream.session import (
@@ -35,7 +36,6 @@ from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
-from gateway.ratelimit import InFlight
 from gateway.settings.schema import Settings
 from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
@@ -47,14 +47,14 @@ class LegacyEra:
     """Handles legacy-era requests for one upstream."""
 
     def __init__(self, backend: Backend, sessions: SessionStore, conf: Settings,
-                 engine: TaskEngine, policies: Policies, inflight: InFlight,
+                 engine: TaskEngine, policies: Policies, leases: Leases,
                  exchanger: TokenExchanger | None = None, resume: Resumption | None = None
                  ) -> None:
         self.backend = backend
         self.headers = UpstreamHeaders(backend, exchanger)
         self.flow = sse.Flow.of(conf)
-        self.tasks = CoreTasks(backend, engine, policies, self.flow, inflight)
-        self.calls = SessionCalls(backend, inflight, self.flow, self.tasks.policy)
+        self.tasks = CoreTasks(backend, engine, policies, self.flow, leases)
+        self.calls = SessionCalls(backend, leases, self.flow, self.tasks.policy)
         self.life = SessionLife(backend, sessions, conf, self.tasks, self.calls, resume)
         self.sessions = sessions
 

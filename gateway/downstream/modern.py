@@ -31,12 +31,12 @@ from gateway.downstream.boundary import (
     UpstreamHeaders,
     json_response,
     principal_of,
-    queue_ticket,
     scopes_checked,
 )
 from gateway.downstream.envelope import Caller, ModernRequest
 from gateway.downstream.exchange import send_held
 from gateway.downstream.handoff import Handoff
+from gateway.downstream.leases import Leases
 from gateway.downstream.listen import Listeners
 from gateway.downstream.modern_exchange import ModernExchange
 from gateway.downstream.modern_tasks import ModernTasks
@@ -45,7 +45,6 @@ from gateway.downstream.references import own_references
 from gateway.downstream.rounds import Elsewhere, Rounds, TheirRound
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message
-from gateway.ratelimit import InFlight
 from gateway.settings.schema import Settings
 from gateway.tasks.dialects import (
     Lacking,
@@ -58,7 +57,6 @@ from gateway.tasks.dialects import (
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks
-from gateway.upstream.connection import Connection
 from gateway.upstream.isolation import Backend, Route
 
 
@@ -78,12 +76,12 @@ class ModernEra:
     """Handles modern-era requests for one upstream."""
 
     def __init__(self, backend: Backend, conf: Settings, sealer: Sealer, engine: TaskEngine,
-                 policies: Policies, inflight: InFlight,
+                 policies: Policies, leases: Leases,
                  exchanger: TokenExchanger | None = None,
                  seals: ReplicaSeals | None = None) -> None:
         self.backend = backend
         self.headers = UpstreamHeaders(backend, exchanger)
-        self.inflight = inflight
+        self.leases = leases
         self.engine = engine
         self.policies = policies
         self.flow = sse.Flow.of(conf)
@@ -98,7 +96,7 @@ class ModernEra:
                              backend.name, backend.counters)
         self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.flow,
                                    conf.limits.max_listeners)
-        self.tasks = ModernTasks(backend, engine, inflight, self.policy, self._done)
+        self.tasks = ModernTasks(backend, engine, self.policy)
 
     @property
     def server_info(self) -> object:
@@ -117,7 +115,7 @@ class ModernEra:
         if (kept := self.kept(msg, caller, lacking)) is not None:
             self.engine.admit(caller.principal)  # the tasks/* rate, as on the ordinary path
             return await send_held(request, jsonrpc.result(msg["id"], kept), self.flow,
-                                   self.inflight.answers.hold(caller.principal))
+                                   self.leases.answers.hold(caller.principal))
         try:  # the route first: the decision depends on its era
             route = await self.backend.for_principal(caller.principal)
         except errors.UpstreamError as exc:  # it cannot start: 503, as a legacy initialize
@@ -142,7 +140,7 @@ class ModernEra:
                     msg["id"], await handlers.extension_request(
                         self.engine, msg["method"], msg.get("params") or {}, caller.principal,
                         lacking or unscoped)), self.flow,
-                    self.inflight.answers.hold(caller.principal))
+                    self.leases.answers.hold(caller.principal))
             case router.Listen():
                 return await self.listeners.listen(request, msg, caller, route, self.engine)
             case router.Resume(round=retried):
@@ -191,33 +189,26 @@ class ModernEra:
         principal, decision = how.caller.principal, how.decision
         described = self._described(msg, how)  # msg["params"] as the upstream takes them
         headers = await self.headers.of(request)  # AuthUnavailable: 503
-        self.inflight.take(principal)  # TooManyRequests: 429
-        home = how.route.conn
+        # TooManyRequests (429), GatewayStopping (503): raised, nothing held
         at_once = isinstance(decision, router.TaskCall) and decision.at_once
-        if isinstance(decision, router.TaskCall) and decision.at_once and json_ok:
-            if (created := await self.tasks.first(msg, described, home, headers,
-                                                  decision)) is not None:
-                return created
-            at_once = False  # no task could be made: the call is answered inline
-        try:
-            used = await self.backend.for_request(home, described.caller, described.method)
-        except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
-            self.inflight.release(principal)
-            return json_response(exc.to_message(described.id), 503)
-        except BaseException:  # cancelled while it waited for a process: its slot goes
-            self.inflight.release(principal)
-            raise
-        ex = ModernExchange(self, described, sse_ok, self.inflight.answers.hold(principal))
-        try:
-            ticket = queue_ticket(self.backend, principal, msg, self.policy)  # 503
-            call = used.request(msg, described.caller, ex, headers, decision.follow, ticket)
-        except errors.UpstreamError as exc:  # not sent: the upstream cannot take calls now
-            self._done(principal, home, used)
-            return json_response(exc.to_message(described.id), 503)
-        except BaseException:  # QueueFull (503), or a fault of the gateway's: the slot goes
-            self._done(principal, home, used)
-            raise
-        ex.sent(call, lambda: self._done(principal, home, used))
+        with self.leases.take(principal, described.method) as lease:
+            if isinstance(decision, router.TaskCall) and at_once and json_ok:
+                if (created := await self.tasks.first(msg, described, how.route.conn, headers,
+                                                      decision, lease)) is not None:
+                    return created
+                at_once = False  # no task could be made: the call is answered inline
+            try:  # UpstreamError: nothing was sent: 503, as to an initialize
+                used = await lease.connect(self.backend, how.route.conn, described.caller,
+                                           described.method)
+                ticket = lease.queue(msg, self.policy)  # QueueFull: 503, raised
+                ex = ModernExchange(self, described, sse_ok,
+                                    self.leases.answers.hold(principal))
+                call = used.request(msg, described.caller, ex, headers, decision.follow,
+                                    ticket)
+            except errors.UpstreamError as exc:
+                return json_response(exc.to_message(described.id), 503)
+            lease.sent(call)
+            ex.sent(call, lease.hand())
         if not described.own_progress:  # the client's own token: a quiet call tells it it runs
             ex.heartbeat(call.progress_token, self.flow, ticket)
         # A call that must wait its turn is a task at once for a caller that can take one.
@@ -249,11 +240,6 @@ class ModernEra:
             msg["id"], caller, method, digest_, str(name or ""),
             uri if isinstance(uri, str) else None, how.route.modern, policy, how.lacking,
             own_progress=policy is not None and watch_progress(upstream_params))
-
-    def _done(self, principal: str, conn: Connection, used: Connection) -> None:
-        """The call is over (answered, or its task ended): its process and its slot go."""
-        self.backend.done(conn, used)
-        self.inflight.release(principal)
 
     # -- tasks (the io.modelcontextprotocol/tasks extension: modern_tasks.py) -------------
     def task_soon(self, ex: ModernExchange) -> None:
@@ -288,7 +274,7 @@ class ModernEra:
         # this retry's id and caller (its log level, its capabilities).
         described = replace(parked.request, id=msg["id"], caller=caller)
         ex = ModernExchange(self, described, sse_ok,
-                            self.inflight.answers.hold(caller.principal), parked)
+                            self.leases.answers.hold(caller.principal), parked)
         ex.resume()
         return await self._respond(request, ex, json_ok)
 

@@ -9,18 +9,17 @@ away, the creation rate), the call is answered inline, as the extension allows. 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from aiohttp import web
 
 from gateway import errors, router
-from gateway.downstream.boundary import json_response, queue_ticket
+from gateway.downstream.boundary import json_response
 from gateway.downstream.envelope import ModernRequest
+from gateway.downstream.leases import Lease
 from gateway.downstream.modern_exchange import ModernExchange
 from gateway.observability import log
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message
-from gateway.ratelimit import InFlight
 from gateway.tasks.dialects import extension
 from gateway.tasks.engine import Handover, Intent, StoreFull, TaskEngine
 from gateway.tasks.model import Task
@@ -29,43 +28,33 @@ from gateway.upstream.connection import Connection
 from gateway.upstream.handshake import IGNORE
 from gateway.upstream.isolation import Backend
 
-# The call is over (answered, or its task ended): its process and its principal's slot go.
-Done = Callable[[str, Connection, Connection], None]
-
 
 class ModernTasks:
     """Makes tasks of one upstream's modern calls."""
 
-    def __init__(self, backend: Backend, engine: TaskEngine, inflight: InFlight,
-                 policy_for: router.PolicyFor, done: Done) -> None:
+    def __init__(self, backend: Backend, engine: TaskEngine, policy_for: router.PolicyFor
+                 ) -> None:
         self.backend = backend
         self.engine = engine
-        self.inflight = inflight
         self.policy_for = policy_for
-        self.done = done
         self._jobs: set[asyncio.Task[None]] = set()  # tasks being made after a budget ran out
 
     async def first(self, msg: Message, described: ModernRequest, home: Connection,
-                    headers: dict[str, str] | None, decision: router.TaskCall
+                    headers: dict[str, str] | None, decision: router.TaskCall, lease: Lease
                     ) -> web.StreamResponse | None:
         """A call that is a task at once (mode always or required): its task is stored
-        first, then its call is sent with the task's run as its sink, as core tasks do
-        (core_tasks.py). Nothing the call says can race the store write (a shared store
-        takes a round trip: docs/tasks.md, Task modes), and no exchange is built for an
-        answer that is the task's handle. None when no task could be made: the call goes
-        on inline. The principal's call slot, taken by the era, goes with the call."""
-        principal = described.caller.principal
-
+        first, then its call is sent under its `lease` with the task's run as its sink, as
+        core tasks do (core_tasks.py). Nothing the call says can race the store write (a
+        shared store takes a round trip: docs/tasks.md, Task modes), and no exchange is
+        built for an answer that is the task's handle. None when no task could be made:
+        the call goes on inline, under the same lease."""
         async def attach(task: Task) -> Handover:
-            used = await self.backend.for_request(home, described.caller, described.method)
-            try:
-                ticket = queue_ticket(self.backend, principal, msg, self.policy_for)  # 503
-                call = used.request(msg, described.caller, IGNORE, headers, decision.follow,
-                                    ticket)
-            except BaseException:
-                self.backend.done(home, used)
-                raise
-            return Handover(call, done=lambda: self.done(principal, home, used))
+            used = await lease.connect(self.backend, home, described.caller, described.method)
+            ticket = lease.queue(msg, self.policy_for)  # QueueFull: 503
+            call = used.request(msg, described.caller, IGNORE, headers, decision.follow,
+                                ticket)
+            lease.sent(call)
+            return Handover(call, done=lease.hand())
 
         try:
             task = await self.engine.adopt(self._intent(described, decision.policy), attach)
@@ -73,11 +62,7 @@ class ModernTasks:
             self._inline(described.tool, exc)
             return None
         except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
-            self.inflight.release(principal)
             return json_response(exc.to_message(described.id), 503)
-        except BaseException:  # QueueFull (503), cancelled, or a fault: the slot goes
-            self.inflight.release(principal)
-            raise
         return json_response(jsonrpc.result(described.id, extension.created(task)))
 
     def soon(self, ex: ModernExchange) -> None:

@@ -1,7 +1,7 @@
 """A legacy session's calls forwarded upstream, once legacy.py decided to forward them: taken
 within the principal's share of calls in flight, sent on the connection isolation picks,
 timed by `request_timeout_ms`, cancelled (by the client, the timeout or the session's end),
-and their slot and process given back when they end.
+and their lease (leases.py: slot, process, queue place) given back when they end.
 
 The one writer of a session's `calls` (by the client's request id).
 """
@@ -9,19 +9,19 @@ The one writer of a session's `calls` (by the client's request id).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from aiohttp import web
 
 from gateway import errors, router
 from gateway.downstream import sse
-from gateway.downstream.boundary import ACCEPTS, json_response, queue_ticket
+from gateway.downstream.boundary import ACCEPTS, json_response
+from gateway.downstream.leases import Lease, Leases
 from gateway.downstream.session import Edit, Session, SessionExchange
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.observability import log
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message, RequestId
-from gateway.ratelimit import InFlight
-from gateway.upstream.connection import Connection
 from gateway.upstream.correlator import Call
 from gateway.upstream.isolation import Backend
 
@@ -29,10 +29,10 @@ from gateway.upstream.isolation import Backend
 class SessionCalls:
     """The calls of one upstream's legacy sessions: forwarded, timed, cancelled, ended."""
 
-    def __init__(self, backend: Backend, inflight: InFlight, flow: sse.Flow,
+    def __init__(self, backend: Backend, leases: Leases, flow: sse.Flow,
                  policy_for: router.PolicyFor) -> None:
         self.backend = backend
-        self.inflight = inflight
+        self.leases = leases
         self.flow = flow
         self.policy_for = policy_for
         timeout_ms = backend.conf.request_timeout_ms
@@ -42,35 +42,27 @@ class SessionCalls:
                       edit: Edit | None, headers: dict[str, str] | None
                       ) -> web.StreamResponse:
         """Send request `msg` upstream for `session`; its answer (through `edit`), as JSON
-        or SSE. A refusal before it was sent is a JSON-RPC error (HTTP 200, as a server's)."""
+        or SSE. A refusal before it was sent is a JSON-RPC error (HTTP 200, as a server's);
+        the gateway stopping is a 503 (GatewayStopping, raised)."""
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok, edit)
-        ex.hold = self.inflight.answers.hold(session.principal)
+        ex.hold = self.leases.answers.hold(session.principal)
         client_id = msg["id"]
         try:
-            self.inflight.take(session.principal)
+            lease = self.leases.take(session.principal, msg["method"])
         except errors.TooManyRequests as exc:
             return json_response(exc.to_message(client_id))
-        try:
-            conn = await self.backend.for_request(session.conn, session, msg["method"])
-        except UpstreamError as exc:
-            self.inflight.release(session.principal)
-            return json_response(exc.to_message(client_id))
-        except BaseException:  # cancelled while it waited for a process: its slot goes
-            self.inflight.release(session.principal)
-            raise
-        await conn.reachable()
-        try:
-            ticket = queue_ticket(self.backend, session.principal, msg, self.policy_for)
-            call = conn.request(msg, session, ex, headers, ticket=ticket)
-        except (UpstreamError, errors.QueueFull) as exc:
-            self._finished(session, client_id, conn)
-            return json_response(exc.to_message(client_id))
-        except BaseException:  # a fault of the gateway's: its slot and process go back
-            self._finished(session, client_id, conn)
-            raise
-        session.calls[client_id] = call
-        ex.done = lambda: self._finished(session, client_id, conn)
+        with lease:
+            try:
+                conn = await lease.connect(self.backend, session.conn, session, msg["method"])
+                await conn.reachable()
+                ticket = lease.queue(msg, self.policy_for)
+                call = conn.request(msg, session, ex, headers, ticket=ticket)
+            except (UpstreamError, errors.QueueFull) as exc:
+                return json_response(exc.to_message(client_id))
+            lease.sent(call)
+            session.calls[client_id] = call
+            ex.done = self._done(session, client_id, lease.hand())
         ex.heartbeat(call.progress_token, self.flow, ticket)
         if (seconds := self.request_timeout_s) is not None:  # from when it runs, not queued
             call.when_running(lambda: self._time(ex, session, client_id, seconds))
@@ -78,15 +70,18 @@ class SessionCalls:
         # to SSE after one keep-alive interval, and keep-alives flow.
         return await ex.respond(request, json_ok, self.flow)
 
+    @staticmethod
+    def _done(session: Session, client_id: RequestId, lease: Lease) -> Callable[[], None]:
+        """The call is over: it leaves the session's calls, and its lease goes back."""
+        def done() -> None:
+            session.calls.pop(client_id, None)
+            lease.release()
+        return done
+
     def _time(self, ex: SessionExchange, session: Session, client_id: RequestId, seconds: float
               ) -> None:
         ex.timer = asyncio.get_running_loop().call_later(
             seconds, self._timed_out, session, client_id, seconds)
-
-    def _finished(self, session: Session, client_id: RequestId, used: Connection) -> None:
-        session.calls.pop(client_id, None)
-        self.inflight.release(session.principal)
-        self.backend.done(session.conn, used)
 
     def _timed_out(self, session: Session, client_id: RequestId, seconds: float) -> None:
         call = session.calls.get(client_id)

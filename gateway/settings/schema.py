@@ -636,6 +636,11 @@ class Store(_Model):
             "tasks are refused"))
     outbox_max_bytes: Annotated[int, Ge(1024)] = field(default=64 << 20,
         metadata=doc("bytes of results kept so (the same rule)"))
+    # A single gateway's finished tasks across its restart (docs/deploys.md): written when
+    # it stops, read when it starts; with redis the store itself keeps them.
+    snapshot_path: Annotated[str | None, EmptyIsNull] = field(default=None,
+        metadata=doc("memory: a file the store's records are written to (sealed, atomically) "
+            "when the gateway stops and read back when it starts (null: none)"))
 
     def __post_init__(self) -> None:
         if self.backend == "redis":
@@ -668,6 +673,17 @@ class Replica(_Model):
     url: Annotated[Annotated[str, Matches(r"^https?://[^/]+$")] | None, EmptyIsNull] = field(
         default=None, metadata=doc("where the other replicas reach this one (http://host:port), "
             "to hand it an MRTR retry (null: listen.host and port, unless a wildcard address)"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shutdown(_Model):
+    """What a stop (SIGTERM, SIGINT) lets finish (docs/deploys.md)."""
+
+    # The default fits `docker stop`'s 10 s with room for the rest of the stop; deploys of
+    # long tools give the platform's grace period and this much longer.
+    drain_ms: Annotated[int, Ge(0)] = field(default=8000,
+        metadata=doc("on SIGTERM: /readyz 503, new calls refused as stopping, running calls "
+            "finish for up to this long, then are cancelled"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -716,6 +732,7 @@ class Settings(_Model):
     store: Store = field(default_factory=Store)
     replica: Replica = field(default_factory=Replica)
     tracing: Tracing = field(default_factory=Tracing)
+    shutdown: Shutdown = field(default_factory=Shutdown)
 
     @property
     def allowed_hosts(self) -> list[str] | None:

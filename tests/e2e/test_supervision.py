@@ -243,12 +243,13 @@ async def test_sigterm_stops_cleanly_with_no_orphans(http) -> None:
 
 
 async def test_sigterm_answers_calls_in_flight_then_stops_in_stages(http) -> None:
-    """Issue 11: on SIGTERM, calls in flight get a JSON-RPC error saying the gateway is
-    stopping (not a dropped connection), a running task ends failed, the upstream process
-    ends, all within docker stop's 10 seconds; each stage is logged."""
+    """Issue 11, with issue 48's drain: on SIGTERM, calls in flight run on for
+    `shutdown.drain_ms`, then get a JSON-RPC error saying the gateway is stopping (not a
+    dropped connection), a running task ends failed, the upstream process ends, all within
+    docker stop's 10 seconds; each stage is logged."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port), "--",
-                             *BASIC], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port),
+                             "--drain-ms", "1000", "--", *BASIC], stderr=subprocess.PIPE)
     try:
         await wait_until_ready(f"http://127.0.0.1:{port}")
         mcp = McpHttp(http, f"http://127.0.0.1:{port}/mcp")
@@ -266,7 +267,8 @@ async def test_sigterm_answers_calls_in_flight_then_stops_in_stages(http) -> Non
         events = [json.loads(line)["event"] for line in proc.stderr.read().splitlines()
                   if line.startswith(b"{")]
         stages = [e for e in events if e.startswith("shutdown.") or e == "gateway.stopped"]
-        assert stages == ["shutdown.accepting_stopped", "shutdown.calls_answered",
+        assert stages == ["shutdown.draining", "shutdown.drained",
+                          "shutdown.accepting_stopped", "shutdown.calls_answered",
                           "shutdown.tasks_ended", "shutdown.streams_closed",
                           "shutdown.upstreams_stopped", "gateway.stopped"]
         assert "task.failed" in events

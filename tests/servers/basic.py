@@ -22,7 +22,10 @@ BASIC_TASKS=1 runs task-augmented calls of "sleep" and "ask" as tasks of its own
 (2025-11-25 core tasks: tasks/get, result, list and cancel, every task for every client,
 as a server with one client, the gateway, sees it), whose requests carry the related-task
 _meta, unless BASIC_TASK_META=0 (a server that forgets it); a plain call whose request names
-a task (related-task _meta) labels what it asks with that task, as the TypeScript SDK does.
+a task (related-task _meta) labels what it asks with that task, as the TypeScript SDK does;
+BASIC_JOURNAL=FILE appends a line to FILE for each tools/call it receives ("call NAME
+ARGS-JSON") and each cancel it hears ("cancelled ID"): what reached the server, readable
+after the process is gone.
 """
 
 import asyncio
@@ -52,6 +55,12 @@ TASKS = bool(os.environ.get("BASIC_TASKS"))
 LABELS = os.environ.get("BASIC_TASK_META") != "0"
 running_task: contextvars.ContextVar = contextvars.ContextVar("task", default=None)
 own_tasks: dict = {}  # task id -> [task record, asyncio task of its call]
+
+
+def journal(line: str) -> None:
+    if os.environ.get("BASIC_JOURNAL"):
+        with open(os.environ["BASIC_JOURNAL"], "a") as f:
+            f.write(line + "\n")
 
 
 def send(msg: dict) -> None:
@@ -324,7 +333,11 @@ async def main() -> None:
             continue
         if msg.get("method") == "notifications/cancelled":
             cancelled.append(msg["params"].get("requestId"))
+            journal(f"cancelled {msg['params'].get('requestId')}")
             continue
+        if msg.get("method") == "tools/call":
+            params = msg.get("params") or {}
+            journal(f"call {params.get('name')} {json.dumps(params.get('arguments') or {})}")
         task = asyncio.create_task(handle(msg))
         tasks.add(task)
         task.add_done_callback(tasks.discard)

@@ -174,3 +174,17 @@ def test_one_owner_leaves_a_quarter_of_the_queue_to_the_others() -> None:
     assert all(t is not None and t.queued for t in alices)
     with pytest.raises(QueueFull):
         queues.ticket("carol", limit)  # the queue itself is full now
+
+
+def test_max_queue_zero_runs_what_fits_and_lets_none_wait() -> None:
+    """Issue 48: `max_queue` is how many may wait; 0 refused every call, the first too."""
+    queues = Queues()
+    limit = Limit("main", "render*", 2, 0)
+    first, second = queues.ticket("a", limit), queues.ticket("b", limit)
+    assert first is not None and not first.queued
+    assert second is not None and not second.queued
+    with pytest.raises(QueueFull):
+        queues.ticket("c", limit)
+    first.release()
+    third = queues.ticket("c", limit)
+    assert third is not None and not third.queued

@@ -17,6 +17,9 @@ Memory: a store may hold 100,000 finished tasks, so what it keeps is compact (a 
 bytes a task): names shared by every task of a tool or owner are interned, an empty inputs
 map is one shared object, and deadlines are kept per whole second (a list entry a task
 rather than a heap tuple and a float).
+
+Across a restart (store.snapshot_path, snapshot.py): `records` hands out what it holds, and
+`load` takes a snapshot's records into an empty store, within its bounds.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from gateway.tasks.model import EXPIRED_MEMORY_S, TRANSITIONS, Task
+from gateway.tasks.model import EXPIRED_MEMORY_S, TRANSITIONS, Status, Task, failure
 from gateway.tasks.store import ResultTooLarge, StoreFull, held_full, share_full
 
+# The end of a task a snapshot held running: its call died with the process that ran it.
+STOPPED = "the gateway stopped before this task ended"
 _NO_INPUTS: dict[str, Any] = {}  # shared by kept records; never handed out (get returns copies)
 
 
@@ -175,6 +180,35 @@ class MemoryStore:
     def kept(self) -> list[Task]:
         return []  # this is the store: nothing beside it
 
+    # -- a snapshot across a restart (snapshot.py) -------------------------------------------
+    def records(self) -> tuple[list[Task], list[str]]:
+        """Copies of every record held, and the ids of read finished tasks in the order
+        they were first read (what makes room first)."""
+        read = [task_id for ids in self._read_of.values() for task_id in ids]
+        return [t.copy() for t in self._tasks.values()], read
+
+    def load(self, tasks: list[Task], read: list[str]) -> int:
+        """Take `tasks` (a snapshot's) into this store, which must be empty, within its
+        bounds: records past their ttl are left, and where a bound is reached the newest
+        are kept (by `created_at`), the older left. A task that had not ended never will
+        (its call died with the process that ran it): it is taken as failed (STOPPED).
+        `read` (ids in the order first read) is restored for the tasks kept. How many it
+        kept."""
+        if self._tasks:
+            raise ValueError("a snapshot is loaded into an empty store only")
+        now = self.clock()
+        fresh = {t.id: t for t in tasks if not t.due(now)}.values()
+        oldest_first = sorted(fresh, key=lambda t: t.created_at)  # ties: in the given order
+        kept = _within_bounds(self, oldest_first[::-1])
+        for task in reversed(kept):  # the oldest first, as they were created
+            self._put(task if task.terminal else
+                      task.ended(Status.FAILED, STOPPED, failure(STOPPED), now=now))
+        for task_id in read:
+            held = self._tasks.get(task_id)
+            if held is not None and held.terminal:
+                self._read_of[held.counted_as].setdefault(task_id)
+        return len(kept)
+
     async def _account(self, task: Task, old: int) -> None:
         """`task`'s bytes, which were `old`, counted; its principal's read tasks make room
         where its share or the store is full; ResultTooLarge where they cannot."""
@@ -252,3 +286,25 @@ class MemoryStore:
     # -- replicas: one process, whose tasks are all its own ----------------------------------
     async def close(self) -> None:
         pass
+
+
+def _within_bounds(store: MemoryStore, newest_first: list[Task]) -> list[Task]:
+    """Of `newest_first`, those `store`, empty, takes within its bounds, the newer before the
+    older."""
+    kept: list[Task] = []
+    held: Counter[str] = Counter()
+    bytes_of: Counter[str] = Counter()
+    stored = 0
+    for task in newest_first:
+        if len(kept) >= store.max_tasks:
+            break
+        whose = task.counted_as
+        if (held[whose] >= store.max_held_per_owner or task.size > store.max_result_bytes
+                or bytes_of[whose] + task.size > store.max_bytes_per_owner
+                or stored + task.size > store.max_stored_bytes):
+            continue
+        kept.append(task)
+        held[whose] += 1
+        bytes_of[whose] += task.size
+        stored += task.size
+    return kept

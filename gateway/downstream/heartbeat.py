@@ -88,8 +88,9 @@ class Heartbeat:
         self.last = after(self.last)
         ahead = None if self._waiting is None else self._waiting()
         took = int(now - self._started)
-        note = (f"still running ({took} s)" if ahead is None
-                else f"queued: {ahead} ahead ({took} s)")
+        # Not how many are ahead: in a queue shared by principals that counts the others'
+        # calls (issue 49), which this caller has no business hearing of.
+        note = f"still running ({took} s)" if ahead is None else f"queued ({took} s)"
         return {"jsonrpc": "2.0", "method": mcp.PROGRESS,
                 "params": {"progressToken": self.token, "progress": self.last,
                            "message": note}}

@@ -93,6 +93,9 @@ class Lease:
             self.ticket.release()
         if self._backend is not None and self._home is not None and self.used is not None:
             self._backend.done(self._home, self.used)
+        # The call names its exchange, whose `done` is this lease: a cycle that would keep
+        # a finished request's answer until the garbage collector runs.
+        self.call = self.ticket = self.used = self._home = None
         self._leases.returned(self)
 
     def __call__(self) -> None:  # a `done` callback

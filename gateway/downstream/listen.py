@@ -92,8 +92,9 @@ class Listeners:
         self.max_per_owner = max_per_owner
         self.max_listeners = max_listeners or max_per_owner
         self.flow = flow
-        self.per_owner: Counter[str] = Counter()
+        self.per_owner: Counter[str] = Counter()  # streams held or being opened
         self.live: set[Listener] = set()
+        self.spare = self.max_listeners // 4  # places kept for principals holding none
 
     async def listen(self, request: web.Request, msg: Message, caller: Caller,
                      route: Route, engine: TaskEngine) -> web.StreamResponse:
@@ -101,37 +102,61 @@ class Listeners:
         if not isinstance(wanted, dict):
             raise errors.InvalidParams("Invalid params: notifications must be an object")
         principal = caller.principal
-        if self.per_owner[principal] >= self.max_per_owner:
+        self._reserve(principal)  # counted before anything awaits (issue 49)
+        try:
+            listener = await self._listener(msg, wanted, caller, route, engine)
+            self._start(listener, route.conn)
+            for task_id in listener.task_ids:
+                engine.watch(task_id, listener.task_changed)
+            try:
+                resp = await sse.open_response(request, {})
+                await sse.pump(request, resp, listener.stream, 0, self.flow)
+            finally:
+                for task_id in listener.task_ids:
+                    engine.unwatch(task_id, listener.task_changed)
+                self._stop(listener, route.conn)
+        finally:
+            self._given_back(principal)
+        return resp
+
+    def _reserve(self, principal: str) -> None:
+        """A place for one more stream of `principal`, counted at once: no await comes
+        between the check and the count, so concurrent requests cannot all pass the check
+        (a shared store's round trip follows). The last quarter of the overall places is
+        kept for principals holding none (docs/security.md: the principal over its share
+        is refused first)."""
+        mine = self.per_owner[principal]
+        if mine >= self.max_per_owner:
             raise errors.TooManyListeners(
                 f"Too many listen streams: at most {self.max_per_owner} per client")
-        if len(self.live) >= self.max_listeners:
+        held = sum(self.per_owner.values())
+        if held >= self.max_listeners or (mine and held >= self.max_listeners - self.spare):
             raise errors.TooManyListeners(
                 f"Too many listen streams: the gateway holds its maximum of "
                 f"{self.max_listeners}; retry later")
-        conn = route.conn
-        # What the server said it can tell when it was found ready (it may be lost since).
+        self.per_owner[principal] += 1
+
+    def _given_back(self, principal: str) -> None:
+        self.per_owner[principal] -= 1
+        if self.per_owner[principal] <= 0:
+            del self.per_owner[principal]
+
+    async def _listener(self, msg: Message, wanted: dict[str, Any], caller: Caller,
+                        route: Route, engine: TaskEngine) -> Listener:
+        """The stream asked for, its acknowledgment (spec: the first message, naming the
+        subset honoured) pushed: what the server said it can tell when it was found ready
+        (it may be lost since), and the asked tasks the caller owns."""
         honoured = _honoured(wanted, route.init_result.get("capabilities", {}))
         task_ids = await self._task_ids(wanted, caller, engine)
         if task_ids is not None:
             honoured["taskIds"] = task_ids
         listener = Listener(msg["id"], {LIST_FILTERS[k][0] for k in honoured if k in
                                         LIST_FILTERS},
-                            set(honoured.get("resourceSubscriptions", [])), principal,
+                            set(honoured.get("resourceSubscriptions", [])), caller.principal,
                             task_ids or [])
-        # spec: the acknowledgment is the first message, naming the subset honoured.
         listener.stream.push(jsonrpc.dumps(listener.tagged(mcp.ACKNOWLEDGED,
                                                            {"notifications": honoured})))
-        self._start(listener, conn)
-        for task_id in listener.task_ids:
-            engine.watch(task_id, listener.task_changed)
-        try:
-            resp = await sse.open_response(request, {})
-            await sse.pump(request, resp, listener.stream, 0, self.flow)
-        finally:
-            for task_id in listener.task_ids:
-                engine.unwatch(task_id, listener.task_changed)
-            self._stop(listener, conn)
-        return resp
+        return listener
 
     @staticmethod
     async def _task_ids(wanted: dict[str, Any], caller: Caller, engine: TaskEngine
@@ -148,7 +173,6 @@ class Listeners:
         return [i for i in ids if isinstance(i, str) and i in owned]
 
     def _start(self, listener: Listener, conn: Connection) -> None:
-        self.per_owner[listener.principal] += 1
         self.live.add(listener)
         conn.audience.watch(listener)
         for uri in listener.uris:
@@ -157,9 +181,6 @@ class Listeners:
 
     def _stop(self, listener: Listener, conn: Connection) -> None:
         self.live.discard(listener)
-        self.per_owner[listener.principal] -= 1
-        if self.per_owner[listener.principal] <= 0:
-            del self.per_owner[listener.principal]
         conn.audience.unwatch(listener)
         for uri in listener.uris:
             if conn.release(uri):

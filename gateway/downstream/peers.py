@@ -77,10 +77,12 @@ def local_peer(request: web.Request) -> bool:
 
 class Clients:
     """The client's address of a request: the socket's peer, unless that peer is a trusted
-    proxy; then the rightmost address of X-Forwarded-For that is not a trusted proxy (each
-    proxy appends the address it was reached from, so entries to the left of the last
-    untrusted one are the client's own words). A hop that is not an address ends the walk
-    at the proxy that wrote it. No proxy trusted (the default): the header is ignored."""
+    proxy; then the rightmost hop of X-Forwarded-For, the address that proxy appended (it
+    was reached from there), and nothing to its left: those entries are the client's own
+    words, even where they name addresses inside the trusted ranges (issue 49: a client on
+    a trusted LAN wrote the address the failed-auth limit charged). One hop exactly: a chain
+    of proxies is trusted through its last one only. A hop that is not an address: the
+    proxy's own. No proxy trusted (the default): the header is ignored."""
 
     HEADER = "X-Forwarded-For"
 
@@ -91,12 +93,9 @@ class Clients:
         peer = request.remote
         if not self.trusted or peer is None or not self._trusted(peer):
             return peer
-        hops = ",".join(request.headers.getall(self.HEADER, ())).split(",")
-        for hop in reversed([h.strip() for h in hops if h.strip()]):
-            if not self._trusted(hop):
-                return hop if _address(hop) is not None else peer
-            peer = hop
-        return peer  # every hop a trusted proxy: the farthest one
+        hops = [h.strip() for h in ",".join(request.headers.getall(self.HEADER, ())).split(",")]
+        appended = hops[-1] if hops else ""
+        return appended if _address(appended) is not None else peer
 
     def _trusted(self, value: str) -> bool:
         address = _address(value)

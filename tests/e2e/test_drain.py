@@ -245,3 +245,20 @@ async def test_a_single_gateway_keeps_its_finished_tasks_across_a_restart(tmp_pa
         assert len(unreadable) == 1 and unreadable[0]["why"] == "another key or corrupt"
     finally:
         gw.kill()
+
+
+async def test_a_draining_replica_finishes_its_task_for_the_others(group, http) -> None:
+    """Two replicas on Redis: SIGTERM to the one running a task; the other shows it
+    completed with its result as soon as it ends, to its owner alone."""
+    a, b = await group(2, shutdown={"drain_ms": 20_000})
+    alice, bob = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer bob-token"}
+    task = (await call(http, a.url, "sleep", {"ms": 2000}, headers=alice)).body["result"]
+    assert task["status"] == "working"
+    assert a.proc is not None
+    a.proc.send_signal(signal.SIGTERM)
+    done = await wait_for(http, b.url, task["taskId"], "completed", alice)
+    assert done["result"]["content"][0]["text"] == "slept 2000"
+    foreign = await tasks_op(http, b.url, "tasks/get", task["taskId"], bob)
+    unknown = await tasks_op(http, b.url, "tasks/get", "no-such-task", bob)
+    assert {**foreign.body["error"], "data": None} == {**unknown.body["error"], "data": None}
+    assert await asyncio.to_thread(a.proc.wait, 10) == 0

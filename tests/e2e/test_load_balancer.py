@@ -101,6 +101,29 @@ async def test_a_killed_replica_fails_no_request_behind_the_balancer(group, http
             assert echoed.body["result"]["content"][0]["text"] == f"call {i}"
 
 
+async def test_a_draining_replica_is_taken_out_while_its_call_finishes(group, http) -> None:
+    """Issue 48: SIGTERM to a replica that runs a call turns its /readyz 503; HAProxy takes
+    it out (a new call that meets it meanwhile is refused as stopping, never run, and sent
+    to another replica), the other serves every new call, and the draining replica's call
+    finishes before it exits."""
+    replicas = await group(3, tasks=POLICY, auth={"bearer_tokens": []},
+                           shutdown={"drain_ms": 20_000})
+    async with balancing(replicas) as url:
+        draining = replicas[0]
+        long = asyncio.create_task(call(http, draining.url, "sleep", {"ms": 3000}, caps={}))
+        await asyncio.sleep(0.3)
+        assert draining.proc is not None
+        draining.proc.send_signal(signal.SIGTERM)
+        for i in range(12):
+            echoed = await asyncio.wait_for(call(http, url, "echo", {"text": f"call {i}"}), 5)
+            assert echoed.status == 200, echoed.body
+            assert echoed.body["result"]["content"][0]["text"] == f"call {i}"
+            await asyncio.sleep(0.2)
+        answered = await asyncio.wait_for(long, 10)
+        assert answered.body["result"]["content"][0]["text"] == "slept 3000"
+        assert await asyncio.to_thread(draining.proc.wait, 10) == 0
+
+
 async def test_fastmcp_tasks_across_replicas(front) -> None:
     async with Client(front, elicitation_handler=answer) as client:
         assert (await client.call_tool("echo", {"text": "inline"})).content[0].text == "inline"

@@ -91,17 +91,22 @@ async def test_a_quiet_modern_call_hears_heartbeats(gateway, http, transport) ->
 
 
 async def test_a_call_waiting_in_its_queue_says_so(gateway, client) -> None:
+    """It says it waits, not how many are ahead: those are Bob's calls (issue 49)."""
     url = await gateway(listen=HEARTBEAT, tasks={"tools": {"sleep": {
-        "mode": "never", "max_concurrency": 1}}})
-    first, second = client(url), client(url)
-    await first.initialize()
-    await second.initialize()
-    ahead = asyncio.create_task(first.call("sleep", {"ms": 1600}))
+        "mode": "never", "max_concurrency": 1}}},
+        auth={"bearer_tokens": ["alice-token", "bob-token"]})
+    bob, alice = client(url), client(url)
+    await bob.initialize(headers={"Authorization": "Bearer bob-token"})
+    await alice.initialize(headers={"Authorization": "Bearer alice-token"})
+    ahead = asyncio.create_task(bob.call("sleep", {"ms": 1600},
+                                         Authorization="Bearer bob-token"))
     await asyncio.sleep(0.2)
-    reply = await second.call("sleep", {"ms": 100}, meta={"progressToken": 9})
+    reply = await alice.call("sleep", {"ms": 100}, meta={"progressToken": 9},
+                             Authorization="Bearer alice-token")
     await ahead
     notes = [b["message"] for b in progress_of(reply.events)]
-    assert notes and notes[0].startswith("queued: 0 ahead"), notes
+    assert notes and notes[0].startswith("queued ("), notes
+    assert not any("ahead" in note for note in notes)
     assert text_of(reply) == "slept 100"
 
 

@@ -314,3 +314,17 @@ async def test_a_path_or_method_no_route_takes_still_meets_the_guard(gateway, ht
     async with http.put(url, headers=ALICE) as resp:
         assert resp.status == 405 and {"GET", "POST", "DELETE"} <= set(
             resp.headers["Allow"].split(","))
+
+
+async def test_with_no_auth_at_all_a_foreign_host_still_reads_nothing(gateway, http) -> None:
+    """Issue 49 (N4): no credential configured and `allowed_hosts` unset, on loopback: the
+    loopback names are the Host allow-list, so a DNS-rebinding page reads no operator page
+    and calls no tool."""
+    url = await gateway(tasks=POLICY)
+    evil = {"Host": "evil.example"}
+    for path in ("/status", "/metrics", "/readyz?detail"):
+        status, _ = await get(http, url, path, evil)
+        assert status == 421, path
+    assert (await call(http, url, "echo", {"text": "x"}, headers=evil)).status == 421
+    status, _ = await get(http, url, "/status", {})
+    assert status == 200  # the machine's own user, on loopback

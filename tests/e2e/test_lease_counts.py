@@ -174,3 +174,29 @@ async def test_core_tasks_refused_for_a_full_queue_give_their_process_back(gatew
                           TASKS, headers=auth("alice"))
     assert answer.body["error"]["data"]["reason"] == "queue_full"  # a modern task too
     assert await back_to(http, url, before) == before
+
+
+@pytest.mark.parametrize("era", [Legacy, Modern])
+async def test_process_refusals_give_back_what_they_held(gateway, http, era) -> None:
+    """Under `isolation: call` each call holds a process of its principal's share: a call
+    refused for that share holds nothing afterwards, nor do the calls cancelled that held
+    it; the other principal is served meanwhile. (Under `isolation: client` processes are
+    a session's or a principal's, not a call's: test_process_bounds.py.)"""
+    conf = settings("call")
+    conf["limits"] |= {"max_processes_per_principal": 2}
+    url = await gateway(**conf)
+    alice, bob = await era(http, url, "alice").open(), await era(http, url, "bob").open()
+    for who in (alice, bob):
+        assert text_of(await who.call("echo", {"text": "warm"})) == "warm"
+    before = await steady(http, url)
+    ids = [next(_ids), next(_ids)]
+    held = [bob.call("hang", {}, request_id=i) for i in ids]  # his share of 2 processes
+    await asyncio.sleep(0.5)
+    refused = await bob.call("echo", {"text": "a third process"})
+    assert error_of(refused)["data"]["reason"] == "processes"
+    assert text_of(await alice.call("echo", {"text": "hers"})) == "hers"
+    for request_id, job in zip(ids, held, strict=True):
+        await bob.cancel(request_id, job)
+    assert await back_to(http, url, before) == before
+    assert text_of(await bob.call("echo", {"text": "again"})) == "again"
+    assert text_of(await alice.call("echo", {"text": "still"})) == "still"

@@ -23,7 +23,12 @@ COPY --from=node /usr/local/bin/node /usr/local/bin/node
 COPY --from=node /usr/local/lib/node_modules /usr/local/lib/node_modules
 RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
  && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \
- && useradd --create-home --uid 10001 gateway
+ && useradd --create-home --uid 10001 gateway \
+ && install -d -o gateway -g gateway -m 0700 /var/lib/mcp-task-gateway
+# Finished tasks across a restart (store.snapshot_path of config/docker.yaml): a volume the
+# gateway's user owns, so that a named volume mounted there (-v gateway-data:/var/lib/...)
+# starts as its own. Made and owned above: what a step changes under a VOLUME is dropped.
+VOLUME /var/lib/mcp-task-gateway
 COPY --from=build /opt/gateway /opt/gateway
 COPY config/docker.yaml /etc/mcp-task-gateway/gateway.yaml
 ENV PATH=/opt/gateway/bin:$PATH \

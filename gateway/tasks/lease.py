@@ -149,6 +149,7 @@ class Lease:
         if self.outbox is not None and len(self.outbox):  # the last chance to write them
             with contextlib.suppress(StoreUnavailable, TimeoutError):
                 await asyncio.wait_for(self.outbox.flush(), STOP_FLUSH_S)
-        if self.replicas is not None:
-            with contextlib.suppress(StoreUnavailable):
-                await self.replicas.leave()
+        if self.replicas is not None:  # bounded too: a store whose name no longer resolves
+            # (its container stopped first) held idle replicas' stops 10-40 s in compose
+            with contextlib.suppress(StoreUnavailable, TimeoutError):
+                await asyncio.wait_for(self.replicas.leave(), STOP_FLUSH_S)

@@ -289,26 +289,32 @@ def _flush(tracing: Tracer) -> Callable[[web.Application], Awaitable[None]]:
 
 
 def _lifecycles(app: web.Application, conf: Settings, store: TaskStore) -> None:
-    """What runs while the app does: the snapshot read before anything starts and written
-    after everything stopped (cleanup contexts end in reverse), the app's parts, and the
-    stop's stages (`_stop`, before any cleanup context ends)."""
-    path = conf.store.snapshot_path
-    if path is not None and isinstance(store, MemoryStore):
-        app.cleanup_ctx.append(_snapshot(path, _shared_secret(conf), store))
+    """What runs while the app does: its parts, the stop's stages (`_stop`), and a single
+    gateway's snapshot, read once its parts started (before it serves) and written right
+    after the stop's first stages settled the tasks' ends: before aiohttp waits on slow
+    readers, so `docker stop`'s 10 s kill finds it written (review of issue 48)."""
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop)
+    path = conf.store.snapshot_path
+    if path is not None and isinstance(store, MemoryStore):
+        load, save = _snapshot(path, _shared_secret(conf), store)
+        app.on_startup.append(load)
+        app.on_shutdown.append(save)
 
 
 def _snapshot(path: str, secret: bytes | None, store: MemoryStore
-              ) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A single gateway's tasks across its restart (tasks/store/snapshot.py): read at
-    start, written at the end of the stop, once the drain's ends are in the store."""
-    async def kept(_: web.Application) -> AsyncIterator[None]:
-        key = snapshot.key_of(path, secret)
+              ) -> tuple[Callable[[web.Application], Awaitable[None]],
+                         Callable[[web.Application], Awaitable[None]]]:
+    """A single gateway's tasks across its restart (tasks/store/snapshot.py): how they are
+    read at start and written at the stop, under one key."""
+    key = snapshot.key_of(path, secret)
+
+    async def load(_: web.Application) -> None:
         snapshot.load(store, path, key)
-        yield
+
+    async def save(_: web.Application) -> None:
         snapshot.save(store, path, key)
-    return kept
+    return load, save
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

@@ -62,10 +62,14 @@ class Lease:
 
     def queue(self, msg: dict[str, Any], policy_for: PolicyFor) -> Ticket | None:
         """A tools/call's place under its tool's concurrency limit and its server's; None
-        for other methods, or no limit; QueueFull when it would wait in a full queue."""
+        for other methods, or no limit; QueueFull when it would wait in a full queue;
+        GatewayStopping when the drain began since the lease was taken (it waited for a
+        process or for its upstream: it is still not sent)."""
         backend = self._backend
         if backend is None or msg["method"] != mcp.TOOLS_CALL:
             return None
+        if self._leases.stopping:  # the drain began while it waited for its process
+            raise errors.GatewayStopping()
         tool = str((msg.get("params") or {}).get("name") or "")
         self.ticket = backend.ticket(self.principal, policy_for(tool).limit(backend.name))
         return self.ticket

@@ -94,12 +94,20 @@ class Clients:
         if not self.trusted or peer is None or not self._trusted(peer):
             return peer
         hops = [h.strip() for h in ",".join(request.headers.getall(self.HEADER, ())).split(",")]
-        appended = hops[-1] if hops else ""
+        appended = _without_port(hops[-1]) if hops else ""
         return appended if _address(appended) is not None else peer
 
     def _trusted(self, value: str) -> bool:
         address = _address(value)
         return address is not None and any(address in net for net in self.trusted)
+
+
+def _without_port(hop: str) -> str:
+    """A hop as some balancers write it, `ip:port` or `[ipv6]:port`, as its address."""
+    if hop.startswith("["):
+        return hop[1:hop.find("]")] if "]" in hop else hop
+    host, colon, port = hop.rpartition(":")
+    return host if colon and "." in host and port.isdigit() else hop
 
 
 def _named_address(name: str) -> bool:

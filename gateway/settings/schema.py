@@ -595,9 +595,9 @@ class Security(_Model):
     # its own headers.
     trusted_proxies: Annotated[list[str], Rule(addresses)] = field(default_factory=list,
         metadata=doc("addresses or CIDRs of reverse proxies whose X-Forwarded-For names the "
-            "client (its rightmost address not in this list): the failed-auth limit and the "
-            "audit log count that client, not the proxy; empty entries are ignored; []: the "
-            "header is ignored"))
+            "client (the one hop such a proxy appended, its rightmost entry; nothing to its "
+            "left): the failed-auth limit and the audit log count that client, not the proxy; "
+            "empty entries are ignored; []: the header is ignored"))
     # Serve beyond loopback with no bearer token, on purpose (behind a proxy that
     # authenticates, say); without it such a configuration is refused.
     allow_unauthenticated: bool = field(default=False,

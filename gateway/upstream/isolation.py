@@ -366,15 +366,25 @@ class PerCall(Backend):
         startup_s = self.conf.startup_timeout_ms / 1000
         first_s = min(self.processes.bounds.wait_s, startup_s)
         # Cancelled, a get loses nothing: the queue gives its item only to a get that runs.
+        # Waited with asyncio.wait, never wait_for: on Python 3.11 wait_for swallows a cancel
+        # that lands as the get completes, and the caller's call went on unasked (issue 48).
         taking = asyncio.ensure_future(self._warm.get())
         try:
             await asyncio.wait({taking}, timeout=first_s)
             if not taking.done() and self._short:
                 raise self.processes.refusal(self.name, None)
-            proc = await asyncio.wait_for(taking, startup_s - first_s)
-        except TimeoutError:
-            raise UpstreamNotReady(self.name, f"no process of upstream '{self.name}' became "
-                                   "ready") from None
+            if not taking.done():
+                await asyncio.wait({taking}, timeout=startup_s - first_s)
+            if not taking.done():
+                raise UpstreamNotReady(self.name, f"no process of upstream '{self.name}' "
+                                       "became ready")
+            proc = taking.result()
+        except BaseException:
+            # Cancelled once the get had its process (the client left): it goes back to the
+            # pool, or its place would be held for good (issue 48: Bob's resets took them all).
+            if taking.done() and not taking.cancelled() and taking.exception() is None:
+                self._warm.put_nowait(taking.result())
+            raise
         finally:
             if not taking.done():
                 taking.cancel()

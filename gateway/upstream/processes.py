@@ -97,12 +97,12 @@ class Processes:
             if not running.done():  # not timed out meanwhile
                 running.set_result(None)
         ticket.when_running(run)
-        try:
-            await asyncio.wait_for(running, self.bounds.wait_s if bounded else None)
-        except TimeoutError:
-            lane = ticket.lane
-            ticket.release()
-            raise self.refusal(upstream, None if lane is None else lane.limit) from None
+        try:  # asyncio.wait, not wait_for: see isolation.PerCall._take_warm
+            await asyncio.wait({running}, timeout=self.bounds.wait_s if bounded else None)
+            if not running.done():
+                lane = ticket.lane
+                ticket.release()
+                raise self.refusal(upstream, None if lane is None else lane.limit)
         except BaseException:
             ticket.release()
             raise

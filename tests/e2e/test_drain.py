@@ -243,6 +243,8 @@ async def test_a_single_gateway_keeps_its_finished_tasks_across_a_restart(tmp_pa
         assert "not found" in gone.body["error"]["message"].lower()
         unreadable = [e for e in gw.events() if e["event"] == "store.snapshot_unreadable"]
         assert len(unreadable) == 1 and unreadable[0]["why"] == "another key or corrupt"
+        # Kept aside, not overwritten by the next stop: an operator may yet want it.
+        assert Path(unreadable[0]["kept_as"]).read_bytes() == bytes(data)
     finally:
         gw.kill()
 

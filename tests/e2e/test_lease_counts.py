@@ -13,8 +13,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from conftest import settings_for
 from mcp_http import McpHttp, Reply, text_of
 from test_modern import modern
+
+from gateway.settings.load import from_mapping
+from gateway.upstream import isolation
+from gateway.upstream.processes import Bounds, Processes
 
 TOKENS = {"alice": "alice-token-lease-counts", "bob": "bob-token-lease-counts"}
 ADMIN = {"Authorization": "Bearer operator-token-lease-counts"}
@@ -200,3 +205,64 @@ async def test_process_refusals_give_back_what_they_held(gateway, http, era) -> 
     assert await back_to(http, url, before) == before
     assert text_of(await bob.call("echo", {"text": "again"})) == "again"
     assert text_of(await alice.call("echo", {"text": "still"})) == "still"
+
+
+async def test_a_call_cancelled_as_it_gets_its_warm_process_gives_it_back() -> None:
+    """Found by review (issue 48): a request cancelled in the loop turn after its warm
+    process was handed to it (its client reset the connection then) kept that process, and
+    its place of `max_processes`, for good; Bob's resets took every place. The real PerCall
+    backend over the test server; the get schedules the cancel, as a client's reset would."""
+    conf = from_mapping(settings_for(upstream={"isolation": "call", "pool_size": 1}))
+    processes = Processes(Bounds(overall=2, per_principal=2, wait_s=2.0, idle_s=300))
+    backend = isolation.build("main", conf.upstreams["main"], 1 << 20, processes=processes)
+    await backend.start()
+    try:
+        await settled(lambda: backend.status()["warm"] == 1)
+        warm = backend._warm  # type: ignore[attr-defined]
+        real_get = warm.get
+        jobs: list[asyncio.Task[Any]] = []
+
+        async def get() -> Any:
+            proc = await real_get()
+            asyncio.get_running_loop().call_soon(jobs[-1].cancel)
+            return proc
+        for _ in range(3):
+            warm.get = get
+            jobs.append(asyncio.ensure_future(backend.for_request(backend.primary, Owner(),
+                                                                  "tools/call")))
+            with pytest.raises(asyncio.CancelledError):
+                await jobs[-1]
+            warm.get = real_get
+            await settled(lambda: backend.status()["warm"] == 1)
+            assert processes.status()["running"] == 1  # the warm one, nothing held
+        used = await asyncio.wait_for(backend.for_request(backend.primary, Owner(),
+                                                          "tools/call"), 5)
+        backend.done(backend.primary, used)
+    finally:
+        await backend.close()
+
+
+class Owner:
+    """A request's owner as the correlator sees it."""
+
+    key, principal, capabilities, level, modern = "k", "bob", {}, None, False
+
+    def accepts(self, method: str) -> bool:
+        return True
+
+    def deliver(self, msg: Any) -> None:
+        pass
+
+    def expect_reply(self, asked: Any, host: Any) -> None:
+        pass
+
+    def is_subscribed(self, uri: str) -> bool:
+        return False
+
+
+async def settled(done: Any) -> None:
+    for _ in range(100):
+        if done():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("never settled")

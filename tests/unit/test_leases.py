@@ -150,3 +150,19 @@ async def test_stopping_refuses_new_calls_and_queued_ones_and_waits_for_the_rest
     assert await held.idle(0.01) == 1  # the running call holds the drain
     asyncio.get_running_loop().call_later(0.05, running.release)
     assert await held.idle(5) == 0
+
+
+async def test_a_call_that_waited_for_its_process_through_the_drains_start_is_not_sent(
+        ) -> None:
+    """Found by review: a tools/call waiting for a process when the drain began reached the
+    server afterwards; its queue place is where it is refused now, holding nothing."""
+    backend, held = FakeBackend(), leases()
+
+    async def call() -> None:
+        with held.take("bob", "tools/call") as lease:
+            await lease.connect(backend, object(), object(), "tools/call")  # type: ignore[arg-type]
+            held.stop()  # the signal, while it waited
+            lease.queue({"method": "tools/call", "params": {"name": "x"}}, unlimited)
+    with pytest.raises(errors.GatewayStopping):
+        await call()
+    assert not held.live and backend.given_back == backend.taken

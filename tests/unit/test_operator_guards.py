@@ -137,6 +137,8 @@ class Peer:
     (["127.0.0.1"], "127.0.0.1", ["not-an-address"], "127.0.0.1"),
     (["127.0.0.0/8", ""], "127.0.0.1", ["127.0.0.2"], "127.0.0.2"),  # a trusted address too
     (["::1"], "::1", ["2001:db8::5"], "2001:db8::5"),
+    (["127.0.0.1"], "127.0.0.1", ["203.0.113.7:41000"], "203.0.113.7"),  # ip:port
+    (["127.0.0.1"], "127.0.0.1", ["[2001:db8::5]:41000"], "2001:db8::5"),
 ])
 def test_the_client_behind_a_trusted_proxy(trusted: list[str], remote: str,
                                            forwarded: list[str], client: str) -> None:

@@ -78,8 +78,8 @@ def _key_file(path: str) -> bytes:
         return _new_key(path)
     if len(key) == KEY_BYTES:
         return key
-    log.warning("store.snapshot_key_replaced", path=path, why="wrong size")
-    os.unlink(path)
+    kept = _set_aside(path)  # kept, not deleted: the snapshot it sealed may yet be wanted
+    log.warning("store.snapshot_key_replaced", path=path, why="wrong size", kept_as=kept)
     return _new_key(path)
 
 
@@ -150,15 +150,28 @@ def load(store: MemoryStore, path: str, key: bytes) -> int:
     try:
         tasks, read = _parse(data, key)
     except _Unreadable as exc:
-        return _unreadable(path, str(exc))
+        return _unreadable(path, str(exc), _set_aside(path))
     kept = store.load(tasks, read)
     log.info("store.snapshot_read", path=path, tasks=kept, dropped=len(tasks) - kept)
     return kept
 
 
-def _unreadable(path: str, why: str) -> int:
-    log.warning("store.snapshot_unreadable", path=path, why=why)
+def _unreadable(path: str, why: str, kept_as: str | None = None) -> int:
+    log.warning("store.snapshot_unreadable", path=path, why=why, kept_as=kept_as)
     return 0
+
+
+def _set_aside(path: str) -> str | None:
+    """A file not read, kept beside under `.unreadable` (replacing an earlier one), so
+    that the next stop's write does not destroy it (review of issue 48): an operator who
+    set replica.secret since, or restored the wrong key, can still get it back. Its name;
+    None where it could not be moved."""
+    aside = path + ".unreadable"
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return None
+    return aside
 
 
 def _parse(data: bytes, key: bytes) -> tuple[list[Task], list[str]]:

@@ -171,6 +171,32 @@ async def test_a_mounted_server_answers_tasks_of_both_eras(mounted: Container,
     assert done["result"]["content"][0]["text"] == "slept 600"
 
 
+async def test_a_replaced_container_keeps_its_finished_tasks_on_its_volume(
+        run_image: Any, podman: Any, tmp_path: Path, bearer: aiohttp.ClientSession) -> None:
+    """Issue 48: the image's task snapshot on a named volume (docs/container.md): a task
+    finished in one container reads completed, with its result, in the next one on that
+    volume (owners across a restart: tests/e2e/test_drain.py)."""
+    (tmp_path / "gateway.yaml").write_text(
+        MOUNTED + 'store: {snapshot_path: "/var/lib/mcp-task-gateway/tasks.snapshot"}\n')
+    volume = f"gw-test-data-{uuid.uuid4().hex[:8]}"
+    args = ("--volume", f"{volume}:/var/lib/mcp-task-gateway",
+            "--volume", f"{ROOT / 'tests/servers/basic.py'}:/srv/basic.py:ro",
+            "--volume", f"{tmp_path / 'gateway.yaml'}:/etc/mcp-task-gateway/gateway.yaml:ro",
+            "--env", "GATEWAY_PORT=9090", "--env", f"GATEWAY_TOKEN={TOKEN}",
+            "--env", "SYNC_BUDGET_MS=200")
+    try:
+        first = await run_image(*args, inner=9090)
+        handle = (await call(bearer, first.url, "sleep", {"ms": 300}, TASKS)).body["result"]
+        await wait_for(bearer, first.url, handle["taskId"], "completed")
+        podman("stop", "--time", "10", first.name, timeout=30)
+        second = await run_image(*args, inner=9090)
+        got = (await tasks_op(bearer, second.url, "tasks/get", handle["taskId"])).body
+        assert got["result"]["status"] == "completed"
+        assert got["result"]["result"]["content"][0]["text"] == "slept 300"
+    finally:  # --force: the containers on it go first
+        podman("volume", "rm", "--force", volume, check=False)
+
+
 async def test_the_image_checks_its_health_runs_unprivileged_and_stops_on_sigterm(
         mounted: Container, bearer: aiohttp.ClientSession, podman: Any) -> None:
     # The HEALTHCHECK, as the image declares it (podman runs it on a timer only under

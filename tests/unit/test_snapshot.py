@@ -329,3 +329,13 @@ def test_a_save_into_a_missing_directory_is_one_warning(tmp_path: Path) -> None:
                              os.urandom(32)) == 0
     assert [(e["event"], e["why"]) for e in logs] == [("store.snapshot_failed",
                                                        "No such file or directory")]
+
+
+def test_a_key_file_others_may_read_is_used_and_said(tmp_path: Path) -> None:
+    """Review of issue 48: a key file of mode 0644 sealed the snapshot without a word."""
+    path = str(tmp_path / "tasks.snapshot")
+    key = snapshot.key_of(path, None)
+    os.chmod(path + ".key", 0o644)
+    with capture_logs() as logs:
+        assert snapshot.key_of(path, None) == key
+    assert [e["event"] for e in logs] == ["store.snapshot_key_exposed"]

@@ -77,6 +77,8 @@ def _key_file(path: str) -> bytes:
     except FileNotFoundError:
         return _new_key(path)
     if len(key) == KEY_BYTES:
+        if os.stat(path).st_mode & 0o077:  # readable by others: whoever reads it opens the file
+            log.warning("store.snapshot_key_exposed", path=path, why="readable by others")
         return key
     kept = _set_aside(path)  # kept, not deleted: the snapshot it sealed may yet be wanted
     log.warning("store.snapshot_key_replaced", path=path, why="wrong size", kept_as=kept)

@@ -111,11 +111,10 @@ class CoreTasks:
             await conn.reachable()
             call = conn.request(msg, session, IGNORE, headers,
                                 ticket=lease.queue(msg, self.policy))
-            lease.sent(call)
             bound = SessionTask(self.engine, session, task, relay_progress)
             session.tasks[task.id] = bound
             self.engine.watch(task.id, bound.changed)
-            return Handover(call, done=lease.hand(), relay=bound.relay, fail_on_is_error=True)
+            return Handover(call, done=lease.hand(call), relay=bound.relay, fail_on_is_error=True)
         return attach
 
     # -- tasks/* -----------------------------------------------------------------------------

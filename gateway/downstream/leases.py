@@ -48,7 +48,7 @@ class Lease:
         self._home: Connection | None = None
         self.used: Connection | None = None  # the process the call goes to
         self.ticket: Ticket | None = None
-        self.call: Call | None = None  # once sent (the drain may refuse it while queued)
+        self.call: Call | None = None  # once handed on (the drain refuses it while queued)
         self._handed = False
         self._closed = False
 
@@ -74,17 +74,14 @@ class Lease:
         self.ticket = backend.ticket(self.principal, policy_for(tool).limit(backend.name))
         return self.ticket
 
-    def sent(self, call: Call) -> None:
-        self.call = call
-
     @property
     def queued(self) -> bool:
         return self.ticket is not None and self.ticket.queued
 
-    def hand(self) -> Lease:
-        """The lease goes with the call from here: its `release` is the exchange's or the
-        task's `done`, and the `with` block that took it no longer gives it back."""
-        self._handed = True
+    def hand(self, call: Call) -> Lease:
+        """The lease goes with `call`, sent, from here: its `release` is the exchange's or
+        the task's `done`, and the `with` block that took it no longer gives it back."""
+        self.call, self._handed = call, True
         return self
 
     def release(self) -> None:
@@ -100,7 +97,11 @@ class Lease:
         # The call names its exchange, whose `done` is this lease: a cycle that would keep
         # a finished request's answer until the garbage collector runs.
         self.call = self.ticket = self.used = self._home = None
-        self._leases.returned(self)
+        leases = self._leases
+        del leases.live[self]
+        leases.inflight.release(self.principal)
+        if not leases.live and leases.idle_event is not None:
+            leases.idle_event.set()
 
     def __call__(self) -> None:  # a `done` callback
         self.release()
@@ -120,12 +121,9 @@ class Leases:
     def __init__(self, inflight: InFlight) -> None:
         self.inflight = inflight
         self.live: dict[Lease, None] = {}  # oldest first
+        self.answers: AnswerBytes = inflight.answers
         self.stopping = False
-        self._idle: asyncio.Event | None = None
-
-    @property
-    def answers(self) -> AnswerBytes:
-        return self.inflight.answers
+        self.idle_event: asyncio.Event | None = None  # set when the last lease goes
 
     def take(self, principal: str, method: str) -> Lease:
         """A lease on one more call of `principal`: GatewayStopping for a new tools/call
@@ -137,12 +135,6 @@ class Leases:
         lease = Lease(self, principal)
         self.live[lease] = None
         return lease
-
-    def returned(self, lease: Lease) -> None:
-        del self.live[lease]
-        self.inflight.release(lease.principal)
-        if not self.live and self._idle is not None:
-            self._idle.set()
 
     def stop(self) -> int:
         """No new tools/call from now on; calls still waiting in a queue are refused as
@@ -159,9 +151,9 @@ class Leases:
     async def idle(self, timeout_s: float) -> int:
         """Once no lease is alive, or `timeout_s` passed: how many are still alive."""
         if self.live:
-            self._idle = asyncio.Event()
+            self.idle_event = asyncio.Event()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), timeout_s)
+                await asyncio.wait_for(self.idle_event.wait(), timeout_s)
         return len(self.live)
 
     def status(self) -> dict[str, Any]:

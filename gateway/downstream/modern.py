@@ -207,8 +207,7 @@ class ModernEra:
                                     ticket)
             except errors.UpstreamError as exc:
                 return json_response(exc.to_message(described.id), 503)
-            lease.sent(call)
-            ex.sent(call, lease.hand())
+            ex.sent(call, lease.hand(call))
         if not described.own_progress:  # the client's own token: a quiet call tells it it runs
             ex.heartbeat(call.progress_token, self.flow, ticket)
         # A call that must wait its turn is a task at once for a caller that can take one.

@@ -53,8 +53,7 @@ class ModernTasks:
             ticket = lease.queue(msg, self.policy_for)  # QueueFull: 503
             call = used.request(msg, described.caller, IGNORE, headers, decision.follow,
                                 ticket)
-            lease.sent(call)
-            return Handover(call, done=lease.hand())
+            return Handover(call, done=lease.hand(call))
 
         try:
             task = await self.engine.adopt(self._intent(described, decision.policy), attach)

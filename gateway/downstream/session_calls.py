@@ -60,9 +60,8 @@ class SessionCalls:
                 call = conn.request(msg, session, ex, headers, ticket=ticket)
             except (UpstreamError, errors.QueueFull) as exc:
                 return json_response(exc.to_message(client_id))
-            lease.sent(call)
             session.calls[client_id] = call
-            ex.done = self._done(session, client_id, lease.hand())
+            ex.done = self._done(session, client_id, lease.hand(call))
         ex.heartbeat(call.progress_token, self.flow, ticket)
         if (seconds := self.request_timeout_s) is not None:  # from when it runs, not queued
             call.when_running(lambda: self._time(ex, session, client_id, seconds))

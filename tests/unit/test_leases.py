@@ -94,7 +94,7 @@ async def test_a_return_before_the_hand_over_gives_back_and_after_it_does_not() 
         pass  # refused and answered without raising
     assert not held.live
     with held.take("alice", "tools/call") as lease:
-        done = lease.hand()
+        done = lease.hand(FakeCall())  # type: ignore[arg-type]
     assert len(held.live) == 1  # the exchange's or task's now
     done()
     assert not held.live
@@ -139,7 +139,7 @@ async def test_stopping_refuses_new_calls_and_queued_ones_and_waits_for_the_rest
     await waiting.connect(backend, object(), object(), "tools/call")  # type: ignore[arg-type]
     ticket = waiting.queue({"method": "tools/call", "params": {"name": "x"}}, unlimited)
     assert ticket is not None and ticket.queued
-    waiting.sent(call := FakeCall())  # type: ignore[arg-type]
+    waiting.hand(call := FakeCall())  # type: ignore[arg-type]
     assert held.stop() == 1
     assert call.cancelled == ["the gateway is stopping"]
     assert call.answers[0]["error"]["data"]["reason"] == "shutdown"

@@ -55,9 +55,12 @@ class Lease:
     async def connect(self, backend: Backend, home: Connection, owner: Owner, method: str
                       ) -> Connection:
         """The connection the call goes to: `home`, or a process isolation picks for it
-        (UpstreamError, TooManyProcesses: nothing more is held)."""
-        self._backend, self._home = backend, home
-        self.used = await backend.for_request(home, owner, method)
+        (UpstreamError, TooManyProcesses: nothing more is held). Asked again (a task that
+        could not be made, the call then answered inline), the one it holds: never a
+        second process the release would not give back."""
+        if self.used is None:
+            self._backend, self._home = backend, home
+            self.used = await backend.for_request(home, owner, method)
         return self.used
 
     def queue(self, msg: dict[str, Any], policy_for: PolicyFor) -> Ticket | None:
@@ -70,6 +73,8 @@ class Lease:
             return None
         if self._leases.stopping:  # the drain began while it waited for its process
             raise errors.GatewayStopping()
+        if self.ticket is not None:  # asked again: the place of a call never sent goes
+            self.ticket.release()
         tool = str((msg.get("params") or {}).get("name") or "")
         self.ticket = backend.ticket(self.principal, policy_for(tool).limit(backend.name))
         return self.ticket
@@ -145,7 +150,7 @@ class Leases:
             call = lease.call
             assert call is not None
             call.conn.cancel(call, "the gateway is stopping")
-            call.sink.on_response(errors.GatewayStopping().to_message(call.client_id))
+            call.answer(errors.GatewayStopping().to_message(call.client_id))
         return len(queued)
 
     async def idle(self, timeout_s: float) -> int:

@@ -99,9 +99,8 @@ class Processes:
         ticket.when_running(run)
         try:  # asyncio.wait, not wait_for: see isolation.PerCall._take_warm
             await asyncio.wait({running}, timeout=self.bounds.wait_s if bounded else None)
-            if not running.done():
+            if not running.done():  # its place goes below, once
                 lane = ticket.lane
-                ticket.release()
                 raise self.refusal(upstream, None if lane is None else lane.limit)
         except BaseException:
             ticket.release()

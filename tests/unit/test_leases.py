@@ -43,14 +43,13 @@ class FakeCall:
     def __init__(self) -> None:
         self.client_id = 7
         self.conn = self
-        self.sink = self
         self.cancelled: list[str] = []
         self.answers: list[dict[str, Any]] = []
 
     def cancel(self, call: Any, why: str) -> None:
         self.cancelled.append(why)
 
-    def on_response(self, msg: dict[str, Any]) -> None:
+    def answer(self, msg: dict[str, Any]) -> None:
         self.answers.append(msg)
 
 
@@ -166,3 +165,17 @@ async def test_a_call_that_waited_for_its_process_through_the_drains_start_is_no
     with pytest.raises(errors.GatewayStopping):
         await call()
     assert not held.live and backend.given_back == backend.taken
+
+
+async def test_a_lease_asked_for_its_process_twice_holds_one() -> None:
+    """Review: a modern call that was to be a task at once connects in the task's attach;
+    when no task can be made after that (the store failing as the task is forgotten), it is
+    answered inline and connects again: a second process the release would not give back."""
+    backend, held = FakeBackend(), leases()
+    with held.take("bob", "tools/call") as lease:
+        first = await lease.connect(backend, object(), object(), "tools/call")  # type: ignore[arg-type]
+        lease.queue({"method": "tools/call", "params": {"name": "x"}}, unlimited)
+        again = await lease.connect(backend, object(), object(), "tools/call")  # type: ignore[arg-type]
+        lease.queue({"method": "tools/call", "params": {"name": "x"}}, unlimited)
+    assert again is first and backend.taken == backend.given_back == [first]
+    assert backend.queues.lanes[("main", "*", True)].running == 0

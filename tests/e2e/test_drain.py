@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +55,8 @@ class Gateway:
         return self.base + "/mcp"
 
     async def start(self) -> Gateway:
-        fd, config = tempfile.mkstemp(suffix=".yaml")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.conf, f)  # JSON is YAML
+        config = self.log.with_suffix(".yaml")  # in the test's folder, gone with it
+        config.write_text(json.dumps(self.conf))  # JSON is YAML
         log = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             self.proc = subprocess.Popen(

@@ -20,6 +20,8 @@ the HTTP status that carries it.
     │   ├── MissingCapability         -32021  400   the request lacks a needed capability
     │   ├── UnsupportedModernVersion  -32022  400   protocol version we do not speak
     │   ├── TooManyListeners          -32600  429   listen streams over the per-owner bound
+    │   ├── BadIdempotencyKey         -32600  400   an Idempotency-Key too long or odd
+    │   ├── IdempotencyKeyReused      -32602  422   a key reused for another call
     │   └── TooManyRequests           -32000  429   a per-owner rate limit (retryAfterMs)
     ├── AuthRefusal                   -32600        reason "auth"; why in `cause` (a word)
     │   ├── Unauthorized              -32600  401   no valid bearer or access token
@@ -203,6 +205,25 @@ class UnsupportedModernVersion(ProtocolError):
 class TooManyListeners(ProtocolError):
     http_status = 429
     reason = "listeners"
+
+
+class BadIdempotencyKey(ProtocolError):
+    """An `Idempotency-Key` header the gateway cannot keep (tasks/keys.py): too long,
+    empty, sent twice, or with bytes outside visible ASCII."""
+
+
+class IdempotencyKeyReused(ProtocolError):
+    """A tools/call whose `Idempotency-Key` names another call of its principal (another
+    tool, other arguments or another upstream): refused, nothing sent upstream (the IETF
+    httpapi draft: 422; a legacy session gets it as a JSON-RPC error, HTTP 200)."""
+
+    code = jsonrpc.INVALID_PARAMS
+    http_status = 422
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"Invalid params: Idempotency-Key {shown(key)} was used for another "
+                         "call (another tool or other arguments); a new call needs a new key",
+                         {"idempotencyKey": key})
 
 
 class TooManyRequests(ProtocolError):

@@ -28,7 +28,10 @@ from gateway.observability.counters import Counters
 from gateway.observability.tracing import TOOL_ERROR, error_type
 from gateway.protocol import jsonrpc, mcp
 from gateway.settings.schema import Settings
+from gateway.tasks import keys
 from gateway.tasks.dialects import Lacking
+from gateway.tasks.keys import CallKey
+from gateway.tasks.model import Dialect
 from gateway.upstream.isolation import Backend
 
 JSON_HEADERS = {"Content-Type": mcp.CT_JSON}
@@ -79,6 +82,18 @@ def mark(resp: web.StreamResponse, kind: str | None) -> web.StreamResponse:
         if kind != TOOL_ERROR:
             resp[FAILED] = True
     return resp
+
+
+def call_key(request: web.Request, msg: dict[str, Any], owner: str, upstream: str,
+             dialect: Dialect) -> CallKey | None:
+    """A tools/call's Idempotency-Key, as `owner`'s for a task of `dialect` (tasks/keys.py),
+    None without one (or for another method: the header names calls only);
+    BadIdempotencyKey (400) when it cannot be kept."""
+    params = msg.get("params")
+    if msg["method"] != mcp.TOOLS_CALL or not isinstance(params, dict):
+        return None
+    key = keys.parse(request.headers.getall(keys.HEADER, []))
+    return None if key is None else CallKey.of(owner, key, upstream, dialect, params)
 
 
 def scopes_checked(request: web.Request, msg: dict[str, Any], policy_for: router.PolicyFor

@@ -27,7 +27,7 @@ from gateway.downstream.leases import Lease, Leases
 from gateway.downstream.session import Edit, Session, SessionExchange, SessionTask
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message
+from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.tasks.dialects import Lacking, core, handlers, unscoped, watch_progress
 from gateway.tasks.engine import (
     Handover,
@@ -35,6 +35,7 @@ from gateway.tasks.engine import (
     StoreFull,
     TaskEngine,
 )
+from gateway.tasks.keys import CallKey
 from gateway.tasks.model import Task
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream.handshake import IGNORE
@@ -69,41 +70,71 @@ class CoreTasks:
 
     # -- tools/call --------------------------------------------------------------------------
     async def call(self, session: Session, msg: Message, decision: router.TaskCall,
-                   headers: dict[str, str] | None) -> web.Response:
+                   headers: dict[str, str] | None, key: CallKey | None = None
+                   ) -> web.Response:
         """A task-augmented tools/call: the task is created, the call goes upstream without
-        `params.task`, and the CreateTaskResult is the answer at once."""
-        client_id, params = msg["id"], msg["params"]
-        policy = decision.policy
-        tool = str(params.get("name") or "")
-        core.strip_task(params)  # the upstream serves a plain call (it may know no tasks)
+        `params.task`, and the CreateTaskResult is the answer at once (a keyed call's task,
+        the same for every retry: tasks/keys.py)."""
+        policy, client_id = decision.policy, msg["id"]  # sending rewrites msg's id
+        core.strip_task(msg["params"])  # the upstream serves a plain call (it may know no tasks)
+        made = await self._made(session, msg, policy, headers, decision.ttl, key)
+        if not isinstance(made, Task):
+            return made
+        return json_response(jsonrpc.result(client_id,
+                                            core.created(made, policy.immediate_response)))
+
+    async def keyed(self, request: web.Request, session: Session, msg: Message,
+                    key: CallKey, lacking: Lacking | None, headers: dict[str, str] | None
+                    ) -> web.StreamResponse:
+        """A plain tools/call with an Idempotency-Key: run once, as a task (what its key
+        remembers), and answered with the call's own answer at the task's end as
+        tasks/result would answer it (its server's requests on this request's stream),
+        the first call and every retry alike; a heartbeat on the client's progress token
+        meanwhile. A dropped request is not a cancel: the task runs on for the retry."""
+        # The client's id and progress token: sending the call rewrites both in `msg`.
+        asked = {"id": msg["id"], "token": mcp.progress_token(msg["params"])}
+        made = await self._made(session, msg, self.policy(msg["params"].get("name")),
+                                headers, None, key, plain=True)
+        if not isinstance(made, Task):
+            return made
+        return await self.result(request, session, {**msg, "id": asked["id"]},
+                                 {"taskId": made.id}, lacking or unscoped, asked["token"])
+
+    async def _made(self, session: Session, msg: Message, policy: Policy,
+                    headers: dict[str, str] | None, ttl: int | None, key: CallKey | None,
+                    plain: bool = False) -> Task | web.Response:
+        """The call's task: created, its call sent under a lease that goes with the task;
+        or the keyed call's task already (nothing sent). A refusal is a JSON-RPC error
+        (HTTP 200, as a server's)."""
+        client_id = msg["id"]  # before the call is sent (which rewrites it)
+        tool = str(msg["params"].get("name") or "")
         # Counted against the principal: owned by it (with auth), or a session's (without).
         quota = "" if session.task_owner == session.principal else session.principal
-        intent = Intent(session.task_owner, tool, core.NAME, self.backend.name, policy,
-                        decision.ttl, quota=quota)
+        intent = Intent(session.task_owner, tool, core.NAME, self.backend.name, policy, ttl,
+                        quota=quota, key=key)
         try:  # a task's call is a call in flight: its lease goes with the task
             lease = self.leases.take(session.principal, mcp.TOOLS_CALL)
-        except errors.TooManyRequests as exc:  # a JSON-RPC error: HTTP 200, as a server's
+        except errors.TooManyRequests as exc:
             return json_response(exc.to_message(client_id))
         with lease:
             try:
-                task = await self.engine.adopt(intent, self._attacher(session, msg, headers,
-                                                                      lease))
+                return await self.engine.adopt(intent, self._attacher(session, msg, headers,
+                                                                      lease, plain))
             except StoreFull as exc:
                 self.backend.counters.reject("store_full")
                 log.warning("task.store_full", tool=tool, reason=str(exc),
                             upstream=self.backend.name)
                 return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
                                                    f"Cannot create task: {exc}"))
-            except (errors.TooManyRequests, errors.StoreUnavailable,  # HTTP 200: a JSON-RPC
-                    errors.UpstreamError, errors.QueueFull) as exc:  # error, as a server's
+            except (errors.TooManyRequests, errors.StoreUnavailable, errors.UpstreamError,
+                    errors.QueueFull, errors.IdempotencyKeyReused) as exc:
                 return json_response(exc.to_message(client_id))
-        return json_response(jsonrpc.result(client_id,
-                                            core.created(task, policy.immediate_response)))
 
     def _attacher(self, session: Session, msg: Message, headers: dict[str, str] | None,
-                  lease: Lease) -> Callable[[Task], Awaitable[Handover]]:
+                  lease: Lease, plain: bool) -> Callable[[Task], Awaitable[Handover]]:
         """How the new task takes its call over: opened upstream under its `lease`, tied to
-        the session, the lease going back when the task ends."""
+        the session, the lease going back when the task ends. `plain`: a keyed plain
+        call's task, whose client made no task (no status notifications)."""
         relay_progress = not watch_progress(msg["params"])
 
         async def attach(task: Task) -> Handover:
@@ -111,7 +142,7 @@ class CoreTasks:
             await conn.reachable()
             call = conn.request(msg, session, IGNORE, headers,
                                 ticket=lease.queue(msg, self.policy))
-            bound = SessionTask(self.engine, session, task, relay_progress)
+            bound = SessionTask(self.engine, session, task, relay_progress, notify=not plain)
             session.tasks[task.id] = bound
             self.engine.watch(task.id, bound.changed)
             return Handover(call, done=lease.hand(call), relay=bound.relay, fail_on_is_error=True)
@@ -138,9 +169,11 @@ class CoreTasks:
             return json_response(exc.to_message(msg["id"]))
 
     async def result(self, request: web.Request, session: Session, msg: Message,
-                     params: dict[str, Any], lacking: Lacking) -> web.StreamResponse:
+                     params: dict[str, Any], lacking: Lacking, beat: RequestId | None = None
+                     ) -> web.StreamResponse:
         """spec (Result Retrieval): blocks until the task is terminal. Its input requests
-        travel on this response's stream meanwhile."""
+        travel on this response's stream meanwhile; `beat`: a progress token to tell the
+        client, while the task is quiet, that it runs (a keyed call's)."""
         task = await handlers.core_named(self.engine, params, session.task_owner, lacking)
         bound = session.tasks.get(task.id)
         if task.terminal:
@@ -152,10 +185,11 @@ class CoreTasks:
             return await send_held(request, answer, self.flow,
                                    self.leases.answers.hold(session.principal))
         if bound is None:  # the principal's, made in another session or on another replica
-            return await self._await_end(request, session, msg, task)
+            return await self._await_end(request, session, msg, task, beat)
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok)
         ex.hold = self.leases.answers.hold(session.principal)
+        ex.heartbeat(beat, self.flow, None)
         waiter = (msg["id"], ex)
         bound.waiters.append(waiter)
         for held in bound.held:
@@ -169,13 +203,14 @@ class CoreTasks:
             await self._delivered(task.id, ex)
 
     async def _await_end(self, request: web.Request, session: Session, msg: Message,
-                         task: Task) -> web.StreamResponse:
+                         task: Task, beat: RequestId | None) -> web.StreamResponse:
         """tasks/result of a task this session did not start: answered at its end, heard
         from the engine (another replica's changes reach it through the store's events);
         its input requests stay with the session that made it."""
         json_ok, sse_ok = request[ACCEPTS]
         ex = SessionExchange(session, sse_ok)
         ex.hold = self.leases.answers.hold(session.principal)
+        ex.heartbeat(beat, self.flow, None)
 
         def told(changed: Task) -> None:
             if changed.terminal and ex.response is None:

@@ -15,6 +15,7 @@ from gateway.auth.token_exchange import TokenExchanger
 from gateway.downstream import shapes, sse
 from gateway.downstream.boundary import (
     UpstreamHeaders,
+    call_key,
     check_accept,
     error_response,
     json_response,
@@ -39,6 +40,7 @@ from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.settings.schema import Settings
 from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
+from gateway.tasks.keys import CallKey
 from gateway.tasks.policy import Policies
 from gateway.upstream.isolation import Backend
 
@@ -132,14 +134,18 @@ class LegacyEra:
             case router.TaskCall():
                 _not_in_flight(session, client_id)
                 return await self.tasks.call(session, msg, decision,
-                                             await self.headers.of(request))
+                                             await self.headers.of(request),
+                                             self._key(request, session, msg))
             case router.Subscription():  # held once the server took it
                 if msg["method"] == mcp.SUBSCRIBE:
                     edit = _subscribed(session, msg["params"]["uri"])
             case router.Augment():
                 edit = self.tasks.marked_tools()
             case router.Pass():
-                pass
+                if (key := self._key(request, session, msg)) is not None:
+                    _not_in_flight(session, client_id)  # run once, as a task (keys.py)
+                    return await self.tasks.keyed(request, session, msg, key, lacking,
+                                                  await self.headers.of(request))
             case _:
                 assert_never(decision)
         _not_in_flight(session, client_id)
@@ -147,6 +153,17 @@ class LegacyEra:
             edit = _then_hide(edit, lacking)
         headers = await self.headers.of(request)
         return await self.calls.forward(request, session, msg, edit, headers)
+
+    def _key(self, request: web.Request, session: Session, msg: Message) -> CallKey | None:
+        """A tools/call's Idempotency-Key, kept for whoever sees the session's tasks (with
+        auth its principal; without, the session); None for a call the upstream runs as a
+        task of its own (its task, not the gateway's, is the call: the key is not used)."""
+        params = msg.get("params")
+        if msg["method"] != mcp.TOOLS_CALL or not isinstance(params, dict) or (
+                core.is_task_call(params)
+                and self.backend.catalogue.own_task_support(params.get("name"))):
+            return None
+        return call_key(request, msg, session.task_owner, self.backend.name, core.NAME)
 
     async def own_references(self, session: Session, msg: Message) -> None:
         """A related-task reference of the session's request (or notification) stays only

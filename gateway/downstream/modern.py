@@ -29,6 +29,7 @@ from gateway.downstream import envelope, shapes, sse
 from gateway.downstream.boundary import (
     ACCEPTS,
     UpstreamHeaders,
+    call_key,
     json_response,
     principal_of,
     scopes_checked,
@@ -39,7 +40,7 @@ from gateway.downstream.handoff import Handoff
 from gateway.downstream.leases import Leases
 from gateway.downstream.listen import Listeners
 from gateway.downstream.modern_exchange import ModernExchange
-from gateway.downstream.modern_tasks import ModernTasks
+from gateway.downstream.modern_tasks import Asked, Keyed, ModernTasks
 from gateway.downstream.mrtr import ParkedCalls, Sealer, digest
 from gateway.downstream.references import own_references
 from gateway.downstream.rounds import Elsewhere, Rounds, TheirRound
@@ -96,7 +97,7 @@ class ModernEra:
                              backend.name, backend.counters)
         self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.flow,
                                    conf.limits.max_listeners)
-        self.tasks = ModernTasks(backend, engine, self.policy)
+        self.tasks = ModernTasks(backend, engine, self.policy, self.flow, leases)
 
     @property
     def server_info(self) -> object:
@@ -187,8 +188,14 @@ class ModernEra:
                       ) -> web.StreamResponse:
         json_ok, sse_ok = request[ACCEPTS]
         principal, decision = how.caller.principal, how.decision
+        # BadIdempotencyKey: 400
+        key = call_key(request, msg, principal, self.backend.name, extension.NAME)
+        asked = Asked.of(msg["params"]) if key is not None else None  # before it is sent
         described = self._described(msg, how)  # msg["params"] as the upstream takes them
         headers = await self.headers.of(request)  # AuthUnavailable: 503
+        if key is not None and asked is not None:  # run once, as a task (tasks/keys.py)
+            return await self.tasks.keyed(request, msg, described, Keyed(
+                key, asked, how.route.conn, headers, decision))
         # TooManyRequests (429), GatewayStopping (503): raised, nothing held
         at_once = isinstance(decision, router.TaskCall) and decision.at_once
         with self.leases.take(principal, described.method) as lease:

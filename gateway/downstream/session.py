@@ -197,12 +197,13 @@ class SessionExchange(Exchange):
 class SessionTask:
     """Ties one running task to its session until the task ends."""
 
-    __slots__ = ("engine", "held", "last_status", "relay_progress", "session", "task",
-                 "waiters")
+    __slots__ = ("engine", "held", "last_status", "notify", "relay_progress", "session",
+                 "task", "waiters")
 
     def __init__(self, engine: TaskEngine, session: Session, task: Task,
-                 relay_progress: bool) -> None:
+                 relay_progress: bool, notify: bool = True) -> None:
         self.engine = engine
+        self.notify = notify  # its status changes, told (not for a keyed plain call's task)
         self.session = session
         self.task = task
         self.relay_progress = relay_progress  # the client asked for progress on its call
@@ -228,7 +229,8 @@ class SessionTask:
         """The engine's watcher: push status changes; answer waiting tasks/result calls."""
         if task.status is not self.last_status:
             self.last_status = task.status
-            self.session.deliver(core.status_notification(task))
+            if self.notify:
+                self.session.deliver(core.status_notification(task))
         if task.terminal:
             waiters, self.waiters = self.waiters, []
             for client_id, ex in waiters:

@@ -146,6 +146,13 @@ def input_key(request: dict[str, Any], number: int, used: set[str]) -> str:
     return key
 
 
+def progress_token(params: dict[str, Any]) -> str | int | None:
+    """The progress token a request's `_meta` carries (spec: a string or an integer)."""
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
+
+
 def listed_tools(msg: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool objects of a tools/list response (none for an error)."""
     result = msg.get("result")

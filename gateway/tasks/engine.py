@@ -18,7 +18,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, overload
 
-from gateway.errors import StoreSettling
+from gateway.errors import IdempotencyKeyReused, StoreSettling
+from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
 from gateway.protocol.jsonrpc import Message
@@ -30,7 +31,7 @@ from gateway.tasks.policy import PollAdvisor
 from gateway.tasks.replicas import STRANDED, Replicas
 from gateway.tasks.report import Report
 from gateway.tasks.run import Attach, Handover, Intent
-from gateway.tasks.store import ReplicaBus, StoreFull, TaskStore
+from gateway.tasks.store import KeyBound, ReplicaBus, StoreFull, TaskStore
 
 
 class TaskNotFound(KeyError):
@@ -58,12 +59,14 @@ class TaskEngine:
 
     # -- adopting ------------------------------------------------------------------------
     @overload
-    async def adopt(self, intent: Intent,
-                    attach: Callable[[Task], Awaitable[Handover]]) -> Task: ...
+    async def adopt(self, intent: Intent, attach: Callable[[Task], Awaitable[Handover]], *,
+                    rejoin: bool = True) -> Task: ...
     @overload
-    async def adopt(self, intent: Intent, attach: Attach) -> Task | None: ...
+    async def adopt(self, intent: Intent, attach: Attach, *, rejoin: bool = True
+                    ) -> Task | None: ...
 
-    async def adopt(self, intent: Intent, attach: Attach) -> Task | None:
+    async def adopt(self, intent: Intent, attach: Attach, *, rejoin: bool = True
+                    ) -> Task | None:
         """The one way a call becomes a task. The task is created, in the store before
         anyone hears of it (spec: a task MUST be retrievable once CreateTaskResult is sent;
         StoreFull when a bound is hit, TooManyRequests when the owner creates tasks too
@@ -72,13 +75,17 @@ class TaskEngine:
         way the task is forgotten); from then on the task runs in the background."""
         # Rate and bounds are the principal's (quota), whichever of its sessions asks.
         self._admission.creation(intent.quota or intent.owner)
-        policy = intent.policy
+        policy, key = intent.policy, intent.key
         task = Task(new_id(), intent.owner, intent.tool, intent.dialect,
                     policy.ttl(intent.ttl), self.poll.suggest(intent.tool,
                                                               policy.poll_interval_ms),
                     upstream=intent.upstream, replica=self.replica, created_at=self._clock(),
-                    quota=intent.quota)
-        await self._store.create(task)
+                    quota=intent.quota, key=key.slot if key else "",
+                    asked=key.digest if key else "")
+        try:
+            await self._store.create(task)
+        except KeyBound as bound:
+            return await self._keyed(intent, bound.task_id, attach, rejoin)
         try:
             handover = await attach(task)
         except Exception:
@@ -88,6 +95,26 @@ class TaskEngine:
             await self._store.delete(task.id)
             return None
         self._local.start(task, handover, policy)
+        return task
+
+    async def _keyed(self, intent: Intent, task_id: str, attach: Attach, rejoin: bool
+                     ) -> Task | None:
+        """A keyed call whose key names task `task_id` (tasks/keys.py): that task is the
+        call's, running (joined) or ended (its end, at once), and nothing is sent upstream;
+        IdempotencyKeyReused when it was another call. Gone since (forgotten in between):
+        the call is made anew, once."""
+        assert intent.key is not None
+        try:
+            task = await self.find(task_id, intent.owner)
+        except TaskNotFound:
+            if not rejoin:
+                raise
+            return await self.adopt(intent, attach, rejoin=False)
+        if task.asked != intent.key.digest:
+            log.info("task.key_reused", tool=intent.tool, upstream=intent.upstream)
+            raise IdempotencyKeyReused(intent.key.key)
+        log.info("task.key_joined", task=task.id[:8], tool=intent.tool,
+                 upstream=intent.upstream, status=str(task.status))
         return task
 
     # -- finding ------------------------------------------------------------------------------

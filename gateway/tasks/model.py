@@ -105,6 +105,10 @@ class Task:
     # of the legacy session that owns it; empty: its owner. Ownership stays the session's
     # (visibility), so one token cannot take every task slot by opening many sessions.
     quota: str = ""
+    # A keyed call's (tasks/keys.py): its owner's key, hashed (the store binds it to this
+    # task while the task is kept), and the digest of the call it names.
+    key: str = ""
+    asked: str = ""
 
     def __post_init__(self) -> None:
         self.updated_at = self.updated_at or self.created_at

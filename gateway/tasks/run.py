@@ -19,6 +19,7 @@ from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
+from gateway.tasks.keys import CallKey
 from gateway.tasks.model import Dialect, Status, Task
 from gateway.tasks.policy import Policy, queued_poll_ms
 from gateway.tasks.report import audit
@@ -39,6 +40,7 @@ class Intent:
     ttl: int | None = None  # the ttl the client asked for (core dialect)
     # Whose bounds it takes (Task.quota): a legacy session's principal; empty: the owner.
     quota: str = ""
+    key: CallKey | None = None  # an Idempotency-Key's (tasks/keys.py): run once
 
 
 @dataclass(slots=True)
@@ -79,9 +81,10 @@ class UpstreamCall(Protocol):
     @property
     def upstream(self) -> str: ...
 
-    def redirect(self, sink: Consumer) -> None:
-        """From now on `sink` hears the call: its messages and its response (the task's run,
-        once adopted)."""
+    def adopt(self, sink: Consumer) -> None:
+        """From now on `sink` (the task's run) hears the call, its messages and its
+        response; it is the task's, which alone ends it (its client's session ending does
+        not)."""
 
     def cancel(self, why: str) -> None: ...
 
@@ -108,7 +111,7 @@ class TaskRun:
     def __init__(self, task: Task, handover: Handover, hooks: Hooks) -> None:
         self._task = task  # the working copy: the freshest state, told to watchers
         self._call: UpstreamCall | None = handover.call  # None once ended (`finish`)
-        handover.call.redirect(self)  # the call's messages and response come here from now on
+        handover.call.adopt(self)  # the call's messages and response come here from now on
         self._hooks = hooks
         self._fail_on_is_error = handover.fail_on_is_error
         self._done = handover.done  # releases the call's process and slot

@@ -90,8 +90,8 @@ class Call:
     only when its correlator sends it on as a new request (`go_on_as`). Everyone reads them
     through properties. The rest is fixed when it is opened."""
 
-    __slots__ = ("_client_id", "_failure", "_resend", "_sink", "_task_of", "_upstream_id",
-                 "_upstream_task", "_waiting", "conn", "follow_task", "owner",
+    __slots__ = ("_adopted", "_client_id", "_failure", "_resend", "_sink", "_task_of",
+                 "_upstream_id", "_upstream_task", "_waiting", "conn", "follow_task", "owner",
                  "progress_token", "span", "ticket")
 
     def __init__(self, upstream_id: int, client_id: RequestId, owner: Owner | None,
@@ -119,6 +119,7 @@ class Call:
         # slot given back when it ends.
         self.ticket = ticket
         self._failure: UpstreamError | None = None  # why the transport failed it, if it did
+        self._adopted = False  # a task's: its owner's leaving does not cancel it
 
     @property
     def upstream_id(self) -> int:
@@ -162,6 +163,16 @@ class Call:
         self._sink = sink
         if client_id is not None:
             self._client_id = client_id
+
+    def adopt(self, sink: Sink) -> None:
+        """A task's run takes the call for good: it hears it from now on, and the call
+        outlives its owner (a legacy session ending does not cancel it: the task, which
+        its principal's other sessions reach, ends it)."""
+        self._sink, self._adopted = sink, True
+
+    @property
+    def adopted(self) -> bool:
+        return self._adopted
 
     def park(self, sink: Sink) -> None:
         """The call waits for its client's input, held by `sink` meanwhile (MRTR, or a
@@ -382,7 +393,8 @@ class Correlator:
                 for upstream_id in self._asked.forget(owner)]
 
     def calls_of(self, owner: Owner) -> list[Call]:
-        return [c for c in self.in_flight.values() if c.owner is owner]
+        """`owner`'s calls in flight but those a task adopted."""
+        return [c for c in self.in_flight.values() if c.owner is owner and not c.adopted]
 
     def clients_calls(self) -> list[Call]:
         """The calls in flight that belong to a client (not the gateway's own)."""

@@ -31,7 +31,7 @@ class FakeCall:
     def upstream(self) -> str:
         return "fake"
 
-    def redirect(self, sink: Any) -> None:
+    def adopt(self, sink: Any) -> None:
         self.sink = sink
 
     def when_running(self, run: Any) -> None:

@@ -6,8 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from gateway import errors
-from gateway.tasks.model import Task, iso
+from gateway.protocol import jsonrpc
+from gateway.protocol.jsonrpc import Message, RequestId
+from gateway.tasks.model import Status, Task, iso
 
 # A tool's name -> the scopes it needs that the caller does not hold (auth.oauth and the
 # tool's `scopes`): tasks/* of a task need the scopes of its tool.
@@ -41,6 +45,24 @@ def watch_progress(params: dict[str, Any]) -> bool:
         return False
     params["_meta"] = {**(meta if isinstance(meta, dict) else {}), "progressToken": "task"}
     return True
+
+
+def call_answer(task: Task, id_: RequestId, meta: dict[str, Any] | None = None) -> Message:
+    """What the call a terminal task ran answered, as the call's own answer: its result
+    (with `meta` merged into its `_meta`) or its JSON-RPC error; cancelled, the error that
+    says so (both dialects: core tasks/result, a keyed call's caller: tasks/keys.py)."""
+    if task.status is Status.CANCELLED:
+        return jsonrpc.error(id_, jsonrpc.REQUEST_CANCELLED, "Task was cancelled",
+                             {"taskId": task.id})
+    if task.result is None:
+        error = task.error or {"code": jsonrpc.INTERNAL_ERROR,
+                               "message": task.status_message or "the task failed"}
+        return {"jsonrpc": "2.0", "id": id_, "error": error}
+    result = orjson.loads(task.result)  # kept serialized (model)
+    if meta:
+        held = result.get("_meta")
+        result["_meta"] = {**(held if isinstance(held, dict) else {}), **meta}
+    return jsonrpc.result(id_, result)
 
 
 def task_fields(task: Task, ttl_key: str, poll_key: str) -> dict[str, Any]:

@@ -12,13 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from gateway import errors
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
-from gateway.tasks.dialects import task_fields
-from gateway.tasks.model import Dialect, Status, Task
+from gateway.tasks.dialects import call_answer, task_fields
+from gateway.tasks.model import Dialect, Task
 
 NAME: Dialect = "core"
 VERSION = "2025-11-25"  # the only revision with core tasks (the extension replaces them)
@@ -86,18 +84,7 @@ def mark_tools(msg: Message, support: Callable[[str], str]) -> Message:
 def final(task: Task, id_: RequestId) -> Message:
     """tasks/result of a terminal task: exactly what the call returned, result or JSON-RPC
     error; a result carries the related-task `_meta` (spec: Result Retrieval)."""
-    related = {RELATED_TASK: {"taskId": task.id}}
-    if task.status is Status.CANCELLED:
-        return jsonrpc.error(id_, jsonrpc.REQUEST_CANCELLED, "Task was cancelled",
-                             {"taskId": task.id})
-    if task.result is None:
-        error = task.error or {"code": jsonrpc.INTERNAL_ERROR,
-                               "message": task.status_message or "the task failed"}
-        return {"jsonrpc": "2.0", "id": id_, "error": error}
-    result = orjson.loads(task.result)  # kept serialized (model)
-    meta = result.get("_meta")
-    result["_meta"] = {**(meta if isinstance(meta, dict) else {}), **related}
-    return jsonrpc.result(id_, result)
+    return call_answer(task, id_, {RELATED_TASK: {"taskId": task.id}})
 
 
 def related(msg: Message, task: Task) -> Message:

@@ -10,7 +10,9 @@ from typing import Any
 import orjson
 
 from gateway import errors
-from gateway.tasks.dialects import task_fields
+from gateway.protocol import jsonrpc
+from gateway.protocol.jsonrpc import Message, RequestId
+from gateway.tasks.dialects import call_answer, task_fields
 from gateway.tasks.model import Dialect, Status, Task
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -46,6 +48,23 @@ def fields(task: Task) -> dict[str, Any]:
 
 def created(task: Task) -> dict[str, Any]:
     return {"resultType": "task", **fields(task)}
+
+
+def final(task: Task, id_: RequestId) -> Message:
+    """A keyed call's answer at its task's end (tasks/keys.py): what the call answered,
+    a result marked complete."""
+    answer = call_answer(task, id_)
+    if "result" in answer:
+        answer["result"].setdefault("resultType", "complete")
+    return answer
+
+
+def input_required(task: Task, id_: RequestId) -> Message:
+    """A keyed call's task waits for input its caller, which made no task, can give: the
+    MRTR InputRequiredResult of its outstanding inputs (spec 2026-07-28, MRTR), without
+    requestState (the key names the call); the retry's inputResponses answer them."""
+    return jsonrpc.result(id_, {"resultType": "input_required",
+                                "inputRequests": dict(task.inputs)})
 
 
 def detailed(task: Task) -> dict[str, Any]:

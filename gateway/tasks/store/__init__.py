@@ -54,6 +54,15 @@ class StoreFull(Exception):
     """No room for another task; the message says which bound was hit."""
 
 
+class KeyBound(Exception):
+    """A keyed task's key (`Task.key`) is bound to a task the store keeps: that one is the
+    call's (tasks/keys.py), and no record was made."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(task_id)
+        self.task_id = task_id
+
+
 class ResultTooLarge(Exception):
     """A result or error over `max_result_bytes`, or beyond what all results may take."""
 
@@ -78,7 +87,11 @@ class TaskStore(Protocol):
     async def create(self, task: Task) -> None:
         """Keep a new record, before anyone hears of its task, its principal's read tasks
         making room where they must; StoreFull when a bound is reached all the same (the
-        message names it)."""
+        message names it). A keyed task (`task.key`) binds its key in the same step;
+        KeyBound (the task it names) when the key names a task still kept (not forgotten,
+        its ttl not passed), checked before any bound. A key goes with its task: when the
+        task is forgotten (evicted, swept, deleted) so is the key, and a record written
+        back (`restore`, a snapshot) binds its key again where it is free."""
 
     async def get(self, task_id: str) -> Task | None:
         """A copy of the record as held, or None. Past its ttl too, for EXPIRED_MEMORY_S
@@ -191,5 +204,5 @@ class ReplicaBus(Protocol):
         the store may have restarted."""
 
 
-__all__ = ["EVENTS", "Beat", "Handler", "ReplicaBus", "ResultTooLarge", "StoreFull", "TaskStore",
-           "held_full", "share_full"]
+__all__ = ["EVENTS", "Beat", "Handler", "KeyBound", "ReplicaBus", "ResultTooLarge",
+           "StoreFull", "TaskStore", "held_full", "share_full"]

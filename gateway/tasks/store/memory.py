@@ -35,7 +35,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from gateway.tasks.model import EXPIRED_MEMORY_S, TRANSITIONS, Status, Task, failure
-from gateway.tasks.store import ResultTooLarge, StoreFull, held_full, share_full
+from gateway.tasks.store import KeyBound, ResultTooLarge, StoreFull, held_full, share_full
 
 # The end of a task a snapshot held running: its call died with the process that ran it.
 STOPPED = "the gateway stopped before this task ended"
@@ -80,6 +80,7 @@ class MemoryStore:
         self._expired: TTLCache[str, Task] = TTLCache(max_tasks, EXPIRED_MEMORY_S, timer=clock)
         self._due_in: defaultdict[int, list[str]] = defaultdict(list)  # second -> task ids
         self._seconds: list[int] = []  # heap of the keys of _due_in
+        self._keys: dict[str, str] = {}  # a keyed task's key -> its id (tasks/keys.py)
         self.requests = 0  # to another process: none
 
     def __len__(self) -> int:
@@ -90,6 +91,8 @@ class MemoryStore:
 
     async def create(self, task: Task) -> None:
         await self.sweep()
+        if task.key and (bound := self._keys.get(task.key)) in self._tasks:
+            raise KeyBound(str(bound))
         whose = task.counted_as
         if self._running_of[whose] >= self.max_per_owner:
             raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks "
@@ -137,6 +140,8 @@ class MemoryStore:
         self._bytes_of[task.counted_as] += task.size
         if task.expires_at is not None:
             self._due_at(task.expires_at, task.id)
+        if task.key and self._keys.get(task.key) not in self._tasks:  # free, or its task gone
+            self._keys[task.key] = task.id
 
     def _due_at(self, when: float, task_id: str) -> None:
         second = math.ceil(when)  # a bucket is swept once all of its deadlines have passed
@@ -241,6 +246,8 @@ class MemoryStore:
         if task is None:
             return None
         self._bytes -= task.size
+        if task.key and self._keys.get(task.key) == task_id:
+            del self._keys[task.key]
         whose = task.counted_as
         self._per_owner[whose] -= 1
         if not task.terminal:

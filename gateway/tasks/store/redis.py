@@ -48,7 +48,14 @@ from cachetools import LRUCache
 
 from gateway.keyring import derive
 from gateway.tasks.model import Task
-from gateway.tasks.store import EVENTS, ResultTooLarge, StoreFull, held_full, share_full
+from gateway.tasks.store import (
+    EVENTS,
+    KeyBound,
+    ResultTooLarge,
+    StoreFull,
+    held_full,
+    share_full,
+)
 from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded, text
 from gateway.tasks.store.redis_scripts import Scripts
 from gateway.tasks.store.vault import Stored, Vault
@@ -146,6 +153,8 @@ class RedisStore:
             raise StoreFull(held_full(self.max_held_per_owner))
         if refused == 4:
             raise StoreFull(share_full(self.max_bytes_per_owner))
+        if refused == 5:
+            raise KeyBound(gone[0])
         await self._evicted(gone)
 
     async def get(self, task_id: str) -> Task | None:

@@ -52,9 +52,26 @@ local function counted_as(owner, quota)
 end
 """
 
+# A keyed task's key (i:<key>, tasks/keys.py) names it while it is kept: bound at its
+# creation (and where written back), gone with it.
+_KEYS = """
+local function unbind(p, key, id)
+  if key and key ~= '' and redis.call('GET', p .. 'i:' .. key) == id then
+    redis.call('DEL', p .. 'i:' .. key)
+  end
+end
+
+local function bind(p, key, id, t, pexpireat)
+  if key == '' then return end
+  redis.call('HSET', t, 'key', key)
+  redis.call('SET', p .. 'i:' .. key, id)
+  if pexpireat ~= '' then redis.call('PEXPIREAT', p .. 'i:' .. key, pexpireat) end
+end
+"""
+
 # Tasks whose ttl passed leave the bounds, the store's and their principals' (their hashes
 # linger as "expired" a while).
-_PRUNE = _PRINCIPAL + """
+_PRUNE = _PRINCIPAL + _KEYS + """
 local function prune(live, sizes, bytes, now, p)
   local gone = redis.call('ZRANGEBYSCORE', live, '-inf', now, 'LIMIT', 0, 500)
   local whose = {}
@@ -82,8 +99,9 @@ _FORGET = _PRUNE + """
 -- not forgotten so: its hash lingers until its own expiry, read as it lapsed.)
 local function forget(p, id)
   local t = p .. 't:' .. id
-  local held = redis.call('HMGET', t, 'owner', 'replica', 'quota')
+  local held = redis.call('HMGET', t, 'owner', 'replica', 'quota', 'key')
   if not held[1] then return end
+  unbind(p, held[4], id)
   local size = redis.call('HGET', p .. 'sizes', id)
   if size then
     redis.call('DECRBY', p .. 'bytes', size)
@@ -130,11 +148,16 @@ end
 # KEYS: live, t:<id>, run:<replica>, replicas, sizes, bytes, events, o:<owner>
 # ARGV: id, now, score, max_tasks, max_per_owner (running), status, owner, replica, rec,
 #       pexpireat, the announcement, quota, seal, prefix, counted as, max held per owner,
-#       max bytes per owner
+#       max bytes per owner, key
 _CREATE = _FORGET + """
 local p, c = ARGV[14], ARGV[15]
 prune(KEYS[1], KEYS[5], KEYS[6], ARGV[2], p)
 prune_of(p, c, ARGV[2])
+if ARGV[18] ~= '' then
+  -- Its key names a task still kept (in `live`: not forgotten, its ttl not passed).
+  local bound = redis.call('GET', p .. 'i:' .. ARGV[18])
+  if bound and redis.call('ZSCORE', KEYS[1], bound) then return {5, bound} end
+end
 local k = keys_of(p, c)
 local running = redis.call('ZCARD', k.running)
 if running >= tonumber(ARGV[5]) then return {2} end
@@ -149,6 +172,7 @@ for _, id in ipairs(victims) do forget(p, id) end
 redis.call('HSET', KEYS[2], 'status', ARGV[6], 'owner', ARGV[7], 'replica', ARGV[8],
            'rec', ARGV[9], 'quota', ARGV[12], 'seal', ARGV[13])
 if ARGV[10] ~= '' then redis.call('PEXPIREAT', KEYS[2], ARGV[10]) end
+bind(p, ARGV[18], ARGV[1], KEYS[2], ARGV[10])
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 redis.call('ZADD', KEYS[8], ARGV[3], ARGV[1])
 redis.call('ZADD', k.running, ARGV[3], ARGV[1])
@@ -182,6 +206,8 @@ if ARGV[15] ~= '+inf' and score ~= 'inf' and tonumber(ARGV[15]) > tonumber(score
   redis.call('ZADD', KEYS[2], 'XX', score, ARGV[1])
   redis.call('ZADD', k.running, 'XX', score, ARGV[1])
   redis.call('PEXPIREAT', KEYS[1], ARGV[16])
+  local key = redis.call('HGET', KEYS[1], 'key')
+  if key then redis.call('PEXPIREAT', p .. 'i:' .. key, ARGV[16]) end
 end
 local out = {1, 0}
 local old = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
@@ -227,13 +253,17 @@ return out
 # result counts as not read: that mark is the store's alone).
 # KEYS: t:<id>, live, o:<owner>, run:<replica>, replicas, sizes, bytes
 # ARGV: id, status, owner, replica, rec, res, score, pexpireat, size, running ("1"/"0"),
-#       quota, seal, prefix, counted as
-_RESTORE = _PRINCIPAL + """
+#       quota, seal, prefix, counted as, key
+_RESTORE = _PRINCIPAL + _KEYS + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'owner', ARGV[3], 'replica', ARGV[4],
            'rec', ARGV[5], 'quota', ARGV[11], 'seal', ARGV[12])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'res', ARGV[6]) end
 if ARGV[8] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[8]) end
+local bound = ARGV[15] ~= '' and redis.call('GET', ARGV[13] .. 'i:' .. ARGV[15])
+if not (bound and redis.call('ZSCORE', KEYS[2], bound)) then  -- its key, where free
+  bind(ARGV[13], ARGV[15], ARGV[1], KEYS[1], ARGV[8])
+end
 local k = keys_of(ARGV[13], ARGV[14])
 redis.call('ZADD', KEYS[2], ARGV[7], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
@@ -327,7 +357,8 @@ class Scripts:
         """Keep a new record (durable), announced, its principal's read tasks making room
         where they must; 0 and the ids of those forgotten, or the bound that refused it: 1
         the gateway's (`max_tasks`), 2 its principal's running tasks (`max_per_owner`), 3
-        the tasks it holds, 4 its result bytes."""
+        the tasks it holds, 4 its result bytes; 5 and the id of the task its key names
+        (tasks/keys.py: no record made)."""
         key, end = self._key, task.expires_at
         out = await self._link.run(self._create, durable=True, keys=[
             key("live"), key("t", task.id), key("run", task.replica), key("replicas"),
@@ -336,7 +367,7 @@ class Scripts:
             self._max_tasks, self._max_per_owner, str(task.status), task.owner,
             task.replica, kept, "" if end is None else _ms(end + EXPIRED_MEMORY_S),
             announcement, task.quota, seal, self._link.prefix, task.counted_as,
-            self._max_held_per_owner, self._max_bytes_per_owner])
+            self._max_held_per_owner, self._max_bytes_per_owner, task.key])
         return int(out[0]), [text(i) for i in out[1:]]
 
     async def save(self, task: Task, kept: bytes, res: bytes, seal: bytes,
@@ -383,7 +414,7 @@ class Scripts:
                      task.owner, task.replica, rec, res, "+inf" if end is None else _ms(end),
                      "" if end is None else _ms(end + EXPIRED_MEMORY_S), task.size,
                      "0" if task.terminal else "1", task.quota, seal, self._link.prefix,
-                     task.counted_as)
+                     task.counted_as, task.key)
 
     async def delete(self, task_id: str) -> int:
         """Forget a record; the bytes all results take now."""

@@ -56,6 +56,7 @@ class Admin:
         self.history = History(metrics.tool_calls, metrics.tool_duration, metrics.queue_wait,
                                time.monotonic(), every_s)
         metrics.watch(self)
+        metrics.prepare()  # what /metrics needs, loaded now rather than at its first scrape
 
     def routes(self, app: web.Application, guarded: Callable[[Handler], Handler]) -> None:
         """Each behind the guard (`guarded`): it opens the probes and admits operators."""

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import secrets
 import ssl
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
@@ -387,18 +389,35 @@ def serve(conf: Settings) -> int:
                 for t in [*conf.auth.bearer_tokens, *conf.auth.admin_tokens])
     if short:  # refused beyond loopback (settings.py); here, a word to the operator
         log.warning("auth.short_token", tokens=short, min_chars=MIN_TOKEN_CHARS)
-    log.info("gateway.listening", host=conf.listen.host, port=conf.listen.port,
-             upstreams=sorted(conf.upstreams), tls=conf.listen.tls_cert is not None)
-    web.run_app(app, host=conf.listen.host, port=conf.listen.port,
-                ssl_context=_tls(conf.listen.tls_cert, conf.listen.tls_key),
-                access_log=None, print=None, shutdown_timeout=HANDLERS_S, loop=loop,
-                handle_signals=False,  # the stop signals start the drain (stopping.py)
-                max_line_size=conf.listen.max_header_bytes,
-                max_field_size=conf.listen.max_header_bytes,
-                # A modern client cancels by closing its stream (spec 2026-07-28); legacy
-                # calls outlive their handlers anyway.
-                handler_cancellation=True, auto_decompress=INFLATE)
+    host, port = conf.listen.host, conf.listen.port
+
+    def listening(_: str) -> None:  # run_app's word once its sockets are bound
+        log.info("gateway.listening", host=host, port=port, upstreams=sorted(conf.upstreams),
+                 tls=conf.listen.tls_cert is not None)
+    try:
+        web.run_app(app, host=host, port=port,
+                    ssl_context=_tls(conf.listen.tls_cert, conf.listen.tls_key),
+                    access_log=None, print=listening, shutdown_timeout=HANDLERS_S, loop=loop,
+                    handle_signals=False,  # the stop signals start the drain (stopping.py)
+                    max_line_size=conf.listen.max_header_bytes,
+                    max_field_size=conf.listen.max_header_bytes,
+                    # A modern client cancels by closing its stream (spec 2026-07-28); legacy
+                    # calls outlive their handlers anyway.
+                    handler_cancellation=True, auto_decompress=INFLATE)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_BIND:
+            raise
+        # One line, as the other start-up failures give (cli.py), not a traceback.
+        reason = (exc.strerror or str(exc)).rsplit(": ", 1)[-1]  # aiohttp's names the address
+        log.error("gateway.listen_failed", host=host, port=port, error=reason)
+        print(f"mcp-task-gateway: cannot listen on {host}:{port}: {reason} (--port, or "
+              "listen.port in the config, picks another)", file=sys.stderr)
+        return 1
     return 0
+
+
+# The address cannot be bound: in use, not this host's, or a port below 1024 unprivileged.
+_CANNOT_BIND = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
 
 
 def _tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:

@@ -62,7 +62,8 @@ class Metrics:
         self.known_tool = known_tool  # (upstream, tool): listed by that upstream
         self.named = frozenset(named)  # tool names and patterns the settings name
         self.live: Live | None = None
-        self._registry: CollectorRegistry | None = None  # built at the first scrape
+        self._registry: CollectorRegistry | None = None  # built by `prepare`
+        self._render: Callable[[CollectorRegistry], bytes] | None = None
         self.requests = Counted(
             "mcp_gateway_requests", "MCP requests served, by upstream, method, era, outcome",
             ("upstream", "method", "era", "outcome"))
@@ -100,12 +101,22 @@ class Metrics:
     def watch(self, live: Live) -> None:
         self.live = live
 
-    def exposition(self) -> bytes:
-        from gateway.observability import exposition  # prometheus_client: scrapes only
+    def prepare(self) -> None:
+        """Load what a scrape needs (prometheus_client, the registry of the families) now:
+        the operator pages call it at start. The request path never needs it; loaded at
+        the first scrape instead, it failed once the package on disk had changed beside a
+        running gateway (issue 51: /metrics answered 500)."""
+        from gateway.observability import exposition
 
         if self._registry is None:
             self._registry = exposition.registry(self.families, self.live, self.lane)
-        return exposition.render(self._registry)
+        self._render = exposition.render
+
+    def exposition(self) -> bytes:
+        if self._render is None:
+            self.prepare()
+        assert self._render is not None and self._registry is not None
+        return self._render(self._registry)
 
     # -- events ---------------------------------------------------------------------------
     def request(self, upstream: str, method: str, era: str, ok: bool, seconds: float) -> None:

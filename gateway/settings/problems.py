@@ -6,6 +6,7 @@ Pure: it reads the schema and pydantic's error list (pydantic itself is imported
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import types
@@ -42,6 +43,11 @@ def first_problem(exc: ValidationError) -> str:
         others = [e for e in others if (e["type"], e["loc"]) != ("missing", meant)]
     elif err["type"] == "missing":  # pydantic's "Field required"
         msg = "required, and not given"
+    elif err["loc"][-1:] == ("command",) and isinstance(err.get("input"), list):
+        # As many MCP client configs write it: the program, then its arguments apart.
+        argv = [str(a) for a in err["input"]]
+        msg = (f"one program, its arguments under `args`: command: {argv[0] if argv else ''}"
+               f", args: {json.dumps(argv[1:])}")
     more = len(others)
     # A value quoted back (an URL with its password, say) is shown without credentials:
     # the line goes to a terminal, a CI log, a support ticket.

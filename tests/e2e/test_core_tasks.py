@@ -276,6 +276,35 @@ async def test_session_end_cancels_its_tasks(url, client) -> None:
     assert gone["code"] == -32602
 
 
+async def test_with_auth_a_task_outlives_its_session(gateway, client) -> None:
+    """With auth a core task is its principal's: its session's end (DELETE) leaves it
+    running, and another session of the principal gets its result. (The session's end
+    cancelled its call upstream, and the task stayed `working` until its ttl.) Bob, another
+    principal, finds it no more than an unknown id."""
+    url = await gateway(tasks=POLICY, auth={"bearer_tokens": ["alice-core", "bob-core"]})
+    alice = client(url)
+    await alice.initialize({}, "2025-11-25", headers={"Authorization": "Bearer alice-core"})
+    created = await alice.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 800}, "task": {}}},
+        Authorization="Bearer alice-core")
+    task_id = created.message["result"]["task"]["taskId"]
+    async with alice.http.delete(alice.url, headers=alice.headers(
+            Authorization="Bearer alice-core")) as resp:
+        assert resp.status == 200
+    again = client(url)
+    await again.initialize({}, "2025-11-25", headers={"Authorization": "Bearer alice-core"})
+    result = await asyncio.wait_for(again.send(
+        {"jsonrpc": "2.0", "id": 2, "method": "tasks/result", "params": {"taskId": task_id}},
+        Authorization="Bearer alice-core"), 10)
+    assert result.message["result"]["content"][0]["text"] == "slept 800"
+    bob = client(url)
+    await bob.initialize({}, "2025-11-25", headers={"Authorization": "Bearer bob-core"})
+    for named in (task_id, "no-such-task"):
+        probe = await bob.send({"jsonrpc": "2.0", "id": 3, "method": "tasks/get",
+                                "params": {"taskId": named}}, Authorization="Bearer bob-core")
+        assert probe.message["error"]["code"] == -32602
+
+
 async def test_both_dialects_side_by_side(url, client, http) -> None:
     legacy = await session(client, url)
     core_id = (await as_task(legacy, "sleep", {"ms": 0}))["result"]["task"]["taskId"]

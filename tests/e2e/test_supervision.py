@@ -305,3 +305,29 @@ async def test_roots_asked_before_any_client_are_answered_quietly(gateway, clien
     assert json.loads(text_of(reply)) == [{"roots": []}]
     assert not [e for e in events if e["log_level"] in ("warning", "error", "info")
                 and "unroutable" in e["event"]]
+
+
+def test_a_port_in_use_is_one_line_and_no_false_listening(tmp_path) -> None:
+    """Issue 51: a port another process holds ended in a Python traceback, after a
+    `gateway.listening` line that was not true. Now: one line on stderr, exit 1, and the
+    log says it failed to listen, never that it listens."""
+    import socket
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "--port", str(port), "--", *BASIC],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    finally:
+        holder.close()
+    assert done.returncode == 1
+    said = [line for line in done.stderr.splitlines() if line.startswith("mcp-task-gateway:")]
+    assert said == [f"mcp-task-gateway: cannot listen on 127.0.0.1:{port}: address already "
+                    "in use (--port, or listen.port in the config, picks another)"]
+    assert "Traceback" not in done.stderr + done.stdout
+    events = [json.loads(line)["event"] for line in (done.stdout + done.stderr).splitlines()
+              if line.startswith("{")]
+    assert "gateway.listen_failed" in events and "gateway.listening" not in events

@@ -48,10 +48,16 @@ def test_methods_and_outcomes_are_counted_apart_and_unknown_methods_as_other() -
     assert "made/up" not in text
 
 
-def test_prometheus_client_is_loaded_by_the_first_scrape_only() -> None:
-    """A gateway nobody scrapes does not hold prometheus_client (~1 MiB resident)."""
+def test_prometheus_client_is_loaded_for_the_pages_never_by_the_request_path() -> None:
+    """Counting needs no prometheus_client; the operator pages load it at start (`prepare`),
+    not at the first scrape: a lazy import failed once the installed package had changed
+    beside a running gateway (issue 51: /metrics answered 500)."""
     counted = ("from gateway.observability.metrics import Metrics; m = Metrics(); "
                "m.request('main', 'tools/call', 'legacy', True, 0.1)")
     assert loaded_by(counted, ("prometheus_client",)) == []
-    assert loaded_by(counted + "; m.exposition()", ("prometheus_client",)) == [
+    assert loaded_by(counted + "; m.prepare()", ("prometheus_client",)) == [
         "prometheus_client"]
+    started = ("from gateway.app import create_app; from gateway.settings.load import "
+               "from_mapping; create_app(from_mapping({'upstreams': {'main': "
+               "{'command': 'true'}}}))")
+    assert loaded_by(started, ("prometheus_client",)) == ["prometheus_client"]

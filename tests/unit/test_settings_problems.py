@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gateway.settings.problems import close_key, keys_at, warnings_about
 from gateway.settings.schema import Settings, Upstream
 
@@ -68,3 +70,14 @@ def test_a_command_from_an_unset_variable_is_not_checked() -> None:
     placeholder = "unset-SERVER".ljust(32, "-")
     assert warnings_about(conf(a=Upstream(command=placeholder)), unset=["SERVER"]) == []
     assert len(warnings_about(conf(a=Upstream(command=placeholder)))) == 1
+
+
+def test_a_command_given_as_a_list_says_how_to_write_it() -> None:
+    """As many MCP client configs write it (issue 51): the one-line error says the YAML."""
+    from gateway.settings import ConfigError
+    from gateway.settings.load import from_mapping
+
+    with pytest.raises(ConfigError) as exc:
+        from_mapping({"upstreams": {"main": {"command": ["npx", "-y", "server"]}}})
+    assert str(exc.value) == ("upstreams.main.command: one program, its arguments under "
+                              '`args`: command: npx, args: ["-y", "server"]')

@@ -33,6 +33,7 @@ from tasks import poll, running, task_gateway
 
 from bench import free_port
 from gateway.tasks.model import Status, Task, new_id
+from gateway.tasks.store import StoreBounds
 from gateway.tasks.store.redis import RedisStore
 from gateway.tasks.store.vault import Stored, Vault
 
@@ -63,8 +64,8 @@ async def one_round(url: str, sealed: bool, n: int, result: bytes, prefix: str
     """(tasks created a second, tasks read a second)."""
     secret = SECRET if sealed else None
     bounds = (n + 10, n + 10, len(result) + 100, (n + 10) * (len(result) + 100))
-    writer = RedisStore(url, prefix, *bounds, replica="r0", secret=secret)
-    reader = RedisStore(url, prefix, *bounds, replica="r1", secret=secret)
+    writer = RedisStore(url, prefix, StoreBounds.given(*bounds), replica="r0", secret=secret)
+    reader = RedisStore(url, prefix, StoreBounds.given(*bounds), replica="r1", secret=secret)
     tasks = [made() for _ in range(n)]
 
     async def create(i: int) -> None:

@@ -44,7 +44,7 @@ from gateway.stopping import Stopping
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
 from gateway.tasks.policy import Policies
-from gateway.tasks.store import ReplicaBus, TaskStore, snapshot
+from gateway.tasks.store import ReplicaBus, StoreBounds, TaskStore, snapshot
 from gateway.tasks.store.memory import MemoryStore
 from gateway.tasks.store.outbox import Outbox
 from gateway.upstream import isolation
@@ -262,10 +262,7 @@ def _store(conf: Settings, replica: str
     """The memory store (one process: no bus, no session records); or a shared one behind
     the outbox that keeps what it misses, the replicas' bus and legacy sessions' records
     (any replica adopts a session: downstream/resume.py) over the same server."""
-    limits, store = conf.limits, conf.store
-    bounds = (limits.max_tasks, limits.max_tasks_per_owner, limits.max_result_bytes,
-              limits.max_stored_bytes)
-    mine, held = limits.max_stored_bytes_per_principal, limits.max_finished_tasks_per_owner
+    store, bounds = conf.store, StoreBounds.of(conf.limits)
     if store.backend == "redis":
         # Imported here: redis-py (and what it pulls in: hiredis, cryptography, OpenTelemetry
         # where installed) costs a one-process gateway ~20 MiB resident for nothing.
@@ -273,15 +270,13 @@ def _store(conf: Settings, replica: str
         from gateway.tasks.store.redis_bus import RedisBus
         from gateway.tasks.store.redis_sessions import RedisSessions
 
-        shared = RedisStore(store.url, store.key_prefix, *bounds, replica=replica,
+        shared = RedisStore(store.url, store.key_prefix, bounds, replica=replica,
                             sentinels=store.sentinels, master=store.sentinel_master,
                             min_acked=store.min_replicas_acked, secret=_shared_secret(conf),
-                            ack_timeout_ms=store.ack_timeout_ms,
-                            max_bytes_per_owner=mine, max_held_per_owner=held)
+                            ack_timeout_ms=store.ack_timeout_ms)
         return (Outbox(shared, store.outbox_max_entries, store.outbox_max_bytes),
                 RedisBus(shared), RedisSessions(shared.link, _shared_secret(conf)))
-    return (MemoryStore(*bounds, max_bytes_per_owner=mine, max_held_per_owner=held),
-            None, None)
+    return MemoryStore(bounds), None, None
 
 
 def _flush(tracing: Tracer) -> Callable[[web.Application], Awaitable[None]]:

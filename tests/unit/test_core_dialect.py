@@ -12,11 +12,12 @@ from gateway import errors
 from gateway.tasks.dialects import core, handlers
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Status
+from gateway.tasks.store import StoreBounds
 from gateway.tasks.store.memory import MemoryStore
 
 
 async def engine_with(n: int, clock: Clock) -> TaskEngine:
-    store = MemoryStore(1000, 1000, 1 << 20, 1 << 24, clock=clock)
+    store = MemoryStore(StoreBounds.given(1000, 1000, 1 << 20, 1 << 24), clock=clock)
     for i in range(n):
         clock.now += 1
         t = await add(store, "me", 1000 * (100 + i))

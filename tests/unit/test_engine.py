@@ -14,7 +14,7 @@ from gateway.queues import Limit, Queues, Ticket
 from gateway.tasks.engine import Handover, Intent, TaskEngine, TaskNotFound
 from gateway.tasks.model import Status, Task
 from gateway.tasks.policy import Policy
-from gateway.tasks.store import StoreFull
+from gateway.tasks.store import StoreBounds, StoreFull
 from gateway.tasks.store.memory import MemoryStore
 
 
@@ -84,7 +84,7 @@ async def settled() -> None:
 
 @pytest.fixture
 def store() -> MemoryStore:
-    return MemoryStore(10, 10, 1000, 1500)
+    return MemoryStore(StoreBounds.given(10, 10, 1000, 1500))
 
 
 async def test_input_answer_progress_and_result(store: MemoryStore) -> None:
@@ -178,14 +178,14 @@ async def test_expiry_tells_a_waiting_watcher(store: MemoryStore) -> None:
 
 
 async def test_a_full_store_refuses_new_tasks(store: MemoryStore) -> None:
-    engine = TaskEngine(MemoryStore(1, 1, 100, 100))
+    engine = TaskEngine(MemoryStore(StoreBounds.given(1, 1, 100, 100)))
     await running(engine)
     with pytest.raises(StoreFull):
         await engine.adopt(intent(), attach_fake)
 
 
 async def test_a_result_too_large_fails_the_task_with_a_clear_error() -> None:
-    store = MemoryStore(10, 10, 50, 1000)
+    store = MemoryStore(StoreBounds.given(10, 10, 50, 1000))
     engine = TaskEngine(store)
     task, call, _ = await running(engine)
     call.sink.on_response(jsonrpc.result(7, {"content": ["y" * 100]}))
@@ -238,7 +238,7 @@ class BrokenStore(MemoryStore):
 
 
 async def test_a_store_that_goes_away_never_leaves_a_watcher_hanging() -> None:
-    engine = TaskEngine(BrokenStore(10, 10, 1000, 1000))
+    engine = TaskEngine(BrokenStore(StoreBounds.given(10, 10, 1000, 1000)))
     _, call, told = await running(engine)
     call.sink.on_message(jsonrpc.notification("notifications/progress", {"progress": 1}))
     call.sink.on_response(jsonrpc.result(7, {"content": []}))

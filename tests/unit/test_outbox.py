@@ -12,7 +12,7 @@ import pytest
 
 from gateway.errors import StoreUnavailable
 from gateway.tasks.model import Status, Task, new_id
-from gateway.tasks.store import StoreFull
+from gateway.tasks.store import StoreBounds, StoreFull
 from gateway.tasks.store.memory import MemoryStore
 from gateway.tasks.store.outbox import Outbox
 
@@ -21,7 +21,7 @@ class Switched(MemoryStore):
     """A memory store that answers nothing while `down`, and logs the saves it took."""
 
     def __init__(self) -> None:
-        super().__init__(100, 100, 1 << 20, 1 << 20)
+        super().__init__(StoreBounds.given(100, 100, 1 << 20, 1 << 20))
         self.down = False
         self.saved: list[tuple[str, str]] = []  # (task id, status), in order
 

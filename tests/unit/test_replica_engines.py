@@ -18,7 +18,7 @@ from gateway.protocol import jsonrpc
 from gateway.tasks.engine import TaskEngine, TaskNotFound
 from gateway.tasks.model import Status, Task
 from gateway.tasks.replicas import STRANDED
-from gateway.tasks.store import StoreFull, TaskStore
+from gateway.tasks.store import StoreBounds, StoreFull, TaskStore
 from gateway.tasks.store.redis import RedisStore
 from gateway.tasks.store.redis_bus import RedisBus
 from gateway.tasks.store.redis_link import Seal
@@ -42,7 +42,8 @@ async def replica(redis_server, key_prefix) -> AsyncIterator[Replica]:
     stores: list[RedisStore] = []
 
     def make(name: str, max_tasks: int = 100, max_per_owner: int = 100) -> TaskEngine:
-        store = RedisStore(redis_server.url, key_prefix, max_tasks, max_per_owner, 1000, 10_000,
+        store = RedisStore(redis_server.url, key_prefix,
+                           StoreBounds.given(max_tasks, max_per_owner, 1000, 10_000),
                            replica=name, secret=SECRET)
         stores.append(store)
         return TaskEngine(store, replica=name, bus=RedisBus(store))
@@ -229,7 +230,7 @@ async def test_a_lost_announcement_is_made_up_for_by_the_heartbeat_poll(replica)
 
 
 async def test_a_message_that_fails_does_not_stop_the_channel(redis_server, key_prefix) -> None:
-    store = RedisStore(redis_server.url, key_prefix, 10, 10, 1000, 10_000)
+    store = RedisStore(redis_server.url, key_prefix, StoreBounds.given(10, 10, 1000, 10_000))
     heard: list[dict] = []
 
     async def handler(channel: str, msg: dict) -> None:
@@ -368,7 +369,7 @@ async def test_ids_not_found_answer_retry_until_a_store_that_lost_them_is_writte
 
     engines = []
     for name in ("a", "b"):
-        shared = RedisStore(redis_server.url, key_prefix, 100, 100, 1000, 10_000,
+        shared = RedisStore(redis_server.url, key_prefix, StoreBounds.given(100, 100, 1000, 10_000),
                             replica=name, secret=SECRET)
         engines.append(TaskEngine(Outbox(shared, 100, 1 << 20), replica=name,
                                   bus=RedisBus(shared)))

@@ -13,6 +13,7 @@ from gateway.errors import TooManySessions
 from gateway.observability.counters import Counters
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Task, new_id
+from gateway.tasks.store import StoreBounds
 from gateway.tasks.store.memory import MemoryStore
 from gateway.upstream.connection import Connection
 from gateway.upstream.mock import MockTransport
@@ -26,7 +27,7 @@ def session(principal: str) -> Session:
 
 def running_task(s: Session) -> None:
     """A core task of `s` that has not ended (what `session.tasks` holds while it runs)."""
-    engine = TaskEngine(MemoryStore(10, 10, 100, 1000))
+    engine = TaskEngine(MemoryStore(StoreBounds.given(10, 10, 100, 1000)))
     task = Task(new_id(), s.owner, "sleep", "core", 60_000, 500, quota=s.principal)
     s.tasks[task.id] = SessionTask(engine, s, task, relay_progress=False)
 

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from gateway.keyring import derive
 from gateway.tasks.model import Dialect, Status, Task, failure, new_id
-from gateway.tasks.store import snapshot
+from gateway.tasks.store import StoreBounds, snapshot
 from gateway.tasks.store.memory import STOPPED, MemoryStore
 
 RESULT = orjson.dumps({"content": [{"type": "text", "text": "été, 東京 \"quoted\"\n"}],
@@ -35,7 +35,7 @@ class Clock:
 def new_store(clock: Clock, **limits: int) -> MemoryStore:
     bounds = {"max_tasks": 10, "max_per_owner": 5, "max_result_bytes": 1000,
               "max_stored_bytes": 5000, **limits}
-    return MemoryStore(**bounds, clock=clock)
+    return MemoryStore(StoreBounds.given(**bounds), clock=clock)
 
 
 async def add(store: MemoryStore, owner: str, result: bytes | None = RESULT,

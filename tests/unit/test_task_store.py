@@ -17,7 +17,7 @@ from gateway.settings.load import from_mapping
 from gateway.tasks.engine import TaskEngine, TaskNotFound
 from gateway.tasks.model import TRANSITIONS, InvalidTransition, Status, Task, iso, new_id
 from gateway.tasks.policy import Policies, PollAdvisor
-from gateway.tasks.store import ResultTooLarge, StoreFull, TaskStore
+from gateway.tasks.store import ResultTooLarge, StoreBounds, StoreFull, TaskStore
 from gateway.tasks.store.memory import MemoryStore
 from gateway.tasks.store.redis import RedisStore
 from gateway.tasks.store.redis_bus import RedisBus
@@ -71,10 +71,11 @@ async def make_store(request, key_prefix) -> AsyncIterator[Maker]:
         bounds = {"max_tasks": 3, "max_per_owner": 2, "max_result_bytes": 100,
                   "max_stored_bytes": 150, **limits}
         if request.param == "memory":
-            store: TaskStore = MemoryStore(**bounds, clock=clock)
+            store: TaskStore = MemoryStore(StoreBounds.given(**bounds), clock=clock)
         else:
             url = request.getfixturevalue("redis_server").url
-            store = RedisStore(url, key_prefix, **bounds, clock=clock, secret=SECRET)
+            store = RedisStore(url, key_prefix, StoreBounds.given(**bounds), clock=clock,
+                               secret=SECRET)
         made.append(store)
         return store
 
@@ -240,7 +241,7 @@ def test_records_are_plain_json() -> None:
 
 async def test_a_full_store_stays_bounded_in_memory() -> None:
     clock = Clock()
-    store = MemoryStore(1000, 1000, 10, 10_000, clock=clock)
+    store = MemoryStore(StoreBounds.given(1000, 1000, 10, 10_000), clock=clock)
     tracemalloc.start()
     for round_ in range(20):
         for _ in range(1000):
@@ -324,7 +325,7 @@ async def test_a_lost_record_is_restored_as_it_was_and_a_held_one_is_left(make_s
 
 async def test_a_beat_tells_whether_the_lease_was_held(redis_server, key_prefix) -> None:
     """How a replica learns that the store lost what it held (restarted empty, say)."""
-    store = RedisStore(redis_server.url, key_prefix, 10, 10, 100, 1000)
+    store = RedisStore(redis_server.url, key_prefix, StoreBounds.given(10, 10, 100, 1000))
     try:
         bus = RedisBus(store)
         assert not (await bus.beat("r", 10_000)).held  # a first beat
@@ -343,7 +344,8 @@ async def test_an_unacknowledged_creation_leaves_no_task(redis_server, key_prefi
 
     from gateway.errors import StoreUnavailable
 
-    store = RedisStore(redis_server.url, key_prefix, 10, 10, 100, 1000, min_acked=1,
+    store = RedisStore(redis_server.url, key_prefix, StoreBounds.given(10, 10, 100, 1000),
+                       min_acked=1,
                        ack_timeout_ms=100)
     follower = RedisServer()
     try:
@@ -510,7 +512,7 @@ async def guarded_store(key_prefix) -> AsyncIterator[RedisStore]:
     server.start(["--user", "default", "off", "--user", "gateway", "on", ">store password",
                   f"~{key_prefix}*", f"&{key_prefix}*", "+@all", "-@dangerous"])
     url = f"redis://gateway:store%20password@127.0.0.1:{server.port}/0"
-    store = RedisStore(url, key_prefix, 10, 10, 1000, 10_000, secret=SECRET)
+    store = RedisStore(url, key_prefix, StoreBounds.given(10, 10, 1000, 10_000), secret=SECRET)
     try:
         yield store
     finally:

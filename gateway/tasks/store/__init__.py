@@ -42,12 +42,65 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gateway.tasks.model import Task
 
+if TYPE_CHECKING:
+    from gateway.settings.schema import Limits
+
 Handler = Callable[[str, dict[str, Any]], Awaitable[None]]  # channel, message
+Bound = Literal["tasks", "running", "held", "share", "stored", "result"]  # StoreBounds.said
 EVENTS = "events"  # the channel of task changes; each replica also has "ctl:<its id>"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreBounds:
+    """The bounds of `limits.*` a store enforces (the contract above), one value that
+    either store takes whole. By default a principal may hold as many tasks as it may run,
+    and its results may take the whole store's bytes."""
+
+    max_tasks: int  # in all, running and finished
+    max_per_owner: int  # a principal's running tasks (max_tasks_per_owner)
+    max_result_bytes: int  # one result
+    max_stored_bytes: int  # all results
+    max_held_per_owner: int  # a principal's tasks, finished ones too
+    max_bytes_per_owner: int  # a principal's results (max_stored_bytes_per_principal)
+
+    @classmethod
+    def given(cls, max_tasks: int, max_per_owner: int, max_result_bytes: int,
+              max_stored_bytes: int, *, max_held_per_owner: int | None = None,
+              max_bytes_per_owner: int | None = None) -> StoreBounds:
+        return cls(max_tasks, max_per_owner, max_result_bytes, max_stored_bytes,
+                   max_held_per_owner or max_per_owner, max_bytes_per_owner or max_stored_bytes)
+
+    @classmethod
+    def of(cls, limits: Limits) -> StoreBounds:
+        """The bounds the settings' `limits` set."""
+        return cls(limits.max_tasks, limits.max_tasks_per_owner, limits.max_result_bytes,
+                   limits.max_stored_bytes, limits.max_finished_tasks_per_owner,
+                   limits.max_stored_bytes_per_principal)
+
+    def said(self, bound: Bound, size: int = 0) -> str:
+        """Why a task (StoreFull) or a result (ResultTooLarge, `size` bytes) met `bound`,
+        in the words both stores give."""
+        match bound:
+            case "tasks":
+                return f"the gateway holds its maximum of {self.max_tasks} tasks"
+            case "running":
+                return f"this client holds its maximum of {self.max_per_owner} tasks running"
+            case "held":
+                return (f"this client holds its maximum of {self.max_held_per_owner} tasks, "
+                        "none of them finished with its result read (a task whose result was "
+                        "read makes room)")
+            case "share":
+                return (f"this client's share of the result storage "
+                        f"({self.max_bytes_per_owner} bytes) is full")
+            case "stored":
+                return f"the gateway's result storage ({self.max_stored_bytes} bytes) is full"
+            case "result":
+                return (f"the result is {size} bytes; the gateway keeps at most "
+                        f"{self.max_result_bytes} bytes per task")
 
 
 class StoreFull(Exception):
@@ -65,17 +118,6 @@ class KeyBound(Exception):
 
 class ResultTooLarge(Exception):
     """A result or error over `max_result_bytes`, or beyond what all results may take."""
-
-
-def held_full(bound: int) -> str:
-    """Why a principal whose held tasks are at their bound gets no new one."""
-    return (f"this client holds its maximum of {bound} tasks, none of them finished with its "
-            "result read (a task whose result was read makes room)")
-
-
-def share_full(bound: int) -> str:
-    """Why a principal whose share of the result storage is full gets no new task."""
-    return f"this client's share of the result storage ({bound} bytes) is full"
 
 
 class TaskStore(Protocol):
@@ -205,4 +247,4 @@ class ReplicaBus(Protocol):
 
 
 __all__ = ["EVENTS", "Beat", "Handler", "KeyBound", "ReplicaBus", "ResultTooLarge",
-           "StoreFull", "TaskStore", "held_full", "share_full"]
+           "StoreBounds", "StoreFull", "TaskStore"]

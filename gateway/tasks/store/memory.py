@@ -35,7 +35,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from gateway.tasks.model import EXPIRED_MEMORY_S, TRANSITIONS, Status, Task, failure
-from gateway.tasks.store import KeyBound, ResultTooLarge, StoreFull, held_full, share_full
+from gateway.tasks.store import KeyBound, ResultTooLarge, StoreBounds, StoreFull
 
 # The end of a task a snapshot held running: its call died with the process that ran it.
 STOPPED = "the gateway stopped before this task ended"
@@ -52,20 +52,10 @@ def _kept(task: Task) -> Task:
 
 
 class MemoryStore:
-    def __init__(self, max_tasks: int, max_per_owner: int, max_result_bytes: int,
-                 max_stored_bytes: int, clock: Callable[[], float] = time.time,
-                 max_bytes_per_owner: int | None = None,
-                 max_held_per_owner: int | None = None) -> None:
-        """`max_per_owner` bounds a principal's running tasks; `max_held_per_owner` (by
-        default the same) those it holds, finished ones too."""
-        self.max_tasks = max_tasks
-        self.max_per_owner = max_per_owner
-        self.max_held_per_owner = max_held_per_owner or max_per_owner
-        self.max_result_bytes = max_result_bytes
-        self.max_stored_bytes = max_stored_bytes
-        # A principal's share of the result bytes: one client's big results fill its own
-        # share, never the whole store (docs/security.md, Isolation).
-        self.max_bytes_per_owner = max_bytes_per_owner or max_stored_bytes
+    def __init__(self, bounds: StoreBounds, clock: Callable[[], float] = time.time) -> None:
+        # A principal's share of the result bytes (`max_bytes_per_owner`): one client's big
+        # results fill its own share, never the whole store (docs/security.md, Isolation).
+        self.bounds = bounds
         self.clock = clock
         self._tasks: dict[str, Task] = {}
         self._per_owner: Counter[str] = Counter()  # tasks held, by whom they count
@@ -77,7 +67,8 @@ class MemoryStore:
         self._bytes_of: Counter[str] = Counter()  # result bytes held, by whom they count
         # Tasks forgotten as expired, without their results: read as they lapsed (the
         # engine's `Task.lapsed`) a while longer, as Redis keeps an expired hash.
-        self._expired: TTLCache[str, Task] = TTLCache(max_tasks, EXPIRED_MEMORY_S, timer=clock)
+        self._expired: TTLCache[str, Task] = TTLCache(bounds.max_tasks, EXPIRED_MEMORY_S,
+                                                      timer=clock)
         self._due_in: defaultdict[int, list[str]] = defaultdict(list)  # second -> task ids
         self._seconds: list[int] = []  # heap of the keys of _due_in
         self._keys: dict[str, str] = {}  # a keyed task's key -> its id (tasks/keys.py)
@@ -94,20 +85,20 @@ class MemoryStore:
         if task.key and (bound := self._keys.get(task.key)) in self._tasks:
             raise KeyBound(str(bound))
         whose = task.counted_as
-        if self._running_of[whose] >= self.max_per_owner:
-            raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks "
-                            "running")
+        bounds = self.bounds
+        if self._running_of[whose] >= bounds.max_per_owner:
+            raise StoreFull(bounds.said("running"))
         # Room for one more task, in all and the principal's, and a result share not full.
-        victims, freed = self._room(whose, max(len(self._tasks) - self.max_tasks,
-                                               self._per_owner[whose] - self.max_held_per_owner
-                                               ) + 1,
-                                    self._bytes_of[whose] - self.max_bytes_per_owner + 1)
-        if len(victims) <= len(self._tasks) - self.max_tasks:
-            raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
-        if len(victims) <= self._per_owner[whose] - self.max_held_per_owner:
-            raise StoreFull(held_full(self.max_held_per_owner))
-        if freed <= self._bytes_of[whose] - self.max_bytes_per_owner:
-            raise StoreFull(share_full(self.max_bytes_per_owner))
+        over_all = len(self._tasks) - bounds.max_tasks
+        over_held = self._per_owner[whose] - bounds.max_held_per_owner
+        victims, freed = self._room(whose, max(over_all, over_held) + 1,
+                                    self._bytes_of[whose] - bounds.max_bytes_per_owner + 1)
+        if len(victims) <= over_all:
+            raise StoreFull(bounds.said("tasks"))
+        if len(victims) <= over_held:
+            raise StoreFull(bounds.said("held"))
+        if freed <= self._bytes_of[whose] - bounds.max_bytes_per_owner:
+            raise StoreFull(bounds.said("share"))
         await self._evict(victims)
         self._put(task)
 
@@ -204,7 +195,7 @@ class MemoryStore:
         now = self.clock()
         fresh = {t.id: t for t in tasks if not t.due(now)}.values()
         oldest_first = sorted(fresh, key=lambda t: t.created_at)  # ties: in the given order
-        kept = _within_bounds(self, oldest_first[::-1])
+        kept = _within_bounds(self.bounds, oldest_first[::-1])
         for task in reversed(kept):  # the oldest first, as they were created
             self._put(task if task.terminal else
                       task.ended(Status.FAILED, STOPPED, failure(STOPPED), now=now))
@@ -217,19 +208,16 @@ class MemoryStore:
     async def _account(self, task: Task, old: int) -> None:
         """`task`'s bytes, which were `old`, counted; its principal's read tasks make room
         where its share or the store is full; ResultTooLarge where they cannot."""
-        whose, new = task.counted_as, task.size
-        if new > self.max_result_bytes:
-            raise ResultTooLarge(f"the result is {new} bytes; the gateway keeps at most "
-                                 f"{self.max_result_bytes} bytes per task")
-        mine = self._bytes_of[whose] - old + new - self.max_bytes_per_owner
-        every = self._bytes - old + new - self.max_stored_bytes
+        whose, new, bounds = task.counted_as, task.size, self.bounds
+        if new > bounds.max_result_bytes:
+            raise ResultTooLarge(bounds.said("result", new))
+        mine = self._bytes_of[whose] - old + new - bounds.max_bytes_per_owner
+        every = self._bytes - old + new - bounds.max_stored_bytes
         victims, freed = self._room(whose, 0, max(mine, every), spare=task.id)
         if freed < mine:
-            raise ResultTooLarge(f"this client's share of the result storage "
-                                 f"({self.max_bytes_per_owner} bytes) is full")
+            raise ResultTooLarge(bounds.said("share"))
         if freed < every:
-            raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
-                                 "bytes) is full")
+            raise ResultTooLarge(bounds.said("stored"))
         await self._evict(victims)
         self._bytes += new - old
         self._bytes_of[whose] += new - old
@@ -295,20 +283,20 @@ class MemoryStore:
         pass
 
 
-def _within_bounds(store: MemoryStore, newest_first: list[Task]) -> list[Task]:
-    """Of `newest_first`, those `store`, empty, takes within its bounds, the newer before the
+def _within_bounds(bounds: StoreBounds, newest_first: list[Task]) -> list[Task]:
+    """Of `newest_first`, those an empty store of `bounds` takes, the newer before the
     older."""
     kept: list[Task] = []
     held: Counter[str] = Counter()
     bytes_of: Counter[str] = Counter()
     stored = 0
     for task in newest_first:
-        if len(kept) >= store.max_tasks:
+        if len(kept) >= bounds.max_tasks:
             break
         whose = task.counted_as
-        if (held[whose] >= store.max_held_per_owner or task.size > store.max_result_bytes
-                or bytes_of[whose] + task.size > store.max_bytes_per_owner
-                or stored + task.size > store.max_stored_bytes):
+        if (held[whose] >= bounds.max_held_per_owner or task.size > bounds.max_result_bytes
+                or bytes_of[whose] + task.size > bounds.max_bytes_per_owner
+                or stored + task.size > bounds.max_stored_bytes):
             continue
         kept.append(task)
         held[whose] += 1

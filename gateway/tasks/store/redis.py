@@ -48,14 +48,7 @@ from cachetools import LRUCache
 
 from gateway.keyring import derive
 from gateway.tasks.model import Task
-from gateway.tasks.store import (
-    EVENTS,
-    KeyBound,
-    ResultTooLarge,
-    StoreFull,
-    held_full,
-    share_full,
-)
+from gateway.tasks.store import EVENTS, KeyBound, ResultTooLarge, StoreBounds, StoreFull
 from gateway.tasks.store.redis_link import DOWN, NotAcked, RedisLink, guarded, text
 from gateway.tasks.store.redis_scripts import Scripts
 from gateway.tasks.store.vault import Stored, Vault
@@ -84,25 +77,15 @@ def _interned(task: Task) -> Task:
 
 
 class RedisStore:
-    def __init__(self, url: str | None, prefix: str, max_tasks: int, max_per_owner: int,
-                 max_result_bytes: int, max_stored_bytes: int, replica: str = "",
+    def __init__(self, url: str | None, prefix: str, bounds: StoreBounds, replica: str = "",
                  clock: Callable[[], float] = time.time, *, sentinels: Sequence[str] = (),
                  master: str = "mymaster", min_acked: int = 0, ack_timeout_ms: int = 1000,
-                 secret: bytes | None = None, max_bytes_per_owner: int | None = None,
-                 max_held_per_owner: int | None = None) -> None:
+                 secret: bytes | None = None) -> None:
         """`secret`: replica.secret, whence the keys that seal channel messages and
-        records (vault.py); without it neither is sealed (settings insist on one).
-        `max_per_owner` bounds a principal's running tasks, `max_held_per_owner` (by default
-        the same) those it holds, finished ones too; `max_bytes_per_owner` (by default
-        `max_stored_bytes`) its results' bytes."""
+        records (vault.py); without it neither is sealed (settings insist on one)."""
         self.url = url
         self.replica = replica  # the writer named in announcements
-        self.max_tasks = max_tasks
-        self.max_per_owner = max_per_owner
-        self.max_held_per_owner = max_held_per_owner or max_per_owner
-        self.max_result_bytes = max_result_bytes
-        self.max_stored_bytes = max_stored_bytes
-        self.max_bytes_per_owner = max_bytes_per_owner or max_stored_bytes
+        self.bounds = bounds
         self.clock = clock
         self.link = RedisLink(url, prefix, sentinels=sentinels, master=master,
                               min_acked=min_acked, ack_timeout_ms=ack_timeout_ms,
@@ -110,9 +93,7 @@ class RedisStore:
         self.stored = Stored(None if secret is None else Vault(secret))
         self.redis = self.link.redis
         self.key = self.link.key
-        self._scripts = Scripts(self.link, max_tasks, max_per_owner, max_stored_bytes, clock,
-                                max_held_per_owner=self.max_held_per_owner,
-                                max_bytes_per_owner=self.max_bytes_per_owner)
+        self._scripts = Scripts(self.link, bounds, clock)
         # Finished tasks whose reads this replica wrote: read again, no round trip.
         self._marked: LRUCache[str, bool] = LRUCache(MARKED_ENTRIES)
         # Finished records read, written or announced lately (a terminal record never
@@ -145,14 +126,13 @@ class RedisStore:
                 await self._forget(task.id)
             raise
         if refused == 1:
-            raise StoreFull(f"the gateway holds its maximum of {self.max_tasks} tasks")
+            raise StoreFull(self.bounds.said("tasks"))
         if refused == 2:
-            raise StoreFull(f"this client holds its maximum of {self.max_per_owner} tasks "
-                            "running")
+            raise StoreFull(self.bounds.said("running"))
         if refused == 3:
-            raise StoreFull(held_full(self.max_held_per_owner))
+            raise StoreFull(self.bounds.said("held"))
         if refused == 4:
-            raise StoreFull(share_full(self.max_bytes_per_owner))
+            raise StoreFull(self.bounds.said("share"))
         if refused == 5:
             raise KeyBound(gone[0])
         await self._evicted(gone)
@@ -189,18 +169,16 @@ class RedisStore:
 
     @guarded
     async def save(self, task: Task, *, keep: bool = True) -> bool:
-        if task.size > self.max_result_bytes:
-            raise ResultTooLarge(f"the result is {task.size} bytes; the gateway keeps at most "
-                                 f"{self.max_result_bytes} bytes per task")
+        if task.size > self.bounds.max_result_bytes:
+            raise ResultTooLarge(self.bounds.said("result", task.size))
         rec, res = _encode(task)
         kept, res, seal = self.stored.close(task, rec, res)
         saved, self._bytes, gone = await self._scripts.save(task, kept, res, seal,
                                                             self._announcement(task, rec))
         if saved == -1:
-            raise ResultTooLarge(f"the gateway's result storage ({self.max_stored_bytes} "
-                                 "bytes) is full")
+            raise ResultTooLarge(self.bounds.said("stored"))
         if saved == -2:
-            raise ResultTooLarge(share_full(self.max_bytes_per_owner))
+            raise ResultTooLarge(self.bounds.said("share"))
         if saved and task.terminal:  # read here next, most likely: no round trip then
             self._finished[task.id] = task.copy()
         await self._evicted(gone)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.tasks.model import EXPIRED_MEMORY_S, LIVE, TRANSITIONS, Status, Task
-from gateway.tasks.store import EVENTS
+from gateway.tasks.store import EVENTS, StoreBounds
 from gateway.tasks.store.redis_link import RedisLink, text
 
 # A principal's keys (redis.py: w:, k:, r:, z:, b:), under prefix p, for principal c.
@@ -331,17 +331,11 @@ _SOURCES = {s: "," + ",".join([str(s), *(str(f) for f in Status if s in TRANSITI
 
 
 class Scripts:
-    def __init__(self, link: RedisLink, max_tasks: int, max_per_owner: int,
-                 max_stored_bytes: int, clock: Callable[[], float], *,
-                 max_held_per_owner: int | None = None,
-                 max_bytes_per_owner: int | None = None) -> None:
+    def __init__(self, link: RedisLink, bounds: StoreBounds, clock: Callable[[], float]
+                 ) -> None:
         self._link = link
         self._key = link.key
-        self._max_tasks = max_tasks
-        self._max_per_owner = max_per_owner
-        self._max_held_per_owner = max_held_per_owner or max_per_owner
-        self._max_stored_bytes = max_stored_bytes
-        self._max_bytes_per_owner = max_bytes_per_owner or max_stored_bytes
+        self._bounds = bounds
         self._clock = clock
         register = link.redis.register_script
         self._create = register(_CREATE)
@@ -364,10 +358,10 @@ class Scripts:
             key("live"), key("t", task.id), key("run", task.replica), key("replicas"),
             key("sizes"), key("bytes"), key(EVENTS), key("o", task.owner)], args=[
             task.id, _ms(self._clock()), "+inf" if end is None else _ms(end),
-            self._max_tasks, self._max_per_owner, str(task.status), task.owner,
+            self._bounds.max_tasks, self._bounds.max_per_owner, str(task.status), task.owner,
             task.replica, kept, "" if end is None else _ms(end + EXPIRED_MEMORY_S),
             announcement, task.quota, seal, self._link.prefix, task.counted_as,
-            self._max_held_per_owner, self._max_bytes_per_owner, task.key])
+            self._bounds.max_held_per_owner, self._bounds.max_bytes_per_owner, task.key])
         return int(out[0]), [text(i) for i in out[1:]]
 
     async def save(self, task: Task, kept: bytes, res: bytes, seal: bytes,
@@ -384,9 +378,9 @@ class Scripts:
             keys=[key("t", task.id), key("live"), key("sizes"), key("bytes"),
                   key("run", task.replica), key(EVENTS)],
             args=[task.id, _SOURCES[task.status], str(task.status), task.size,
-                  self._max_stored_bytes, kept, res, "1" if terminal else "0",
+                  self._bounds.max_stored_bytes, kept, res, "1" if terminal else "0",
                   announcement, seal, self._link.prefix, task.counted_as,
-                  self._max_bytes_per_owner, _ms(self._clock()),
+                  self._bounds.max_bytes_per_owner, _ms(self._clock()),
                   "+inf" if end is None else _ms(end),
                   "" if end is None else _ms(end + EXPIRED_MEMORY_S)])
         return int(saved), int(held), [text(i) for i in gone]

@@ -71,7 +71,7 @@ class CoreTasks:
     # -- tools/call --------------------------------------------------------------------------
     async def call(self, session: Session, msg: Message, decision: router.TaskCall,
                    headers: dict[str, str] | None, key: CallKey | None = None
-                   ) -> web.Response:
+                   ) -> web.StreamResponse:
         """A task-augmented tools/call: the task is created, the call goes upstream without
         `params.task`, and the CreateTaskResult is the answer at once (a keyed call's task,
         the same for every retry: tasks/keys.py)."""
@@ -92,20 +92,24 @@ class CoreTasks:
         the first call and every retry alike; a heartbeat on the client's progress token
         meanwhile. A dropped request is not a cancel: the task runs on for the retry."""
         # The client's id and progress token: sending the call rewrites both in `msg`.
-        asked = {"id": msg["id"], "token": mcp.progress_token(msg["params"])}
+        client_id, token = msg["id"], mcp.progress_token(msg["params"])
+
+        def answered(task: Task) -> Awaitable[web.StreamResponse]:
+            return self.result(request, session, {**msg, "id": client_id},
+                               {"taskId": task.id}, lacking or unscoped, token)
         made = await self._made(session, msg, self.policy(msg["params"].get("name")),
-                                headers, None, key, plain=True)
-        if not isinstance(made, Task):
-            return made
-        return await self.result(request, session, {**msg, "id": asked["id"]},
-                                 {"taskId": made.id}, lacking or unscoped, asked["token"])
+                                headers, None, key, joined=answered)
+        return await answered(made) if isinstance(made, Task) else made
 
     async def _made(self, session: Session, msg: Message, policy: Policy,
                     headers: dict[str, str] | None, ttl: int | None, key: CallKey | None,
-                    plain: bool = False) -> Task | web.Response:
+                    joined: Callable[[Task], Awaitable[web.StreamResponse]] | None = None
+                    ) -> Task | web.StreamResponse:
         """The call's task: created, its call sent under a lease that goes with the task;
-        or the keyed call's task already (nothing sent). A refusal is a JSON-RPC error
-        (HTTP 200, as a server's)."""
+        or the keyed call's task already (nothing sent), which `joined` (a plain keyed
+        call's: its wait) answers under the lease taken for the call, so a retry waiting
+        counts among its principal's calls in flight. A refusal is a JSON-RPC error (HTTP
+        200, as a server's)."""
         client_id = msg["id"]  # before the call is sent (which rewrites it)
         tool = str(msg["params"].get("name") or "")
         # Counted against the principal: owned by it (with auth), or a session's (without).
@@ -118,17 +122,20 @@ class CoreTasks:
             return json_response(exc.to_message(client_id))
         with lease:
             try:
-                return await self.engine.adopt(intent, self._attacher(session, msg, headers,
-                                                                      lease, plain))
+                task = await self.engine.adopt(intent, self._attacher(
+                    session, msg, headers, lease, plain=joined is not None))
             except StoreFull as exc:
                 self.backend.counters.reject("store_full")
                 log.warning("task.store_full", tool=tool, reason=str(exc),
                             upstream=self.backend.name)
                 return json_response(jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR,
                                                    f"Cannot create task: {exc}"))
-            except (errors.TooManyRequests, errors.StoreUnavailable, errors.UpstreamError,
-                    errors.QueueFull, errors.IdempotencyKeyReused) as exc:
+            except (errors.TooManyRequests, errors.StoreUnavailable, errors.StoreSettling,
+                    errors.UpstreamError, errors.QueueFull, errors.IdempotencyKeyReused) as exc:
                 return json_response(exc.to_message(client_id))
+            if joined is not None and lease.call is None:  # not sent here: a retry's wait
+                return await joined(task)
+        return task
 
     def _attacher(self, session: Session, msg: Message, headers: dict[str, str] | None,
                   lease: Lease, plain: bool) -> Callable[[Task], Awaitable[Handover]]:
@@ -223,6 +230,7 @@ class CoreTasks:
             return await ex.respond(request, json_ok, self.flow)
         finally:
             self.engine.unwatch(task.id, told)
+            ex.close()  # also when the lookup failed (it never responded)
             await self._delivered(task.id, ex)
 
     async def _delivered(self, task_id: str, ex: SessionExchange) -> None:

@@ -116,11 +116,17 @@ class Exchange:
                       ) -> web.StreamResponse:
         try:
             return await self._respond(request, json_ok, flow)
-        finally:  # answered, or its client gone: nobody is left to hear a heartbeat
-            if self.beat is not None:
-                self.beat.stop()
-            if self.hold is not None:  # written, or nobody left to write it to
-                self.hold.end()
+        finally:  # answered, or its client gone
+            self.close()
+
+    def close(self) -> None:
+        """Nobody is left to hear a heartbeat, and the answer was written or has nobody to
+        be written to (its bytes go back): once it responded, or when it never will (a
+        lookup before it failed). Idempotent."""
+        if self.beat is not None:
+            self.beat.stop()
+        if self.hold is not None:
+            self.hold.end()
 
     async def _respond(self, request: web.Request, json_ok: bool, flow: sse.Flow
                        ) -> web.StreamResponse:

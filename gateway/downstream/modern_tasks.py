@@ -117,7 +117,10 @@ class ModernTasks:
         policy = decision.policy if isinstance(decision, router.TaskCall) else \
             self.policy_for(described.tool)
         intent = replace(self._intent(described, policy), key=keyed.key)
-        # TooManyRequests, IdempotencyKeyReused, GatewayStopping: raised (nothing sent)
+        # TooManyRequests, IdempotencyKeyReused, GatewayStopping, StoreSettling: raised
+        # (nothing sent). A retry that waits holds the lease taken for the call while it
+        # waits (it counts among its principal's calls in flight); the first caller's went
+        # with its task.
         with self.leases.take(principal, described.method) as lease:
             try:
                 task = await self.engine.adopt(intent, self._attacher(
@@ -129,11 +132,11 @@ class ModernTasks:
                     f"task: {exc}"), 503)
             except errors.UpstreamError as exc:  # nothing was sent: 503, as to an initialize
                 return json_response(exc.to_message(described.id), 503)
-        if isinstance(decision, router.TaskCall):
-            return json_response(jsonrpc.result(described.id, extension.created(task)))
-        if keyed.asked.answers and task.status is Status.INPUT_REQUIRED:
-            await self.engine.answer(task, keyed.asked.answers)  # its round's retry
-        return await self._answered(request, described, task, keyed.asked.token)
+            if isinstance(decision, router.TaskCall):
+                return json_response(jsonrpc.result(described.id, extension.created(task)))
+            if keyed.asked.answers and task.status is Status.INPUT_REQUIRED:
+                await self.engine.answer(task, keyed.asked.answers)  # its round's retry
+            return await self._answered(request, described, task, keyed.asked.token)
 
     async def _answered(self, request: web.Request, described: ModernRequest, task: Task,
                         token: str | int | None) -> web.StreamResponse:
@@ -160,6 +163,7 @@ class ModernTasks:
             return await ex.respond(request, json_ok, self.flow)
         finally:
             self.engine.unwatch(task.id, told)
+            ex.close()  # also when the lookup failed (it never responded)
             if ex.response is not None and ended:  # its end was answered: read
                 with contextlib.suppress(errors.StoreUnavailable):
                     await self.engine.delivered(task.id)

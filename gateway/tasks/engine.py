@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, overload
 
-from gateway.errors import IdempotencyKeyReused, StoreSettling
+from gateway.errors import GatewayError, IdempotencyKeyReused, StoreSettling
 from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
@@ -82,20 +82,34 @@ class TaskEngine:
                     upstream=intent.upstream, replica=self.replica, created_at=self._clock(),
                     quota=intent.quota, key=key.slot if key else "",
                     asked=key.digest if key else "")
+        if key is not None and self.replicas is not None and await self.replicas.unsettled():
+            # The store lost its records lately: the key may name a task its replica has
+            # not written back yet, and a run now would be the call's second (docs/replicas.md).
+            raise StoreSettling(self.replicas.generation.retry_after_s(), "this call's task")
         try:
             await self._store.create(task)
         except KeyBound as bound:
             return await self._keyed(intent, bound.task_id, attach, rejoin)
         try:
             handover = await attach(task)
-        except Exception:
+        except Exception as exc:
             await self._store.delete(task.id)
+            if key is not None:  # retries that joined it meanwhile hear why it never ran
+                self._local.tell(self._unstarted(task, exc))
             raise
         if handover is None:
             await self._store.delete(task.id)
             return None
         self._local.start(task, handover, policy)
         return task
+
+    def _unstarted(self, task: Task, exc: Exception) -> Task:
+        """`task` as a keyed call's retries that joined it hear of it when its call could
+        not be opened: failed, with the error its first caller got (its key is free again:
+        the next retry runs it)."""
+        error = exc.to_message()["error"] if isinstance(exc, GatewayError) else failure(
+            "the call could not be started")
+        return task.ended(Status.FAILED, str(error.get("message")), error, now=self._clock())
 
     async def _keyed(self, intent: Intent, task_id: str, attach: Attach, rejoin: bool
                      ) -> Task | None:

@@ -57,14 +57,16 @@ class Connection:
     def start(self) -> None:
         self.transport.start()
 
-    async def close(self) -> None:
+    async def close(self, why: UpstreamError | None = None) -> None:
         """Once: a session's own process is closed at the session's end and again with
-        its upstream at shutdown."""
+        its upstream at shutdown. Its calls still in flight fail with `why` (by default:
+        the gateway is shutting down)."""
         if self._closed:
             return
         self._closed = True
         await self.transport.close()
-        _fail(self.correlator.lose(), UpstreamShutdown(self.name, "the gateway is shutting down"))
+        _fail(self.correlator.lose(),
+              why or UpstreamShutdown(self.name, "the gateway is shutting down"))
 
     @property
     def ready(self) -> bool:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gateway.answer_bytes import AnswerBytes, Partial
-from gateway.errors import UpstreamNotReady, UpstreamShutdown
+from gateway.errors import UpstreamNotReady, UpstreamSessionLost, UpstreamShutdown
 from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.protocol import mcp
@@ -279,7 +279,11 @@ class PerClient(Backend):
 
     async def detach(self, owner: Owner, conn: Connection) -> None:
         conn.detach(owner)
-        await conn.close()
+        # A task's call still running there (with auth a core task outlives its session)
+        # ends with the process, saying so: not as if the gateway stopped.
+        await conn.close(UpstreamSessionLost(self.name, "the client's session ended, and "
+                                             "with it the server process its call ran in "
+                                             "(isolation: client)"))
         self._release(conn)
 
     def _release(self, conn: Connection) -> None:

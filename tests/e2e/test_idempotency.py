@@ -237,10 +237,16 @@ async def test_a_key_past_its_tasks_ttl_is_forgotten(gateway, http, tmp_path) ->
         assert text_of(await alice.send(tools_call("echo", {"text": "t"}),
                                         **auth("alice", "ttl-key"))) == "t"
     assert runs(journal, "echo") == 1
-    await asyncio.sleep(1.2)  # its ttl (and the store's whole second) passed
+    # Past its ttl, before the store's sweep of that whole second: a new run, never the
+    # lapsed task's "expired" (a client might take that for the call's failure).
+    await asyncio.sleep(0.45)
     assert text_of(await alice.send(tools_call("echo", {"text": "t"}),
                                     **auth("alice", "ttl-key"))) == "t"
     assert runs(journal, "echo") == 2
+    await asyncio.sleep(1.2)  # and once swept
+    assert text_of(await alice.send(tools_call("echo", {"text": "t"}),
+                                    **auth("alice", "ttl-key"))) == "t"
+    assert runs(journal, "echo") == 3
 
 
 async def test_a_keyed_flood_stays_in_its_principals_bounds(gateway, http, tmp_path) -> None:
@@ -260,6 +266,54 @@ async def test_a_keyed_flood_stays_in_its_principals_bounds(gateway, http, tmp_p
                                   **auth("bob", "flood-3"))) == "b"
     assert [text_of(r) for r in await asyncio.gather(*flood)] == ["slept 800"] * 3
     assert runs(journal, "sleep") == 3
+
+
+async def test_retries_that_wait_count_among_their_principals_calls(gateway, http,
+                                                                   tmp_path) -> None:
+    """A retry that joins a running keyed call waits as a call in flight: one too many is
+    refused like any call over `max_calls_per_owner`, and Bob is served meanwhile."""
+    journal = tmp_path / "journal"
+    conf_ = conf(journal)
+    conf_["limits"] = {"max_calls_per_owner": 2}
+    url = await gateway(**conf_)
+    first = asyncio.ensure_future(keyed_modern(http, url, "alice", "w-1", "sleep",
+                                               {"ms": 1500}))
+    await asyncio.sleep(0.3)
+    joined = asyncio.ensure_future(keyed_modern(http, url, "alice", "w-1", "sleep",
+                                                {"ms": 1500}))
+    await asyncio.sleep(0.3)
+    refused = await keyed_modern(http, url, "alice", "w-1", "sleep", {"ms": 1500})
+    assert refused.status == 429 and "Too many calls in flight" in \
+        refused.body["error"]["message"]
+    assert text_of(await keyed_modern(http, url, "bob", "w-1", "echo", {"text": "b"})) == "b"
+    assert [text_of(r) for r in await asyncio.gather(first, joined)] == ["slept 1500"] * 2
+    assert runs(journal, "sleep") == 1
+
+
+async def test_a_retry_that_joined_a_call_that_never_started_hears_why(gateway, http,
+                                                                      tmp_path) -> None:
+    """The first keyed call waits for a server process it never gets (its principal's
+    share is taken); a retry that joined its task meanwhile is answered with the same
+    refusal, not left waiting, and the key is free again."""
+    journal = tmp_path / "journal"
+    conf_ = conf(journal)
+    conf_["upstream"] |= {"isolation": "call", "pool_size": 1}
+    conf_["limits"] = {"max_processes_per_principal": 1, "process_wait_ms": 1000}
+    url = await gateway(**conf_)
+    holder = asyncio.ensure_future(modern(http, url, "tools/call", {
+        "name": "sleep", "arguments": {"ms": 4000}}, headers=auth("alice")))
+    await asyncio.sleep(0.5)
+    first = asyncio.ensure_future(keyed_modern(http, url, "alice", "p-1", "echo",
+                                               {"text": "e"}))
+    await asyncio.sleep(0.2)
+    joined = await asyncio.wait_for(keyed_modern(http, url, "alice", "p-1", "echo",
+                                                 {"text": "e"}), 10)
+    refused = await first
+    assert "Too many server processes" in json.dumps(refused.body)
+    assert joined.message["error"]["data"] == refused.body["error"]["data"]
+    assert text_of(await holder) == "slept 4000"
+    assert text_of(await keyed_modern(http, url, "alice", "p-1", "echo", {"text": "e"})) \
+        == "e"  # the key was free: this one ran
 
 
 # -- modern ---------------------------------------------------------------------------------
@@ -451,16 +505,19 @@ async def test_a_key_survives_the_store_restarting_empty(group, http, tmp_path) 
         a, b = await group(2, redis=own, **journaled(journal))
         made = await replica_call(http, a.url, "alice", "kept", {"ms": 3000}, TASKS)
         task_id = made.body["result"]["taskId"]
+        await asyncio.sleep(0.3)  # its call under way on replica a
         own.stop()
         own.start()
-        for _ in range(100):  # written back by replica a
-            got = await modern(http, b.url, "tasks/get", {"taskId": task_id}, TASKS,
-                               headers={"Authorization": "Bearer alice-token"})
-            if "result" in got.body:
+        # Retried at once on the other replica: told to retry while replica a writes its
+        # task back (503, Retry-After), never a second run.
+        for _ in range(100):
+            again = await replica_call(http, b.url, "alice", "kept", {"ms": 3000}, TASKS)
+            if again.status == 200:
                 break
+            assert again.status == 503 and again.headers.get("Retry-After"), again.body
             await asyncio.sleep(0.1)
-        again = await replica_call(http, b.url, "alice", "kept", {"ms": 3000}, TASKS)
         assert again.body["result"]["taskId"] == task_id
+        await asyncio.sleep(0.5)
         assert runs(journal, "sleep") == 1
     finally:
         own.stop()

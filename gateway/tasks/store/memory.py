@@ -82,8 +82,8 @@ class MemoryStore:
 
     async def create(self, task: Task) -> None:
         await self.sweep()
-        if task.key and (bound := self._keys.get(task.key)) in self._tasks:
-            raise KeyBound(str(bound))
+        if task.key and (named := self._named(task.key)) is not None:
+            raise KeyBound(named)
         whose = task.counted_as
         bounds = self.bounds
         if self._running_of[whose] >= bounds.max_per_owner:
@@ -101,6 +101,12 @@ class MemoryStore:
             raise StoreFull(bounds.said("share"))
         await self._evict(victims)
         self._put(task)
+
+    def _named(self, key: str) -> str | None:
+        """The task `key` names: one held whose ttl has not passed (a task past it that no
+        sweep forgot yet names none: its key is free)."""
+        held = self._tasks.get(self._keys.get(key, ""))
+        return None if held is None or self._due(held) else held.id
 
     def _room(self, whose: str, tasks: int, size: int, spare: str = "") -> tuple[list[str], int]:
         """The principal's read tasks (`spare` aside) that make room for `tasks` more tasks
@@ -131,7 +137,7 @@ class MemoryStore:
         self._bytes_of[task.counted_as] += task.size
         if task.expires_at is not None:
             self._due_at(task.expires_at, task.id)
-        if task.key and self._keys.get(task.key) not in self._tasks:  # free, or its task gone
+        if task.key and self._named(task.key) in (None, task.id):
             self._keys[task.key] = task.id
 
     def _due_at(self, when: float, task_id: str) -> None:

@@ -119,8 +119,8 @@ class ModernEra:
                                    self.leases.answers.hold(caller.principal))
         try:  # the route first: the decision depends on its era
             route = await self.backend.for_principal(caller.principal)
-        except errors.UpstreamError as exc:  # it cannot start: 503, as a legacy initialize
-            return json_response(exc.to_message(msg["id"]), 503)
+        except errors.UpstreamError as exc:  # it cannot start
+            return await self.unrouted(request, msg, caller, lacking, exc)
         # Its requestState, opened here once (InvalidParams: forged, expired, another's).
         retry = self.rounds.opened(msg, caller.principal, route.modern)
         conn = route.conn
@@ -135,13 +135,8 @@ class ModernEra:
             case router.Discover():  # what the server said when found ready
                 return json_response(jsonrpc.result(msg["id"], shapes.discover_result(
                     route.init_result, self.ttl_ms, self.scope)))
-            case router.ServeTasks():  # a finished task's result inlined: held, as an answer
-                self.engine.admit(caller.principal)
-                return await send_held(request, jsonrpc.result(
-                    msg["id"], await handlers.extension_request(
-                        self.engine, msg["method"], msg.get("params") or {}, caller.principal,
-                        lacking or unscoped)), self.flow,
-                    self.leases.answers.hold(caller.principal))
+            case router.ServeTasks():
+                return await self.serve_tasks(request, msg, caller, lacking)
             case router.Listen():
                 return await self.listeners.listen(request, msg, caller, route, self.engine)
             case router.Resume(round=retried):
@@ -155,6 +150,36 @@ class ModernEra:
 
     def policy(self, tool: str) -> Policy:
         return self.policies.for_tool(self.backend.name, tool)
+
+    async def serve_tasks(self, request: web.Request, msg: Message, caller: Caller,
+                          lacking: Lacking | None) -> web.StreamResponse:
+        """tasks/* of the gateway's own tasks, from the engine (a finished task's result
+        inlined: held, as an answer is)."""
+        self.engine.admit(caller.principal)
+        result = await handlers.extension_request(self.engine, msg["method"],
+                                                  msg.get("params") or {}, caller.principal,
+                                                  lacking or unscoped)
+        return await send_held(request, jsonrpc.result(msg["id"], result), self.flow,
+                               self.leases.answers.hold(caller.principal))
+
+    async def unrouted(self, request: web.Request, msg: Message, caller: Caller,
+                       lacking: Lacking | None, down: errors.UpstreamError
+                       ) -> web.StreamResponse:
+        """The server cannot be reached now (it cannot start): what the gateway answers
+        by itself still is, the router's refusals and tasks/* of a task the engine holds
+        for the caller (its handle was returned: it stays reachable, issue 51); anything
+        else, and a task id the engine does not hold (it may be the server's own), is a
+        503, as a legacy initialize gets."""
+        decision = router.modern(msg, capabilities=caller.capabilities, modern_upstream=False,
+                                 upstream_task=False, catalogue=self.backend.catalogue,
+                                 policy_for=self.policy)
+        if isinstance(decision, router.Refuse):
+            raise decision.error
+        held = isinstance(decision, router.ServeTasks) and await self.engine.holds(
+            task_id_of(msg.get("params") or {}), caller.principal)
+        if not held:
+            return json_response(down.to_message(msg["id"]), 503)
+        return await self.serve_tasks(request, msg, caller, lacking)
 
     def kept(self, msg: Message, caller: Caller, lacking: Lacking | None
              ) -> orjson.Fragment | None:

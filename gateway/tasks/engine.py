@@ -153,6 +153,17 @@ class TaskEngine:
         self._report.missed(owner, task_id)
         raise TaskNotFound(task_id)
 
+    async def holds(self, task_id: str | None, owner: str) -> bool:
+        """Whether `task_id` names a task of `owner`'s here (running, finished or lapsed
+        while remembered): what `find` would answer without "not found"."""
+        if task_id is None:
+            return False
+        try:
+            await self.find(task_id, owner)
+        except TaskNotFound:
+            return False
+        return True
+
     async def owned(self, owner: str, dialect: Dialect) -> list[Task]:
         """The owner's tasks of one dialect, oldest first (running ones as they are now);
         StoreSettling instead while a shared store that lost its records is being written

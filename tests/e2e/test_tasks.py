@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 import pytest
+from mcp_http import BASIC
 from test_modern import headers_for, modern
 
 TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -347,3 +348,36 @@ async def test_a_finished_task_read_again_answers_its_owner_alone(gateway, http)
     undeclared = await tasks_op(http, url, "tasks/get", task_id, alice, caps={})
     assert undeclared.status == 400 and undeclared.body["error"]["code"] == -32021
     assert await misnamed_get(http, url, task_id, alice) == (400, -32020)
+
+
+async def test_tasks_stay_reachable_while_the_server_cannot_start(gateway, http,
+                                                                  tmp_path) -> None:
+    """Issue 51: a modern request the gateway answers by itself no longer waits for the
+    server's route. While the server cannot start again, Alice's finished task is still
+    read (its handle was returned); an id the gateway does not hold (unknown, or Bob's
+    view of hers) is a 503, as before, never "not found" (it may be the server's own)."""
+    down = tmp_path / "down"
+    script = (f'[ -e "{down}" ] && BASIC_EXIT_AT_START=3 exec "{BASIC[0]}" "{BASIC[1]}"; '
+              f'exec "{BASIC[0]}" "{BASIC[1]}"')
+    url = await gateway(["sh", "-c", script], tasks=POLICY,
+                        upstream={"restart_backoff_max_ms": 200},
+                        auth={"bearer_tokens": ["alice-reach", "bob-reach"]})
+    alice, bob = {"Authorization": "Bearer alice-reach"}, {"Authorization": "Bearer bob-reach"}
+    made = (await call(http, url, "whoami", headers=alice)).body["result"]
+    await asyncio.sleep(0.5)  # it ends; unread (a read answer is kept: tasks/kept.py)
+    down.touch()
+    await call(http, url, "crash", headers=alice)  # the server exits; it cannot start again
+    for _ in range(100):  # until a call meets the server down
+        if (await call(http, url, "echo", {"text": "x"}, headers=alice)).status == 503:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the server never went down")
+    got = await tasks_op(http, url, "tasks/get", made["taskId"], headers=alice)
+    assert got.status == 200, got.body
+    assert got.body["result"]["status"] == "completed" and got.body["result"]["result"]
+    for who, named in ((alice, "no-such-task"), (bob, made["taskId"])):
+        reply = await tasks_op(http, url, "tasks/get", named, headers=who)
+        assert reply.status == 503, reply.body
+        assert reply.body["error"]["data"]["upstream"] == "main"
+    down.unlink()

@@ -63,11 +63,13 @@ class Heartbeat:
         if msg.get("method") != mcp.PROGRESS:
             return
         params = msg.get("params")
-        value = params.get("progress") if isinstance(params, dict) else None
+        if not isinstance(params, dict):
+            return
+        value = params.get("progress")
         if not isinstance(value, int | float) or isinstance(value, bool):
             return
         if self.last is not None and value <= self.last:
-            params["progress"] = value = after(self.last)  # type: ignore[index]
+            params["progress"] = value = after(self.last)
         self.last = float(value)
 
     def stop(self) -> None:

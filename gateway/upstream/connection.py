@@ -34,7 +34,8 @@ class Connection:
     """The calls of many callers over one transport; what downstream and the engine use."""
 
     def __init__(self, name: str, transport: MakeTransport, startup_timeout_s: float,
-                 counters: Counters, opening: Opening = "auto") -> None:
+                 counters: Counters, opening: Opening = "auto",
+                 on_tools: Callable[[Message], object] | None = None) -> None:
         self.name = name
         self.transport: Transport = transport(self)  # made whole, with its link
         self.startup_timeout_s = startup_timeout_s
@@ -50,7 +51,7 @@ class Connection:
         self.handshake = Handshake(self, startup_timeout_s, opening)
         # Told each page of the server's tools/list the gateway asks for itself (after the
         # handshake, and when the server says its list changed); None: never asked.
-        self.on_tools: Callable[[Message], object] | None = None
+        self.on_tools = on_tools
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -45,7 +45,6 @@ class DualEra:
 
     async def _find(self) -> Connection | None:
         link = self._open_link()
-        link.on_tools = None  # the catalogue is the primary's (its native tasks, its tools)
         link.start()
         try:
             await link.wait_ready()

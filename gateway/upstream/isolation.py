@@ -98,7 +98,10 @@ class Backend:
         self.primary = self._new(restart=True)
         # A server of both eras: the link its modern clients reach, found at the first
         # modern request (None: no probing here, the era is pinned or the mode opens none).
-        self.eras = DualEra(name, lambda: self._new(restart=True, opening="probe")) \
+        # Its link learns no tools: the catalogue is the primary's (its native tasks, its
+        # tools).
+        self.eras = DualEra(name, lambda: self._new(restart=True, opening="probe",
+                                                    learns=False)) \
             if self.dual_era and conf.era == "auto" else None
         # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.
         self.forward = (frozenset(h.lower() for h in conf.forward_headers)
@@ -125,10 +128,13 @@ class Backend:
                if k.lower() in self.forward or k.lower().startswith("mcp-param-")}
         return out or None
 
-    def _new(self, restart: bool, opening: Opening | None = None) -> Connection:
+    def _new(self, restart: bool, opening: Opening | None = None, learns: bool = True
+             ) -> Connection:
+        """A connection of this upstream; `learns`: its tools/list answers teach the
+        catalogue."""
         conn = Connection(self.name, self._transport(restart), self.conf.startup_timeout_ms
-                          / 1000, self.counters, opening or self.conf.era)
-        conn.on_tools = self.learn_tools
+                          / 1000, self.counters, opening or self.conf.era,
+                          on_tools=self.learn_tools if learns else None)
         self.connections.add(conn)
         return conn
 

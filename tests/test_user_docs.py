@@ -143,3 +143,13 @@ def test_the_default_configuration_shows_the_defaults() -> None:
         assert f"default {timeout}, ten minutes" in " ".join(
             (ROOT / "docs" / page).read_text().split()), page
     assert f"`{timeout}`" in (ROOT / "docs" / "configuration.md").read_text()
+
+
+def test_every_test_file_is_in_the_feature_table() -> None:
+    """docs/development.md says which tests hold which feature (issue 51: 17 files were
+    missing): a new test file is named there, in its feature's row."""
+    doc = (ROOT / "docs" / "development.md").read_text()
+    table = doc[doc.index("## Which tests hold which feature"):doc.index("## Benchmarks")]
+    named = set(re.findall(r"(test_\w+\.py)", table))
+    files = {p.name for p in (ROOT / "tests").rglob("test_*.py") if "node_modules" not in p.parts}
+    assert sorted(files - named) == []

@@ -25,7 +25,7 @@ from gateway.errors import GatewayError
 from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
-from gateway.tasks.engine import TaskEngine, TaskNotFound
+from gateway.tasks.engine import TaskEngine
 
 __all__ = ["own_references", "reference", "without_reference"]
 
@@ -70,7 +70,6 @@ async def own_references(msg: Message, owner: str, upstreams: Callable[[str], bo
 
 async def _engines(engine: TaskEngine, task_id: str, owner: str) -> bool:
     try:
-        await engine.find(task_id, owner)
-    except (TaskNotFound, GatewayError):  # unknown, another's, or the store cannot say
+        return await engine.holds(task_id, owner)
+    except GatewayError:  # the store cannot say
         return False
-    return True

@@ -10,7 +10,8 @@
 #   - a Redis-compatible server with Sentinel and HAProxy for the replica tests, nginx for the
 #     long calls' (a hop that cuts quiet connections), Chromium for the status page's, podman (with runc) and mmdebstrap to build and run the container
 #     image, and podman-compose (Debian's packages, when one of them is not there);
-#   - ruff, mypy --strict, then pytest (extra arguments go to pytest).
+#   - ruff, mypy --strict, then pytest on $TEST_WORKERS (4) workers (extra arguments go to
+#     pytest; -n 0 runs serially).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,4 +57,5 @@ fi
 
 .venv/bin/ruff check gateway tests bench scripts
 .venv/bin/mypy  # strict, over gateway/ (pyproject.toml)
-exec .venv/bin/pytest "$@"
+# Four workers on two cores: most tests wait on subprocesses and timers, not the CPU.
+exec .venv/bin/pytest -n "${TEST_WORKERS:-4}" "$@"

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -90,6 +91,20 @@ def client(http: aiohttp.ClientSession) -> Callable[[str], McpHttp]:
     return lambda url: McpHttp(http, url)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (whole modules a worker: --dist loadfile, pyproject.toml), the
+    modules with the most `slow` tests first, so that the longest (the image's, the
+    conformance suite's, the chaos run) do not start last and keep one worker busy after the
+    others are done. A serial run keeps the collection's order."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    slow: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])  # stable: same order within
+
+
 def loaded_by(code: str, modules: tuple[str, ...]) -> list[str]:
     """Which of `modules` a fresh interpreter has loaded once it ran `code`."""
     probe = (f"import json, sys\n{code}\n"
@@ -113,9 +128,25 @@ OPERATOR = {"Authorization": f"Bearer {GROUP_ADMIN}"}
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on. Under pytest-xdist, one from the worker's own
+    slice of 20000-32767 (below Linux's ephemeral range, which the kernel's own choices
+    take), so that two workers never pick the same port before either binds it."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get(
+        "PYTEST_XDIST_WORKER_COUNT")
+    if worker is None or count is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    size = (32768 - 20000) // int(count)
+    first = 20000 + int(worker.removeprefix("gw")) * size
+    for port in random.sample(range(first, first + size), size):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {first}-{first + size - 1}")
 
 
 def serve_fixture(port: int) -> subprocess.Popen[bytes]:

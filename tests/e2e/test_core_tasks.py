@@ -305,6 +305,32 @@ async def test_with_auth_a_task_outlives_its_session(gateway, client) -> None:
         assert probe.message["error"]["code"] == -32602
 
 
+async def test_a_tasks_call_in_its_sessions_own_process_says_why_it_ended(gateway, client
+                                                                          ) -> None:
+    """Under `isolation: client` a session's process is its own and closes with it: a task
+    that outlives the session (auth) fails there, saying its session's process closed, not
+    that the gateway stops (reason `session_lost`, not `shutdown`)."""
+    url = await gateway(tasks=POLICY, auth={"bearer_tokens": ["alice-own"]},
+                        upstream={"isolation": "client"})
+    alice = client(url)
+    await alice.initialize({}, "2025-11-25", headers={"Authorization": "Bearer alice-own"})
+    created = await alice.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 5000}, "task": {}}},
+        Authorization="Bearer alice-own")
+    task_id = created.message["result"]["task"]["taskId"]
+    async with alice.http.delete(alice.url, headers=alice.headers(
+            Authorization="Bearer alice-own")) as resp:
+        assert resp.status == 200
+    again = client(url)
+    await again.initialize({}, "2025-11-25", headers={"Authorization": "Bearer alice-own"})
+    ended = await asyncio.wait_for(again.send(
+        {"jsonrpc": "2.0", "id": 2, "method": "tasks/result", "params": {"taskId": task_id}},
+        Authorization="Bearer alice-own"), 10)
+    error = ended.message["error"]
+    assert error["data"]["reason"] == "session_lost", error
+    assert "session ended" in error["message"] and "shutting down" not in error["message"]
+
+
 async def test_both_dialects_side_by_side(url, client, http) -> None:
     legacy = await session(client, url)
     core_id = (await as_task(legacy, "sleep", {"ms": 0}))["result"]["task"]["taskId"]

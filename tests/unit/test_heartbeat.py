@@ -73,3 +73,25 @@ async def test_the_servers_values_are_raised_above_the_last_sent() -> None:
     odd = {"jsonrpc": "2.0", "method": "notifications/progress", "params": ["not", "a", "map"]}
     beat.heard(odd)  # malformed params pass as they are
     assert odd["params"] == ["not", "a", "map"]
+
+
+async def test_an_exchange_that_never_responds_lets_go_when_closed() -> None:
+    """A wait whose lookup failed before it responded (downstream/exchange.py `close`): its
+    heartbeat stops and its answer's bytes go back, once, however often it is closed."""
+    from gateway.answer_bytes import AnswerBytes
+    from gateway.downstream import sse
+    from gateway.downstream.exchange import Exchange
+
+    budget = AnswerBytes(1 << 20, 1 << 20)
+    ex = Exchange(True, lambda: sse.Stream("0", 0), {})
+    ex.hold = budget.hold("alice")
+    ex.heartbeat("tok", sse.Flow(keepalive_s=1, slow_s=1, heartbeat_s=0.03), None)
+    ex.hold.take(100)  # an answer's bytes, held and never written
+    await asyncio.sleep(0.1)
+    assert ex.early  # quiet: its heartbeat spoke
+    ex.close()
+    ex.close()
+    assert budget.held["alice"] == 0
+    sent = len(ex.early)
+    await asyncio.sleep(0.1)
+    assert len(ex.early) == sent  # and speaks no more

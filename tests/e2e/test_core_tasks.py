@@ -276,30 +276,36 @@ async def test_session_end_cancels_its_tasks(url, client) -> None:
     assert gone["code"] == -32602
 
 
+async def outlived(client, url: str, token: str, ms: int) -> dict[str, Any]:
+    """`token`'s core task of `sleep` (`ms`) made in a session that is then DELETEd: the
+    answer its tasks/result gets in a new session of the same principal."""
+    auth = {"Authorization": f"Bearer {token}"}
+    first = client(url)
+    await first.initialize({}, "2025-11-25", headers=auth)
+    created = await first.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": ms}, "task": {}}}, **auth)
+    task_id = created.message["result"]["task"]["taskId"]
+    async with first.http.delete(first.url, headers=first.headers(**auth)) as resp:
+        assert resp.status == 200
+    again = client(url)
+    await again.initialize({}, "2025-11-25", headers=auth)
+    ended = await asyncio.wait_for(again.send(
+        {"jsonrpc": "2.0", "id": 2, "method": "tasks/result", "params": {"taskId": task_id}},
+        **auth), 10)
+    return {"taskId": task_id, **ended.message}
+
+
 async def test_with_auth_a_task_outlives_its_session(gateway, client) -> None:
     """With auth a core task is its principal's: its session's end (DELETE) leaves it
     running, and another session of the principal gets its result. (The session's end
     cancelled its call upstream, and the task stayed `working` until its ttl.) Bob, another
     principal, finds it no more than an unknown id."""
     url = await gateway(tasks=POLICY, auth={"bearer_tokens": ["alice-core", "bob-core"]})
-    alice = client(url)
-    await alice.initialize({}, "2025-11-25", headers={"Authorization": "Bearer alice-core"})
-    created = await alice.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "sleep", "arguments": {"ms": 800}, "task": {}}},
-        Authorization="Bearer alice-core")
-    task_id = created.message["result"]["task"]["taskId"]
-    async with alice.http.delete(alice.url, headers=alice.headers(
-            Authorization="Bearer alice-core")) as resp:
-        assert resp.status == 200
-    again = client(url)
-    await again.initialize({}, "2025-11-25", headers={"Authorization": "Bearer alice-core"})
-    result = await asyncio.wait_for(again.send(
-        {"jsonrpc": "2.0", "id": 2, "method": "tasks/result", "params": {"taskId": task_id}},
-        Authorization="Bearer alice-core"), 10)
-    assert result.message["result"]["content"][0]["text"] == "slept 800"
+    ended = await outlived(client, url, "alice-core", 800)
+    assert ended["result"]["content"][0]["text"] == "slept 800"
     bob = client(url)
     await bob.initialize({}, "2025-11-25", headers={"Authorization": "Bearer bob-core"})
-    for named in (task_id, "no-such-task"):
+    for named in (ended["taskId"], "no-such-task"):
         probe = await bob.send({"jsonrpc": "2.0", "id": 3, "method": "tasks/get",
                                 "params": {"taskId": named}}, Authorization="Bearer bob-core")
         assert probe.message["error"]["code"] == -32602
@@ -312,21 +318,7 @@ async def test_a_tasks_call_in_its_sessions_own_process_says_why_it_ended(gatewa
     that the gateway stops (reason `session_lost`, not `shutdown`)."""
     url = await gateway(tasks=POLICY, auth={"bearer_tokens": ["alice-own"]},
                         upstream={"isolation": "client"})
-    alice = client(url)
-    await alice.initialize({}, "2025-11-25", headers={"Authorization": "Bearer alice-own"})
-    created = await alice.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "sleep", "arguments": {"ms": 5000}, "task": {}}},
-        Authorization="Bearer alice-own")
-    task_id = created.message["result"]["task"]["taskId"]
-    async with alice.http.delete(alice.url, headers=alice.headers(
-            Authorization="Bearer alice-own")) as resp:
-        assert resp.status == 200
-    again = client(url)
-    await again.initialize({}, "2025-11-25", headers={"Authorization": "Bearer alice-own"})
-    ended = await asyncio.wait_for(again.send(
-        {"jsonrpc": "2.0", "id": 2, "method": "tasks/result", "params": {"taskId": task_id}},
-        Authorization="Bearer alice-own"), 10)
-    error = ended.message["error"]
+    error = (await outlived(client, url, "alice-own", 5000))["error"]
     assert error["data"]["reason"] == "session_lost", error
     assert "session ended" in error["message"] and "shutting down" not in error["message"]
 

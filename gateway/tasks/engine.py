@@ -82,11 +82,9 @@ class TaskEngine:
                     upstream=intent.upstream, replica=self.replica, created_at=self._clock(),
                     quota=intent.quota, key=key.slot if key else "",
                     asked=key.digest if key else "")
-        if key is not None and self.replicas is not None and await self.replicas.unsettled():
-            # The store lost its records lately: the key may name a task its replica has
-            # not written back yet, and a run now would be the call's second (docs/replicas.md).
-            raise StoreSettling(self.replicas.generation.retry_after_s(), "this call's task")
         try:
+            # StoreSettling for a key while a store that lost its records gets them back
+            # (redis_scripts.py `settling`): a run now could be the call's second.
             await self._store.create(task)
         except KeyBound as bound:
             return await self._keyed(intent, bound.task_id, attach, rejoin)

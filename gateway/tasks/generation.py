@@ -37,6 +37,7 @@ class Generation:
         self.replica = replica
         self.clock = clock
         self.known: str | None = None  # None: no beat has reached the store yet
+        self.last = ""  # the generation the last beat read (never UNKNOWN), told to the next
         self._pending: frozenset[str] = frozenset()  # beating, not written back
         self._wrote_back = True  # this replica's own write-back, since the last change
         self._floor = 0.0  # until every live replica has beaten since the change
@@ -48,7 +49,7 @@ class Generation:
         new = self.known is not None and beat.generation != self.known
         if new and self.known != UNKNOWN:
             self.lost(lease_ms)
-        self.known = beat.generation
+        self.known = self.last = beat.generation
         self._pending = beat.peers - beat.rejoined - {self.replica}
         return new
 

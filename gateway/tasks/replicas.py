@@ -191,8 +191,8 @@ class Replicas:
         lease gone, others are not judged for a lease."""
         try:
             # A beat slower than a lease is no beat: others take this replica for gone.
-            beat = await asyncio.wait_for(self.bus.beat(self.replica, lease_ms, self.url),
-                                          lease_ms / 1000)
+            beat = await asyncio.wait_for(self.bus.beat(
+                self.replica, lease_ms, self.url, self.generation.last), lease_ms / 1000)
         except Exception as exc:  # any failed beat: this replica cannot judge others
             self._beaten, self._fresh_until = False, 0.0
             if isinstance(exc, TimeoutError):

@@ -84,6 +84,14 @@ async def make_store(request, key_prefix) -> AsyncIterator[Maker]:
         await store.close()
 
 
+async def beaten(store: TaskStore) -> TaskStore:
+    """`store` as a replica's first beat leaves it: a Redis store's keyed creates expect
+    the generation a beat read (redis_scripts.py `settling`)."""
+    if isinstance(store, RedisStore):
+        await RedisBus(store).beat("unit", 10_000)
+    return store
+
+
 async def add(store: TaskStore, owner: str, ttl_ms: int | None = 10_000,
               status: Status = Status.COMPLETED) -> Task:
     """A task as the engine creates it, ended at once unless `status` says otherwise (the

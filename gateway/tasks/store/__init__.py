@@ -211,12 +211,15 @@ class ReplicaBus(Protocol):
     """Replicas sharing a store: their leases, the tasks a gone one left running, and the
     channels they tell each other on."""
 
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> Beat:
+    async def beat(self, replica: str, lease_ms: int, address: str = "", known: str = ""
+                   ) -> Beat:
         """Hold (or renew) `replica`'s lease for `lease_ms`, telling where it is reached
         (for operators reading the store: no replica relays to an address read there, which
         anyone who can write to the store could change; issue 41);
         `held` False when the lease was not held (it lapsed, or the store lost it). The
-        store's generation is written if it has none."""
+        store's generation is written if it has none; where it is not `known` (the one
+        this replica's last beat read), the store lost its records, and keyed creates wait
+        until the replicas have written theirs back (generation.py)."""
 
     async def generation(self) -> str | None:
         """The store's generation as it is now (None: it has none, so it lost everything)."""

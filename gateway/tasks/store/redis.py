@@ -46,6 +46,7 @@ from typing import Any
 import orjson
 from cachetools import LRUCache
 
+from gateway.errors import StoreSettling
 from gateway.keyring import derive
 from gateway.tasks.model import Task
 from gateway.tasks.store import EVENTS, KeyBound, ResultTooLarge, StoreBounds, StoreFull
@@ -59,6 +60,7 @@ RUNNING_CACHE_BYTES = 16 << 20
 ANNOUNCED_BYTES = 64 << 10  # records up to this size travel whole in their announcement
 RESTORE_BATCH = 200
 HELD = ("rec", "res", "owner", "seal")  # the fields a read takes of a task's hash
+SETTLING_RETRY_S = 1.0  # a keyed create while the store gets its records back: ask again
 
 
 def _encode(task: Task) -> tuple[bytes, bytes]:
@@ -93,6 +95,9 @@ class RedisStore:
         self.stored = Stored(None if secret is None else Vault(secret))
         self.redis = self.link.redis
         self.key = self.link.key
+        # The store's generation as this replica's last beat read it (redis_bus.py): a
+        # keyed create where the store's is another waits (redis_scripts.py `settling`).
+        self.generation = ""
         self._scripts = Scripts(self.link, bounds, clock)
         # Finished tasks whose reads this replica wrote: read again, no round trip.
         self._marked: LRUCache[str, bool] = LRUCache(MARKED_ENTRIES)
@@ -119,8 +124,8 @@ class RedisStore:
         rec, _ = _encode(task)
         kept, _, seal = self.stored.close(task, rec, b"")
         try:
-            refused, gone = await self._scripts.create(task, kept, seal,
-                                                       self._announcement(task, rec))
+            refused, gone = await self._scripts.create(
+                task, kept, seal, self._announcement(task, rec), self.generation)
         except NotAcked:
             with contextlib.suppress(*DOWN):  # not durable: no handle, so no record
                 await self._forget(task.id)
@@ -135,6 +140,8 @@ class RedisStore:
             raise StoreFull(self.bounds.said("share"))
         if refused == 5:
             raise KeyBound(gone[0])
+        if refused == 6:
+            raise StoreSettling(SETTLING_RETRY_S, "this call's task")
         await self._evicted(gone)
 
     async def get(self, task_id: str) -> Task | None:

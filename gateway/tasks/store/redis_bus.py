@@ -10,6 +10,8 @@ replica reads them, and writes ends back, without a round trip).
                        that came back empty has a new one (tasks/generation.py)
     P members          sorted set: each replica beating, by when its lease ends
     P rejoined         hash: replica -> the generation it wrote back into after a change
+    P settling         after a change, until when keyed creates wait for every replica's
+                       write-back (ms, the server's clock; gone after the grace)
 
 Beats are durable with `store.min_replicas_acked`: a primary that its replicas left
 (demoted, and not told yet) holds no lease that counts. Messages sent while the listening
@@ -30,6 +32,7 @@ import orjson
 from cachetools import TTLCache
 
 from gateway.observability import log
+from gateway.tasks.generation import SETTLE_LEASES
 from gateway.tasks.store import EVENTS, Beat, Handler
 from gateway.tasks.store.redis import RedisStore
 from gateway.tasks.store.redis_link import DOWN, guarded, text
@@ -40,9 +43,14 @@ SETTLE_KEPT = 4  # leases: how long the replicas' write-back marks stay (past an
 
 # The store's generation (tasks/generation.py), beside each beat, by the server's clock:
 # KEYS: lease:<replica>, generation, members (sorted set: replica -> when its lease ends,
-#       ms), rejoined (hash: replica -> the generation it wrote back into)
-# ARGV: where the replica is reached (or "-"), lease_ms, replica, a new generation's id
-_GENERATION_KEYS = ("generation", "members", "rejoined")
+#       ms), rejoined (hash: replica -> the generation it wrote back into), settling
+# ARGV: where the replica is reached (or "-"), lease_ms, replica, a new generation's id,
+#       the generation the replica knew ("" none), the settling grace (ms)
+# A replica that knew another generation finds the store lost its records: from then, for a
+# lease (by when every replica alive has beaten in the new one, or lost its lease anyway)
+# and after it until each one beating has written back, keyed creates wait (redis_scripts.py
+# `settling`); never past the grace.
+_GENERATION_KEYS = ("generation", "members", "rejoined", "settling")
 _BEAT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -51,7 +59,11 @@ redis.call('SET', KEYS[2], ARGV[4], 'NX')
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[2]))
-return {held and 1 or 0, redis.call('GET', KEYS[2]),
+local gen = redis.call('GET', KEYS[2])
+if ARGV[5] ~= '' and ARGV[5] ~= gen then
+  redis.call('SET', KEYS[5], now + tonumber(ARGV[2]), 'PX', ARGV[6], 'NX')
+end
+return {held and 1 or 0, gen,
         redis.call('ZRANGE', KEYS[3], 0, -1), redis.call('HGETALL', KEYS[4])}
 """
 
@@ -80,16 +92,19 @@ class RedisBus:
 
     # -- leases -------------------------------------------------------------------------------
     @guarded
-    async def beat(self, replica: str, lease_ms: int, address: str = "") -> Beat:
-        """The lease renewed, and what the store says of its generation (`Beat`). Durable
+    async def beat(self, replica: str, lease_ms: int, address: str = "", known: str = ""
+                   ) -> Beat:
+        """The lease renewed, and what the store says of its generation (`Beat`), which
+        the store's keyed creates then expect (RedisStore.generation). Durable
         with `min_acked`: a lease held on a primary that its replicas left (demoted, not
         told yet) is no lease: the others, on the real primary, would take this replica for
         gone."""
         keys = [self._key("lease", replica), *(self._key(k) for k in _GENERATION_KEYS)]
         out = await self._link.run(self._beat, durable=True, keys=keys, args=[
-            address or "-", lease_ms, replica, secrets.token_hex(8)])
+            address or "-", lease_ms, replica, secrets.token_hex(8), known,
+            SETTLE_LEASES * lease_ms])
         held, generation, members, rejoined = out
-        generation = text(generation)
+        generation = self.store.generation = text(generation)
         wrote = dict(zip(rejoined[::2], rejoined[1::2], strict=True))
         return Beat(bool(held), generation, frozenset(text(r) for r in members),
                     frozenset(text(r) for r, g in wrote.items() if text(g) == generation))
@@ -107,7 +122,11 @@ class RedisBus:
 
     @guarded
     async def leave(self, replica: str) -> None:
-        await self._redis.delete(self._key("lease", replica))
+        # Out of the members too: keyed creates wait for no write-back of a replica gone.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self._key("lease", replica))
+            pipe.zrem(self._key("members"), replica)
+            await pipe.execute()
 
     async def alive(self, replica: str) -> bool:
         if replica in self._alive:

@@ -145,11 +145,34 @@ local function room(p, c, tasks, size, spare)
 end
 """
 
+# Whether the store may still be getting back keys it lost (restarted empty: a new
+# generation, redis_bus.py): its generation is not the one this replica's last beat read
+# (or it has none yet), or it changed less than a lease ago, or a replica beating in it has
+# not written back what it holds yet (until the grace ends). A keyed create waits then: the
+# key may name a live task its replica is about to write back, and a run now would be the
+# call's second. Judged here, by the store, not by each replica's view of it: a replica
+# whose beats are slow to get through after the restart is still waited for.
+_SETTLING = """
+local function settling(p, known)
+  local gen = redis.call('GET', p .. 'generation')
+  if not gen or gen ~= known then return true end
+  local floor = redis.call('GET', p .. 'settling')
+  if not floor then return false end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if now < tonumber(floor) then return true end
+  for _, r in ipairs(redis.call('ZRANGEBYSCORE', p .. 'members', now, '+inf')) do
+    if redis.call('HGET', p .. 'rejoined', r) ~= gen then return true end
+  end
+  return false
+end
+"""
+
 # KEYS: live, t:<id>, run:<replica>, replicas, sizes, bytes, events, o:<owner>
 # ARGV: id, now, score, max_tasks, max_per_owner (running), status, owner, replica, rec,
 #       pexpireat, the announcement, quota, seal, prefix, counted as, max held per owner,
-#       max bytes per owner, key
-_CREATE = _FORGET + """
+#       max bytes per owner, key, the generation the replica knows
+_CREATE = _FORGET + _SETTLING + """
 local p, c = ARGV[14], ARGV[15]
 prune(KEYS[1], KEYS[5], KEYS[6], ARGV[2], p)
 prune_of(p, c, ARGV[2])
@@ -157,6 +180,7 @@ if ARGV[18] ~= '' then
   -- Its key names a task still kept (in `live`: not forgotten, its ttl not passed).
   local bound = redis.call('GET', p .. 'i:' .. ARGV[18])
   if bound and redis.call('ZSCORE', KEYS[1], bound) then return {5, bound} end
+  if settling(p, ARGV[19]) then return {6} end
 end
 local k = keys_of(p, c)
 local running = redis.call('ZCARD', k.running)
@@ -346,13 +370,14 @@ class Scripts:
         self._sweep = register(_SWEEP)
         self._stranded = register(_STRANDED)
 
-    async def create(self, task: Task, kept: bytes, seal: bytes, announcement: bytes
-                     ) -> tuple[int, list[str]]:
+    async def create(self, task: Task, kept: bytes, seal: bytes, announcement: bytes,
+                     known: str) -> tuple[int, list[str]]:
         """Keep a new record (durable), announced, its principal's read tasks making room
         where they must; 0 and the ids of those forgotten, or the bound that refused it: 1
         the gateway's (`max_tasks`), 2 its principal's running tasks (`max_per_owner`), 3
         the tasks it holds, 4 its result bytes; 5 and the id of the task its key names
-        (tasks/keys.py: no record made)."""
+        (tasks/keys.py: no record made); 6 a keyed create while the store, which lost its
+        records, has not got them back (`known`: the generation this replica knows)."""
         key, end = self._key, task.expires_at
         out = await self._link.run(self._create, durable=True, keys=[
             key("live"), key("t", task.id), key("run", task.replica), key("replicas"),
@@ -361,7 +386,8 @@ class Scripts:
             self._bounds.max_tasks, self._bounds.max_per_owner, str(task.status), task.owner,
             task.replica, kept, "" if end is None else _ms(end + EXPIRED_MEMORY_S),
             announcement, task.quota, seal, self._link.prefix, task.counted_as,
-            self._bounds.max_held_per_owner, self._bounds.max_bytes_per_owner, task.key])
+            self._bounds.max_held_per_owner, self._bounds.max_bytes_per_owner, task.key,
+            known])
         return int(out[0]), [text(i) for i in out[1:]]
 
     async def save(self, task: Task, kept: bytes, res: bytes, seal: bytes,

@@ -14,11 +14,12 @@ the small `UpstreamCall` protocol (run.py).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, overload
 
-from gateway.errors import GatewayError, IdempotencyKeyReused, StoreSettling
+from gateway.errors import GatewayError, IdempotencyKeyReused, StoreSettling, StoreUnavailable
 from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.observability.metrics import Metrics
@@ -93,13 +94,23 @@ class TaskEngine:
         except Exception as exc:
             await self._store.delete(task.id)
             if key is not None:  # retries that joined it meanwhile hear why it never ran
-                self._local.tell(self._unstarted(task, exc))
+                await self._tell_unstarted(self._unstarted(task, exc))
             raise
         if handover is None:
             await self._store.delete(task.id)
             return None
         self._local.start(task, handover, policy)
         return task
+
+    async def _tell_unstarted(self, task: Task) -> None:
+        """Retries that joined `task`, here and (a shared store) on other replicas, hear
+        its end; its record is gone (nothing to read), so the end travels whole in the
+        announcement an end makes. A store away loses it: joined retries elsewhere wait on,
+        as for any end not heard, until their client gives up."""
+        self._local.tell(task)
+        if self.replicas is not None:
+            with contextlib.suppress(StoreUnavailable):
+                await self.replicas.tell_ended(task)
 
     def _unstarted(self, task: Task, exc: Exception) -> Task:
         """`task` as a keyed call's retries that joined it hear of it when its call could

@@ -110,6 +110,12 @@ class Replicas:
         await self.bus.listen([EVENTS, f"ctl:{self.replica}"], self._heard,
                               lambda: self.wake())
 
+    async def tell_ended(self, task: Task) -> None:
+        """The end of a task whose record is not in the store (a keyed task whose call
+        never started), told whole to watchers elsewhere, as an end is announced."""
+        await self.bus.publish(EVENTS, {"task": task.id, "end": task.record(),
+                                        "from": self.replica})
+
     def on_announced(self, kind: str, hear: Callable[[str], Awaitable[None]]) -> None:
         """`hear(key)` at each `announce(kind, key)` of any replica, this one's included."""
         self._hearers.setdefault(kind, []).append(hear)

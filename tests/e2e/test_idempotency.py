@@ -495,6 +495,34 @@ async def test_a_key_holds_across_replicas(group, http, tmp_path) -> None:
     await ran(journal, "sleep", 4)  # r-1, r-2, r-3 and Bob's r-1
 
 
+async def test_a_retry_joined_on_another_replica_hears_why_the_call_never_started(
+        group, http, tmp_path) -> None:
+    """As on one gateway: the first keyed call, on replica a, waits for a server process it
+    never gets (its principal's share there is taken); a retry on replica b that joined its
+    task meanwhile is answered with the same refusal, not left waiting; the key is free
+    again (the next retry runs, on b)."""
+    journal = tmp_path / "journal"
+    main = {**journaled(journal)["upstreams"]["main"], "isolation": "call", "pool_size": 1}
+    a, b = await group(2, upstreams={"main": main}, limits={
+        "max_processes_per_principal": 1, "process_wait_ms": 1500})
+    holder = asyncio.ensure_future(modern(http, a.url, "tools/call", {
+        "name": "sleep", "arguments": {"ms": 4000}}, headers={
+            "Authorization": f"Bearer {REPLICA_TOKENS['alice']}"}))
+    await asyncio.sleep(0.5)
+    echo = {"name": "echo", "arguments": {"text": "e"}}
+    first = asyncio.ensure_future(modern(http, a.url, "tools/call", echo,
+                                         headers=replica_auth("alice", "x-1")))
+    await asyncio.sleep(0.3)
+    joined = await asyncio.wait_for(modern(http, b.url, "tools/call", echo,
+                                           headers=replica_auth("alice", "x-1")), 10)
+    refused = await first
+    assert "Too many server processes" in json.dumps(refused.body)
+    assert joined.message["error"]["data"] == refused.body["error"]["data"]
+    assert text_of(await modern(http, b.url, "tools/call", echo,
+                                headers=replica_auth("alice", "x-1"))) == "e"
+    assert text_of(await holder) == "slept 4000"
+
+
 async def test_a_key_survives_the_store_restarting_empty(group, http, tmp_path) -> None:
     """The replica running a keyed task writes it back into a store that lost everything,
     its key with it: the retry after the restart still names the one task, even where that

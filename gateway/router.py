@@ -138,13 +138,18 @@ def scope_refusal(msg: dict[str, Any], lacking: Lacking) -> errors.InsufficientS
 
 
 # -- the legacy era (initialize, sessions) ----------------------------------------------------
-def legacy(msg: dict[str, Any], *, core_tasks: bool, keeps_level: bool,
+def legacy(msg: dict[str, Any], *, in_flight: bool, core_tasks: bool, keeps_level: bool,
            native_task_ids: Container[str], catalogue: Catalogue,
            policy_for: PolicyFor) -> LegacyDecision:
-    """A legacy session's request. `core_tasks`: the session speaks 2025-11-25, whose core
-    tasks the gateway serves; `keeps_level`: the upstream logs (or speaks the modern era,
-    which takes a level per request), so each session's level is kept here;
-    `native_task_ids`: tasks the upstream runs for the session."""
+    """A legacy session's request. `in_flight`: the session has a request of this id in
+    flight; `core_tasks`: the session speaks 2025-11-25, whose core tasks the gateway
+    serves; `keeps_level`: the upstream logs (or speaks the modern era, which takes a level
+    per request), so each session's level is kept here; `native_task_ids`: tasks the
+    upstream runs for the session."""
+    if in_flight:  # spec (basic, Requests): an id MUST NOT be one its sender used before
+        # in the session; one still in flight would make two answers of one id.
+        return Refuse(errors.InvalidRequest(
+            f"Invalid Request: id {errors.shown(msg['id'])} is already in flight"))
     method, params = msg["method"], msg.get("params")
     if method == mcp.PING:
         return Answer({})
@@ -239,13 +244,9 @@ def modern(msg: dict[str, Any], *, capabilities: dict[str, Any], modern_upstream
             return PASS
         return Refuse(errors.MethodNotFound(f"Method not found: {method}"))
     if method in extension.METHODS:
-        if not extension.declared(capabilities):
-            return Refuse(extension.missing())
-        if modern_upstream and upstream_task:
+        if modern_upstream and upstream_task and extension.declared(capabilities):
             return PASS  # the caller's task of the upstream's own (a tool in mode never)
-        # The gateway's tasks, and what the caller did not create, which it answers like
-        # an unknown id (docs/architecture.md, Tenancy): the upstream sees one client, the gateway.
-        return ServeTasks()
+        return _gateway_tasks(capabilities)
     if method == mcp.LISTEN:
         return Listen()
     if retry is not None:  # its call is parked by the gateway, whatever the route's era
@@ -253,6 +254,27 @@ def modern(msg: dict[str, Any], *, capabilities: dict[str, Any], modern_upstream
     if method == mcp.TOOLS_CALL:
         return _modern_call(params, capabilities, catalogue, policy_for)
     return PASS
+
+
+def modern_held(msg: dict[str, Any], *, capabilities: dict[str, Any]
+                ) -> ServeTasks | Refuse | None:
+    """The early step of a modern request that names a task the engine holds for its
+    caller (a fact found before the route: a tasks/get answered from the kept answers,
+    tasks/* while the server cannot be reached): decided as `modern` decides it on any
+    route, since a task of the gateway's is no upstream's own; None for any other method
+    (the route decides)."""
+    if msg["method"] not in extension.METHODS:
+        return None
+    return _gateway_tasks(capabilities)
+
+
+def _gateway_tasks(capabilities: dict[str, Any]) -> ServeTasks | Refuse:
+    """tasks/* of the extension about the gateway's tasks, and about what the caller did
+    not create, which it answers like an unknown id (docs/architecture.md, Tenancy): the
+    upstream sees one client, the gateway."""
+    if not extension.declared(capabilities):
+        return Refuse(extension.missing())
+    return ServeTasks()
 
 
 def _modern_call(params: dict[str, Any], capabilities: dict[str, Any], catalogue: Catalogue,

@@ -194,19 +194,18 @@ class CoreTasks:
         if bound is None:  # the principal's, made in another session or on another replica
             return await self._await_end(request, session, msg, task, beat)
         json_ok, sse_ok = request[ACCEPTS]
-        ex = SessionExchange(session, sse_ok)
-        ex.hold = self.leases.answers.hold(session.principal)
+        ex = SessionExchange(session, msg["id"], sse_ok,
+                             self.leases.answers.hold(session.principal))
         ex.heartbeat(beat, self.flow, None)
-        waiter = (msg["id"], ex)
-        bound.waiters.append(waiter)
+        bound.waiters.append(ex)
         for held in bound.held:
             ex.on_message(held)
         bound.held.clear()
         try:
             return await ex.respond(request, json_ok, self.flow)
         finally:
-            if waiter in bound.waiters:
-                bound.waiters.remove(waiter)
+            if ex in bound.waiters:
+                bound.waiters.remove(ex)
             await self._delivered(task.id, ex)
 
     async def _await_end(self, request: web.Request, session: Session, msg: Message,
@@ -215,8 +214,8 @@ class CoreTasks:
         from the engine (another replica's changes reach it through the store's events);
         its input requests stay with the session that made it."""
         json_ok, sse_ok = request[ACCEPTS]
-        ex = SessionExchange(session, sse_ok)
-        ex.hold = self.leases.answers.hold(session.principal)
+        ex = SessionExchange(session, msg["id"], sse_ok,
+                             self.leases.answers.hold(session.principal))
         ex.heartbeat(beat, self.flow, None)
 
         def told(changed: Task) -> None:

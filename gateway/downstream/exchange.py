@@ -1,15 +1,21 @@
-"""One HTTP request in flight upstream, in either era: the `Sink` of its upstream call.
+"""One HTTP request in flight, in either era: the `Sink` of its upstream call (or the
+wait for a task's end), and the life of that call as this request sees it.
 
 It answers with plain JSON when the response comes first, and switches to an SSE stream when
 related messages (progress, logs) come before it, or when the call outlives one keep-alive
 interval (so intermediaries see bytes on slow calls). A call whose request carried a
 progress token has a heartbeat (heartbeat.py): quiet, it still tells its client it runs.
+Its call's life (`Life`) changes only along `MOVES`: the first of an answer, a cancel and a
+timeout wins, in both eras (a modern call may also become a task or park for input).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Final
 
 from aiohttp import web
 
@@ -17,20 +23,49 @@ from gateway.answer_bytes import Hold
 from gateway.downstream import sse
 from gateway.downstream.boundary import JSON_HEADERS, mark
 from gateway.downstream.heartbeat import Heartbeat
-from gateway.errors import AnswersOverBudget
+from gateway.errors import AnswersOverBudget, UpstreamTimeout
+from gateway.observability import log
 from gateway.observability.tracing import error_type
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
+from gateway.upstream.correlator import Call
+
+
+class Life(enum.Enum):
+    """Where a request's upstream call is, as its exchange sees it."""
+
+    FORWARDING = "forwarding"  # in flight, its exchange the Sink (or about to be sent)
+    TASK = "task"  # handed over to a task of its own: the answer is the task's handle
+    PARKED = "parked"  # parked for an MRTR round: the answer is input_required
+    ANSWERED = "answered"  # its answer is in (the server's, or the gateway's), or its
+    # client went away and it was cancelled: either way, over for this request
+
+
+# h11's `_state.py` way: every move of a request's life in one table, an end moving nowhere.
+# A verb whose move is not here does nothing: an answer, a cancel, a timeout and a task
+# hand-over race, and the first one wins. (Only modern calls become tasks or park.)
+MOVES: Final[Mapping[Life, frozenset[Life]]] = MappingProxyType({
+    Life.FORWARDING: frozenset({Life.TASK, Life.PARKED, Life.ANSWERED}),
+    Life.TASK: frozenset(),
+    Life.PARKED: frozenset(),
+    Life.ANSWERED: frozenset(),
+})
 
 
 class Exchange:
-    __slots__ = ("_wake", "beat", "done", "early", "error_type", "headers", "hold",
-                 "new_stream", "response", "sse_ok", "status", "stream", "timer")
+    """Built whole from what the request is known by (`request_id`: the client's id, which
+    the gateway's own answers carry), how it may be answered, and the principal's answer
+    bytes (`hold`); then `sent` once its call is."""
+
+    __slots__ = ("_call", "_life", "_wake", "beat", "done", "early", "error_type", "headers",
+                 "hold", "new_stream", "request_id", "response", "sse_ok", "status", "stream",
+                 "timer")
     takes_mrtr = False  # a modern-only upstream's input_required becomes server requests
 
-    def __init__(self, sse_ok: bool, new_stream: Callable[[], sse.Stream],
-                 headers: dict[str, str]) -> None:
+    def __init__(self, request_id: RequestId, sse_ok: bool, new_stream: Callable[[], sse.Stream],
+                 headers: dict[str, str], hold: Hold | None) -> None:
+        self.request_id = request_id
         self.sse_ok = sse_ok
         self.new_stream = new_stream
         self.headers = headers
@@ -44,7 +79,71 @@ class Exchange:
         self.done: Callable[[], None] | None = None  # called once, when the response is in
         self.timer: asyncio.TimerHandle | None = None
         self.beat: Heartbeat | None = None
-        self.hold: Hold | None = None  # the answer's bytes, counted until written
+        self.hold = hold  # the answer's bytes, counted until written
+        self._life = Life.FORWARDING
+        self._call: Call | None = None
+
+    # -- its call's life -------------------------------------------------------------------
+    @property
+    def life(self) -> Life:
+        return self._life
+
+    @property
+    def forwarding(self) -> bool:
+        """Its call is sent and still this request's."""
+        return self._life is Life.FORWARDING and self._call is not None
+
+    def _move(self, to: Life) -> bool:
+        """Move to `to` if `MOVES` allows it; whether it did."""
+        if to not in MOVES[self._life]:
+            return False
+        self._life = to
+        return True
+
+    def sent(self, call: Call, done: Callable[[], None] | None) -> None:
+        """Its call was sent; `done` gives back what the call holds once it is over."""
+        self._call, self.done = call, done
+
+    def time_out(self, seconds: float, upstream: str) -> None:
+        """`request_timeout_ms`: counted from when the call runs (a queue is not counted),
+        the call is cancelled upstream and answered so if not answered by then."""
+        call = self._call
+        if call is not None and self._life is Life.FORWARDING:
+            call.when_running(lambda: self._time_out_after(seconds, upstream))
+
+    def _time_out_after(self, seconds: float, upstream: str) -> None:
+        self.timer = asyncio.get_running_loop().call_later(seconds, self._timed_out, seconds,
+                                                            upstream)
+
+    def _timed_out(self, seconds: float, upstream: str) -> None:
+        answer = UpstreamTimeout.timed_out(upstream, seconds).to_message(self.request_id)
+        if self.stop("timed out at the gateway", answer):
+            log.warning("request.timed_out", upstream=upstream, **self.seen_as())
+
+    def seen_as(self) -> dict[str, str]:
+        """What names this request in its log events."""
+        return {}
+
+    def stop(self, why: str, answer: Message) -> bool:
+        """Cancel its call upstream (a late answer is then dropped) and answer its client
+        now with `answer`, unless its call is over for it already; whether it did."""
+        call = self._call
+        if call is None or not self._move(Life.ANSWERED):
+            return False
+        self._stopping()
+        call.conn.cancel(call, why)
+        self.answer(answer)
+        return True
+
+    def _stopping(self) -> None:
+        """What else ends with a call stopped here (a modern call's sync budget)."""
+
+    def let_go(self) -> None:
+        """The request is over: the call and its exchange name each other, a cycle only the
+        garbage collector frees, which may not run for a long time on a quiet gateway, and
+        meanwhile the answer stays held (many MiB for a big result a slow reader never
+        took)."""
+        self._call = None
 
     def heartbeat(self, token: RequestId | None, flow: sse.Flow, ticket: Ticket | None
                   ) -> None:
@@ -77,6 +176,7 @@ class Exchange:
         """A related message for a client that accepts no SSE: dropped unless overridden."""
 
     def on_response(self, msg: Message) -> None:
+        self._move(Life.ANSWERED)
         self.answer(msg)
 
     def answer(self, msg: Message, status: int = 200) -> None:
@@ -92,7 +192,9 @@ class Exchange:
         if self.beat is not None:
             self.beat.stop()
         if self.done is not None:
-            self.done()
+            done, self.done = self.done, None
+            done()
+        self.let_go()  # the call is over for this request, whatever becomes of it
         if self.stream is not None:
             self.stream.push(self.response, last=True)
         self._notify()

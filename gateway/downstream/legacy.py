@@ -36,7 +36,7 @@ from gateway.downstream.session_life import SessionLife
 from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
-from gateway.protocol.jsonrpc import Message, RequestId
+from gateway.protocol.jsonrpc import Message
 from gateway.settings.schema import Settings
 from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
@@ -67,7 +67,7 @@ class LegacyEra:
             return await self.initialize(request, msg)
         session = await self.session_of(request)
         if kind != "response":
-            await self.own_references(session, msg)
+            msg = await self.own_references(session, msg)
         if kind == "notification":
             self.on_notification(session, msg)
             resp: web.StreamResponse = web.Response(status=202)
@@ -126,29 +126,25 @@ class LegacyEra:
             case router.SetLevel(level=level):
                 session.set_level(level)
                 return json_response(jsonrpc.result(client_id, {}))
-            case router.Subscription() if self._subscription(session, msg):
-                return json_response(jsonrpc.result(client_id, {}))
+            case router.Subscription():
+                if self._subscription(session, msg):
+                    return json_response(jsonrpc.result(client_id, {}))
+                if msg["method"] == mcp.SUBSCRIBE:  # held once the server took it
+                    edit = _subscribed(session, msg["params"]["uri"])
             case router.ServeTasks():  # tasks/* of the gateway's core tasks
-                _not_in_flight(session, client_id)
                 return await self.tasks.serve(request, session, msg)
             case router.TaskCall():
-                _not_in_flight(session, client_id)
                 return await self.tasks.call(session, msg, decision,
                                              await self.headers.of(request),
                                              self._key(request, session, msg))
-            case router.Subscription():  # held once the server took it
-                if msg["method"] == mcp.SUBSCRIBE:
-                    edit = _subscribed(session, msg["params"]["uri"])
             case router.Augment():
                 edit = self.tasks.marked_tools()
             case router.Pass():
                 if (key := self._key(request, session, msg)) is not None:
-                    _not_in_flight(session, client_id)  # run once, as a task (keys.py)
                     return await self.tasks.keyed(request, session, msg, key, lacking,
                                                   await self.headers.of(request))
             case _:
                 assert_never(decision)
-        _not_in_flight(session, client_id)
         if lacking is not None and msg["method"] == mcp.TOOLS_LIST:
             edit = _then_hide(edit, lacking)
         headers = await self.headers.of(request)
@@ -165,8 +161,8 @@ class LegacyEra:
             return None
         return call_key(request, msg, session.task_owner, self.backend.name, core.NAME)
 
-    async def own_references(self, session: Session, msg: Message) -> None:
-        """A related-task reference of the session's request (or notification) stays only
+    async def own_references(self, session: Session, msg: Message) -> Message:
+        """`msg`, whose related-task reference (a request's or a notification's) stays only
         for a task of its own (references.py): the gateway's, or the upstream's that this
         session's principal (without auth: this session) created."""
         upstream = session.conn.task_owners
@@ -177,12 +173,13 @@ class LegacyEra:
                 return upstream.owns(task_id, session.principal)
             return task_id in held
 
-        await own_references(msg, session.task_owner, theirs, self.tasks.engine,
-                             self.backend.name)
+        return await own_references(msg, session.task_owner, theirs, self.tasks.engine,
+                                    self.backend.name)
 
     def decide(self, session: Session, msg: Message) -> router.LegacyDecision:
         conn = session.conn
-        return router.legacy(msg, core_tasks=core.offered(session.version),
+        return router.legacy(msg, in_flight=msg["id"] in session.calls,
+                             core_tasks=core.offered(session.version),
                              keeps_level=conn.modern or conn.logs,
                              native_task_ids=conn.task_owners.held_by(session),
                              catalogue=self.backend.catalogue, policy_for=self.tasks.policy)
@@ -282,12 +279,6 @@ def _check_version(request: web.Request) -> None:
         raise errors.UnsupportedVersion(
             f"Bad Request: unsupported MCP-Protocol-Version {version}",
             {"supported": list(mcp.LEGACY_VERSIONS), "requested": version})
-
-
-def _not_in_flight(session: Session, client_id: RequestId) -> None:
-    if client_id in session.calls:
-        raise errors.InvalidRequest(
-            f"Invalid Request: id {errors.shown(client_id)} is already in flight")
 
 
 def _session_id(request: web.Request) -> str:

@@ -114,9 +114,14 @@ class ModernEra:
         caller = envelope.check(request, msg, self.backend.catalogue)
         lacking = scopes_checked(request, msg, self.policy)  # InsufficientScope: 403
         if (kept := self.kept(msg, caller, lacking)) is not None:
-            self.engine.admit(caller.principal)  # the tasks/* rate, as on the ordinary path
-            return await send_held(request, jsonrpc.result(msg["id"], kept), self.flow,
-                                   self.leases.answers.hold(caller.principal))
+            match router.modern_held(msg, capabilities=caller.capabilities):
+                case router.Refuse(error=error):
+                    raise error
+                case router.ServeTasks():
+                    self.engine.admit(caller.principal)  # the tasks/* rate, as elsewhere
+                    return await send_held(request, jsonrpc.result(msg["id"], kept),
+                                           self.flow, self.leases.answers.hold(
+                                               caller.principal))
         try:  # the route first: the decision depends on its era
             route = await self.backend.for_principal(caller.principal)
         except errors.UpstreamError as exc:  # it cannot start
@@ -125,9 +130,10 @@ class ModernEra:
         retry = self.rounds.opened(msg, caller.principal, route.modern)
         conn = route.conn
         # A related-task reference stays only for the caller's own task (references.py).
-        await own_references(msg, caller.principal,
-                             lambda task_id: conn.task_owners.owns(task_id, caller.principal),
-                             self.engine, self.backend.name)
+        msg = await own_references(
+            msg, caller.principal,
+            lambda task_id: conn.task_owners.owns(task_id, caller.principal), self.engine,
+            self.backend.name)
         decision = self.decide(msg, caller, route, retry)
         match decision:
             case router.Refuse(error=error):
@@ -170,27 +176,28 @@ class ModernEra:
         for the caller (its handle was returned: it stays reachable, issue 51); anything
         else, and a task id the engine does not hold (it may be the server's own), is a
         503, as a legacy initialize gets."""
-        decision = router.modern(msg, capabilities=caller.capabilities, modern_upstream=False,
-                                 upstream_task=False, catalogue=self.backend.catalogue,
-                                 policy_for=self.policy)
-        if isinstance(decision, router.Refuse):
-            raise decision.error
-        held = isinstance(decision, router.ServeTasks) and await self.engine.holds(
+        held = msg["method"] in extension.METHODS and await self.engine.holds(
             task_id_of(msg.get("params") or {}), caller.principal)
-        if not held:
-            return json_response(down.to_message(msg["id"]), 503)
-        return await self.serve_tasks(request, msg, caller, lacking)
+        decision = router.modern_held(msg, capabilities=caller.capabilities) if held else \
+            router.modern(msg, capabilities=caller.capabilities, modern_upstream=False,
+                          upstream_task=False, catalogue=self.backend.catalogue,
+                          policy_for=self.policy)
+        match decision:
+            case router.Refuse(error=error):
+                raise error
+            case router.ServeTasks() if held:
+                return await self.serve_tasks(request, msg, caller, lacking)
+        return json_response(down.to_message(msg["id"]), 503)
 
     def kept(self, msg: Message, caller: Caller, lacking: Lacking | None
              ) -> orjson.Fragment | None:
-        """A tasks/get of the caller's finished task, answered as its first read was
-        (tasks/kept.py): the route and the router would decide ServeTasks, and the task
-        cannot have changed. Anything else (no extension declared, a retry's state to
-        open) takes the ordinary path, which refuses what it must."""
+        """A tasks/get of the caller's finished task as its first read answered it
+        (tasks/kept.py: the task cannot have changed), for the router's early step to
+        decide on. Anything else (a retry's state to open) takes the ordinary path."""
         if msg["method"] != extension.GET:  # every modern request asks: the cheap test first
             return None
         params = msg.get("params") or {}
-        if "requestState" in params or not extension.declared(caller.capabilities):
+        if "requestState" in params:
             return None
         return handlers.kept(self.engine, extension.NAME, extension.GET, params,
                              caller.principal, lacking or unscoped)
@@ -215,8 +222,8 @@ class ModernEra:
         principal, decision = how.caller.principal, how.decision
         # BadIdempotencyKey: 400
         key = call_key(request, msg, principal, self.backend.name, extension.NAME)
-        asked = Asked.of(msg["params"]) if key is not None else None  # before it is sent
-        described = self._described(msg, how)  # msg["params"] as the upstream takes them
+        asked = Asked.of(msg["params"]) if key is not None else None  # the client's params
+        described, msg = self._described(msg, how)  # from here, as the upstream takes it
         headers = await self.headers.of(request)  # AuthUnavailable: 503
         if key is not None and asked is not None:  # run once, as a task (tasks/keys.py)
             return await self.tasks.keyed(request, msg, described, Keyed(
@@ -250,17 +257,18 @@ class ModernEra:
         return await self._respond(request, ex, json_ok)
 
     @staticmethod
-    def _described(msg: Message, how: Forward) -> ModernRequest:
-        """The request as its exchange holds it, and `msg`'s params as the route's upstream
-        takes them: in its era, a modern upstream's own state out of the gateway's seal,
-        the tasks extension kept from a modern upstream where the gateway decides about
-        tasks, and progress asked for where the call may become a task."""
+    def _described(msg: Message, how: Forward) -> tuple[ModernRequest, Message]:
+        """The request as its exchange holds it, and `msg` as the route's upstream takes it
+        (a new message: the client's is left as it came): in its era, a modern upstream's
+        own state out of the gateway's seal, the tasks extension kept from a modern upstream
+        where the gateway decides about tasks, and progress asked for where the call may
+        become a task."""
         method, params = msg["method"], msg.get("params") or {}
         policy = how.decision.policy if isinstance(how.decision, router.TaskCall) else None
         digest_ = digest(method, params)  # the client's params, as its retry repeats them
         if how.theirs is not None:  # a modern upstream runs its own rounds: its own state
             params = {**params, "requestState": how.theirs.state}
-        msg["params"] = upstream_params = shapes.to_upstream(params, how.route.modern)
+        upstream_params = shapes.to_upstream(params, how.route.modern)  # a new dict
         if how.decision.follow:
             native_tasks.ask_for_task(upstream_params)
         # The gateway decides about tasks here: a modern upstream must not make its own.
@@ -270,7 +278,8 @@ class ModernEra:
         return ModernRequest(
             msg["id"], caller, method, digest_, str(name or ""),
             uri if isinstance(uri, str) else None, how.route.modern, policy, how.lacking,
-            own_progress=policy is not None and watch_progress(upstream_params))
+            own_progress=policy is not None and watch_progress(upstream_params)), \
+            {**msg, "params": upstream_params}
 
     # -- tasks (the io.modelcontextprotocol/tasks extension: modern_tasks.py) -------------
     def task_soon(self, ex: ModernExchange) -> None:
@@ -280,7 +289,7 @@ class ModernEra:
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:
         if self.request_timeout_s is not None:
-            ex.time_out(self.request_timeout_s)
+            ex.time_out(self.request_timeout_s, self.backend.name)
         try:
             return await ex.respond(request, json_ok, self.flow)
         except asyncio.CancelledError:

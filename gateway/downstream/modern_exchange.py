@@ -1,6 +1,7 @@
 """A modern request in flight (protocol 2026-07-28): its exchange, built whole from the
 frozen description of the request its era decided (envelope.ModernRequest), its life
-(forwarding / task / parked / answered) changed only by its verbs along one table.
+(forwarding / task / parked / answered) changed only by its verbs along exchange.py's
+one table.
 
 Request-scoped notifications only reach it; the upstream's requests to the client become
 an `input_required` round (the call parked: mrtr.py, rounds.py); its results are made
@@ -10,19 +11,15 @@ modern (shapes.py). The era that forwards it (modern.py) is reached through `Era
 from __future__ import annotations
 
 import asyncio
-import enum
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from gateway import errors
 from gateway.answer_bytes import Hold
 from gateway.downstream import shapes, sse
 from gateway.downstream.envelope import ModernRequest
-from gateway.downstream.exchange import Exchange
+from gateway.downstream.exchange import Exchange, Life
 from gateway.downstream.mrtr import Parked
 from gateway.downstream.rounds import Rounds
-from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.engine import Handover
@@ -52,27 +49,6 @@ class Era(Protocol):
 INPUT_BATCH_S = 0.02  # server requests arriving this close together share one round
 
 
-class Life(enum.Enum):
-    """Where a modern request's upstream call is, as its exchange sees it."""
-
-    FORWARDING = "forwarding"  # in flight, its exchange the Sink (or about to be sent)
-    TASK = "task"  # handed over to a task of its own: the answer is the task's handle
-    PARKED = "parked"  # parked for an MRTR round: the answer is input_required
-    ANSWERED = "answered"  # its answer is in (the server's, or the gateway's), or its
-    # client went away and it was cancelled: either way, over for this request
-
-
-# h11's `_state.py` way: every move of a request's life in one table, an end moving nowhere.
-# A verb whose move is not here does nothing: an answer and a task hand-over race, and the
-# first one wins.
-MOVES: Final[Mapping[Life, frozenset[Life]]] = MappingProxyType({
-    Life.FORWARDING: frozenset({Life.TASK, Life.PARKED, Life.ANSWERED}),
-    Life.TASK: frozenset(),
-    Life.PARKED: frozenset(),
-    Life.ANSWERED: frozenset(),
-})
-
-
 class ModernExchange(Exchange):
     """A modern request in flight: request-scoped notifications only, server requests turned
     into an `input_required` round, results made modern.
@@ -87,38 +63,16 @@ class ModernExchange(Exchange):
 
     def __init__(self, era: Era, request: ModernRequest, sse_ok: bool, hold: Hold,
                  parked: Parked | None = None) -> None:
-        super().__init__(sse_ok, lambda: sse.Stream("0", 0), {})
+        super().__init__(request.id, sse_ok, lambda: sse.Stream("0", 0), {}, hold)
         self.era = era
         self.request = request
-        self.hold = hold
-        self._life = Life.FORWARDING
         self._parked = parked  # a retry's: re-parked if the server asks again
-        self._call: Call | None = parked.call if parked is not None else None
-        self.done = parked.done if parked is not None else None
+        if parked is not None:
+            self.sent(parked.call, parked.done)
         self._inputs: list[Message] = []
         self._refused: dict[str, dict[str, Any]] = {}  # capabilities asked, not declared
         self._batch: asyncio.TimerHandle | None = None
         self._budget: asyncio.TimerHandle | None = None  # auto mode: then it becomes a task
-
-    @property
-    def life(self) -> Life:
-        return self._life
-
-    @property
-    def forwarding(self) -> bool:
-        """Its call is sent and still this request's."""
-        return self._life is Life.FORWARDING and self._call is not None
-
-    def _move(self, to: Life) -> bool:
-        """Move to `to` if `MOVES` allows it; whether it did."""
-        if to not in MOVES[self._life]:
-            return False
-        self._life = to
-        return True
-
-    def sent(self, call: Call, done: Callable[[], None]) -> None:
-        """Its call was sent; `done` frees the call's process and slot once it is over."""
-        self._call, self.done = call, done
 
     # -- Sink ------------------------------------------------------------------------------
     def on_message(self, msg: Message) -> None:
@@ -256,25 +210,11 @@ class ModernExchange(Exchange):
             self._budget = None
 
     # -- its end ---------------------------------------------------------------------------
-    def time_out(self, seconds: float) -> None:
-        """`request_timeout_ms`: counted from when the call runs (a queue is not counted),
-        the call is cancelled upstream if not answered by then."""
-        call = self._call
-        if call is not None and self._life is Life.FORWARDING:
-            call.when_running(lambda: self._time_out_after(seconds))
-
-    def _time_out_after(self, seconds: float) -> None:
-        self.timer = asyncio.get_running_loop().call_later(seconds, self._timed_out, seconds)
-
-    def _timed_out(self, seconds: float) -> None:
-        call = self._call
-        if call is None or not self._move(Life.ANSWERED):
-            return
+    def _stopping(self) -> None:
         self.stop_budget()
-        call.conn.cancel(call, "timed out at the gateway")
-        name = self.era.backend.name
-        log.warning("request.timed_out", upstream=name, era="modern")
-        self.answer(errors.UpstreamTimeout.timed_out(name, seconds).to_message(self.request.id))
+
+    def seen_as(self) -> dict[str, str]:
+        return {"era": "modern"}
 
     def abandon(self, why: str) -> None:
         """Its client went away (spec 2026-07-28 Streamable HTTP, Cancellation: closing
@@ -288,12 +228,5 @@ class ModernExchange(Exchange):
         if done is not None:
             done()
 
-    def let_go(self) -> None:
-        """The request is over: the call and its exchange name each other, a cycle only the
-        garbage collector frees, which may not run for a long time on a quiet gateway, and
-        meanwhile the answer stays held (many MiB for a big result a slow reader never
-        took)."""
-        self._call = None
 
-
-__all__ = ["MOVES", "Era", "Life", "ModernExchange"]
+__all__ = ["Era", "ModernExchange"]

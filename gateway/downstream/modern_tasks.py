@@ -144,8 +144,8 @@ class ModernTasks:
         InputRequiredResult when it waits for input (the retry, with the same key, brings
         the answers); a heartbeat on the client's token while it is quiet."""
         json_ok, sse_ok = request[ACCEPTS]
-        ex = Exchange(sse_ok, lambda: sse.Stream("0", 0), {})
-        ex.hold = self.leases.answers.hold(described.caller.principal)
+        ex = Exchange(described.id, sse_ok, lambda: sse.Stream("0", 0), {},
+                      self.leases.answers.hold(described.caller.principal))
         ex.heartbeat(token, self.flow, None)
 
         ended: list[Task] = []

@@ -43,29 +43,29 @@ def reference(msg: Message) -> object:
     return related.get("taskId") if isinstance(related, dict) else None
 
 
-def without_reference(msg: Message) -> None:
-    """`msg` without its related-task `_meta` (in place; an emptied `_meta` goes too)."""
+def without_reference(msg: Message) -> Message:
+    """`msg` without its related-task `_meta` (a new message; an emptied `_meta` goes too)."""
     params = msg["params"]
     meta = {k: v for k, v in params["_meta"].items() if k != mcp.RELATED_TASK}
     params = {**params, "_meta": meta} if meta else \
         {k: v for k, v in params.items() if k != "_meta"}
-    msg["params"] = params
+    return {**msg, "params": params}
 
 
 async def own_references(msg: Message, owner: str, upstreams: Callable[[str], bool],
-                         engine: TaskEngine, upstream: str) -> None:
-    """Strip the related-task reference of `msg` unless it names a task of its sender's:
-    one the engine holds for `owner` (the task owner: principal, or legacy session without
-    auth), or one `upstreams` says the sender created on the upstream."""
+                         engine: TaskEngine, upstream: str) -> Message:
+    """`msg`, or without its related-task reference unless that names a task of its
+    sender's: one the engine holds for `owner` (the task owner: principal, or legacy
+    session without auth), or one `upstreams` says the sender created on the upstream."""
     task_id = reference(msg)
     if task_id is NO_TASK:
-        return
+        return msg
     if isinstance(task_id, str) and (upstreams(task_id) or await _engines(engine, task_id,
                                                                          owner)):
-        return
-    without_reference(msg)
+        return msg
     log.info("request.reference_stripped", audit=True, upstream=upstream,
              method=msg.get("method"), task=str(task_id)[:64])
+    return without_reference(msg)
 
 
 async def _engines(engine: TaskEngine, task_id: str, owner: str) -> bool:

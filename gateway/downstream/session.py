@@ -16,6 +16,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from gateway.answer_bytes import Hold
 from gateway.auth.principal import digest
 from gateway.downstream.exchange import Exchange
 from gateway.downstream.replay import ReplayBudget
@@ -27,7 +28,7 @@ from gateway.tasks.dialects import core
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.model import Task
 from gateway.upstream.connection import Connection
-from gateway.upstream.correlator import Call, Host
+from gateway.upstream.correlator import Host
 
 Edit = Callable[[Message], Message]  # a change to an answer on its way back to the client
 MAX_OPEN_REPLIES = 256  # server-to-client requests a session may leave unanswered
@@ -71,7 +72,7 @@ class Session:
         # The upstream connection that serves it (isolation.py `home`), attached to once
         # the session is admitted.
         self.conn = conn
-        self.calls: dict[RequestId, Call] = {}  # by the client's request id
+        self.calls: dict[RequestId, SessionExchange] = {}  # in flight, by the client's id
         self.replies: OrderedDict[str, Host] = OrderedDict()  # asked id -> who asked
         self.subscriptions: set[str] = set()
         self.tasks: dict[str, SessionTask] = {}  # its running core tasks, by id
@@ -181,13 +182,18 @@ class SessionExchange(Exchange):
 
     __slots__ = ("edit", "session")
 
-    def __init__(self, session: Session, sse_ok: bool, edit: Edit | None = None) -> None:
-        super().__init__(sse_ok, session.new_stream, {mcp.H_SESSION: session.id})
+    def __init__(self, session: Session, request_id: RequestId, sse_ok: bool, hold: Hold,
+                 edit: Edit | None = None) -> None:
+        super().__init__(request_id, sse_ok, session.new_stream, {mcp.H_SESSION: session.id},
+                         hold)
         self.session = session
-        self.edit = edit  # applied to the response
+        self.edit = edit  # applied to the answer, the server's or the gateway's
 
-    def on_response(self, msg: Message) -> None:
-        super().on_response(msg if self.edit is None else self.edit(msg))
+    def answer(self, msg: Message, status: int = 200) -> None:
+        super().answer(msg if self.edit is None else self.edit(msg), status)
+
+    def seen_as(self) -> dict[str, str]:
+        return {"session": self.session.owner[:12]}
 
     def unstreamable(self, msg: Message) -> None:
         if "id" in msg:
@@ -207,7 +213,7 @@ class SessionTask:
         self.session = session
         self.task = task
         self.relay_progress = relay_progress  # the client asked for progress on its call
-        self.waiters: list[tuple[Any, SessionExchange]] = []  # open tasks/result requests
+        self.waiters: list[SessionExchange] = []  # open tasks/result requests
         self.held: list[Message] = []  # input requests no open stream could take yet
         self.last_status = task.status
 
@@ -221,7 +227,7 @@ class SessionTask:
         elif not self.relay_progress:
             return
         if self.waiters:
-            self.waiters[-1][1].on_message(msg)
+            self.waiters[-1].on_message(msg)
         else:
             self.session.deliver(msg)
 
@@ -233,8 +239,8 @@ class SessionTask:
                 self.session.deliver(core.status_notification(task))
         if task.terminal:
             waiters, self.waiters = self.waiters, []
-            for client_id, ex in waiters:
-                ex.on_response(core.final(task, client_id))
+            for ex in waiters:
+                ex.on_response(core.final(task, ex.request_id))
             self.held.clear()
             self.session.tasks.pop(task.id, None)
             self.engine.unwatch(task.id, self.changed)

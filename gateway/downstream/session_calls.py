@@ -8,7 +8,6 @@ The one writer of a session's `calls` (by the client's request id).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from aiohttp import web
@@ -18,11 +17,9 @@ from gateway.downstream import sse
 from gateway.downstream.boundary import ACCEPTS, json_response
 from gateway.downstream.leases import Lease, Leases
 from gateway.downstream.session import Edit, Session, SessionExchange
-from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.observability import log
+from gateway.errors import UpstreamError
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Message, RequestId
-from gateway.upstream.correlator import Call
 from gateway.upstream.isolation import Backend
 
 
@@ -45,9 +42,9 @@ class SessionCalls:
         or SSE. A refusal before it was sent is a JSON-RPC error (HTTP 200, as a server's);
         the gateway stopping is a 503 (GatewayStopping, raised)."""
         json_ok, sse_ok = request[ACCEPTS]
-        ex = SessionExchange(session, sse_ok, edit)
-        ex.hold = self.leases.answers.hold(session.principal)
         client_id = msg["id"]
+        ex = SessionExchange(session, client_id, sse_ok,
+                             self.leases.answers.hold(session.principal), edit)
         try:
             lease = self.leases.take(session.principal, msg["method"])
         except errors.TooManyRequests as exc:
@@ -60,58 +57,38 @@ class SessionCalls:
                 call = conn.request(msg, session, ex, headers, ticket=ticket)
             except (UpstreamError, errors.QueueFull) as exc:
                 return json_response(exc.to_message(client_id))
-            session.calls[client_id] = call
-            ex.done = self._done(session, client_id, lease.hand(call))
+            session.calls[client_id] = ex
+            ex.sent(call, _done(session, client_id, lease.hand(call)))
         ex.heartbeat(call.progress_token, self.flow, ticket)
-        if (seconds := self.request_timeout_s) is not None:  # from when it runs, not queued
-            call.when_running(lambda: self._time(ex, session, client_id, seconds))
+        if self.request_timeout_s is not None:  # from when it runs, not queued
+            ex.time_out(self.request_timeout_s, self.backend.name)
         # A call that waits in a queue keeps its request open meanwhile: the exchange turns
         # to SSE after one keep-alive interval, and keep-alives flow.
         return await ex.respond(request, json_ok, self.flow)
 
     @staticmethod
-    def _done(session: Session, client_id: RequestId, lease: Lease) -> Callable[[], None]:
-        """The call is over: it leaves the session's calls, and its lease goes back."""
-        def done() -> None:
-            session.calls.pop(client_id, None)
-            lease.release()
-        return done
-
-    def _time(self, ex: SessionExchange, session: Session, client_id: RequestId, seconds: float
-              ) -> None:
-        ex.timer = asyncio.get_running_loop().call_later(
-            seconds, self._timed_out, session, client_id, seconds)
-
-    def _timed_out(self, session: Session, client_id: RequestId, seconds: float) -> None:
-        call = session.calls.get(client_id)
-        if call is None:
-            return
-        name = call.conn.name
-        log.warning("request.timed_out", upstream=name, session=session.owner[:12])
-        _stop(call, "timed out at the gateway",
-              UpstreamTimeout.timed_out(name, seconds).to_message(client_id))
-
-    @staticmethod
     def cancelled(session: Session, request_id: object, reason: object) -> None:
         """The client's notifications/cancelled of its request `request_id`, if in flight
         (spec: cancellation; the upstream is told, the request answered as cancelled)."""
-        call = session.calls.get(request_id) if jsonrpc.valid_id(request_id) else None
-        if call is not None:
-            _stop(call, str(reason or "cancelled by the client"), jsonrpc.error(
-                call.client_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled"))
+        ex = session.calls.get(request_id) if jsonrpc.valid_id(request_id) else None
+        if ex is not None:
+            ex.stop(str(reason or "cancelled by the client"), jsonrpc.error(
+                ex.request_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled"))
 
     @staticmethod
     def end(session: Session) -> None:
         """The session ended: each of its calls is cancelled upstream and answered so."""
-        for call in list(session.calls.values()):
-            _stop(call, "client session ended", jsonrpc.error(
-                call.client_id, jsonrpc.REQUEST_CANCELLED, "Session ended"))
+        for ex in list(session.calls.values()):
+            ex.stop("client session ended", jsonrpc.error(
+                ex.request_id, jsonrpc.REQUEST_CANCELLED, "Session ended"))
 
 
-def _stop(call: Call, why: str, answer: Message) -> None:
-    """Cancel `call` upstream (a late answer is then dropped) and answer its client now."""
-    call.conn.cancel(call, why)
-    call.sink.on_response(answer)
+def _done(session: Session, client_id: RequestId, lease: Lease) -> Callable[[], None]:
+    """The call is over: it leaves the session's calls, and its lease goes back."""
+    def done() -> None:
+        session.calls.pop(client_id, None)
+        lease.release()
+    return done
 
 
 __all__ = ["SessionCalls"]

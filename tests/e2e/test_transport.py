@@ -59,6 +59,32 @@ async def test_a_cancel_naming_no_possible_request_is_ignored(gateway, client) -
     assert text_of(await mcp.call("echo", {"text": "still fine"})) == "still fine"
 
 
+async def test_an_id_already_in_flight_is_refused_and_the_first_call_answered(
+        gateway, client) -> None:
+    """A request reusing the id of one still in flight on its session is refused (its
+    answer could not be told from the first's: a JSON-RPC error, HTTP 200 as a server's),
+    whatever it asks, before anything is done for it; the first call is answered as if
+    nothing happened, and the id is free after."""
+    mcp = client(await gateway())
+    await mcp.initialize()
+    first = asyncio.ensure_future(mcp.send({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+                                            "params": {"name": "sleep",
+                                                       "arguments": {"ms": 600}}}))
+    await asyncio.sleep(0.2)
+    for method, params in (("tools/call", {"name": "echo", "arguments": {"text": "x"}}),
+                           ("ping", {}), ("resources/subscribe", {"uri": "test://r"})):
+        again = await mcp.send({"jsonrpc": "2.0", "id": 77, "method": method,
+                                "params": params})
+        assert again.status == 200, (method, again.raw)
+        assert again.message["error"]["code"] == -32600
+        assert "already in flight" in again.message["error"]["message"]
+    answered = await first
+    assert answered.message["id"] == 77 and text_of(answered) == "slept 600"
+    reused = await mcp.send({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+                             "params": {"name": "echo", "arguments": {"text": "free"}}})
+    assert text_of(reused) == "free"
+
+
 async def test_an_answer_nested_too_deep_fails_its_call_with_a_reason(gateway, client) -> None:
     mcp = client(await gateway())
     await mcp.initialize()

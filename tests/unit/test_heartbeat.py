@@ -83,10 +83,10 @@ async def test_an_exchange_that_never_responds_lets_go_when_closed() -> None:
     from gateway.downstream.exchange import Exchange
 
     budget = AnswerBytes(1 << 20, 1 << 20)
-    ex = Exchange(True, lambda: sse.Stream("0", 0), {})
-    ex.hold = budget.hold("alice")
+    hold = budget.hold("alice")
+    ex = Exchange(1, True, lambda: sse.Stream("0", 0), {}, hold)
     ex.heartbeat("tok", sse.Flow(keepalive_s=1, slow_s=1, heartbeat_s=0.03), None)
-    ex.hold.take(100)  # an answer's bytes, held and never written
+    hold.take(100)  # an answer's bytes, held and never written
     await asyncio.sleep(0.1)
     assert ex.early  # quiet: its heartbeat spoke
     ex.close()

@@ -10,7 +10,8 @@ from typing import Any
 from test_rounds import Call as RoundsCall
 
 from gateway.downstream.envelope import Caller, ModernRequest
-from gateway.downstream.modern_exchange import INPUT_BATCH_S, MOVES, Life, ModernExchange
+from gateway.downstream.exchange import MOVES, Life
+from gateway.downstream.modern_exchange import INPUT_BATCH_S, ModernExchange
 from gateway.downstream.mrtr import ParkedCalls, Sealer
 from gateway.downstream.rounds import Rounds
 from gateway.observability.counters import Counters
@@ -80,7 +81,7 @@ async def test_a_client_gone_cancels_its_call_once_and_a_timeout_after_does_noth
     ex, call, released = exchange()
     ex.abandon("the client closed the request's stream")
     ex.abandon("again")
-    ex.time_out(0.0)
+    ex.time_out(0.0, "main")
     await asyncio.sleep(0.01)
     assert call.conn.cancelled == ["the client closed the request's stream"]
     assert released == [1] and ex.life is Life.ANSWERED and ex.response is None

@@ -34,7 +34,7 @@ async def engine_with_alices() -> tuple[TaskEngine, str]:
 async def test_a_reference_to_ones_own_task_stays(engine_with_alices) -> None:
     engine, alices = engine_with_alices
     msg = naming(alices)
-    await own_references(msg, "alice", lambda _: False, engine, "main")
+    assert await own_references(msg, "alice", lambda _: False, engine, "main") is msg
     assert reference(msg) == alices
 
 
@@ -43,24 +43,25 @@ async def test_another_or_no_such_task_is_stripped(engine_with_alices, named) ->
     engine, alices = engine_with_alices
     for msg, who in ((naming(alices, progressToken="p"), "bob"),
                      (naming(named, progressToken="p"), "alice")):
-        await own_references(msg, who, lambda _: False, engine, "main")
-        assert reference(msg) is NO_TASK
-        assert msg["params"]["_meta"] == {"progressToken": "p"}  # the rest stays
+        sent = await own_references(msg, who, lambda _: False, engine, "main")
+        assert reference(sent) is NO_TASK
+        assert sent["params"]["_meta"] == {"progressToken": "p"}  # the rest stays
+        assert reference(msg) is not NO_TASK  # the client's message is left as it came
 
 
 async def test_the_upstreams_own_task_stays_for_its_creator(engine_with_alices) -> None:
     engine, _ = engine_with_alices
     msg = naming("server-task-1")
-    await own_references(msg, "bob", lambda task_id: task_id == "server-task-1", engine,
-                         "main")
-    assert reference(msg) == "server-task-1"
+    kept = await own_references(msg, "bob", lambda task_id: task_id == "server-task-1",
+                                engine, "main")
+    assert reference(kept) == "server-task-1"
     alone = naming("server-task-2")  # its only `_meta` key: `_meta` goes with it
-    await own_references(alone, "bob", lambda _: False, engine, "main")
-    assert "_meta" not in alone["params"]
+    assert "_meta" not in (await own_references(alone, "bob", lambda _: False, engine,
+                                                "main"))["params"]
 
 
 async def test_a_message_naming_no_task_is_left_alone(engine_with_alices) -> None:
     engine, _ = engine_with_alices
     msg = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    await own_references(msg, "bob", lambda _: False, engine, "main")
+    assert await own_references(msg, "bob", lambda _: False, engine, "main") is msg
     assert msg == {"jsonrpc": "2.0", "id": 1, "method": "ping"}

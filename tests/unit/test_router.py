@@ -33,8 +33,9 @@ def catalogue(own: dict[str, str] | None = None) -> Catalogue:
 
 def legacy(method: str, params: Any = None, *, core_tasks: bool = True,
            keeps_level: bool = False, native: tuple[str, ...] = (),
-           cat: Catalogue | None = None) -> router.LegacyDecision:
-    return router.legacy(jsonrpc.request(1, method, params), core_tasks=core_tasks,
+           cat: Catalogue | None = None, in_flight: bool = False) -> router.LegacyDecision:
+    return router.legacy(jsonrpc.request(1, method, params), in_flight=in_flight,
+                         core_tasks=core_tasks,
                          keeps_level=keeps_level, native_task_ids=set(native),
                          catalogue=cat or catalogue(),
                          policy_for=lambda tool: POLICIES.for_tool("main", tool))
@@ -228,3 +229,36 @@ def test_any_object_params_get_a_decision_never_an_exception(
     assert isinstance(legacy(method, params, core_tasks=core_tasks, keeps_level=upstream),
                       router.LegacyDecision)
     assert isinstance(modern(method, params, modern_upstream=upstream), router.ModernDecision)
+
+
+@pytest.mark.parametrize(("method", "params"), [
+    (mcp.PING, None), (mcp.SET_LEVEL, {"level": "info"}), (mcp.SUBSCRIBE, {"uri": "r://x"}),
+    ("tasks/get", {"taskId": "t"}), (mcp.TOOLS_CALL, call("echo", task={})),
+    (mcp.TOOLS_CALL, call("echo")), (mcp.TOOLS_LIST, None)])
+def test_a_legacy_request_whose_id_is_in_flight_is_refused_whatever_it_asks(
+        method: str, params: Any) -> None:
+    """One decision for every kind, before any side effect (a subscription counted, a
+    task made): the era no longer checks it in three branches."""
+    decided = legacy(method, params, in_flight=True, keeps_level=True)
+    assert isinstance(decided, router.Refuse)
+    assert isinstance(decided.error, errors.InvalidRequest)
+    assert "already in flight" in decided.error.message
+    assert not isinstance(legacy(method, params, keeps_level=True), router.Refuse)
+
+
+@pytest.mark.parametrize("method", sorted(extension.METHODS))
+@pytest.mark.parametrize("caps", [TASKS_EXT, {}])
+def test_the_early_step_decides_a_held_task_as_every_route_would(method: str,
+                                                                  caps: dict[str, Any]) -> None:
+    """tasks/* of a task the gateway holds is decided before the route (kept answers, a
+    server that cannot start) by the same rule as after it, on either era's route."""
+    msg = jsonrpc.request(1, method, {"taskId": "t"})
+    early = router.modern_held(msg, capabilities=caps)
+    assert isinstance(early, router.ServeTasks if caps else router.Refuse)
+    for modern_upstream in (False, True):
+        late = modern(method, {"taskId": "t"}, caps=caps, modern_upstream=modern_upstream)
+        assert type(late) is type(early)
+        if isinstance(early, router.Refuse) and isinstance(late, router.Refuse):
+            assert late.error.to_message(1) == early.error.to_message(1)
+    assert router.modern_held(jsonrpc.request(1, mcp.TOOLS_CALL, call("echo")),
+                              capabilities=caps) is None

@@ -28,7 +28,7 @@ import heapq
 import math
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -260,19 +260,18 @@ def _within_bounds(bounds: StoreBounds, newest_first: list[Task]) -> list[Task]:
     """Of `newest_first`, those an empty store of `bounds` takes, the newer before the
     older."""
     kept: list[Task] = []
-    held: Counter[str] = Counter()
-    bytes_of: Counter[str] = Counter()
+    shares = OwnerShares()  # what the empty store would count, task by task
     stored = 0
     for task in newest_first:
         if len(kept) >= bounds.max_tasks:
             break
         whose = task.counted_as
-        if (held[whose] >= bounds.max_held_per_owner or task.size > bounds.max_result_bytes
-                or bytes_of[whose] + task.size > bounds.max_bytes_per_owner
+        if (shares.held(whose) >= bounds.max_held_per_owner
+                or task.size > bounds.max_result_bytes
+                or shares.bytes_of(whose) + task.size > bounds.max_bytes_per_owner
                 or stored + task.size > bounds.max_stored_bytes):
             continue
         kept.append(task)
-        held[whose] += 1
-        bytes_of[whose] += task.size
+        shares.add(task)
         stored += task.size
     return kept

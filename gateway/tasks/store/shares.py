@@ -6,7 +6,8 @@ the tasks it holds, running and finished (`max_finished_tasks_per_owner`), of th
 running (`max_tasks_per_owner`), the bytes of their results (`max_stored_bytes_per_principal`);
 and its finished tasks whose results were read, in the order first read: those make room for
 its newer tasks (`room`), the first read first. The records are the store's; so are the
-bounds, and what a refusal says (StoreBounds.said): a share only counts.
+bounds, the choice to refuse or to evict, and what a refusal says (StoreBounds.said): a
+share counts, and names the read tasks that would make room.
 
 Only the memory store has one. The Redis store keeps the same counts in Redis (its w:, k:,
 r:, z: and b: keys, redis.py) and counts and checks them in its Lua scripts, atomic across

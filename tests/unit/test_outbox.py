@@ -15,6 +15,7 @@ from gateway.tasks.model import Status, Task, new_id
 from gateway.tasks.store import StoreBounds, StoreFull
 from gateway.tasks.store.memory import MemoryStore
 from gateway.tasks.store.outbox import Outbox
+from gateway.tasks.store.shares import OwnerShares
 
 
 class Switched(MemoryStore):
@@ -54,7 +55,7 @@ class Switched(MemoryStore):
     def forget_everything(self) -> None:
         """As a store restarted without persistence."""
         self._tasks.clear()
-        self._per_owner.clear()
+        self._shares = OwnerShares()  # nothing counted either
 
 
 async def made(outbox: Outbox, owner: str = "me") -> Task:

@@ -33,6 +33,7 @@ channels (`publish`, `listen`). The memory store serves one process, whose tasks
 own: it has no bus.
 
     memory.py     the bounded embedded default (one process)
+    shares.py     its per-principal counts (Redis keeps them in its scripts)
     redis.py      Redis or Valkey, shared by replicas
     redis_bus.py  their bus, over the same server
     outbox.py     in front of a shared store: what it did not take, kept

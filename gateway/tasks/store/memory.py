@@ -4,14 +4,14 @@ Bounds (limits.*; the store's contract, __init__.py): tasks in all (`max_tasks`)
 all results (`max_stored_bytes`); per principal (counted against `Task.counted_as`: a legacy
 session's tasks count against its principal) its running tasks (`max_tasks_per_owner`), the
 tasks it holds, running and finished (`max_finished_tasks_per_owner`), and its results'
-bytes (`max_stored_bytes_per_principal`); bytes of one result (`max_result_bytes`). Where a
-bound is reached, the principal's own finished tasks whose results it has read (`read`)
-make room, the first read first; a store that cannot make room so refuses the new task, and
-never evicts a running task nor a result nobody has read. Finished tasks past their ttl are
-swept (on every create, and by the app's reaper); for a while after that their record is
-kept without its result (it reads as it lapsed: failed, saying it expired), then "not
-found" (an evicted one: "not found" at once). Coroutines only by signature: nothing here
-waits.
+bytes (`max_stored_bytes_per_principal`), those counts kept by its `OwnerShares`
+(shares.py); bytes of one result (`max_result_bytes`). Where a bound is reached, the
+principal's own finished tasks whose results it has read (`read`) make room, the first read
+first; a store that cannot make room so refuses the new task, and never evicts a running
+task nor a result nobody has read. Finished tasks past their ttl are swept (on every create,
+and by the app's reaper); for a while after that their record is kept without its result
+(it reads as it lapsed: failed, saying it expired), then "not found" (an evicted one: "not
+found" at once). Coroutines only by signature: nothing here waits.
 
 Memory: a store may hold 100,000 finished tasks, so what it keeps is compact (a few hundred
 bytes a task): names shared by every task of a tool or owner are interned, an empty inputs
@@ -28,7 +28,7 @@ import heapq
 import math
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +36,7 @@ from cachetools import TTLCache
 
 from gateway.tasks.model import EXPIRED_MEMORY_S, TRANSITIONS, Status, Task, failure
 from gateway.tasks.store import KeyBound, ResultTooLarge, StoreBounds, StoreFull
+from gateway.tasks.store.shares import OwnerShares
 
 # The end of a task a snapshot held running: its call died with the process that ran it.
 STOPPED = "the gateway stopped before this task ended"
@@ -58,13 +59,9 @@ class MemoryStore:
         self.bounds = bounds
         self.clock = clock
         self._tasks: dict[str, Task] = {}
-        self._per_owner: Counter[str] = Counter()  # tasks held, by whom they count
-        self._running_of: Counter[str] = Counter()  # of them, those not finished
-        # Finished tasks whose results were read, by whom they count, the first read first:
-        # what makes room for that principal's newer tasks.
-        self._read_of: defaultdict[str, dict[str, None]] = defaultdict(dict)
+        # Each principal's tasks held, running, read and result bytes (shares.py).
+        self._shares = OwnerShares()
         self._bytes = 0
-        self._bytes_of: Counter[str] = Counter()  # result bytes held, by whom they count
         # Tasks forgotten as expired, without their results: read as they lapsed (the
         # engine's `Task.lapsed`) a while longer, as Redis keeps an expired hash.
         self._expired: TTLCache[str, Task] = TTLCache(bounds.max_tasks, EXPIRED_MEMORY_S,
@@ -84,20 +81,20 @@ class MemoryStore:
         await self.sweep()
         if task.key and (named := self._named(task.key)) is not None:
             raise KeyBound(named)
-        whose = task.counted_as
-        bounds = self.bounds
-        if self._running_of[whose] >= bounds.max_per_owner:
+        whose, bounds, shares = task.counted_as, self.bounds, self._shares
+        if shares.running(whose) >= bounds.max_per_owner:
             raise StoreFull(bounds.said("running"))
         # Room for one more task, in all and the principal's, and a result share not full.
         over_all = len(self._tasks) - bounds.max_tasks
-        over_held = self._per_owner[whose] - bounds.max_held_per_owner
-        victims, freed = self._room(whose, max(over_all, over_held) + 1,
-                                    self._bytes_of[whose] - bounds.max_bytes_per_owner + 1)
+        over_held = shares.held(whose) - bounds.max_held_per_owner
+        over_bytes = shares.bytes_of(whose) - bounds.max_bytes_per_owner
+        victims, freed = shares.room(whose, max(over_all, over_held) + 1, over_bytes + 1,
+                                     self._tasks)
         if len(victims) <= over_all:
             raise StoreFull(bounds.said("tasks"))
         if len(victims) <= over_held:
             raise StoreFull(bounds.said("held"))
-        if freed <= self._bytes_of[whose] - bounds.max_bytes_per_owner:
+        if freed <= over_bytes:
             raise StoreFull(bounds.said("share"))
         await self._evict(victims)
         self._put(task)
@@ -108,20 +105,6 @@ class MemoryStore:
         held = self._tasks.get(self._keys.get(key, ""))
         return None if held is None or self._due(held) else held.id
 
-    def _room(self, whose: str, tasks: int, size: int, spare: str = "") -> tuple[list[str], int]:
-        """The principal's read tasks (`spare` aside) that make room for `tasks` more tasks
-        and `size` more bytes, the first read first, and the bytes they free; all of them
-        where they do not make room enough (the caller then refuses, evicting nothing)."""
-        victims: list[str] = []
-        freed = 0
-        for task_id in self._read_of.get(whose, ()):
-            if len(victims) >= tasks and freed >= size:
-                break
-            if task_id != spare:
-                victims.append(task_id)
-                freed += self._tasks[task_id].size
-        return victims, freed
-
     async def _evict(self, victims: list[str]) -> None:
         """Read tasks forgotten before their ttl: their ids are unknown from now on."""
         for task_id in victims:
@@ -130,11 +113,8 @@ class MemoryStore:
     def _put(self, task: Task) -> None:
         """A record it lacks, kept and counted."""
         self._tasks[task.id] = _kept(task)
-        self._per_owner[task.counted_as] += 1
-        if not task.terminal:
-            self._running_of[task.counted_as] += 1
+        self._shares.add(task)
         self._bytes += task.size
-        self._bytes_of[task.counted_as] += task.size
         if task.expires_at is not None:
             self._due_at(task.expires_at, task.id)
         if task.key and self._named(task.key) in (None, task.id):
@@ -160,17 +140,18 @@ class MemoryStore:
                             and task.status not in TRANSITIONS[held.status]):
             return False  # compare-and-set: a terminal record stays terminal
         await self._account(task, held.size)
-        if task.terminal and not held.terminal:
-            self._running_of[task.counted_as] -= 1
+        self._shares.changed(held, task)
         if task.expires_at is not None and task.expires_at != held.expires_at:
             self._due_at(task.expires_at, task.id)  # its ttl grew (a queue's wait)
         self._tasks[task.id] = _kept(task)
         return True
 
     async def read(self, task_id: str) -> None:
-        task = self._tasks.get(task_id)
-        if task is not None and task.terminal:
-            self._read_of[task.counted_as].setdefault(task_id)
+        self._mark_read(task_id)
+
+    def _mark_read(self, task_id: str) -> None:
+        if (task := self._tasks.get(task_id)) is not None:
+            self._shares.read(task)  # a finished one; nothing for a running task
 
     async def restore(self, tasks: list[Task]) -> int:
         """Nothing is ever lost here; records it lacks are kept as they are all the same."""
@@ -186,8 +167,7 @@ class MemoryStore:
     def records(self) -> tuple[list[Task], list[str]]:
         """Copies of every record held, and the ids of read finished tasks in the order
         they were first read (what makes room first)."""
-        read = [task_id for ids in self._read_of.values() for task_id in ids]
-        return [t.copy() for t in self._tasks.values()], read
+        return [t.copy() for t in self._tasks.values()], self._shares.read_order()
 
     def load(self, tasks: list[Task], read: list[str]) -> int:
         """Take `tasks` (a snapshot's) into this store, which must be empty, within its
@@ -206,27 +186,26 @@ class MemoryStore:
             self._put(task if task.terminal else
                       task.ended(Status.FAILED, STOPPED, failure(STOPPED), now=now))
         for task_id in read:
-            held = self._tasks.get(task_id)
-            if held is not None and held.terminal:
-                self._read_of[held.counted_as].setdefault(task_id)
+            self._mark_read(task_id)
         return len(kept)
 
     async def _account(self, task: Task, old: int) -> None:
-        """`task`'s bytes, which were `old`, counted; its principal's read tasks make room
-        where its share or the store is full; ResultTooLarge where they cannot."""
+        """`task`'s bytes, which were `old`, counted in all (its principal's share counts
+        them as the record is replaced); its principal's read tasks make room where its
+        share or the store is full; ResultTooLarge where they cannot."""
         whose, new, bounds = task.counted_as, task.size, self.bounds
         if new > bounds.max_result_bytes:
             raise ResultTooLarge(bounds.said("result", new))
-        mine = self._bytes_of[whose] - old + new - bounds.max_bytes_per_owner
+        mine = self._shares.bytes_of(whose) - old + new - bounds.max_bytes_per_owner
         every = self._bytes - old + new - bounds.max_stored_bytes
-        victims, freed = self._room(whose, 0, max(mine, every), spare=task.id)
+        victims, freed = self._shares.room(whose, 0, max(mine, every), self._tasks,
+                                           spare=task.id)
         if freed < mine:
             raise ResultTooLarge(bounds.said("share"))
         if freed < every:
             raise ResultTooLarge(bounds.said("stored"))
         await self._evict(victims)
         self._bytes += new - old
-        self._bytes_of[whose] += new - old
 
     async def delete(self, task_id: str) -> None:
         self._drop(task_id)
@@ -242,19 +221,7 @@ class MemoryStore:
         self._bytes -= task.size
         if task.key and self._keys.get(task.key) == task_id:
             del self._keys[task.key]
-        whose = task.counted_as
-        self._per_owner[whose] -= 1
-        if not task.terminal:
-            self._running_of[whose] -= 1
-        self._bytes_of[whose] -= task.size
-        read = self._read_of.get(whose)
-        if read is not None:
-            read.pop(task_id, None)
-        if self._per_owner[whose] <= 0:
-            del self._per_owner[whose]
-            self._bytes_of.pop(whose, None)
-            self._running_of.pop(whose, None)
-            self._read_of.pop(whose, None)
+        self._shares.remove(task)
         return task
 
     async def sweep(self) -> int:
@@ -293,19 +260,18 @@ def _within_bounds(bounds: StoreBounds, newest_first: list[Task]) -> list[Task]:
     """Of `newest_first`, those an empty store of `bounds` takes, the newer before the
     older."""
     kept: list[Task] = []
-    held: Counter[str] = Counter()
-    bytes_of: Counter[str] = Counter()
+    shares = OwnerShares()  # what the empty store would count, task by task
     stored = 0
     for task in newest_first:
         if len(kept) >= bounds.max_tasks:
             break
         whose = task.counted_as
-        if (held[whose] >= bounds.max_held_per_owner or task.size > bounds.max_result_bytes
-                or bytes_of[whose] + task.size > bounds.max_bytes_per_owner
+        if (shares.held(whose) >= bounds.max_held_per_owner
+                or task.size > bounds.max_result_bytes
+                or shares.bytes_of(whose) + task.size > bounds.max_bytes_per_owner
                 or stored + task.size > bounds.max_stored_bytes):
             continue
         kept.append(task)
-        held[whose] += 1
-        bytes_of[whose] += task.size
+        shares.add(task)
         stored += task.size
     return kept

@@ -96,8 +96,8 @@ class Backend:
         self.catalogue = Catalogue()
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
         self.primary = self._new(restart=True)
-        # A server of both eras: the link its modern clients reach, found at the first
-        # modern request (None: no probing here, the era is pinned or the mode opens none).
+        # A server of both eras: the link its modern clients reach, probed for at the
+        # start (None: no probing here, the era is pinned or the mode opens none).
         # Its link learns no tools: the catalogue is the primary's (its native tasks, its
         # tools).
         self.eras = DualEra(name, lambda: self._new(restart=True, opening="probe",
@@ -167,6 +167,11 @@ class Backend:
 
     async def start(self) -> None:
         self.primary.start()
+        if self.eras is not None and self.conf.url is None:
+            # A stdio server's probe starts a process of its own (seconds, its start): at
+            # the upstream's start, so that the first modern request need not wait for it.
+            # An HTTP server's is a request or two, made at the first modern request.
+            self.eras.probe(self.primary.wait_ready)
 
     async def close(self) -> None:
         if self.eras is not None:
@@ -182,6 +187,8 @@ class Backend:
 
     def status(self) -> dict[str, Any]:
         out = {"isolation": self.conf.isolation, **self.primary.status()}
+        if self.eras is not None:  # what the probe for a server of both eras found
+            out["era_probe"] = self.eras.state
         link = self.eras.link if self.eras is not None else None
         if link is not None:  # a server of both eras: its modern clients' link
             out["modern_link"] = link.status()

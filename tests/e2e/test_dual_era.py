@@ -43,9 +43,23 @@ def text(reply) -> str:
     return reply.message["result"]["content"][0]["text"]
 
 
+async def era_probe(http, url: str, *states: str) -> str:
+    """The upstream's era probe state (/readyz?detail) once it is one of `states`."""
+    for _ in range(200):
+        async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
+            state = (await resp.json())["upstreams"]["main"].get("era_probe")
+        if state in states:
+            return str(state)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the era probe never became one of {states}: {state}")
+
+
 async def test_modern_clients_meet_the_server_itself_legacy_ones_a_session(
         upstream, gateway, http, client) -> None:
     url = await gateway(**upstream)
+    if "command" in upstream:  # a stdio server is probed at the start, before any modern
+        # request: the first one does not wait for its second process to start
+        assert await era_probe(http, url, "modern") == "modern"
     # Served by its modern handler: it says so, and asks with its own round.
     assert text(await call(http, url, "protocol_of")) == "2026-07-28"
     asked = (await call(http, url, "test_input_required_result_elicitation", caps=ASKS)
@@ -117,6 +131,7 @@ async def test_bob_cannot_finish_alices_round(upstream, gateway, http) -> None:
 
 async def test_a_legacy_only_server_keeps_modern_clients_bridged(gateway, http) -> None:
     url = await gateway()  # tests/servers/basic.py: initialize only
+    assert await era_probe(http, url, "legacy") == "legacy"  # at the start: its process ended
     assert text(await call(http, url, "echo", {"text": "hi"})) == "hi"
     async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
         main = (await resp.json())["upstreams"]["main"]
@@ -124,15 +139,16 @@ async def test_a_legacy_only_server_keeps_modern_clients_bridged(gateway, http) 
 
 
 async def test_a_probe_that_got_no_answer_is_asked_again(gateway, http, tmp_path) -> None:
-    """A server that could not be reached when the first modern request probed it is not
-    taken for a legacy one for good: the next modern request asks again."""
-    down = tmp_path / "down"
-    # The first process (the legacy session's) starts; the probe's does not while `down`.
-    script = f'[ -e "{down}" ] && exit 1; exec "{DUAL[0]}" "{DUAL[1]}"'
+    """A server that could not be reached when it was probed is not taken for a legacy one
+    for good: the next modern request asks again, and the one after if that got none."""
+    count = tmp_path / "count"
+    # The first process (the legacy session's) starts; the next two (the probe at the
+    # start, the first modern request's) exit at once; any after that starts.
+    script = (f'n=$(cat "{count}" 2>/dev/null || echo 0); echo $((n + 1)) > "{count}"; '
+              f'[ "$n" = 1 ] || [ "$n" = 2 ] && exit 1; exec "{DUAL[0]}" "{DUAL[1]}"')
     url = await gateway(["sh", "-c", script], upstream={"startup_timeout_ms": 3000})
-    down.touch()
+    assert await era_probe(http, url, "unknown", "modern") == "unknown"
     assert text(await call(http, url, "protocol_of")).startswith("2025-")  # bridged
-    down.unlink()
     assert text(await call(http, url, "protocol_of")) == "2026-07-28"  # asked again
 
 

@@ -6,7 +6,9 @@ that cannot connect is tried again (nothing was sent); one whose connection drop
 sending is tried again only for read-only methods; otherwise its call fails at once with a
 JSON-RPC error. An SSE answer that ends (or drops) before the answer is resumed by GET with
 `Last-Event-ID` when the server gave event ids, after its `retry`, while resumes bring
-something new (the bounds: sse_client.py); a server that gave none fails the call at once.
+something new (resumption.py resumes it; the bounds: sse_client.py); a server that gave
+none fails the call at once. What the POST keeps of that job is its call's failure and its
+session's loss (`Poster._resume`).
 A 404 to a POST that carried the session id means the server forgot the session: the
 session is lost (the transport starts another) and the request goes once more on the new
 one.
@@ -41,6 +43,7 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.settings.schema import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
+from gateway.upstream.resumption import Resumption
 from gateway.upstream.sse_client import EventReader, TooLarge
 from gateway.upstream.transport import Link
 
@@ -100,6 +103,8 @@ class Poster:
         read = conf.read_timeout_ms / 1000 if conf.read_timeout_ms else None
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
         self.resending: set[Call] = set()  # calls to send again on the next session
+        self.resumption = Resumption(name, link, http, session.url, session.headers,
+                                     self.timeout)
 
     async def post(self, data: bytes, call: Call | None, extra: dict[str, str] | None,
                    again: bool = True) -> None:
@@ -231,57 +236,26 @@ class Poster:
         # else the HTTP+SSE transport, whose answers come on its stream
 
     async def _resume(self, reader: EventReader, call: Call | None) -> None:
-        """spec (Resumability and Redelivery; 2025-11-25, SEP-1699 polling): a stream that
-        ended before its call's answer is picked up by a GET carrying Last-Event-ID, after
-        the server's `retry`. The server replays only the stream that ended, so what comes
-        on it is this call's alone (`via`), and it is read until the answer came (servers
-        keep a resumed stream open after it). A server that gave no event id cannot be
-        resumed; one that refuses a resume, or ends STALLED_RESUMES in a row that brought
-        nothing new, fails the call saying so."""
+        """The POST's part in resuming its answer's stream (resumption.py resumes it): the
+        call fails saying why it was given up, or that a resumed stream was past its bounds;
+        a refused resume that says the server forgot the session loses the session."""
         if call is None:
             return
-        stalled = 0
-        while self.link.pending(call):
-            if reader.last_id is None:
-                self.failed(b"", call, "ended the answer's stream before the answer, with no "
-                            "event id to resume it from")
-                return
-            if stalled == sse_client.STALLED_RESUMES:
-                self.failed(b"", call, "kept ending the answer's stream before the answer: "
-                            f"{stalled} resumes with Last-Event-ID in a row brought nothing")
-                return
-            await asyncio.sleep(reader.retry_s)
-            news = reader.news
-            why = await self._follow(reader, call)
-            if why is not None:
-                self.failed(b"", call, why)
-                return
-            stalled = 0 if reader.news > news else stalled + 1
-
-    async def _follow(self, reader: EventReader, call: Call) -> str | None:
-        """One resume of `call`'s stream, read until it ends or the call is answered; why the
-        call fails, when the server refused it (a 5xx or a failed connection is tried again,
-        as one that brought nothing)."""
-        if not self.link.pending(call):
-            return None  # answered, or failed, while waiting the `retry`
-        log.debug("upstream.stream_resuming", upstream=self.name, last_event_id=reader.last_id,
-                  retry_s=reader.retry_s)
         try:
-            got = await sse_client.follow(self.http, self.session.url, self.session.headers(),
-                                          reader, self.link.on_message, call,
-                                          done=lambda: not self.link.pending(call),
-                                          limits=self.timeout)
+            gave_up = await self.resumption.resume(reader, call)
         except TooLarge:
             self.too_large(b"", call)
-            return None
+            return
         except AnswersOverBudget as exc:
             self.over_budget(call, exc)
-            return None
-        if got.status is None or got.status == 200 or got.status >= 500:
-            return None
-        if self.session.session_id is not None and forgets_session(got.status, got.body):
+            return
+        if gave_up is None:
+            return
+        refusal = gave_up.refusal
+        if refusal is not None and self.session.session_id is not None \
+                and forgets_session(refusal.status, refusal.body):
             self.session.lost.set()
-        return f"refused to resume the answer's stream (HTTP {got.status})"
+        self.failed(b"", call, gave_up.why)
 
     def too_large(self, data: bytes, call: Call | None) -> None:
         """The answer to `call` went past max_message_bytes: it fails alone, saying so."""

@@ -11,7 +11,8 @@ and RETRY_MAX_S (a huge one would hold the call past any use); 1 s when the serv
 none. A stream that ends STALLED_RESUMES times in a row bringing nothing new (no message, no
 new event id) is given up (its caller says why); any resume that brings something resets
 the count: a server polling a long call primes every resumed stream with a new id, and is
-followed until the answer (or request_timeout_ms)."""
+followed until the answer (or request_timeout_ms). Who resumes: resumption.py a call's
+answer stream, http.py the session's GET stream; each with `follow`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes docs/configuration.md, every YAML key with its type, default and meaning, from the
-settings models themselves (gateway/settings/schema.py), so the reference cannot drift from the
+settings models themselves (gateway/settings/schema/), so the reference cannot drift from the
 code. `--check` exits 1 when the committed file differs (a test runs it).
 
     python scripts/config_reference.py [--check]
@@ -24,7 +24,7 @@ from gateway.settings import schema  # noqa: E402
 OUT = ROOT / "docs" / "configuration.md"
 HEAD = """# Configuration reference
 
-Generated from `gateway/settings/schema.py` by `scripts/config_reference.py`; do not edit by
+Generated from `gateway/settings/schema/` by `scripts/config_reference.py`; do not edit by
 hand.
 Keys are snake_case; `${VAR}` and `${VAR:-default}` in any string are read from the
 environment; `mcp-task-gateway --check-config FILE` validates a file (exit 0, naming the
@@ -133,7 +133,7 @@ def bounds(annotation: Any) -> str:
 def section(model: type, path: str, todo: list[tuple[type, str]]) -> list[str]:
     lines = [f"## `{path}`" if path else "## Top level", ""]
     own = model.__doc__ and not model.__doc__.startswith(f"{model.__name__}(")  # not generated
-    if own and model.__module__ == schema.__name__:
+    if own and f"{model.__module__}.".startswith(f"{schema.__name__}."):  # schema/'s modules
         lines += [linked(" ".join(model.__doc__.split())), ""]
     lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
     hints = typing.get_type_hints(model, include_extras=True)

@@ -1,7 +1,7 @@
 """The gateway's configuration (docs/configuration.md), one module per job:
 
-    schema.py     the frozen dataclasses the gateway reads, their defaults, documentation,
-                  constraints and cross-key invariants; `Secret`
+    schema/       the frozen dataclasses the gateway reads, their defaults, documentation,
+                  constraints and cross-key invariants; `Secret` (one module per section)
     rules.py      checks of one key's value that the schema names (run where pydantic
                   validates, so an error names the key), and the loopback test they share
                   with the gateway

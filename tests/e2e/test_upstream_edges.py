@@ -162,6 +162,7 @@ async def until(check, what: str) -> None:
     raise AssertionError(what)
 
 
+@pytest.mark.node  # server-everything, from tests/node
 async def test_a_restarted_server_that_answers_400_gets_a_new_session(gateway, client, http,
                                                                       everything) -> None:
     """Issue 31: after a restart, every call used to fail "HTTP 400" for ever. Now the 400
@@ -178,6 +179,7 @@ async def test_a_restarted_server_that_answers_400_gets_a_new_session(gateway, c
         assert text_of(reply) == f"Echo: {word}"  # same client session, new upstream one
 
 
+@pytest.mark.node  # server-everything, from tests/node
 async def test_readiness_follows_an_http_server_that_goes_away(gateway, client, http,
                                                                everything) -> None:
     """/readyz is 503 while the server cannot be reached (it stayed 200), and 200 again once

@@ -11,6 +11,7 @@ modern (shapes.py). The era that forwards it (modern.py) is reached through `Era
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from gateway import errors
@@ -49,6 +50,53 @@ class Era(Protocol):
 INPUT_BATCH_S = 0.02  # server requests arriving this close together share one round
 
 
+class InputBatch:
+    """What a call's server asked of the client lately, gathered for INPUT_BATCH_S so that
+    requests arriving together share one round: its input requests, and the capabilities
+    it asked for that the client did not declare (refused upstream at once; decided with
+    the rest: ModernExchange `_ask`). `due()` when the time is up."""
+
+    __slots__ = ("_timer", "due", "inputs", "refused")
+
+    def __init__(self, due: Callable[[], None]) -> None:
+        self.due = due
+        self.inputs: list[Message] = []
+        self.refused: dict[str, dict[str, Any]] = {}  # as requiredCapabilities says them
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, msg: Message) -> None:
+        self.inputs.append(msg)
+        self._start()
+
+    def refuse(self, capability: str) -> None:
+        self.refused[capability] = {}
+        self._start()
+
+    @property
+    def only_refused(self) -> bool:
+        """Something was refused, and nothing is asked: the call may fail for want of it."""
+        return bool(self.refused) and not self.inputs
+
+    def take(self) -> list[Message]:
+        """The input requests gathered, which leave the batch; its time stops."""
+        self.cancel()
+        taken, self.inputs = self.inputs, []
+        return taken
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _start(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(INPUT_BATCH_S, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self.due()
+
+
 class ModernExchange(Exchange):
     """A modern request in flight: request-scoped notifications only, server requests turned
     into an `input_required` round, results made modern.
@@ -57,8 +105,7 @@ class ModernExchange(Exchange):
     the call it resumes (`parked`); its life (`Life`) changes only by its verbs, along
     `MOVES`."""
 
-    __slots__ = ("_batch", "_budget", "_call", "_inputs", "_life", "_parked", "_refused",
-                 "era", "request")
+    __slots__ = ("_batch", "_budget", "_parked", "era", "request")
     takes_mrtr = True  # a modern-only upstream's input_required goes to the client as is
 
     def __init__(self, era: Era, request: ModernRequest, sse_ok: bool, hold: Hold,
@@ -69,9 +116,7 @@ class ModernExchange(Exchange):
         self._parked = parked  # a retry's: re-parked if the server asks again
         if parked is not None:
             self.sent(parked.call, parked.done)
-        self._inputs: list[Message] = []
-        self._refused: dict[str, dict[str, Any]] = {}  # capabilities asked, not declared
-        self._batch: asyncio.TimerHandle | None = None
+        self._batch: InputBatch | None = None  # made when the server first asks
         self._budget: asyncio.TimerHandle | None = None  # auto mode: then it becomes a task
 
     # -- Sink ------------------------------------------------------------------------------
@@ -90,10 +135,13 @@ class ModernExchange(Exchange):
         # Anything else is not about this request; listen streams carry change notifications.
 
     def on_response(self, msg: Message) -> None:
-        self._cancel_batch()
+        batch = self._batch
+        if batch is not None:
+            batch.cancel()
         self.stop_budget()
-        if self._refused and not self._inputs and "error" in msg and self._call is not None:
-            self._missing_capability(self._call)  # it failed for want of what the client lacks
+        if batch is not None and batch.only_refused and "error" in msg and \
+                self._call is not None:  # it failed for want of what the client lacks
+            self._missing_capability(self._call, batch.refused)
             return
         self._move(Life.ANSWERED)
         request, era = self.request, self.era
@@ -111,15 +159,19 @@ class ModernExchange(Exchange):
     def on_refused(self, capability: str) -> None:
         """The upstream asked for input this request's client did not declare (it got an
         error answer). Decided with the rest of the batch: see `_ask`."""
-        self._refused[capability] = {}
-        self._start_batch()
+        self._batched().refuse(capability)
 
-    def _missing_capability(self, call: Call) -> None:
+    def _batched(self) -> InputBatch:
+        if self._batch is None:
+            self._batch = InputBatch(self._ask)
+        return self._batch
+
+    def _missing_capability(self, call: Call, refused: dict[str, dict[str, Any]]) -> None:
         self._move(Life.ANSWERED)
         call.conn.cancel(call, "the client lacks a capability this call needs")
         err = errors.MissingCapability(
-            f"Missing required client capability: {', '.join(self._refused)}",
-            {"requiredCapabilities": self._refused})
+            f"Missing required client capability: {', '.join(refused)}",
+            {"requiredCapabilities": refused})
         self.answer(err.to_message(self.request.id), err.http_status)
 
     def _input(self, call: Call, msg: Message) -> None:
@@ -129,19 +181,9 @@ class ModernExchange(Exchange):
                 msg["id"], jsonrpc.METHOD_NOT_FOUND, f"{method} cannot ask for input"),
                 call.owner)
             return
-        self._inputs.append(msg)
         # spec (tasks extension): resolve MRTR exchanges before creating a task.
         self.stop_budget()
-        self._start_batch()
-
-    def _start_batch(self) -> None:
-        if self._batch is None:
-            self._batch = asyncio.get_running_loop().call_later(INPUT_BATCH_S, self._ask)
-
-    def _cancel_batch(self) -> None:
-        if self._batch is not None:
-            self._batch.cancel()
-            self._batch = None
+        self._batched().add(msg)
 
     # -- parked for a round (MRTR) -----------------------------------------------------------
     def _ask(self) -> None:
@@ -151,15 +193,13 @@ class ModernExchange(Exchange):
         MissingRequiredClientCapability; see on_response): servers ask for optional things
         (server-everything asks every client for its roots) and cope without them.
         """
-        self._batch = None
-        call = self._call
-        if call is None or not self._inputs or not self._move(Life.PARKED):
+        call, batch = self._call, self._batch
+        if call is None or batch is None or not batch.inputs or not self._move(Life.PARKED):
             return
         # The call is not over: its process stays, released by the parked call now.
         parked = self._parked or Parked(call, self.request, self.done)
-        for msg in self._inputs:
+        for msg in batch.take():
             parked.add_input(msg)
-        self._inputs.clear()
         self.done = None
         self.era.rounds.ask(self, parked, self.request.id)
 
@@ -188,8 +228,7 @@ class ModernExchange(Exchange):
             return None
         # Input asked while the store wrote (a shared store takes a round trip) is the
         # task's now, not an input_required round of this request.
-        self._cancel_batch()
-        pending, self._inputs = self._inputs, []
+        pending = self._batch.take() if self._batch is not None else []
         handover = Handover(self._call, done=self.done, pending=pending)
         self.done = None
         return handover

@@ -109,3 +109,24 @@ async def test_the_sync_budget_runs_only_while_forwarding() -> None:
     answered.start_budget()
     await asyncio.sleep(0.02)
     assert answered.era.budgets_spent == []  # type: ignore[attr-defined]
+
+
+async def test_an_input_batch_gathers_what_arrives_together_and_is_taken_once() -> None:
+    """The server's requests within INPUT_BATCH_S make one round (`due` once); what was
+    refused alone says the call may fail for want of it; taking stops the time."""
+    from gateway.downstream.modern_exchange import InputBatch
+
+    rounds: list[int] = []
+    batch = InputBatch(lambda: rounds.append(len(batch.inputs)))
+    batch.refuse("roots")
+    assert batch.only_refused
+    batch.add({"jsonrpc": "2.0", "id": 1, "method": "elicitation/create"})
+    batch.add({"jsonrpc": "2.0", "id": 2, "method": "sampling/createMessage"})
+    assert not batch.only_refused
+    await asyncio.sleep(INPUT_BATCH_S * 3)
+    assert rounds == [2]  # one round for both
+    assert [m["id"] for m in batch.take()] == [1, 2] and batch.inputs == []
+    batch.add({"jsonrpc": "2.0", "id": 3, "method": "elicitation/create"})
+    batch.take()  # taken before its time: no round
+    await asyncio.sleep(INPUT_BATCH_S * 3)
+    assert rounds == [2] and batch.refused == {"roots": {}}

@@ -27,6 +27,7 @@ from gateway.observability import status_page
 from gateway.observability.counters import Counters
 from gateway.observability.history import EVERY_S, Figures, History
 from gateway.observability.metrics import CONTENT_TYPE, Metrics
+from gateway.push.pusher import Pusher
 from gateway.queues import Queues
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
@@ -41,7 +42,8 @@ class Admin:
     def __init__(self, backends: dict[str, Backend], eras: list[LegacyEra],
                  engine: TaskEngine, lease: Lease, counters: Counters,
                  metrics: Metrics, queues: Queues, processes: Processes,
-                 leases: Leases, every_s: float = EVERY_S) -> None:
+                 leases: Leases, every_s: float = EVERY_S, pusher: Pusher | None = None
+                 ) -> None:
         self.backends = backends
         self.lanes = queues
         self.eras = eras
@@ -52,6 +54,7 @@ class Admin:
         self.processes = processes
         self.leases = leases  # the calls in flight, and whether the gateway stops
         self.answers = leases.answers
+        self.pusher = pusher  # the webhooks, if any
         self.started = time.time()
         self.history = History(metrics.tool_calls, metrics.tool_duration, metrics.queue_wait,
                                time.monotonic(), every_s)
@@ -88,6 +91,8 @@ class Admin:
                      "queues": self.lanes.status(),
                      "store": self.lease.status(),
                      "counters": self.counters.shown()}
+            if self.pusher is not None:
+                body["webhooks"] = self.pusher.status()
         return json_response(body, 200 if ready else 503)
 
     async def exposition(self, _: web.Request) -> web.Response:
@@ -174,6 +179,9 @@ class Admin:
 
     def store_outbox(self) -> int:
         return 0 if self.lease.outbox is None else len(self.lease.outbox)
+
+    def webhooks_pending(self) -> int:
+        return 0 if self.pusher is None else self.pusher.pending
 
     def upstreams(self) -> dict[str, tuple[bool, int]]:
         return {n: (b.ready, b.status()["restarts"]) for n, b in self.backends.items()}

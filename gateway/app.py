@@ -36,6 +36,7 @@ from gateway.observability.counters import Counters
 from gateway.observability.history import EVERY_S
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracer
+from gateway.push.pusher import Pusher
 from gateway.queues import Queues
 from gateway.ratelimit import Admission, InFlight, RateLimiter
 from gateway.settings.rules import MIN_TOKEN_CHARS
@@ -90,6 +91,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     store, bus, records = _store(conf, replica)
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
                         conf.replica_url or "")
+    pusher = _pusher(app, conf, engine, metrics)
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()},
                         {n: u.request_timeout_ms for n, u in conf.upstreams.items()})
     replay, processes = _replay(limits), Processes(Bounds.of(limits, conf.auth.enabled), counters)
@@ -111,10 +113,27 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
     _operators(app, conf, guard, Admin(backends, eras, engine, lease, counters, metrics, queues,
-                                       processes, leases, sample_s))
+                                       processes, leases, sample_s, pusher))
     app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))  # last: see _unrouted
     _lifecycles(app, conf, store)
     return app
+
+
+def _pusher(app: web.Application, conf: Settings, engine: TaskEngine, metrics: Metrics
+            ) -> Pusher | None:
+    """The operator's webhooks (docs/push.md), told each status the engine writes; its
+    workers run while the app does, and stop after the tasks' ends were written."""
+    if not conf.webhooks:
+        return None
+    pusher = Pusher(conf.webhooks, metrics)
+    engine.on_status(pusher.told)
+
+    async def running(_: web.Application) -> AsyncIterator[None]:
+        await pusher.start()
+        yield
+        await pusher.close()
+    app.cleanup_ctx.append(running)  # before the tasks' own: it stops after them
+    return pusher
 
 
 def _route(app: web.Application, path: str, endpoint: Endpoint, guard: Guard) -> None:

@@ -78,6 +78,8 @@ class _LiveCollector(Collector):
         yield _gauge("mcp_gateway_store_outbox",
                      "Task changes kept until the shared store takes them", [],
                      [((), live.store_outbox())])
+        yield _gauge("mcp_gateway_webhooks_pending", "Webhook deliveries not made yet "
+                     "(due, or waiting to be tried again)", [], [((), live.webhooks_pending())])
         ups = live.upstreams()
         yield _gauge("mcp_gateway_upstream_up", "1 when the upstream is initialized",
                      ["upstream"], ((n, int(up)) for n, (up, _) in ups.items()))

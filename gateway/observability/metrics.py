@@ -91,12 +91,19 @@ class Metrics:
         self.queue_wait = Timed(
             "mcp_gateway_queue_wait_seconds", "How long calls waited for a concurrency slot",
             ("upstream", "tool"), QUEUE_BUCKETS)
+        # Labelled by the operator's endpoints (host and path: bounded by the settings).
+        self.webhook_deliveries = Counted(
+            "mcp_gateway_webhook_deliveries", "Webhook delivery attempts, by endpoint and "
+            "outcome (delivered, failed, gone, abandoned, dropped)", ("endpoint", "outcome"))
+        self.webhook_latency = Timed(
+            "mcp_gateway_webhook_delivery_seconds", "From a task's status written to its "
+            "webhook delivered", ("endpoint",), QUEUE_BUCKETS)
 
     @property
     def families(self) -> tuple[Counted | Timed, ...]:
         return (self.requests, self.request_duration, self.tasks_created,
                 self.tasks_finished, self.task_duration, self.queue_wait, self.tool_calls,
-                self.tool_duration)
+                self.tool_duration, self.webhook_deliveries, self.webhook_latency)
 
     def watch(self, live: Live) -> None:
         self.live = live
@@ -161,6 +168,13 @@ class Metrics:
         self.tasks_finished.inc((upstream, tool, status))
         self.task_duration.observe((upstream, tool), seconds)
         self._tool_called(upstream, tool, OUTCOMES.get(status, "error"), seconds)
+
+    def webhook_delivered(self, endpoint: str, outcome: str, seconds: float | None = None
+                          ) -> None:
+        """A webhook attempt's `outcome`; `seconds` from the status to its delivery."""
+        self.webhook_deliveries.inc((endpoint, outcome))
+        if seconds is not None:
+            self.webhook_latency.observe((endpoint,), seconds)
 
     def queue_waited(self, upstream: str, label: str, seconds: float) -> None:
         self.queue_wait.observe((upstream, self.lane(upstream, label)), seconds)

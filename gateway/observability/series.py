@@ -19,6 +19,7 @@ class Live(Protocol):
     def tasks_live(self) -> dict[str, int]: ...  # status -> tasks this replica runs
     def store_bytes(self) -> int: ...
     def store_outbox(self) -> int: ...  # task changes the shared store has not taken yet
+    def webhooks_pending(self) -> int: ...  # webhook deliveries not made yet (gateway/push)
     def upstreams(self) -> dict[str, tuple[bool, int]]: ...  # name -> (up, restarts)
     def sessions(self) -> int: ...
     def rejections(self) -> dict[tuple[Rejection, AuthCause | None], int]: ...  # -> count

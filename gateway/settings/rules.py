@@ -119,3 +119,33 @@ def loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def http_url(value: str) -> str:
+    """An http(s) URL with a host (a webhook's)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL with a host: {value!r}")
+    return value
+
+
+WEBHOOK_SECRET_BYTES = (24, 64)  # Standard Webhooks: a whsec_ secret of 24 to 64 bytes
+
+
+def webhook_secret(value: Any) -> Any:
+    """A Standard Webhooks secret: `whsec_` and the base64 of 24 to 64 random bytes. The
+    error never quotes it."""
+    import base64
+    import binascii
+
+    text = value.get_secret_value()
+    low, high = WEBHOOK_SECRET_BYTES
+    try:
+        raw = base64.b64decode(text.removeprefix("whsec_"), validate=True) \
+            if text.startswith("whsec_") else b""
+    except (binascii.Error, ValueError):
+        raw = b""
+    if not low <= len(raw) <= high:
+        raise ValueError(f"a webhook secret is whsec_ and the base64 of {low}-{high} bytes "
+                         "(e.g. whsec_$(head -c 32 /dev/urandom | base64))")
+    return value

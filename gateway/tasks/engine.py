@@ -140,6 +140,11 @@ class TaskEngine:
                  upstream=intent.upstream, status=str(task.status))
         return task
 
+    def on_status(self, push: Callable[[Task, str | None], None]) -> None:
+        """`push(task, message)` at each status written here that may be pushed (an end,
+        input_required), with its status message as it may be shown (gateway/push)."""
+        self._report.push = push
+
     # -- finding ------------------------------------------------------------------------------
     async def find(self, task_id: str, owner: str) -> Task:
         """The owner's task; past its ttl (the engine's call, whatever the store still

@@ -40,7 +40,8 @@ class Local:
         self._background = Background()
         self._spawn = self._background.spawn
         self._behind = WriteBehind(store, self._watchers.tell, self._background.spawn)
-        self._hooks = Hooks(self._behind.changed, self._responded, self._inputs.asked, clock)
+        self._hooks = Hooks(self._behind.changed, self._responded, self._inputs.asked,
+                            report.input_required, clock)
 
     # -- starting -----------------------------------------------------------------------------
     def start(self, task: Task, handover: Handover, policy: Policy) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from cachetools import TTLCache
@@ -77,6 +78,9 @@ class Report:
         # (unix time, upstream, tool, `shown`) of the last failed tasks run here.
         self.failures: deque[tuple[float, str, str, str]] = deque(maxlen=RECENT_FAILURES)
         self.spans: dict[str, Any] = {}  # task id -> its trace span, while it runs here
+        # Told each status written here that may be pushed (gateway/push: webhooks), with
+        # the status message as it may be shown; None: no webhooks.
+        self.push: Callable[[Task, str | None], None] | None = None
 
     def created(self, task: Task) -> None:
         self.counters.tasks_created += 1
@@ -88,6 +92,11 @@ class Report:
 
     def answered(self, task: Task, key: str) -> None:
         audit("task.input_answered", task, key=key)
+
+    def input_required(self, task: Task) -> None:
+        audit("task.input_required", task)
+        if self.push is not None:
+            self.push(task, task.status_message)
 
     def ended(self, task: Task, seconds: float | None, *, answered: bool = False,
               **extra: Any) -> None:
@@ -106,6 +115,9 @@ class Report:
                         shown(task, answered) if failed else None,
                         **{"mcp.task.status": str(task.status)})
         audit(f"task.{task.status}", task, **extra)
+        if self.push is not None:  # a failure in the gateway's own words only, as above
+            self.push(task, shown(task, answered) if task.status is Status.FAILED
+                      else task.status_message)
 
     def missed(self, owner: str, task_id: str) -> None:
         """A look-up of a task id that `owner` does not have."""

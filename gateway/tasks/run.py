@@ -22,7 +22,6 @@ from gateway.queues import Ticket
 from gateway.tasks.keys import CallKey
 from gateway.tasks.model import Dialect, Status, Task
 from gateway.tasks.policy import Policy, queued_poll_ms
-from gateway.tasks.report import audit
 from gateway.tasks.store import TaskStore
 
 Relay = Callable[[Message], None]
@@ -99,6 +98,7 @@ class Hooks:
     changed: Callable[[TaskRun], None]  # its task changed: told now, written behind
     responded: Callable[[TaskRun, Message], None]  # the call's response: the end to write
     asked: Callable[[TaskRun, Any], None]  # the server asked for input under this id
+    waiting: Callable[[Task], None]  # its task now waits for the client's input (report)
     clock: Callable[[], float]  # the engine's: when the task changed
 
 
@@ -200,7 +200,7 @@ class TaskRun:
         if task.status is Status.WORKING:
             task.move(Status.INPUT_REQUIRED, "waiting for the client's input",
                       now=self._hooks.clock())
-            audit("task.input_required", task)
+            self._hooks.waiting(task)
         else:
             task.touch(self._hooks.clock())
 

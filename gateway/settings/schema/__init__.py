@@ -35,6 +35,7 @@ from gateway.settings.schema.caching import Caching
 from gateway.settings.schema.limits import Limits
 from gateway.settings.schema.listen import Listen
 from gateway.settings.schema.operations import Logging, Shutdown, Tracing
+from gateway.settings.schema.push import PushedStatus, Webhook
 from gateway.settings.schema.security import Security
 from gateway.settings.schema.store import Replica, Store
 from gateway.settings.schema.tasks import (
@@ -56,11 +57,37 @@ from gateway.settings.schema.upstreams import (
 )
 
 __all__ = [
-    "GATEWAY_PATHS", "LOOPBACK_HOSTS", "NULLABLE_POLICY_KEYS", "Auth", "Caching", "EnvName",
-    "EraChoice", "Introspection", "Isolation", "Limits", "Listen", "Logging", "OAuth",
-    "Replica", "Secret", "Security", "Settings", "Shutdown", "Store", "TaskMode",
-    "TaskPolicy", "TaskPolicyOverride", "Tasks", "TokenExchange", "Tracing", "Upstream",
-    "UpstreamDefaults", "UpstreamTasks", "doc",
+    "GATEWAY_PATHS",
+    "LOOPBACK_HOSTS",
+    "NULLABLE_POLICY_KEYS",
+    "Auth",
+    "Caching",
+    "EnvName",
+    "EraChoice",
+    "Introspection",
+    "Isolation",
+    "Limits",
+    "Listen",
+    "Logging",
+    "OAuth",
+    "PushedStatus",
+    "Replica",
+    "Secret",
+    "Security",
+    "Settings",
+    "Shutdown",
+    "Store",
+    "TaskMode",
+    "TaskPolicy",
+    "TaskPolicyOverride",
+    "Tasks",
+    "TokenExchange",
+    "Tracing",
+    "Upstream",
+    "UpstreamDefaults",
+    "UpstreamTasks",
+    "Webhook",
+    "doc",
 ]
 
 
@@ -81,6 +108,8 @@ class Settings(_Model):
     replica: Replica = field(default_factory=Replica)
     tracing: Tracing = field(default_factory=Tracing)
     shutdown: Shutdown = field(default_factory=Shutdown)
+    webhooks: list[Webhook] = field(default_factory=list, metadata=doc(
+        "where tasks' statuses are pushed (docs/push.md)"))
 
     @property
     def allowed_hosts(self) -> list[str] | None:

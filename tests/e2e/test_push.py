@@ -1,0 +1,172 @@
+"""Webhooks (gateway/push, docs/push.md): each task status an operator's webhook names is
+POSTed to it signed as Standard Webhooks says, verified here with that library; at least
+once, with the same webhook-id on every attempt; 410 disables the endpoint, redirects are
+never followed, and a receiver that is down costs the callers nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from standardwebhooks import Webhook as Verifier
+from test_modern import modern
+from test_tasks import TASKS, tasks_op, wait_for
+
+SECRET = "whsec_" + base64.b64encode(b"a receiver's secret, 32 bytes!!!").decode()
+POLICY = {"defaults": {"mode": "always", "ttl_ms": 60_000, "poll_interval_ms": 200},
+          "tools": {"hang": {"mode": "always", "timeout_ms": 300}}}
+
+
+class Receiver:
+    """A webhook receiver on loopback: what it got (verified), answering as `answer` says."""
+
+    def __init__(self, answer: Callable[[int], web.Response] | None = None) -> None:
+        self.got: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.hits: dict[str, int] = {}
+        self.answer = answer or (lambda _n: web.Response(status=204))
+        self.arrived = asyncio.Event()
+
+    async def hook(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.hits[request.path] = self.hits.get(request.path, 0) + 1
+        headers = dict(request.headers)
+        payload = Verifier(SECRET).verify(body, headers)  # raises unless signed right
+        self.got.append((headers, payload))
+        self.arrived.set()
+        return self.answer(len(self.got))
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self.hook)
+        return app
+
+    async def wait(self, count: int, timeout_s: float = 10) -> None:
+        async with asyncio.timeout(timeout_s):
+            while len(self.got) < count:
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+async def served(aiohttp_server, receiver: Receiver) -> str:
+    server = await aiohttp_server(receiver.app())
+    return str(server.make_url("/hooks/tasks"))
+
+
+def hooked(url: str, **extra: Any) -> dict[str, Any]:
+    return {"tasks": POLICY, "webhooks": [{"url": url, "secret": SECRET, **extra}]}
+
+
+async def task_of(http, url: str, tool: str, args: dict[str, Any]) -> str:
+    reply = await modern(http, url, "tools/call", {"name": tool, "arguments": args}, TASKS)
+    return reply.body["result"]["taskId"]
+
+
+async def test_each_end_is_pushed_once_signed_and_thin(gateway, http, aiohttp_server) -> None:
+    receiver = Receiver()
+    url = await gateway(**hooked(await served(aiohttp_server, receiver)))
+    done = await task_of(http, url, "echo", {"text": "the secret argument"})
+    failed = await task_of(http, url, "hang", {})
+    cancelled = await task_of(http, url, "sleep", {"ms": 5000})
+    await tasks_op(http, url, "tasks/cancel", cancelled)
+    await wait_for(http, url, failed, "failed")
+    await receiver.wait(3)
+    await asyncio.sleep(0.3)  # and no more
+    by_task = {p["data"]["taskId"]: (h, p) for h, p in receiver.got}
+    assert len(receiver.got) == 3 and set(by_task) == {done, failed, cancelled}
+    assert {t: p["data"]["status"] for t, (_, p) in by_task.items()} == {
+        done: "completed", failed: "failed", cancelled: "cancelled"}
+    headers, payload = by_task[done]
+    assert payload["type"] == "task.completed" and payload["data"]["tool"] == "echo"
+    assert headers["webhook-id"].startswith("msg_")
+    assert len({h["webhook-id"] for h, _ in receiver.got}) == 3
+    raw = json.dumps([p for _, p in receiver.got])
+    assert "the secret argument" not in raw and "result" not in raw  # push is a hint
+    assert "timed out" in by_task[failed][1]["data"]["statusMessage"]  # the gateway's words
+
+
+async def test_a_503_is_tried_again_with_the_same_id(gateway, http, aiohttp_server) -> None:
+    receiver = Receiver(lambda n: web.Response(status=503, headers={"Retry-After": "1"})
+                        if n == 1 else web.Response(status=204))
+    url = await gateway(**hooked(await served(aiohttp_server, receiver)))
+    await task_of(http, url, "echo", {"text": "x"})
+    await receiver.wait(2)
+    (first, one), (second, two) = receiver.got
+    assert first["webhook-id"] == second["webhook-id"] and one == two
+    assert int(second["webhook-timestamp"]) >= int(first["webhook-timestamp"])
+    status = await detail(http, url)
+    assert status[0]["delivered"] == 1 and status[0]["failures"] == 1
+
+
+async def test_410_disables_the_endpoint(gateway, http, aiohttp_server) -> None:
+    receiver = Receiver(lambda _n: web.Response(status=410))
+    url = await gateway(**hooked(await served(aiohttp_server, receiver)))
+    await task_of(http, url, "echo", {"text": "x"})
+    await receiver.wait(1)
+    task = await task_of(http, url, "echo", {"text": "y"})
+    await wait_for(http, url, task, "completed")
+    await asyncio.sleep(0.5)
+    assert len(receiver.got) == 1
+    assert (await detail(http, url))[0]["disabled"] is True
+
+
+async def test_a_redirect_is_not_followed(gateway, http, aiohttp_server) -> None:
+    receiver = Receiver(lambda _n: web.Response(status=307,
+                                                headers={"Location": "/elsewhere"}))
+    url = await gateway(**hooked(await served(aiohttp_server, receiver)))
+    await task_of(http, url, "echo", {"text": "x"})
+    await receiver.wait(2, timeout_s=15)  # tried again (1 s), never at /elsewhere
+    assert set(receiver.hits) == {"/hooks/tasks"}
+
+
+async def test_a_receiver_that_is_down_costs_callers_nothing(gateway, http) -> None:
+    from conftest import free_port
+
+    url = await gateway(**hooked(f"http://127.0.0.1:{free_port()}/hooks"))
+    tasks = await asyncio.gather(*(task_of(http, url, "echo", {"text": str(i)})
+                                   for i in range(20)))
+    for task in tasks:
+        assert (await wait_for(http, url, task, "completed"))["status"] == "completed"
+    status = (await detail(http, url))[0]
+    assert status["delivered"] == 0 and status["pending"] == 20
+
+
+async def test_filters_and_events_choose_what_fires(gateway, http, aiohttp_server) -> None:
+    receiver = Receiver()
+    url = await gateway(**hooked(await served(aiohttp_server, receiver), events=["failed"],
+                                 tools=["ha*"]))
+    await task_of(http, url, "echo", {"text": "not this"})
+    failed = await task_of(http, url, "hang", {})
+    await receiver.wait(1)
+    await asyncio.sleep(0.3)
+    assert [p["data"]["taskId"] for _, p in receiver.got] == [failed]
+
+
+@pytest.mark.parametrize(("hook", "said"), [
+    ({"url": "ftp://h.example/x", "secret": SECRET}, "not an http(s) URL"),
+    ({"url": "https://h.example/x", "secret": "whsec_c2hvcnQ="}, "24-64 bytes"),
+    ({"url": "https://h.example/x", "secret": "plain"}, "whsec_"),
+    ({"url": "https://h.example/x", "secret": SECRET, "events": ["working"]}, "events"),
+])
+def test_check_config_names_a_bad_webhook(hook, said, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+    from conftest import ROOT, settings_for
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump({**settings_for(), "webhooks": [hook]}))
+    out = subprocess.run([sys.executable, "-m", "gateway", "--check-config", str(path)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode != 0 and said in out.stdout + out.stderr
+    assert "c2hvcnQ" not in out.stdout + out.stderr  # never the secret
+
+
+async def detail(http, url: str) -> list[dict[str, Any]]:
+    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
+        return (await resp.json())["webhooks"]

@@ -1,0 +1,57 @@
+"""Push's pure parts (gateway/push): what a receiver's answer means, when a delivery is tried
+again, and the event's id and body."""
+
+from __future__ import annotations
+
+import email.utils
+import random
+
+import orjson
+import pytest
+
+from gateway.push.payload import event, webhook_id
+from gateway.push.schedule import JITTER, RETRY_S, Answer, judged, next_wait
+from gateway.tasks.model import Status, Task
+
+
+@pytest.mark.parametrize(("status", "outcome"), [
+    (200, "delivered"), (204, "delivered"), (410, "gone"), (429, "retry"), (503, "retry"),
+    (301, "failed"), (307, "failed"), (400, "failed"), (500, "failed")])
+def test_a_receivers_answer_is_judged(status: int, outcome: str) -> None:
+    assert judged(status, None, 0.0).outcome == outcome
+
+
+def test_retry_after_is_seconds_or_a_date_within_an_hour() -> None:
+    now = 1_000_000.0
+    assert judged(503, "7", now).retry_after_s == 7
+    assert judged(429, "0", now).retry_after_s == 1  # at least a second
+    assert judged(503, "99999", now).retry_after_s == 3600
+    date = email.utils.formatdate(now + 30, usegmt=True)
+    assert judged(503, date, now).retry_after_s == pytest.approx(30, abs=1)
+    assert judged(503, "soon", now).retry_after_s is None
+    assert judged(500, "7", now).retry_after_s is None  # only 429 and 503 ask for a wait
+
+
+def test_the_schedule_backs_off_with_jitter_then_gives_up() -> None:
+    rand = random.Random(7)
+    failed = Answer("failed", 500)
+    waits = [next_wait(n, failed, rand) for n in range(1, len(RETRY_S) + 2)]
+    assert waits[-1] is None  # given up after the last
+    for wait, base in zip(waits, RETRY_S, strict=False):
+        assert wait is not None and base * (1 - JITTER) <= wait <= base * (1 + JITTER)
+    assert next_wait(1, Answer("retry", 503, 42.0)) == 42.0  # the receiver's own wait
+
+
+def test_an_event_is_thin_and_its_id_stable_per_task_and_status() -> None:
+    task = Task("t-1", "alice-token", "deploy", "extension", 60_000, 500, upstream="main",
+                created_at=1_700_000_000.0)
+    task.result = b'{"content":[{"type":"text","text":"the result"}]}'
+    task.move(Status.COMPLETED, now=1_700_000_001.0)
+    body = orjson.loads(event(task, None, 1_700_000_002.0))
+    assert body["type"] == "task.completed"
+    assert set(body["data"]) == {"taskId", "status", "upstream", "tool", "createdAt",
+                                 "lastUpdatedAt", "ttl", "pollInterval", "owner"}
+    assert "alice-token" not in str(body) and "the result" not in str(body)
+    assert webhook_id("t-1", "completed") == webhook_id("t-1", "completed")
+    assert webhook_id("t-1", "completed") != webhook_id("t-1", "failed")
+    assert webhook_id("t-1", "completed") != webhook_id("t-2", "completed")

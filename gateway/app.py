@@ -123,7 +123,7 @@ def _pusher(app: web.Application, conf: Settings, engine: TaskEngine, metrics: M
             ) -> Pusher | None:
     """The operator's webhooks (docs/push.md), told each status the engine writes; its
     workers run while the app does, and stop after the tasks' ends were written."""
-    if not conf.webhooks:
+    if not conf.webhooks and not conf.webhooks_allowed:
         return None
     pusher = Pusher(conf.webhooks, metrics)
     engine.on_status(pusher.told)

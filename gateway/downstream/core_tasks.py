@@ -70,22 +70,22 @@ class CoreTasks:
 
     # -- tools/call --------------------------------------------------------------------------
     async def call(self, session: Session, msg: Message, decision: router.TaskCall,
-                   headers: dict[str, str] | None, key: CallKey | None = None
-                   ) -> web.StreamResponse:
+                   headers: dict[str, str] | None, key: CallKey | None = None,
+                   push: dict[str, Any] | None = None) -> web.StreamResponse:
         """A task-augmented tools/call: the task is created, the call goes upstream without
         `params.task`, and the CreateTaskResult is the answer at once (a keyed call's task,
         the same for every retry: tasks/keys.py)."""
         policy, client_id = decision.policy, msg["id"]  # sending rewrites msg's id
         core.strip_task(msg["params"])  # the upstream serves a plain call (it may know no tasks)
-        made = await self._made(session, msg, policy, headers, decision.ttl, key)
+        made = await self._made(session, msg, policy, headers, decision.ttl, key, push=push)
         if not isinstance(made, Task):
             return made
         return json_response(jsonrpc.result(client_id,
                                             core.created(made, policy.immediate_response)))
 
     async def keyed(self, request: web.Request, session: Session, msg: Message,
-                    key: CallKey, lacking: Lacking | None, headers: dict[str, str] | None
-                    ) -> web.StreamResponse:
+                    key: CallKey, lacking: Lacking | None, headers: dict[str, str] | None,
+                    push: dict[str, Any] | None = None) -> web.StreamResponse:
         """A plain tools/call with an Idempotency-Key: run once, as a task (what its key
         remembers), and answered with the call's own answer at the task's end as
         tasks/result would answer it (its server's requests on this request's stream),
@@ -98,13 +98,13 @@ class CoreTasks:
             return self.result(request, session, {**msg, "id": client_id},
                                {"taskId": task.id}, lacking or unscoped, token)
         made = await self._made(session, msg, self.policy(msg["params"].get("name")),
-                                headers, None, key, joined=answered)
+                                headers, None, key, joined=answered, push=push)
         return await answered(made) if isinstance(made, Task) else made
 
     async def _made(self, session: Session, msg: Message, policy: Policy,
                     headers: dict[str, str] | None, ttl: int | None, key: CallKey | None,
-                    joined: Callable[[Task], Awaitable[web.StreamResponse]] | None = None
-                    ) -> Task | web.StreamResponse:
+                    joined: Callable[[Task], Awaitable[web.StreamResponse]] | None = None,
+                    push: dict[str, Any] | None = None) -> Task | web.StreamResponse:
         """The call's task: created, its call sent under a lease that goes with the task;
         or the keyed call's task already (nothing sent), which `joined` (a plain keyed
         call's: its wait) answers under the lease taken for the call, so a retry waiting
@@ -115,7 +115,7 @@ class CoreTasks:
         # Counted against the principal: owned by it (with auth), or a session's (without).
         quota = "" if session.task_owner == session.principal else session.principal
         intent = Intent(session.task_owner, tool, core.NAME, self.backend.name, policy, ttl,
-                        quota=quota, key=key)
+                        quota=quota, key=key, push=push)
         try:  # a task's call is a call in flight: its lease goes with the task
             lease = self.leases.take(session.principal, mcp.TOOLS_CALL)
         except errors.TooManyRequests as exc:

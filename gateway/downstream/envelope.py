@@ -75,6 +75,7 @@ class ModernRequest:
     policy: Policy | None = None  # the router let the call become a task (TaskCall)
     hidden: Lacking | None = None  # tools/list: the tools the caller may not call
     own_progress: bool = False  # the gateway asked for progress, not the client
+    push: dict[str, Any] | None = None  # a webhook the call asks for its task (push/client.py)
 
 
 def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:

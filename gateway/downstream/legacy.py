@@ -37,6 +37,7 @@ from gateway.errors import UpstreamError
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.push import client
 from gateway.settings.schema import Settings
 from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
@@ -59,6 +60,7 @@ class LegacyEra:
         self.calls = SessionCalls(backend, leases, self.flow, self.tasks.policy)
         self.life = SessionLife(backend, sessions, conf, self.tasks, self.calls, resume)
         self.sessions = sessions
+        self.webhooks_allowed = tuple(conf.webhooks_allowed)
 
     # -- POST ------------------------------------------------------------------------------
     async def post(self, request: web.Request, msg: Message, kind: jsonrpc.Kind
@@ -118,6 +120,12 @@ class LegacyEra:
         lacking = scopes_checked(request, msg, self.tasks.policy)  # InsufficientScope: 403
         decision = self.decide(session, msg)
         edit: Edit | None = None
+        push = None  # a webhook the call asks for its task (push/client.py)
+        if msg["method"] == mcp.TOOLS_CALL and not isinstance(decision, router.Refuse):
+            try:
+                msg, push = client.taken(msg, self.webhooks_allowed)
+            except errors.InvalidParams as exc:  # a JSON-RPC error, as a server's
+                return json_response(exc.to_message(client_id))
         match decision:
             case router.Refuse(error=error):  # a JSON-RPC error: HTTP 200, as a server's
                 return json_response(error.to_message(client_id))
@@ -136,13 +144,13 @@ class LegacyEra:
             case router.TaskCall():
                 return await self.tasks.call(session, msg, decision,
                                              await self.headers.of(request),
-                                             self._key(request, session, msg))
+                                             self._key(request, session, msg), push)
             case router.Augment():
                 edit = self.tasks.marked_tools()
             case router.Pass():
                 if (key := self._key(request, session, msg)) is not None:
                     return await self.tasks.keyed(request, session, msg, key, lacking,
-                                                  await self.headers.of(request))
+                                                  await self.headers.of(request), push)
             case _:
                 assert_never(decision)
         if lacking is not None and msg["method"] == mcp.TOOLS_LIST:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import assert_never
+from typing import Any, assert_never
 
 import orjson
 from aiohttp import web
@@ -44,8 +44,9 @@ from gateway.downstream.modern_tasks import Asked, Keyed, ModernTasks
 from gateway.downstream.mrtr import ParkedCalls, Sealer, digest
 from gateway.downstream.references import own_references
 from gateway.downstream.rounds import Elsewhere, Rounds, TheirRound
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.push import client
 from gateway.settings.schema import Settings
 from gateway.tasks.dialects import (
     Lacking,
@@ -98,6 +99,7 @@ class ModernEra:
         self.listeners = Listeners(conf.limits.max_listeners_per_owner, self.flow,
                                    conf.limits.max_listeners)
         self.tasks = ModernTasks(backend, engine, self.policy, self.flow, leases)
+        self.webhooks_allowed = tuple(conf.webhooks_allowed)
 
     @property
     def server_info(self) -> object:
@@ -223,7 +225,10 @@ class ModernEra:
         # BadIdempotencyKey: 400
         key = call_key(request, msg, principal, self.backend.name, extension.NAME)
         asked = Asked.of(msg["params"]) if key is not None else None  # the client's params
-        described, msg = self._described(msg, how)  # from here, as the upstream takes it
+        push = None  # a webhook for its task (push/client.py; InvalidParams: 400)
+        if msg["method"] == mcp.TOOLS_CALL:
+            msg, push = client.taken(msg, self.webhooks_allowed)
+        described, msg = self._described(msg, how, push)  # from here, as the upstream takes it
         headers = await self.headers.of(request)  # AuthUnavailable: 503
         if key is not None and asked is not None:  # run once, as a task (tasks/keys.py)
             return await self.tasks.keyed(request, msg, described, Keyed(
@@ -257,7 +262,8 @@ class ModernEra:
         return await self._respond(request, ex, json_ok)
 
     @staticmethod
-    def _described(msg: Message, how: Forward) -> tuple[ModernRequest, Message]:
+    def _described(msg: Message, how: Forward, push: dict[str, Any] | None = None
+                   ) -> tuple[ModernRequest, Message]:
         """The request as its exchange holds it, and `msg` as the route's upstream takes it
         (a new message: the client's is left as it came): in its era, a modern upstream's
         own state out of the gateway's seal, the tasks extension kept from a modern upstream
@@ -278,7 +284,8 @@ class ModernEra:
         return ModernRequest(
             msg["id"], caller, method, digest_, str(name or ""),
             uri if isinstance(uri, str) else None, how.route.modern, policy, how.lacking,
-            own_progress=policy is not None and watch_progress(upstream_params)), \
+            own_progress=policy is not None and watch_progress(upstream_params),
+            push=push), \
             {**msg, "params": upstream_params}
 
     # -- tasks (the io.modelcontextprotocol/tasks extension: modern_tasks.py) -------------

@@ -191,7 +191,7 @@ class ModernTasks:
     def _intent(self, described: ModernRequest, policy: Policy) -> Intent:
         """What the engine is asked to make of the call: its caller's task of its tool."""
         return Intent(described.caller.principal, described.tool, extension.NAME,
-                      self.backend.name, policy)
+                      self.backend.name, policy, push=described.push)
 
     def _inline(self, tool: str, exc: Exception) -> None:
         """No task could be made for a call that was to become one: it is answered inline

@@ -42,12 +42,14 @@ def to_upstream(params: dict[str, Any], modern_upstream: bool = False) -> dict[s
     envelope keys (the connection stamps its own), without the MRTR fields unless the
     upstream is modern-only (a legacy one never asked: the gateway answered those), and
     without `task`, which the tasks extension says to ignore (a 2025-11-25 upstream would
-    make a task of its own); all else untouched."""
+    make a task of its own), and without a client's webhook (the gateway's: push/client.py);
+    all else untouched."""
     drop = ("task",) if modern_upstream else ("inputResponses", "requestState", "task")
     out = {k: v for k, v in params.items() if k not in drop}
     meta = out.get("_meta")
     if isinstance(meta, dict):
-        meta = {k: v for k, v in meta.items() if k not in mcp.MODERN_META_KEYS}
+        meta = {k: v for k, v in meta.items()
+                if k not in mcp.MODERN_META_KEYS and k != mcp.META_WEBHOOK}
         if meta:
             out["_meta"] = meta
         else:

@@ -133,6 +133,8 @@ CLIENT_CAPABILITY_FOR: Final = {
 INPUT_KEY_PREFIX: Final = {"elicitation/create": "elicitation",
                            "sampling/createMessage": "sampling", "roots/list": "roots"}
 INPUT_KEY_HINT: Final = "mcp-task-gateway/inputKey"
+# A client's webhook for its own task (gateway/push/client.py): the gateway's, never sent on.
+META_WEBHOOK: Final = "mcp-task-gateway/webhook"
 
 
 def input_key(request: dict[str, Any], number: int, used: set[str]) -> str:

@@ -1,5 +1,7 @@
-"""One webhook endpoint: where its events go, how they are signed, which task statuses fire
-it, its pending deliveries (due first), and what /status shows of it.
+"""Where deliveries go: a `Target` (a URL and the secret its events are signed with), and
+an `Endpoint`, a lane of pending deliveries (due first) with what /status shows of it: an
+operator's webhook (its target, and which task statuses fire it), or the one lane every
+client's own webhooks share (each delivery carries its target).
 """
 
 from __future__ import annotations
@@ -19,6 +21,30 @@ from gateway.settings.schema import Webhook
 from gateway.tasks.model import Task
 
 
+class Target:
+    """A URL and its signer. `guarded`: a client's, whose host must not resolve to a
+    loopback, private or link-local address (sender.py)."""
+
+    __slots__ = ("_signer", "guarded", "label", "url")
+
+    def __init__(self, url: str, secret: str, guarded: bool = False) -> None:
+        self.url = url
+        self.guarded = guarded
+        parts = urlsplit(url)
+        # What logs, metrics and /status name it by: never its query or credentials.
+        self.label = f"{parts.hostname}{':' + str(parts.port) if parts.port else ''}" \
+                     f"{parts.path or '/'}"
+        self._signer = Signer(secret)
+
+    def headers(self, delivery: Delivery, now: float) -> dict[str, str]:
+        """Standard Webhooks' headers, signed afresh for this attempt (`now`)."""
+        stamp = datetime.fromtimestamp(now, UTC)
+        return {"content-type": "application/json", "webhook-id": delivery.id,
+                "webhook-timestamp": str(int(now)),
+                "webhook-signature": self._signer.sign(delivery.id, stamp,
+                                                       delivery.body.decode())}
+
+
 @dataclass(order=True, slots=True)
 class Delivery:
     """One event for one endpoint: tried until a 2xx (or given up), with the same id and
@@ -31,20 +57,19 @@ class Delivery:
     owner: str = field(compare=False)  # whose task: its bound (Pusher)
     since: float = field(compare=False)  # when the status was written: latency
     attempt: int = field(default=0, compare=False)  # attempts made
+    target: Target | None = field(default=None, compare=False)  # a client's (else its lane's)
 
 
 class Endpoint:
-    """An operator's webhook (settings `webhooks:`)."""
+    """A lane of deliveries: an operator's webhook (settings `webhooks:`: `conf`), or,
+    without one, the lane of clients' own webhooks."""
 
-    def __init__(self, conf: Webhook) -> None:
-        self.url = conf.url
-        parts = urlsplit(conf.url)
-        # What logs, metrics and /status name it by: never its query or credentials.
-        self.label = f"{parts.hostname}{':' + str(parts.port) if parts.port else ''}" \
-                     f"{parts.path or '/'}"
-        self._signer = Signer(conf.secret.get_secret_value())
-        self.events = frozenset(conf.events)
-        self.tools, self.upstreams = tuple(conf.tools), tuple(conf.upstreams)
+    def __init__(self, conf: Webhook | None = None) -> None:
+        self.target = None if conf is None else Target(conf.url, conf.secret.get_secret_value())
+        self.label = "clients" if self.target is None else self.target.label
+        self.events = frozenset(conf.events) if conf is not None else frozenset()
+        self.tools = tuple(conf.tools) if conf is not None else ()
+        self.upstreams = tuple(conf.upstreams) if conf is not None else ()
         self.disabled = False  # it answered 410 Gone: until the gateway restarts
         self.delivered = 0
         self.failures = 0  # attempts that failed
@@ -54,18 +79,10 @@ class Endpoint:
         self._woken = asyncio.Event()
 
     def wants(self, task: Task) -> bool:
-        """Whether `task`'s status, tool and upstream fire this endpoint."""
+        """Whether `task`'s status, tool and upstream fire this (operator's) endpoint."""
         return not self.disabled and str(task.status) in self.events and \
             any(fnmatchcase(task.tool, p) for p in self.tools) and \
             any(fnmatchcase(task.upstream, p) for p in self.upstreams)
-
-    def headers(self, delivery: Delivery, now: float) -> dict[str, str]:
-        """Standard Webhooks' headers, signed afresh for this attempt (`now`)."""
-        stamp = datetime.fromtimestamp(now, UTC)
-        return {"content-type": "application/json", "webhook-id": delivery.id,
-                "webhook-timestamp": str(int(now)),
-                "webhook-signature": self._signer.sign(delivery.id, stamp,
-                                                       delivery.body.decode())}
 
     # -- its pending deliveries ---------------------------------------------------------------
     def queue(self, delivery: Delivery) -> None:

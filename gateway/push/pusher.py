@@ -1,6 +1,9 @@
-"""Pusher: each task status the report tells it, queued for the endpoints it fires, and
-delivered by a few workers per endpoint, so that a slow or dead receiver holds only its
-own (docs/push.md). Calls and tasks never wait on it: `told` only queues.
+"""Pusher: each task status the report tells it, queued for the operator's endpoints it
+fires and, at its end, for the webhook its client asked for (client.py); delivered by a
+few workers per operator's endpoint, so that a slow or dead receiver holds only its own,
+and by CLIENT_WORKERS for every client's (a client's slow receiver delays other clients'
+pushes, never an operator's, a call or a task). Calls and tasks never wait on it: `told`
+only queues (docs/push.md).
 
 Bounded (docs/limits.md): MAX_PENDING deliveries in all, MAX_PENDING_PER_OWNER of one
 principal's tasks; past them a status is not pushed (counted as `dropped`, logged). With
@@ -16,66 +19,70 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
-
 from gateway.observability import log, owner_hash
 from gateway.observability.metrics import Metrics
-from gateway.push.endpoint import Delivery, Endpoint
+from gateway.push.endpoint import Delivery, Endpoint, Target
 from gateway.push.payload import event, webhook_id
-from gateway.push.schedule import Answer, judged, next_wait
+from gateway.push.schedule import Answer, next_wait
+from gateway.push.sender import Sender
 from gateway.settings.schema import Webhook
 from gateway.tasks.model import Task
 
 MAX_PENDING = 10_000
 MAX_PENDING_PER_OWNER = 1_000
-WORKERS = 4  # deliveries in flight to one endpoint at most
-CONNECT_S, TOTAL_S = 5.0, 15.0  # a receiver's connection, and its whole answer
+WORKERS = 4  # deliveries in flight to one operator's endpoint at most
+CLIENT_WORKERS = 8  # deliveries in flight to clients' webhooks at most, all together
 
 
 class Pusher:
     def __init__(self, webhooks: list[Webhook], metrics: Metrics,
                  clock: Callable[[], float] = time.time) -> None:
         self.endpoints = [Endpoint(conf) for conf in webhooks]
+        self.clients = Endpoint()  # the lane of clients' own webhooks
         self._metrics = metrics
         self._clock = clock
         self._owners: Counter[str] = Counter()  # pending deliveries by whose task
         self._pending = 0
         self._workers: list[asyncio.Task[None]] = []
-        self._http: aiohttp.ClientSession | None = None
+        self._sender = Sender(clock)
 
     # -- from the engine's report -------------------------------------------------------------
     def told(self, task: Task, message: str | None) -> None:
         """`task`'s status, written: queued for every endpoint it fires (`message`: its
         status message as it may be shown)."""
-        targets = [e for e in self.endpoints if e.wants(task)]
-        if not targets:
+        lanes: list[tuple[Endpoint, Target | None]] = [
+            (e, None) for e in self.endpoints if e.wants(task)]
+        if task.push is not None and task.terminal:  # its client's own, for its end
+            hook = task.push
+            lanes.append((self.clients, Target(hook["url"], hook["secret"],
+                                               guarded=not hook.get("exempt"))))
+        if not lanes:
             return
         now = self._clock()
         body, wid, owner = event(task, message, now), webhook_id(task.id, str(task.status)), \
             owner_hash(task.owner)
-        for endpoint in targets:
+        for lane, target in lanes:
             if self._pending >= MAX_PENDING or self._owners[owner] >= MAX_PENDING_PER_OWNER:
-                self._metrics.webhook_delivered(endpoint.label, "dropped")
-                log.warning("webhook.dropped", endpoint=endpoint.label, task=task.id[:8],
+                self._metrics.webhook_delivered(lane.label, "dropped")
+                log.warning("webhook.dropped", endpoint=lane.label, task=task.id[:8],
                             owner=owner, pending=self._pending)
                 continue
             self._pending += 1
             self._owners[owner] += 1
-            endpoint.queue(Delivery(now, 0, wid, body, owner, now))
+            lane.queue(Delivery(now, 0, wid, body, owner, now, target=target))
 
     # -- delivering ---------------------------------------------------------------------------
     async def start(self) -> None:
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
-            total=TOTAL_S, connect=CONNECT_S), auto_decompress=False)
-        self._workers = [asyncio.create_task(self._work(e), name="webhook")
-                         for e in self.endpoints for _ in range(WORKERS)]
+        await self._sender.start()
+        lanes = [(e, WORKERS) for e in self.endpoints] + [(self.clients, CLIENT_WORKERS)]
+        self._workers = [asyncio.create_task(self._work(lane), name="webhook")
+                         for lane, workers in lanes for _ in range(workers)]
 
     async def close(self) -> None:
         for worker in self._workers:
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        if self._http is not None:
-            await self._http.close()
+        await self._sender.close()
 
     async def _work(self, endpoint: Endpoint) -> None:
         while True:
@@ -88,16 +95,10 @@ class Pusher:
             self._after(endpoint, delivery, answer)
 
     async def _attempt(self, endpoint: Endpoint, delivery: Delivery) -> Answer:
-        assert self._http is not None
         delivery.attempt += 1
-        now = self._clock()
-        try:
-            async with self._http.post(endpoint.url, data=delivery.body,
-                                       headers=endpoint.headers(delivery, now),
-                                       allow_redirects=False) as resp:
-                return judged(resp.status, resp.headers.get("Retry-After"), self._clock())
-        except (aiohttp.ClientError, TimeoutError, OSError):
-            return Answer("failed")
+        target = delivery.target or endpoint.target
+        assert target is not None
+        return await self._sender.post(target, delivery)
 
     def _after(self, endpoint: Endpoint, delivery: Delivery, answer: Answer) -> None:
         now = self._clock()
@@ -108,10 +109,15 @@ class Pusher:
             self._done(delivery)
             return
         endpoint.failures += 1
-        if answer.outcome == "gone":
+        if answer.outcome == "gone" and delivery.target is None:
             self._disable(endpoint, delivery)
             return
-        wait = next_wait(delivery.attempt, answer)
+        wait = None if answer.outcome in ("gone", "refused") else \
+            next_wait(delivery.attempt, answer)
+        if answer.outcome == "refused":
+            log.warning("webhook.address_refused", audit=True, endpoint=endpoint.label,
+                        webhook_id=delivery.id, reason="its host resolves to an address "
+                        "that is not public, and no allowed prefix names it")
         if wait is None:
             self._metrics.webhook_delivered(endpoint.label, "abandoned")
             log.warning("webhook.abandoned", endpoint=endpoint.label, webhook_id=delivery.id,
@@ -148,7 +154,7 @@ class Pusher:
         return [{"endpoint": e.label, "disabled": e.disabled, "delivered": e.delivered,
                  "failures": e.failures, "pending": e.pending,
                  "last": None if e.last is None else {"at": e.last[0], "outcome": e.last[1]}}
-                for e in self.endpoints]
+                for e in [*self.endpoints, self.clients]]
 
 
 __all__ = ["MAX_PENDING", "MAX_PENDING_PER_OWNER", "Pusher"]

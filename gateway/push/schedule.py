@@ -19,7 +19,7 @@ RETRY_S = (1.0, 5.0, 30.0, 120.0, 600.0, 1800.0, 3600.0)
 JITTER = 0.2
 MAX_RETRY_AFTER_S = 3600.0
 
-Outcome = Literal["delivered", "gone", "retry", "failed"]
+Outcome = Literal["delivered", "gone", "retry", "failed", "refused"]
 
 
 @dataclass(frozen=True, slots=True)

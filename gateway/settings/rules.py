@@ -129,23 +129,36 @@ def http_url(value: str) -> str:
     return value
 
 
+def url_prefix(value: str) -> str:
+    """An http(s) URL prefix: a scheme at least (`https://`), perhaps a host and a path."""
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"not an http(s) URL prefix: {value!r}")
+    return value
+
+
 WEBHOOK_SECRET_BYTES = (24, 64)  # Standard Webhooks: a whsec_ secret of 24 to 64 bytes
 
 
-def webhook_secret(value: Any) -> Any:
-    """A Standard Webhooks secret: `whsec_` and the base64 of 24 to 64 random bytes. The
-    error never quotes it."""
+def webhook_secret_bytes(text: str) -> bytes | None:
+    """The key of a Standard Webhooks secret (`whsec_` and the base64 of 24 to 64 bytes);
+    None when it is not one."""
     import base64
     import binascii
 
-    text = value.get_secret_value()
-    low, high = WEBHOOK_SECRET_BYTES
+    if not text.startswith("whsec_"):
+        return None
     try:
-        raw = base64.b64decode(text.removeprefix("whsec_"), validate=True) \
-            if text.startswith("whsec_") else b""
+        raw = base64.b64decode(text.removeprefix("whsec_"), validate=True)
     except (binascii.Error, ValueError):
-        raw = b""
-    if not low <= len(raw) <= high:
+        return None
+    low, high = WEBHOOK_SECRET_BYTES
+    return raw if low <= len(raw) <= high else None
+
+
+def webhook_secret(value: Any) -> Any:
+    """A Standard Webhooks secret. The error never quotes it."""
+    if webhook_secret_bytes(value.get_secret_value()) is None:
+        low, high = WEBHOOK_SECRET_BYTES
         raise ValueError(f"a webhook secret is whsec_ and the base64 of {low}-{high} bytes "
                          "(e.g. whsec_$(head -c 32 /dev/urandom | base64))")
     return value

@@ -82,7 +82,7 @@ class TaskEngine:
                                                               policy.poll_interval_ms),
                     upstream=intent.upstream, replica=self.replica, created_at=self._clock(),
                     quota=intent.quota, key=key.slot if key else "",
-                    asked=key.digest if key else "")
+                    asked=key.digest if key else "", push=intent.push)
         try:
             # StoreSettling for a key while a store that lost its records gets them back
             # (redis_scripts.py `settling`): a run now could be the call's second.

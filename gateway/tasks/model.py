@@ -109,6 +109,9 @@ class Task:
     # task while the task is kept), and the digest of the call it names.
     key: str = ""
     asked: str = ""
+    # A webhook its client asked its end pushed to (gateway/push/client.py: url, secret,
+    # exempt); kept with the record, which a shared store keeps encrypted (vault.py).
+    push: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.updated_at = self.updated_at or self.created_at

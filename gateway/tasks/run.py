@@ -40,6 +40,7 @@ class Intent:
     # Whose bounds it takes (Task.quota): a legacy session's principal; empty: the owner.
     quota: str = ""
     key: CallKey | None = None  # an Idempotency-Key's (tasks/keys.py): run once
+    push: dict[str, Any] | None = None  # a webhook its client asked for (gateway/push)
 
 
 @dataclass(slots=True)

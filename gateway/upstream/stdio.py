@@ -321,18 +321,20 @@ class StdioTransport:
         pid = transport.get_pid()
         with contextlib.suppress(Exception):
             transport.get_pipe_transport(0).close()  # type: ignore[union-attr]
-        for sig, wait_s in ((None, self.conf.shutdown_grace_ms / 1000), (signal.SIGTERM, 2.0),
-                            (signal.SIGKILL, 2.0)):
-            if sig is not None:
-                _signal_group(pid, sig)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(pipes.exited), wait_s)
-            if pipes.exited.done():
-                break
-        # The leader is gone; make sure nothing it started lingers in its group.
-        _signal_group(pid, signal.SIGKILL)
-        transport.close()
-        self._proc = None
+        try:
+            for sig, wait_s in ((None, self.conf.shutdown_grace_ms / 1000),
+                                (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
+                if sig is not None:
+                    _signal_group(pid, sig)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(pipes.exited), wait_s)
+                if pipes.exited.done():
+                    break
+        finally:  # also when the stop is cancelled in its wait: nothing is left behind
+            # The leader is gone (or goes now); nothing it started lingers in its group.
+            _signal_group(pid, signal.SIGKILL)
+            transport.close()
+            self._proc = None
 
 
 # What a stdio server starts with of the gateway's environment, which holds the gateway's

@@ -523,7 +523,8 @@ async def test_a_retry_joined_on_another_replica_hears_why_the_call_never_starte
     assert text_of(await holder) == "slept 4000"
 
 
-async def test_a_key_survives_the_store_restarting_empty(group, http, tmp_path) -> None:
+async def test_a_key_survives_the_store_restarting_empty(group, http, tmp_path, key_prefix
+                                                         ) -> None:
     """The replica running a keyed task writes it back into a store that lost everything,
     its key with it: the retry after the restart still names the one task, even where that
     replica's beats reach the restarted store late (paused, within its lease: a loaded
@@ -533,7 +534,12 @@ async def test_a_key_survives_the_store_restarting_empty(group, http, tmp_path) 
     own.start()
     try:
         journal = tmp_path / "journal"
-        a, b = await group(2, redis=own, **journaled(journal))
+        # A lease of 5 s: replica a's beats must reach the restarted store within it (a
+        # replica that cannot is gone, by the lease's contract), paused 3 s and then
+        # reconnecting on a loaded machine (one CI run: more than the tests' usual 1 s).
+        a, b = await group(2, redis=own, store={
+            "backend": "redis", "url": own.url, "key_prefix": key_prefix, "lease_ms": 5000},
+            **journaled(journal))
         made = await replica_call(http, a.url, "alice", "kept", {"ms": 3000}, TASKS)
         task_id = made.body["result"]["taskId"]
         await asyncio.sleep(0.3)  # its call under way on replica a
@@ -541,10 +547,10 @@ async def test_a_key_survives_the_store_restarting_empty(group, http, tmp_path) 
         a.proc.send_signal(signal.SIGSTOP)
         own.stop()
         own.start()
-        late = asyncio.get_running_loop().call_later(0.7, a.proc.send_signal, signal.SIGCONT)
+        late = asyncio.get_running_loop().call_later(3.0, a.proc.send_signal, signal.SIGCONT)
         # Retried at once on the other replica: told to retry while replica a writes its
         # task back (503, Retry-After), never a second run.
-        for _ in range(100):
+        for _ in range(200):
             again = await replica_call(http, b.url, "alice", "kept", {"ms": 3000}, TASKS)
             if again.status == 200:
                 break

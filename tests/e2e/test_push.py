@@ -168,5 +168,103 @@ def test_check_config_names_a_bad_webhook(hook, said, tmp_path) -> None:
 
 
 async def detail(http, url: str) -> list[dict[str, Any]]:
-    async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
+    async with http.get(url.replace("/mcp", "/readyz?detail"),
+                        headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
         return (await resp.json())["webhooks"]
+
+
+# -- clients' own webhooks (push/client.py) ------------------------------------------------
+CLIENT_SECRET = "whsec_" + base64.b64encode(b"the client's own secret, 32 byte").decode()
+TOKENS = {"alice": "alice-token-0123456789abcdef0123456789",
+          "bob": "bob-token-0123456789abcdef0123456789ab"}
+ADMIN = "operator-token-0123456789abcdef0123456"
+
+
+def asks(url: str, secret: str = CLIENT_SECRET) -> dict[str, Any]:
+    return {"mcp-task-gateway/webhook": {"url": url, "secret": secret}}
+
+
+async def own_task(http, url: str, who: str, tool: str, args: dict[str, Any],
+                   meta: dict[str, Any] | None = None) -> Any:
+    return await modern(http, url, "tools/call", {"name": tool, "arguments": args},
+                        TASKS, meta=meta, headers={"Authorization": f"Bearer {TOKENS[who]}"})
+
+
+def clients_gateway(allowed: list[str]) -> dict[str, Any]:
+    return {"tasks": POLICY, "webhooks_allowed": allowed,
+            "auth": {"bearer_tokens": list(TOKENS.values()), "admin_tokens": [ADMIN]}}
+
+
+class ClientReceiver(Receiver):
+    async def hook(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        payload = Verifier(CLIENT_SECRET).verify(body, dict(request.headers))
+        self.got.append((dict(request.headers), payload))
+        self.arrived.set()
+        return web.Response(status=204)
+
+
+async def test_a_clients_webhook_hears_its_own_task_only(gateway, http, aiohttp_server
+                                                         ) -> None:
+    receiver = ClientReceiver()
+    hook = await served(aiohttp_server, receiver)
+    prefix = hook.rsplit("/", 2)[0] + "/"  # http://127.0.0.1:port/ : names its host
+    url = await gateway(**clients_gateway([prefix]))
+    alices = (await own_task(http, url, "alice", "meta", {}, asks(hook))).body["result"]
+    bobs = (await own_task(http, url, "bob", "echo", {"text": "b"})).body["result"]
+    await receiver.wait(1)
+    await asyncio.sleep(0.3)
+    assert [p["data"]["taskId"] for _, p in receiver.got] == [alices["taskId"]]
+    assert bobs["taskId"] not in json.dumps([p for _, p in receiver.got])
+    done = await wait_for(http, url, alices["taskId"], "completed",
+                          {"Authorization": f"Bearer {TOKENS['alice']}"})
+    seen = json.loads(done["result"]["content"][0]["text"])  # the _meta the server got
+    assert "mcp-task-gateway/webhook" not in seen and CLIENT_SECRET not in json.dumps(seen)
+
+
+@pytest.mark.parametrize("allowed", [[], ["https://hooks.example.com/"],
+                                     ["http://127.0.0.1:1/"]])
+async def test_a_webhook_outside_the_allow_list_is_refused_and_nothing_runs(
+        gateway, http, allowed) -> None:
+    url = await gateway(**clients_gateway(allowed))
+    refused = await own_task(http, url, "alice", "echo", {"text": "x"},
+                             asks("http://127.0.0.1:9/hooks"))
+    assert refused.status == 400 and refused.body["error"]["code"] == -32602
+    assert "webhooks_allowed" in refused.body["error"]["message"]
+    assert CLIENT_SECRET not in json.dumps(refused.body)
+    bad = await own_task(http, url, "alice", "echo", {"text": "x"},
+                         asks("https://hooks.example.com/x", "whsec_c2hvcnQ="))
+    assert bad.status == 400
+
+
+async def test_a_name_that_resolves_to_loopback_is_refused_unless_its_prefix_names_it(
+        gateway, http, aiohttp_server) -> None:
+    receiver = ClientReceiver()
+    hook = (await served(aiohttp_server, receiver)).replace("127.0.0.1", "localhost")
+    url = await gateway(**clients_gateway(["http://"]))  # any http URL, naming no host
+    task = (await own_task(http, url, "alice", "echo", {"text": "x"}, asks(hook))
+            ).body["result"]["taskId"]
+    await wait_for(http, url, task, "completed", {"Authorization": f"Bearer {TOKENS['alice']}"})
+    for _ in range(50):
+        clients = (await detail(http, url))[-1]
+        if clients["last"] is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert clients["endpoint"] == "clients" and clients["last"]["outcome"] == "refused"
+    assert receiver.got == []  # never sent
+
+
+async def test_a_legacy_core_task_pushes_its_end_to_its_clients_webhook(
+        gateway, client, aiohttp_server) -> None:
+    receiver = ClientReceiver()
+    hook = await served(aiohttp_server, receiver)
+    url = await gateway(**clients_gateway([hook.rsplit("/", 2)[0] + "/"]))
+    mcp = client(url)
+    await mcp.initialize({"tasks": {}}, version="2025-11-25",
+                         headers={"Authorization": f"Bearer {TOKENS['alice']}"})
+    made = await mcp.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "echo", "arguments": {"text": "x"}, "task": {},
+        "_meta": asks(hook)}}, Authorization=f"Bearer {TOKENS['alice']}")
+    task_id = made.body["result"]["task"]["taskId"]
+    await receiver.wait(1)
+    assert receiver.got[0][1]["data"]["taskId"] == task_id

@@ -60,3 +60,43 @@ async def test_a_cancelled_wait_holds_nothing() -> None:
     assert processes.status()["running"] == processes.status()["waiting"] == 0
     again = await processes.take("main", "bob")  # the place is free, not owed to the gone
     again.release()
+
+
+async def test_a_stop_cancelled_while_it_waits_still_ends_the_process() -> None:
+    """The stdio shutdown (stdin closed, a grace, SIGTERM, SIGKILL) cancelled in its wait
+    (the gateway stopping while a process is being closed: an era probe's, say) still
+    kills the process and closes its transport: none outlives the gateway (before: its
+    transport was left unclosed, and a process that ignored the close ran on)."""
+    import os
+    from pathlib import Path
+
+    import structlog
+    from mcp_http import BASIC
+
+    from gateway.settings.load import from_mapping
+    from gateway.upstream import isolation
+
+    # A server that outlives its stdin's close and ignores SIGTERM (its shell sleeps on).
+    stubborn = f'trap "" TERM; "{BASIC[0]}" "{BASIC[1]}"; sleep 30'
+    conf = from_mapping({"upstreams": {"main": {"command": "sh", "args": ["-c", stubborn],
+                                                "era": "legacy",
+                                                "shutdown_grace_ms": 5000}}})
+    backend = isolation.build("main", conf.upstreams["main"], 1 << 20)
+    with structlog.testing.capture_logs() as events:
+        await backend.start()
+        await backend.primary.wait_ready()
+    pid = next(e["pid"] for e in events if e["event"] == "upstream.spawned")
+    closing = asyncio.ensure_future(backend.primary.close())
+    await asyncio.sleep(0.3)  # in the grace
+    closing.cancel()
+    await asyncio.gather(closing, return_exceptions=True)
+
+    def running() -> bool:
+        stat = Path(f"/proc/{pid}/stat")
+        return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    for _ in range(40):
+        if not running():
+            break
+        await asyncio.sleep(0.05)
+    assert not running()
+    assert os.path.exists("/proc/self")  # /proc is there: the check above means something

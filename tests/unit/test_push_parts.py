@@ -55,3 +55,49 @@ def test_an_event_is_thin_and_its_id_stable_per_task_and_status() -> None:
     assert webhook_id("t-1", "completed") == webhook_id("t-1", "completed")
     assert webhook_id("t-1", "completed") != webhook_id("t-1", "failed")
     assert webhook_id("t-1", "completed") != webhook_id("t-2", "completed")
+
+
+SECRET = "whsec_" + "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE="
+
+
+def asked_for(url: str, secret: str = SECRET) -> dict[str, object]:
+    return {"name": "t", "_meta": {"mcp-task-gateway/webhook": {"url": url, "secret": secret}}}
+
+
+@pytest.mark.parametrize(("url", "allowed", "exempt"), [
+    ("https://hooks.example.com/a", ("https://hooks.example.com/",), True),
+    ("https://hooks.example.com/a?x=1", ("https://hooks.example.com",), True),
+    ("https://any.example.net/x", ("https://",), False),
+    ("http://10.0.0.5:8080/h", ("http://10.0.0.5:8080/",), True)])
+def test_a_clients_webhook_under_an_allowed_prefix_is_taken(url, allowed, exempt) -> None:
+    from gateway.push.client import asked
+
+    assert asked(asked_for(url), allowed) == {"url": url, "secret": SECRET, "exempt": exempt}
+
+
+@pytest.mark.parametrize(("url", "allowed"), [
+    ("https://hooks.example.com.evil.net/", ("https://hooks.example.com",)),
+    ("http://hooks.example.com/a", ("https://hooks.example.com/",)),  # http: not said
+    ("https://user:pw@hooks.example.com/a", ("https://",)),
+    ("https://hooks.example.com/a", ()),  # none allowed: the default
+    ("ftp://hooks.example.com/a", ("https://",))])
+def test_a_clients_webhook_elsewhere_is_refused(url, allowed) -> None:
+    from gateway.errors import InvalidParams
+    from gateway.push.client import asked
+
+    with pytest.raises(InvalidParams):
+        asked(asked_for(url), allowed)
+    with pytest.raises(InvalidParams, match="whsec_"):
+        asked(asked_for("https://hooks.example.com/a", "whsec_c2hvcnQ="), ("https://",))
+
+
+@pytest.mark.parametrize(("address", "public"), [
+    ("93.184.216.34", True), ("2606:2800:220:1:248:1893:25c8:1946", True),
+    ("127.0.0.1", False), ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.1.1", False),
+    ("169.254.169.254", False), ("::1", False), ("fe80::1", False), ("fd00::1", False),
+    ("::ffff:127.0.0.1", False), ("0.0.0.0", False), ("224.0.0.1", False),
+    ("100.64.0.1", False)])
+def test_only_public_addresses_are_pushed_to_for_clients(address: str, public: bool) -> None:
+    from gateway.push.sender import _public
+
+    assert _public(address) is public

@@ -28,7 +28,7 @@ from typing import Annotated
 
 from annotated_types import MinLen
 
-from gateway.settings.rules import MIN_TOKEN_CHARS, loopback
+from gateway.settings.rules import MIN_TOKEN_CHARS, Rule, loopback, url_prefix
 from gateway.settings.schema.auth import Auth, Introspection, OAuth
 from gateway.settings.schema.base import Secret, _Model, doc
 from gateway.settings.schema.caching import Caching
@@ -110,6 +110,11 @@ class Settings(_Model):
     shutdown: Shutdown = field(default_factory=Shutdown)
     webhooks: list[Webhook] = field(default_factory=list, metadata=doc(
         "where tasks' statuses are pushed (docs/push.md)"))
+    webhooks_allowed: list[Annotated[str, Rule(url_prefix)]] = field(
+        default_factory=list, metadata=doc(
+            "URL prefixes a client may ask its own tasks' ends pushed to (none: clients may "
+            "not); a loopback, private or link-local address only where the prefix names "
+            "its host (docs/push.md)"))
 
     @property
     def allowed_hosts(self) -> list[str] | None:

@@ -9,6 +9,8 @@ each delivery's latency (its arrival at a receiver here minus the status's time,
     hooked   one webhook, a receiver that answers 204 at once
     slow     one webhook whose receiver takes 2 s an answer (1,000 tasks ending at once:
              deliveries queue; calls must not notice, memory stays bounded)
+    trickle  one webhook, a fast receiver, one call at a time (200 calls): the latency of a
+             delivery that does not queue behind others
 
     python3 bench/push.py --rounds 3 [--calls 2000]
 """
@@ -115,15 +117,15 @@ async def round_of(kind: str, n: int, receiver: Receiver, hook_url: str) -> dict
         await calls(url, 200)  # warm
         before, rss0 = cpu_s(proc.pid), rss_kib(proc.pid)
         began = time.perf_counter()
-        took = await calls(url, n)
+        took = await calls(url, n, 1 if kind == "trickle" else 32)
         wall = time.perf_counter() - began
         used = cpu_s(proc.pid) - before
-        if kind == "hooked":
-            for _ in range(100):
-                if len(receiver.latencies) >= n + 200:
-                    break
-                await asyncio.sleep(0.1)
-        lat = sorted(receiver.latencies[200:] if kind == "hooked" else [])
+        measured = kind in ("hooked", "trickle")
+        for _ in range(100 if measured else 0):
+            if len(receiver.latencies) >= n + 200:
+                break
+            await asyncio.sleep(0.1)
+        lat = sorted(receiver.latencies[200:] if measured else [])
         return {"cpu_us": used / n * 1e6, "calls_s": n / wall,
                 "p50_ms": statistics.median(took) * 1000,
                 "rss_mib": rss_kib(proc.pid) / 1024,
@@ -147,10 +149,11 @@ async def main() -> None:
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 18_701).start()
-    results: dict[str, list[dict[str, float]]] = {"none": [], "hooked": [], "slow": []}
+    results: dict[str, list[dict[str, float]]] = {"none": [], "hooked": [], "slow": [],
+                                                  "trickle": []}
     for _ in range(args.rounds):
         for kind in results:
-            n = 1000 if kind == "slow" else args.calls
+            n = {"slow": 1000, "trickle": 200}.get(kind, args.calls)
             results[kind].append(await round_of(kind, n, receiver,
                                                 "http://127.0.0.1:18701/hook"))
     await runner.cleanup()

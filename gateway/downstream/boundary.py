@@ -8,11 +8,10 @@ Every refusal is a `GatewayError` raised here, rendered once by `error_response`
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from yarl import URL
 
 from gateway import errors, router
 from gateway.auth import ANONYMOUS, Authenticator, Principal
@@ -21,7 +20,9 @@ from gateway.auth.replicas import ReplicaSeals, binding, digest
 from gateway.auth.resource import WELL_KNOWN
 from gateway.auth.throttle import FailedAuths
 from gateway.auth.token_exchange import TokenExchanger
+from gateway.downstream.origins import Origins
 from gateway.downstream.peers import Clients, Hosts, local_peer
+from gateway.downstream.screen import Screen
 from gateway.errors import GatewayError
 from gateway.observability import log
 from gateway.observability.counters import Counters
@@ -35,10 +36,6 @@ from gateway.tasks.model import Dialect
 from gateway.upstream.isolation import Backend
 
 JSON_HEADERS = {"Content-Type": mcp.CT_JSON}
-CORS_EXPOSE = ", ".join((mcp.H_SESSION, mcp.H_PROTOCOL, "WWW-Authenticate"))
-CORS_ALLOW_HEADERS = ", ".join((
-    "Content-Type", mcp.H_ACCEPT, mcp.H_AUTH, mcp.H_SESSION, mcp.H_PROTOCOL, mcp.H_LAST_EVENT,
-    "Mcp-Method", "Mcp-Name"))
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL = web.RequestKey("principal", Principal)  # who is calling (gateway/auth/)
 # A relayed request's: the digest of the body its replica seal vouches for (auth/replicas.py)
@@ -222,20 +219,6 @@ def _too_large(limit: int) -> errors.PayloadTooLarge:
                                   {"maxBytes": limit})
 
 
-def _undecodable(headers: Mapping[str, str]) -> str | None:
-    """The name of a header whose bytes are not UTF-8 (aiohttp keeps them as surrogate
-    escapes, which cannot be encoded again), if any."""
-    if "".join(headers.values()).isascii():  # one pass in C over all of them (every request)
-        return None
-    for name, value in headers.items():
-        if not value.isascii():
-            try:
-                value.encode()
-            except UnicodeEncodeError:
-                return name
-    return None
-
-
 class UpstreamHeaders:
     """The headers a client request gives its upstream call: those the backend forwards,
     and with `token_exchange` the caller's token traded for the upstream's (RFC 8693; the
@@ -268,27 +251,13 @@ class Guard:
         be operators (auth/operators.py)."""
         self.counters = counters
         self.seals = seals or ReplicaSeals(None)  # what another replica vouches for
-        self.any_origin = "*" in conf.security.allowed_origins
-        self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
-        self.hosts = Hosts(conf.operator_hosts, addresses=True) if listener else \
+        hosts = Hosts(conf.operator_hosts, addresses=True) if listener else \
             Hosts(conf.allowed_hosts)
+        self.screen = Screen(hosts, Origins(conf.security.allowed_origins))
         self.auth = auth
         self.operators = Operators(conf.auth, auth, listener=listener)
         self.failures = FailedAuths(conf.auth.failures_per_minute)
         self.clients = Clients(conf.security.trusted_proxies)
-
-    def origin_allowed(self, origin: str) -> bool:
-        if self.any_origin:
-            return True
-        try:
-            url = URL(origin)
-        except ValueError:
-            return False
-        for allowed in self.origins:
-            if (url.scheme, url.host) == (allowed.scheme, allowed.host) and (
-                    allowed.explicit_port is None or allowed.port == url.port):
-                return True
-        return False
 
     def is_open(self, request: web.Request) -> bool:
         if request.path == "/readyz":
@@ -357,48 +326,12 @@ class Guard:
         return vouched.principal
 
     def _checked(self, request: web.Request) -> web.Response | None:
-        """The checks before any credential: Host, headers' bytes, Origin; a CORS
-        preflight is answered here."""
-        if (misdirected := self._misdirected(request)) is not None:
-            return misdirected
-        if (bad := _undecodable(request.headers)) is not None:
-            # Checked once, here: every later use (a token compare, an error that names a
-            # header, a header forwarded upstream) may assume text. The value is never
-            # echoed: it may be a token. spec (Streamable HTTP, Security Warning): an
-            # invalid Origin MUST get 403.
-            if bad.lower() == mcp.H_ORIGIN.lower():
-                return self._refuse(errors.ForbiddenOrigin(
-                    "Forbidden: the Origin header is not valid UTF-8"))
-            return error_response(errors.InvalidRequest(
-                f"Bad Request: the {bad} header is not valid UTF-8"))
-        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
-            # No MCP client compresses what it sends; a compressed body is not inflated.
-            return error_response(errors.UnsupportedMediaType(
-                "Unsupported Media Type: send the body without Content-Encoding"))
-        origin = request.headers.get(mcp.H_ORIGIN)
-        # spec (Streamable HTTP, Security Warning): servers MUST validate Origin (DNS rebinding).
-        if origin is not None and not self.origin_allowed(origin):
-            return self._refuse(errors.ForbiddenOrigin(f"Forbidden: origin {origin} is not "
-                                                       "allowed"))
-        if request.method == "OPTIONS" and origin is not None:
-            return web.Response(status=204, headers={
-                "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
-                "Access-Control-Allow-Headers": request.headers.get(
-                    "Access-Control-Request-Headers", CORS_ALLOW_HEADERS),
-                "Access-Control-Max-Age": "86400"})
-        return None
-
-    def _misdirected(self, request: web.Request) -> web.Response | None:
-        """421 when the Host header names a host this gateway does not serve (DNS
-        rebinding: peers.py); the name is echoed only when it is plain text."""
-        host = request.headers.get("Host")
-        if self.hosts.allows(host):
-            return None
-        named = f" {errors.shown(host)}" if host and host.isascii() and host.isprintable() \
-            else ""
-        return self._refuse(errors.MisdirectedRequest(
-            f"Misdirected Request: this gateway does not serve the host{named} "
-            "(security.allowed_hosts)"))
+        """The checks before any credential (screen.py), a refusal answered; a CORS
+        preflight's answer."""
+        try:
+            return self.screen.check(request)
+        except errors.ProtocolError as exc:
+            return self._refuse(exc)
 
     async def _operator(self, request: web.Request) -> web.Response | None:
         """An operator's route: operators only (auth/operators.py); a refusal is audited."""
@@ -439,10 +372,8 @@ class Guard:
         """CORS headers on every response to an allowed origin, streams included; the
         challenge and the audit event of an authentication or scope failure."""
         origin = request.headers.get(mcp.H_ORIGIN)
-        if origin is not None and self.origin_allowed(origin):
-            response.headers["Access-Control-Allow-Origin"] = origin
-            response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE
-            response.headers["Vary"] = "Origin"
+        if origin is not None:
+            self.screen.origins.expose(response, origin)
         fault = response.get(AUTH_FAULT)
         if fault is not None:
             response.headers["WWW-Authenticate"] = self._challenge(request.path, fault)

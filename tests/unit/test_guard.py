@@ -1,4 +1,4 @@
-"""The guard (downstream/boundary.py, Guard): each door's checks in order, each
+"""The guard's parts composed (downstream/guard.py): each door's checks in order, each
 refusal's answer, count and audit event, and what every response carries. In process, on
 mocked requests; tests/e2e/test_transport.py and test_operator_surfaces.py drive the same
 through a gateway."""
@@ -13,7 +13,8 @@ from aiohttp.test_utils import make_mocked_request
 from structlog.testing import capture_logs
 
 from gateway.auth import Authenticator
-from gateway.downstream.boundary import OPERATOR, PRINCIPAL, Guard
+from gateway.downstream.boundary import OPERATOR, PRINCIPAL
+from gateway.downstream.guard import Guard
 from gateway.observability.counters import Counters
 from gateway.settings.load import from_mapping
 
@@ -29,7 +30,7 @@ BASE: dict[str, Any] = {
 def guard_for(raw: dict[str, Any] = BASE) -> tuple[Guard, Counters]:
     conf = from_mapping(raw)
     counters = Counters()
-    return Guard(conf, counters, Authenticator(conf.auth)), counters
+    return Guard.of(conf, counters, Authenticator(conf.auth)), counters
 
 
 def request(path: str = "/mcp", method: str = "POST", token: str | None = TOKEN,
@@ -130,9 +131,8 @@ async def test_doors_probes_are_open_operators_routes_take_operators() -> None:
 
 async def test_the_operator_listener_shares_the_failed_auth_limit() -> None:
     conf = from_mapping({**BASE, "listen": {"operator_port": 0}})
-    guard = Guard(conf, Counters(), Authenticator(conf.auth))
-    listener = Guard(conf, guard.counters, guard.auth, listener=True)  # as app.py makes it
-    listener.failures = guard.failures
+    guard = Guard.of(conf, Counters(), Authenticator(conf.auth))
+    listener = guard.for_listener(conf)  # as app.py makes it
     for _ in range(2):
         await guard.caller(request(token="wrong" * 8))
     refused = await listener.admit(request("/metrics", "GET", token=ADMIN, Host="10.1.2.3"))

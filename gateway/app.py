@@ -20,8 +20,9 @@ from gateway.answer_bytes import AnswerBytes
 from gateway.auth import Authenticator
 from gateway.auth.replicas import ReplicaSeals
 from gateway.auth.resource import WELL_KNOWN, ProtectedResource
-from gateway.downstream.boundary import Guard, metadata_handler
+from gateway.downstream.boundary import metadata_handler
 from gateway.downstream.endpoint import Endpoint
+from gateway.downstream.guard import Guard
 from gateway.downstream.leases import Leases
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
@@ -72,7 +73,8 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     """The gateway as an aiohttp app; for tests, `tracing` (else built from `conf.tracing`)
     to read spans in memory, `sample_s` (/status's samples: history.py) to watch them fill."""
     counters, replica = Counters(), conf.replica.id or secrets.token_hex(8)
-    app, auth, guard = _guarded_app(conf, counters, _owner_key(conf), replica)
+    seals = _seals(conf, replica)
+    app, auth, guard = _guarded_app(conf, counters, _owner_key(conf), seals)
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
@@ -101,8 +103,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
         exchanger = auth.exchanger(up.token_exchange)
         era = LegacyEra(backend, _sessions(limits, replay, up.isolation == "client"), conf,
                         engine, policies, leases, exchanger, _resumption(records, name, limits))
-        modern = ModernEra(backend, conf, sealer, engine, policies, leases, exchanger,
-                           guard.seals)
+        modern = ModernEra(backend, conf, sealer, engine, policies, leases, exchanger, seals)
         endpoint = Endpoint(era, modern, guard, limits.max_body_bytes, metrics, counters, tracing)
         _route(app, up.path, endpoint, guard)
         backends[name] = backend
@@ -150,9 +151,7 @@ def _operators(app: web.Application, conf: Settings, guard: Guard, admin: Admin)
     admin.routes(app, guard.wrap)
     app.cleanup_ctx.append(admin.sampling)
     if conf.listen.operator_port is not None:
-        own = Guard(conf, guard.counters, guard.auth, listener=True)
-        own.failures = guard.failures  # one failed-auth limit a client, whichever port
-        app.cleanup_ctx.append(_operator_listener(conf, own, admin))
+        app.cleanup_ctx.append(_operator_listener(conf, guard.for_listener(conf), admin))
 
 
 def _operator_listener(conf: Settings, guard: Guard, admin: Admin
@@ -202,14 +201,14 @@ def _resumption(records: SessionRecords | None, upstream: str, limits: Limits
         records, upstream, limits.session_idle_ms / 1000, limits.max_sessions_per_principal)
 
 
-def _guarded_app(conf: Settings, counters: Counters, owner_key: bytes | None, replica: str
-                 ) -> tuple[web.Application, Authenticator, Guard]:
+def _guarded_app(conf: Settings, counters: Counters, owner_key: bytes | None,
+                 seals: ReplicaSeals) -> tuple[web.Application, Authenticator, Guard]:
     """The app and its guard (origins, authentication), with the protected resource
     metadata when OAuth is on. No middleware: each route is registered behind the guard
     (`Guard.wrap`), and the MCP endpoints' POST calls it first thing (one handler a
     request, no chain: docs/architecture.md, The request path)."""
     auth = Authenticator(conf.auth, _tool_scopes(conf), owner_key)
-    guard = Guard(conf, counters, auth, _seals(conf, replica))
+    guard = Guard.of(conf, counters, auth, seals)
     # aiohttp refuses bodies over client_max_size with 413 before we parse them.
     app = web.Application(client_max_size=conf.limits.max_body_bytes)
     app.on_response_prepare.append(guard.on_prepare)

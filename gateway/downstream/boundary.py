@@ -1,33 +1,27 @@
-"""Checks and helpers at the HTTP boundary, shared by both eras: Host (peers.py), Origin and
-CORS, authentication (gateway/auth/) and its challenges, the operators' routes, Accept and
-Content-Type, body size, JSON parsing, and error responses.
+"""Checks and helpers at the HTTP boundary, shared by both eras: what the guard (guard.py:
+Host, Origin and CORS, authentication and its challenges, the operators' routes) records on
+a request and a response, Accept and Content-Type, body size, JSON parsing, scopes per tool,
+and error responses.
 
-Every refusal is a `GatewayError` raised here, rendered once by `error_response`.
+Every refusal is a `GatewayError` raised where its fault is known, rendered once by
+`error_response`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from yarl import URL
 
 from gateway import errors, router
-from gateway.auth import ANONYMOUS, Authenticator, Principal
-from gateway.auth.operators import Operators
-from gateway.auth.replicas import ReplicaSeals, binding, digest
-from gateway.auth.resource import WELL_KNOWN
-from gateway.auth.throttle import FailedAuths
+from gateway.auth import ANONYMOUS, Principal
+from gateway.auth.replicas import digest
 from gateway.auth.token_exchange import TokenExchanger
-from gateway.downstream.peers import Clients, Hosts, local_peer
 from gateway.errors import GatewayError
-from gateway.observability import log
-from gateway.observability.counters import Counters
 from gateway.observability.tracing import TOOL_ERROR, error_type
 from gateway.protocol import jsonrpc, mcp
-from gateway.settings.schema import Settings
 from gateway.tasks import keys
 from gateway.tasks.dialects import Lacking
 from gateway.tasks.keys import CallKey
@@ -35,10 +29,6 @@ from gateway.tasks.model import Dialect
 from gateway.upstream.isolation import Backend
 
 JSON_HEADERS = {"Content-Type": mcp.CT_JSON}
-CORS_EXPOSE = ", ".join((mcp.H_SESSION, mcp.H_PROTOCOL, "WWW-Authenticate"))
-CORS_ALLOW_HEADERS = ", ".join((
-    "Content-Type", mcp.H_ACCEPT, mcp.H_AUTH, mcp.H_SESSION, mcp.H_PROTOCOL, mcp.H_LAST_EVENT,
-    "Mcp-Method", "Mcp-Name"))
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL = web.RequestKey("principal", Principal)  # who is calling (gateway/auth/)
 # A relayed request's: the digest of the body its replica seal vouches for (auth/replicas.py)
@@ -56,8 +46,6 @@ AUTH_FAULT = web.ResponseKey("auth_fault", errors.AuthRefusal)
 AUTH_FAULTS = (errors.Unauthorized, errors.InsufficientScope)
 # Set once the guard admitted an operator (auth/operators.py): what only operators may read.
 OPERATOR = web.RequestKey("operator", bool)
-# The operators' routes; /readyz is one only when its detail is asked for (`?detail`).
-OPERATOR_PATHS = frozenset({"/status", "/metrics"})
 
 
 def principal_of(request: web.Request) -> Principal:
@@ -222,20 +210,6 @@ def _too_large(limit: int) -> errors.PayloadTooLarge:
                                   {"maxBytes": limit})
 
 
-def _undecodable(headers: Mapping[str, str]) -> str | None:
-    """The name of a header whose bytes are not UTF-8 (aiohttp keeps them as surrogate
-    escapes, which cannot be encoded again), if any."""
-    if "".join(headers.values()).isascii():  # one pass in C over all of them (every request)
-        return None
-    for name, value in headers.items():
-        if not value.isascii():
-            try:
-                value.encode()
-            except UnicodeEncodeError:
-                return name
-    return None
-
-
 class UpstreamHeaders:
     """The headers a client request gives its upstream call: those the backend forwards,
     and with `token_exchange` the caller's token traded for the upstream's (RFC 8693; the
@@ -252,215 +226,3 @@ class UpstreamHeaders:
             return headers
         exchanged = await self.exchanger.token_for(token)
         return {**(headers or {}), "Authorization": f"Bearer {exchanged}"}
-
-
-class Guard:
-    """Host, Origin, CORS and authentication in front of every route but health probes and
-    the protected resource metadata (public, whatever Host a prober sends); operators alone
-    on theirs; every authentication failure's challenge and audit event."""
-
-    OPEN_PATHS = frozenset({"/healthz"})  # and /readyz but for its detail: `is_open`
-
-    def __init__(self, conf: Settings, counters: Counters, auth: Authenticator,
-                 seals: ReplicaSeals | None = None, *, listener: bool = False) -> None:
-        """`seals`: what another replica vouches for on a relayed retry; `listener`: the
-        guard of the operator listener (`listen.operator_port`), whose loopback peers may
-        be operators (auth/operators.py)."""
-        self.counters = counters
-        self.seals = seals or ReplicaSeals(None)  # what another replica vouches for
-        self.any_origin = "*" in conf.security.allowed_origins
-        self.origins = [URL(o) for o in conf.security.allowed_origins if o != "*"]
-        self.hosts = Hosts(conf.operator_hosts, addresses=True) if listener else \
-            Hosts(conf.allowed_hosts)
-        self.auth = auth
-        self.operators = Operators(conf.auth, auth, listener=listener)
-        self.failures = FailedAuths(conf.auth.failures_per_minute)
-        self.clients = Clients(conf.security.trusted_proxies)
-
-    def origin_allowed(self, origin: str) -> bool:
-        if self.any_origin:
-            return True
-        try:
-            url = URL(origin)
-        except ValueError:
-            return False
-        for allowed in self.origins:
-            if (url.scheme, url.host) == (allowed.scheme, allowed.host) and (
-                    allowed.explicit_port is None or allowed.port == url.port):
-                return True
-        return False
-
-    def is_open(self, request: web.Request) -> bool:
-        if request.path == "/readyz":
-            return "detail" not in request.query
-        return request.path in self.OPEN_PATHS or request.path.startswith(WELL_KNOWN)
-
-    @staticmethod
-    def for_operators(request: web.Request) -> bool:
-        return request.path in OPERATOR_PATHS or request.path == "/readyz"
-
-    def wrap(self, handler: Handler) -> Handler:
-        """`handler` behind the guard. Every route is registered so but the MCP endpoints'
-        POST, whose one handler calls `caller` itself: the app has no middleware chain
-        (docs/architecture.md, The request path)."""
-        async def guarded(request: web.Request) -> web.StreamResponse:
-            refused = await self.admit(request)
-            return refused if refused is not None else await handler(request)
-        return guarded
-
-    async def admit(self, request: web.Request) -> web.StreamResponse | None:
-        """None when the request may go on to its route; else the answer it gets."""
-        if self.is_open(request):
-            return None
-        if self.for_operators(request):
-            return self._checked(request) or await self._operator(request)
-        return await self.caller(request)
-
-    async def caller(self, request: web.Request) -> web.StreamResponse | None:
-        """A client's request to an MCP endpoint: None once its Host, headers, Origin and
-        credentials pass (its principal recorded); else the refusal (or a CORS preflight's
-        answer) it gets."""
-        if (refused := self._checked(request)) is not None:
-            return refused
-        try:
-            self.failures.admit(self.clients.address(request))
-            principal = await self._principal(request)
-            request[PRINCIPAL] = principal
-            if lacking := principal.lacks(self.auth.required):
-                raise errors.InsufficientScope("this resource", lacking)
-        except errors.TooManyFailures as exc:
-            return self._throttled(request, exc)
-        except errors.Unauthorized as exc:
-            return self._failed(request, exc)
-        except (errors.InsufficientScope, errors.AuthUnavailable) as exc:
-            return self._refuse(exc)
-        return None
-
-    async def _principal(self, request: web.Request) -> Principal:
-        """Who calls: the principal its credential names, or for a request another replica
-        relayed (handoff.py), the one that replica vouches for with the replicas' secret
-        (auth/replicas.py; a relayed request carries no client credential)."""
-        relayed = request.headers.get(mcp.H_RELAYED)
-        if relayed is None:
-            return await self.auth.authenticate(request.headers.get(mcp.H_AUTH))
-        if request.method != "POST" or mcp.H_SESSION in request.headers:
-            # A relay is a modern retry (handoff.py): a POST, of no session; the body digest
-            # it is sealed with is checked when a POST's body is read.
-            raise errors.Unauthorized("Unauthorized: a replica seal vouches for a relayed "
-                                      "POST of no session only", "wrong")
-        vouched = self.seals.open(relayed, binding(request.path, request.headers))
-        if vouched is None:
-            raise errors.Unauthorized("Unauthorized: a relayed request whose replica seal "
-                                      "does not open (forged, stale, or used already)",
-                                      "wrong")
-        request[RELAYED_BODY] = vouched.body
-        return vouched.principal
-
-    def _checked(self, request: web.Request) -> web.Response | None:
-        """The checks before any credential: Host, headers' bytes, Origin; a CORS
-        preflight is answered here."""
-        if (misdirected := self._misdirected(request)) is not None:
-            return misdirected
-        if (bad := _undecodable(request.headers)) is not None:
-            # Checked once, here: every later use (a token compare, an error that names a
-            # header, a header forwarded upstream) may assume text. The value is never
-            # echoed: it may be a token. spec (Streamable HTTP, Security Warning): an
-            # invalid Origin MUST get 403.
-            if bad.lower() == mcp.H_ORIGIN.lower():
-                return self._refuse(errors.ForbiddenOrigin(
-                    "Forbidden: the Origin header is not valid UTF-8"))
-            return error_response(errors.InvalidRequest(
-                f"Bad Request: the {bad} header is not valid UTF-8"))
-        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
-            # No MCP client compresses what it sends; a compressed body is not inflated.
-            return error_response(errors.UnsupportedMediaType(
-                "Unsupported Media Type: send the body without Content-Encoding"))
-        origin = request.headers.get(mcp.H_ORIGIN)
-        # spec (Streamable HTTP, Security Warning): servers MUST validate Origin (DNS rebinding).
-        if origin is not None and not self.origin_allowed(origin):
-            return self._refuse(errors.ForbiddenOrigin(f"Forbidden: origin {origin} is not "
-                                                       "allowed"))
-        if request.method == "OPTIONS" and origin is not None:
-            return web.Response(status=204, headers={
-                "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
-                "Access-Control-Allow-Headers": request.headers.get(
-                    "Access-Control-Request-Headers", CORS_ALLOW_HEADERS),
-                "Access-Control-Max-Age": "86400"})
-        return None
-
-    def _misdirected(self, request: web.Request) -> web.Response | None:
-        """421 when the Host header names a host this gateway does not serve (DNS
-        rebinding: peers.py); the name is echoed only when it is plain text."""
-        host = request.headers.get("Host")
-        if self.hosts.allows(host):
-            return None
-        named = f" {errors.shown(host)}" if host and host.isascii() and host.isprintable() \
-            else ""
-        return self._refuse(errors.MisdirectedRequest(
-            f"Misdirected Request: this gateway does not serve the host{named} "
-            "(security.allowed_hosts)"))
-
-    async def _operator(self, request: web.Request) -> web.Response | None:
-        """An operator's route: operators only (auth/operators.py); a refusal is audited."""
-        try:
-            self.failures.admit(self.clients.address(request))
-            await self.operators.admit(request.headers.get(mcp.H_AUTH), local_peer(request))
-        except errors.OperatorOnly as exc:
-            self._audit(request, exc)
-            return self._refuse(exc)
-        except errors.TooManyFailures as exc:
-            return self._throttled(request, exc)
-        except errors.Unauthorized as exc:
-            return self._failed(request, exc)
-        except errors.AuthUnavailable as exc:
-            return self._refuse(exc)
-        request[OPERATOR] = True
-        return None
-
-    def _refuse(self, exc: GatewayError) -> web.Response:
-        self.counters.refused(exc)
-        return error_response(exc)
-
-    def _failed(self, request: web.Request, exc: errors.Unauthorized) -> web.Response:
-        """A failed authentication, counted against the client's address (auth/throttle.py;
-        behind a trusted proxy, the one it names: downstream/peers.py).
-        A request that sent no credential guessed nothing: clients start that way (it is
-        how they find the metadata), so it takes nothing."""
-        if exc.cause != "missing":
-            self.failures.failed(self.clients.address(request))
-        return self._refuse(exc)
-
-    def _throttled(self, request: web.Request, exc: errors.TooManyFailures) -> web.Response:
-        """429 with Retry-After (RFC 6585 section 4), audited and counted."""
-        self._audit(request, exc)
-        return self._refuse(exc)  # Retry-After: error_response
-
-    async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
-        """CORS headers on every response to an allowed origin, streams included; the
-        challenge and the audit event of an authentication or scope failure."""
-        origin = request.headers.get(mcp.H_ORIGIN)
-        if origin is not None and self.origin_allowed(origin):
-            response.headers["Access-Control-Allow-Origin"] = origin
-            response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE
-            response.headers["Vary"] = "Origin"
-        fault = response.get(AUTH_FAULT)
-        if fault is not None:
-            response.headers["WWW-Authenticate"] = self._challenge(request.path, fault)
-            self._audit(request, fault)
-
-    def _challenge(self, path: str, fault: errors.AuthRefusal) -> str:
-        resource = self.auth.resource
-        if resource is None:
-            return "Bearer"  # static tokens only: no metadata to point to
-        if isinstance(fault, errors.InsufficientScope):
-            return resource.insufficient_scope(path, fault.scopes, fault.message)
-        return resource.unauthorized(path, fault.cause, fault.message)
-
-    def _audit(self, request: web.Request, fault: errors.AuthRefusal) -> None:
-        """An audit event: why, and who where known (issuer, hashed subject); never what
-        was sent (it may be a near-miss token)."""
-        who = request.get(PRINCIPAL)
-        log.warning("auth.failed", audit=True, path=request.path,
-                    remote=self.clients.address(request),
-                    reason=fault.cause,
-                    issuer=who.issuer if who else None, subject=who.subject if who else None)

@@ -15,7 +15,6 @@ from gateway import errors, router
 from gateway.downstream.boundary import (
     ACCEPTS,
     ERROR_TYPE,
-    Guard,
     check_accept,
     check_params,
     error_response,
@@ -23,6 +22,7 @@ from gateway.downstream.boundary import (
     principal_of,
     read_message,
 )
+from gateway.downstream.guard import Guard
 from gateway.downstream.legacy import LegacyEra
 from gateway.downstream.modern import ModernEra
 from gateway.errors import GatewayError

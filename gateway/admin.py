@@ -92,7 +92,7 @@ class Admin:
                      "store": self.lease.status(),
                      "counters": self.counters.shown()}
             if self.pusher is not None:
-                body["webhooks"] = self.pusher.status()
+                body["webhooks"] = await self.pusher.status()
         return json_response(body, 200 if ready else 503)
 
     async def exposition(self, _: web.Request) -> web.Response:
@@ -181,7 +181,7 @@ class Admin:
         return 0 if self.lease.outbox is None else len(self.lease.outbox)
 
     def webhooks_pending(self) -> int:
-        return 0 if self.pusher is None else self.pusher.pending
+        return 0 if self.pusher is None else self.pusher.held
 
     def upstreams(self) -> dict[str, tuple[bool, int]]:
         return {n: (b.ready, b.status()["restarts"]) for n, b in self.backends.items()}

@@ -31,13 +31,13 @@ from gateway.downstream.replay import ReplayBudget
 from gateway.downstream.resume import Resumption, SessionRecords
 from gateway.downstream.session import SessionStore
 from gateway.errors import StoreUnavailable
-from gateway.keyring import derive
+from gateway.keyring import Cipher, derive
 from gateway.observability import configure_logging, log
 from gateway.observability.counters import Counters
 from gateway.observability.history import EVERY_S
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracer
-from gateway.push.pusher import Pusher
+from gateway.push.pusher import MAX_PENDING, MAX_PENDING_PER_OWNER, Pusher
 from gateway.queues import Queues
 from gateway.ratelimit import Admission, InFlight, RateLimiter
 from gateway.settings.rules import MIN_TOKEN_CHARS
@@ -93,7 +93,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     store, bus, records = _store(conf, replica)
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
                         conf.replica_url or "")
-    pusher = _pusher(app, conf, engine, metrics)
+    pusher = _pusher(app, conf, engine, metrics, bus)
     policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()},
                         {n: u.request_timeout_ms for n, u in conf.upstreams.items()})
     replay, processes = _replay(limits), Processes(Bounds.of(limits, conf.auth.enabled), counters)
@@ -120,13 +120,23 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     return app
 
 
-def _pusher(app: web.Application, conf: Settings, engine: TaskEngine, metrics: Metrics
-            ) -> Pusher | None:
-    """The operator's webhooks (docs/push.md), told each status the engine writes; its
+def _pusher(app: web.Application, conf: Settings, engine: TaskEngine, metrics: Metrics,
+            bus: ReplicaBus | None) -> Pusher | None:
+    """The webhooks (docs/push.md), told each status the engine writes, their pending
+    deliveries in the shared store where there is one (any replica delivers them); its
     workers run while the app does, and stop after the tasks' ends were written."""
     if not conf.webhooks and not conf.webhooks_allowed:
         return None
-    pusher = Pusher(conf.webhooks, metrics)
+    pending = None
+    if bus is not None:  # a shared store's (redis is loaded only then)
+        from gateway.push.pending_redis import RedisPending
+        from gateway.tasks.store.redis_bus import RedisBus
+
+        assert isinstance(bus, RedisBus)
+        secret = _shared_secret(conf)
+        pending = RedisPending(bus.store.link, None if secret is None else Cipher(
+            derive(secret, "webhooks")), MAX_PENDING, MAX_PENDING_PER_OWNER)
+    pusher = Pusher(conf.webhooks, metrics, pending)
     engine.on_status(pusher.told)
 
     async def running(_: web.Application) -> AsyncIterator[None]:

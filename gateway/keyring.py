@@ -28,7 +28,7 @@ from typing import Any
 
 NONCE_BYTES = 12
 LABELS = frozenset({"channel", "record-seal", "result-enc", "owner-digest", "request-state",
-                    "session-record", "relay", "snapshot"})
+                    "session-record", "relay", "snapshot", "webhooks"})
 
 
 def derive(secret: bytes, label: str) -> bytes:

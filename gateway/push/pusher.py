@@ -3,26 +3,27 @@ fires and, at its end, for the webhook its client asked for (client.py); deliver
 few workers per operator's endpoint, so that a slow or dead receiver holds only its own,
 and by CLIENT_WORKERS for every client's (a client's slow receiver delays other clients'
 pushes, never an operator's, a call or a task). Calls and tasks never wait on it: `told`
-only queues (docs/push.md).
+only queues (docs/push.md). What is pending is pending.py's: this process's, or the shared
+store's, which any replica delivers from.
 
 Bounded (docs/limits.md): MAX_PENDING deliveries in all, MAX_PENDING_PER_OWNER of one
-principal's tasks; past them a status is not pushed (counted as `dropped`, logged). With
-the memory store the pending deliveries are this process's: a stop loses those not yet
-delivered (the receiver still has tasks/get).
+principal's tasks; past them a status is not pushed (counted as `dropped`, logged).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from gateway.errors import StoreUnavailable
 from gateway.observability import log, owner_hash
 from gateway.observability.metrics import Metrics
 from gateway.push.endpoint import Delivery, Endpoint, Target
 from gateway.push.payload import event, webhook_id
+from gateway.push.pending import MemoryPending, Pending
 from gateway.push.schedule import Answer, next_wait
 from gateway.push.sender import Sender
 from gateway.settings.schema import Webhook
@@ -32,24 +33,28 @@ MAX_PENDING = 10_000
 MAX_PENDING_PER_OWNER = 1_000
 WORKERS = 4  # deliveries in flight to one operator's endpoint at most
 CLIENT_WORKERS = 8  # deliveries in flight to clients' webhooks at most, all together
+STORE_DOWN = (StoreUnavailable, ConnectionError, OSError)
 
 
 class Pusher:
     def __init__(self, webhooks: list[Webhook], metrics: Metrics,
-                 clock: Callable[[], float] = time.time) -> None:
+                 pending: Pending | None = None, clock: Callable[[], float] = time.time
+                 ) -> None:
         self.endpoints = [Endpoint(conf) for conf in webhooks]
         self.clients = Endpoint()  # the lane of clients' own webhooks
+        self.pending = pending or MemoryPending(MAX_PENDING, MAX_PENDING_PER_OWNER, clock)
         self._metrics = metrics
         self._clock = clock
-        self._owners: Counter[str] = Counter()  # pending deliveries by whose task
-        self._pending = 0
-        self._workers: list[asyncio.Task[None]] = []
+        self._loops: list[asyncio.Task[None]] = []
+        self._jobs: set[asyncio.Task[Any]] = set()  # puts and attempts under way
+        self._trying: dict[int, tuple[Endpoint, Delivery]] = {}  # attempts under way
         self._sender = Sender(clock)
+        self._held = 0  # as last counted (a gauge)
 
     # -- from the engine's report -------------------------------------------------------------
     def told(self, task: Task, message: str | None) -> None:
-        """`task`'s status, written: queued for every endpoint it fires (`message`: its
-        status message as it may be shown)."""
+        """`task`'s status, written: queued for every lane it fires (`message`: its status
+        message as it may be shown)."""
         lanes: list[tuple[Endpoint, Target | None]] = [
             (e, None) for e in self.endpoints if e.wants(task)]
         if task.push is not None and task.terminal:  # its client's own, for its end
@@ -62,99 +67,166 @@ class Pusher:
         body, wid, owner = event(task, message, now), webhook_id(task.id, str(task.status)), \
             owner_hash(task.owner)
         for lane, target in lanes:
-            if self._pending >= MAX_PENDING or self._owners[owner] >= MAX_PENDING_PER_OWNER:
-                self._metrics.webhook_delivered(lane.label, "dropped")
-                log.warning("webhook.dropped", endpoint=lane.label, task=task.id[:8],
-                            owner=owner, pending=self._pending)
-                continue
-            self._pending += 1
-            self._owners[owner] += 1
-            lane.queue(Delivery(now, 0, wid, body, owner, now, target=target))
+            self._spawn(self._put(lane, Delivery(now, 0, wid, body, owner, now,
+                                                 target=target), task.id))
+
+    async def _put(self, lane: Endpoint, delivery: Delivery, task_id: str) -> None:
+        try:
+            kept = await self.pending.put(lane.lane, delivery)
+        except STORE_DOWN as exc:
+            kept = False
+            log.warning("webhook.store_unavailable", endpoint=lane.label, error=repr(exc))
+        if not kept:
+            self._metrics.webhook_delivered(lane.label, "dropped")
+            log.warning("webhook.dropped", endpoint=lane.label, task=task_id[:8],
+                        owner=delivery.owner)
+            return
+        lane.woken.set()
 
     # -- delivering ---------------------------------------------------------------------------
     async def start(self) -> None:
         await self._sender.start()
-        lanes = [(e, WORKERS) for e in self.endpoints] + [(self.clients, CLIENT_WORKERS)]
-        self._workers = [asyncio.create_task(self._work(lane), name="webhook")
-                         for lane, workers in lanes for _ in range(workers)]
+        self._loops = [asyncio.create_task(self._lane(e, WORKERS), name="webhooks")
+                       for e in self.endpoints]
+        self._loops.append(asyncio.create_task(self._lane(self.clients, CLIENT_WORKERS),
+                                               name="webhooks"))
 
     async def close(self) -> None:
-        for worker in self._workers:
-            worker.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        """Stop; what was being tried is handed back, due now (to another replica with a
+        shared store: a stopping gateway leaves its deliveries to the others)."""
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        trying = list(self._trying.values())
+        for job in list(self._jobs):
+            job.cancel()
+        await asyncio.gather(*self._jobs, return_exceptions=True)
+        for endpoint, delivery in trying:
+            delivery.due = self._clock()
+            with contextlib.suppress(*STORE_DOWN):
+                await self.pending.again(endpoint.lane, delivery)
         await self._sender.close()
 
-    async def _work(self, endpoint: Endpoint) -> None:
+    async def _lane(self, endpoint: Endpoint, workers: int) -> None:
+        """Claim what is due for this lane, as workers are free; wait for more."""
+        busy: set[asyncio.Task[None]] = set()
         while True:
-            delivery = await endpoint.next_due(self._clock)
+            free = workers - len(busy)
+            claimed: list[Delivery] = []
+            if free > 0 and not endpoint.disabled:
+                try:
+                    claimed = await self.pending.claim(endpoint.lane, free)
+                except STORE_DOWN as exc:
+                    log.warning("webhook.store_unavailable", endpoint=endpoint.label,
+                                error=repr(exc))
+            for delivery in claimed:
+                job = self._spawn(self._deliver(endpoint, delivery))
+                busy.add(job)
+                job.add_done_callback(_freed(busy, endpoint))
+            if claimed and len(claimed) == free:
+                continue
+            endpoint.woken.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(endpoint.woken.wait(),
+                                       min(self.pending.wait_s(endpoint.lane), 60.0))
+
+    async def _deliver(self, endpoint: Endpoint, delivery: Delivery) -> None:
+        key = id(delivery)
+        self._trying[key] = (endpoint, delivery)
+        try:
+            delivery.attempt += 1
+            target = delivery.target or endpoint.target
+            assert target is not None
             try:
-                answer = await self._attempt(endpoint, delivery)
-            except Exception as exc:  # a worker outlives any one delivery
+                answer = await self._sender.post(target, delivery)
+            except Exception as exc:  # a lane outlives any one delivery
                 log.error("webhook.attempt_failed", endpoint=endpoint.label, error=repr(exc))
                 answer = Answer("failed")
-            self._after(endpoint, delivery, answer)
+            del self._trying[key]
+            await self._after(endpoint, delivery, answer)
+        except STORE_DOWN as exc:  # its claim lapses: tried again then, here or elsewhere
+            log.warning("webhook.store_unavailable", endpoint=endpoint.label, error=repr(exc))
+        finally:
+            self._trying.pop(key, None)
 
-    async def _attempt(self, endpoint: Endpoint, delivery: Delivery) -> Answer:
-        delivery.attempt += 1
-        target = delivery.target or endpoint.target
-        assert target is not None
-        return await self._sender.post(target, delivery)
-
-    def _after(self, endpoint: Endpoint, delivery: Delivery, answer: Answer) -> None:
+    async def _after(self, endpoint: Endpoint, delivery: Delivery, answer: Answer) -> None:
         now = self._clock()
         endpoint.last = (now, answer.outcome)
         if answer.outcome == "delivered":
             endpoint.delivered += 1
             self._metrics.webhook_delivered(endpoint.label, "delivered", now - delivery.since)
-            self._done(delivery)
+            await self.pending.done(endpoint.lane, delivery)
             return
         endpoint.failures += 1
         if answer.outcome == "gone" and delivery.target is None:
-            self._disable(endpoint, delivery)
+            await self._disable(endpoint, delivery)
             return
-        wait = None if answer.outcome in ("gone", "refused") else \
-            next_wait(delivery.attempt, answer)
         if answer.outcome == "refused":
             log.warning("webhook.address_refused", audit=True, endpoint=endpoint.label,
                         webhook_id=delivery.id, reason="its host resolves to an address "
                         "that is not public, and no allowed prefix names it")
+        wait = None if answer.outcome in ("gone", "refused") else \
+            next_wait(delivery.attempt, answer)
         if wait is None:
-            self._metrics.webhook_delivered(endpoint.label, "abandoned")
+            self._metrics.webhook_delivered(endpoint.label, answer.outcome
+                                            if answer.outcome == "refused" else "abandoned")
             log.warning("webhook.abandoned", endpoint=endpoint.label, webhook_id=delivery.id,
                         attempts=delivery.attempt, status=answer.status)
-            self._done(delivery)
+            await self.pending.done(endpoint.lane, delivery)
             return
         self._metrics.webhook_delivered(endpoint.label, "failed")
         delivery.due = now + wait
-        endpoint.queue(delivery)
+        await self.pending.again(endpoint.lane, delivery)
 
-    def _disable(self, endpoint: Endpoint, delivery: Delivery) -> None:
+    async def _disable(self, endpoint: Endpoint, delivery: Delivery) -> None:
         """410 Gone: the receiver says it wants no more (Standard Webhooks): none is sent
-        to it until the gateway restarts; what was pending for it is given up."""
+        to it until this gateway restarts; what was pending for it is given up."""
         endpoint.disabled = True
         self._metrics.webhook_delivered(endpoint.label, "gone")
-        for dropped in [delivery, *endpoint.drop_all()]:
-            self._done(dropped)
+        await self.pending.done(endpoint.lane, delivery)
+        while dropped := await self.pending.claim(endpoint.lane, 100):
+            for each in dropped:
+                await self.pending.done(endpoint.lane, each)
         log.warning("webhook.disabled", audit=True, endpoint=endpoint.label,
                     reason="the receiver answered 410 Gone")
 
-    def _done(self, delivery: Delivery) -> None:
-        self._pending -= 1
-        self._owners[delivery.owner] -= 1
-        if self._owners[delivery.owner] <= 0:
-            del self._owners[delivery.owner]
+    def _spawn(self, job: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(job)
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+        return task
 
     # -- what operators see -------------------------------------------------------------------
     @property
-    def pending(self) -> int:
-        return self._pending
+    def held(self) -> int:
+        """Deliveries not made yet (with a shared store: every replica's), as last counted
+        (by `status`, which /readyz?detail and /metrics' scrapes ask)."""
+        return self._held
 
-    def status(self) -> list[dict[str, Any]]:
-        """Each endpoint: its label, whether it is disabled, its counts and last attempt."""
-        return [{"endpoint": e.label, "disabled": e.disabled, "delivered": e.delivered,
-                 "failures": e.failures, "pending": e.pending,
-                 "last": None if e.last is None else {"at": e.last[0], "outcome": e.last[1]}}
-                for e in [*self.endpoints, self.clients]]
+    async def status(self) -> list[dict[str, Any]]:
+        """Each lane: its label, whether it is disabled, its counts (pending: held in all
+        for it, with a shared store every replica's) and its last attempt here."""
+        out = []
+        with contextlib.suppress(*STORE_DOWN):
+            self._held = await self.pending.count()
+        for e in [*self.endpoints, self.clients]:
+            pending = None
+            with contextlib.suppress(*STORE_DOWN):
+                pending = await self.pending.count(e.lane)
+            out.append({"endpoint": e.label, "disabled": e.disabled, "delivered": e.delivered,
+                        "failures": e.failures, "pending": pending,
+                        "last": None if e.last is None else {"at": e.last[0],
+                                                             "outcome": e.last[1]}})
+        return out
+
+
+def _freed(busy: set[asyncio.Task[None]], endpoint: Endpoint
+           ) -> Callable[[asyncio.Task[None]], None]:
+    """A lane's worker is free again: its loop may claim more."""
+    def freed(job: asyncio.Task[None]) -> None:
+        busy.discard(job)
+        endpoint.woken.set()
+    return freed
 
 
 __all__ = ["MAX_PENDING", "MAX_PENDING_PER_OWNER", "Pusher"]

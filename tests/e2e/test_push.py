@@ -268,3 +268,45 @@ async def test_a_legacy_core_task_pushes_its_end_to_its_clients_webhook(
     task_id = made.body["result"]["task"]["taskId"]
     await receiver.wait(1)
     assert receiver.got[0][1]["data"]["taskId"] == task_id
+
+
+# -- with replicas: pending deliveries in the shared store ---------------------------------
+async def test_a_delivery_left_by_a_replica_killed_mid_retry_is_finished_by_another(
+        group, http, aiohttp_server, redis_server, key_prefix) -> None:
+    """Replica a's end fails its first delivery (503, try again in 2 s); a is killed before
+    the second; replica b, with the same store, delivers it: the same webhook-id, once.
+    What the store holds of a client's webhook is encrypted (its secret never in clear)."""
+    import signal
+
+    from conftest import OPERATOR
+
+    receiver = Receiver(lambda n: web.Response(status=503, headers={"Retry-After": "2"})
+                        if n == 1 else web.Response(status=204))
+    hook = await served(aiohttp_server, receiver)
+    a, b = await group(2, webhooks=[{"url": hook, "secret": SECRET}],
+                       webhooks_allowed=["http://127.0.0.1:9/"],  # a closed port
+                       tasks={"defaults": {"mode": "always", "ttl_ms": 60_000}})
+    made = await modern(http, a.url, "tools/call", {"name": "echo", "arguments": {"text": "x"}},
+                        TASKS, meta=asks("http://127.0.0.1:9/never"),
+                        headers={"Authorization": "Bearer alice-token"})
+    assert made.status == 200, made.body
+    await receiver.wait(1)
+    await asyncio.sleep(0.5)  # a has its 503: the delivery waits in the store for its retry
+    assert a.proc is not None
+    a.stop(signal.SIGKILL)
+    await receiver.wait(2, timeout_s=15)
+    await asyncio.sleep(0.5)
+    (first, one), (second, two) = receiver.got
+    assert len(receiver.got) == 2 and first["webhook-id"] == second["webhook-id"]
+    assert one["data"]["taskId"] == two["data"]["taskId"] == made.body["result"]["taskId"]
+    from redis.asyncio import Redis
+
+    store = Redis.from_url(redis_server.url)
+    try:
+        held = [await store.get(k) async for k in store.scan_iter(f"{key_prefix}wh:r:*")]
+    finally:
+        await store.aclose()
+    assert held and not any(CLIENT_SECRET.encode() in (v or b"") for v in held)
+    async with http.get(b.url.replace("/mcp", "/readyz?detail"), headers=OPERATOR) as resp:
+        lanes = (await resp.json())["webhooks"]
+    assert lanes[0]["delivered"] == 1

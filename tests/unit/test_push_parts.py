@@ -101,3 +101,49 @@ def test_only_public_addresses_are_pushed_to_for_clients(address: str, public: b
     from gateway.push.sender import _public
 
     assert _public(address) is public
+
+
+async def test_pending_deliveries_in_a_shared_store_are_claimed_once_and_bounded(
+        redis_server, key_prefix) -> None:
+    """Two replicas' RedisPending on one store: a due delivery is claimed by one of them,
+    held from the other while it is tried, due again when put back; bounds refuse past
+    them; a record does not open in another lane or under another key."""
+    import time
+
+    from gateway.keyring import Cipher, derive
+    from gateway.push.endpoint import Delivery, Target
+    from gateway.push.pending_redis import RedisPending
+    from gateway.tasks.store.redis_link import RedisLink
+
+    cipher = Cipher(derive(b"the replicas' shared secret, 32+", "webhooks"))
+    links = [RedisLink(redis_server.url, key_prefix) for _ in range(2)]
+    a, b = (RedisPending(link, cipher, 3, 2) for link in links)
+    try:
+        hook = Target("https://h.example/x", SECRET, guarded=True)
+        now = time.time()
+        first = Delivery(now, 0, "msg_1", b'{"n":1}', "alice", now, target=hook)
+        assert await a.put("lane", first)
+        assert await a.put("lane", Delivery(now, 0, "msg_2", b"{}", "alice", now))
+        assert not await a.put("lane", Delivery(now, 0, "msg_3", b"{}", "alice", now))
+        assert await a.put("other", Delivery(now, 0, "msg_4", b"{}", "bob", now))
+        assert not await a.put("other", Delivery(now, 0, "msg_5", b"{}", "carol", now))
+        claimed = await a.claim("lane", 1)
+        assert [d.id for d in claimed] == ["msg_1"] and claimed[0].target is not None
+        assert claimed[0].target.record() == hook.record()  # its client's secret, kept
+        assert [d.id for d in await b.claim("lane", 5)] == ["msg_2"]  # msg_1 is a's now
+        assert await b.claim("lane", 5) == []
+        claimed[0].attempt, claimed[0].due = 1, time.time()
+        await a.again("lane", claimed[0])
+        again = await b.claim("lane", 5)
+        assert [(d.id, d.attempt) for d in again] == [("msg_1", 1)]
+        await b.done("lane", again[0])
+        assert await a.count() == 2 and await a.count("lane") == 1
+        other_key = Cipher(derive(b"another secret, 32 bytes long!!", "webhooks"))
+        stolen = RedisPending(links[0], other_key, 3, 2)
+        assert await stolen.claim("other", 5) == []  # not ours to open: never sent
+        raw = [await links[0].redis.get(k) async for k in
+               links[0].redis.scan_iter(f"{key_prefix}wh:r:*")]
+        assert raw and not any(SECRET.encode() in v for v in raw)
+    finally:
+        for link in links:
+            await link.close()

@@ -15,6 +15,7 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -100,7 +101,10 @@ class Admin:
                             headers={"Content-Type": CONTENT_TYPE})
 
     async def status(self, _: web.Request) -> web.Response:
-        page = status_page.render(self.snapshot())
+        snapshot = self.snapshot()
+        if self.pusher is not None:
+            snapshot = replace(snapshot, webhooks=await self.pusher.status())
+        page = status_page.render(snapshot)
         return web.Response(text=page, content_type="text/html", headers={
             "Cache-Control": "no-store",
             # Server-rendered and script-free: nothing on the page may load or run anything.

@@ -41,6 +41,7 @@ class Snapshot:
     charts: list[tuple[str, Lines]] = field(default_factory=list)
     chart_s: float = 0.0
     budgets: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    webhooks: list[dict[str, Any]] | None = None  # each lane (gateway/push); None: no push
 
 
 def render(s: Snapshot) -> str:
@@ -56,6 +57,7 @@ def render(s: Snapshot) -> str:
         f"<h2>The last {_age(s.chart_s)}</h2>", _charts(s.charts, _age(s.chart_s)),
         "<h2>Queues</h2>", _queues(s.queues),
         "<h2>Budgets</h2>", _budgets(s.budgets),
+        "" if s.webhooks is None else "<h2>Webhooks</h2>" + _webhooks(s.webhooks, s.now),
         f"<h2>Live tasks ({sum(s.live.values())})</h2>", _live(s.live), _tasks(s.tasks),
         "<h2>Recent failures</h2>", _failures(s.failures),
         "</body></html>"))
@@ -151,6 +153,18 @@ def _queues(queues: list[dict[str, Any]]) -> str:
             for q in sorted(queues, key=lambda q: (q["upstream"], q["tool"]))]
     return _table(("upstream", "limit (tool)", "running / max", "waiting / max",
                    "callers waiting"), rows, "queues", "No concurrency limit is in use.")
+
+
+def _webhooks(lanes: list[dict[str, Any]], now: float) -> str:
+    """Each endpoint (its host and path, never a query or credentials), and clients' own."""
+    rows = [(w["endpoint"], _Html("<span class=bad>disabled (410)</span>") if w["disabled"]
+             else _Html("<span class=ok>on</span>"), w["delivered"], w["failures"],
+             "" if w["pending"] is None else w["pending"],
+             "" if w["last"] is None else
+             f"{w['last']['outcome']}, {_age(now - w['last']['at'])} ago")
+            for w in lanes]
+    return _table(("endpoint", "state", "delivered", "failed attempts", "pending",
+                   "last attempt here"), rows, "webhooks", "No webhook.")
 
 
 def _state(u: dict[str, Any]) -> _Html:

@@ -100,6 +100,10 @@ async def test_a_503_is_tried_again_with_the_same_id(gateway, http, aiohttp_serv
     assert int(second["webhook-timestamp"]) >= int(first["webhook-timestamp"])
     status = await detail(http, url)
     assert status[0]["delivered"] == 1 and status[0]["failures"] == 1
+    async with http.get(url.replace("/mcp", "/status")) as resp:  # the status page says so
+        page = await resp.text()
+    assert "<h2>Webhooks</h2>" in page and "127.0.0.1" in page and "/hooks/tasks" in page
+    assert SECRET not in page
 
 
 async def test_410_disables_the_endpoint(gateway, http, aiohttp_server) -> None:

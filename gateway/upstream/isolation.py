@@ -11,7 +11,7 @@ Eras (`era` in the YAML; spec 2026-07-28 versioning, Backward Compatibility). Th
 process opens with initialize (legacy clients' sessions go there) unless the era is pinned
 `modern`. A modern request's `Route` is resolved before it is decided: its connection,
 ready, and the era that connection speaks, which every process the request may be handed
-(`for_request`) speaks too. With `era: auto` a shared backend holds a `DualEra` (eras.py):
+(`for_request`) speaks too. With `era: auto` a `Shared` backend holds a `DualEra` (eras.py):
 a server of both eras is reached by modern clients on a second link of its own modern
 wire. With `isolation: client` each modern owner's process probes for itself; `isolation:
 call` keeps one warm pool of legacy processes for both eras and opens no modern link (a
@@ -30,7 +30,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from gateway.answer_bytes import AnswerBytes, Partial
 from gateway.errors import UpstreamNotReady, UpstreamSessionLost, UpstreamShutdown
@@ -72,10 +72,8 @@ class Route:
 
 
 class Backend:
-    """The processes behind one named upstream."""
-
-    # Whether a server of both eras gets a modern link (eras.py) for its modern clients.
-    dual_era: ClassVar[bool] = True
+    """The processes behind one named upstream: what every isolation mode shares (`Shared`,
+    `PerClient`, `PerCall` are its kinds)."""
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  counters: Counters | None = None, queues: Queues | None = None,
@@ -96,13 +94,6 @@ class Backend:
         self.catalogue = Catalogue()
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
         self.primary = self._new(restart=True)
-        # A server of both eras: the link its modern clients reach, probed for at the
-        # start (None: no probing here, the era is pinned or the mode opens none).
-        # Its link learns no tools: the catalogue is the primary's (its native tasks, its
-        # tools).
-        self.eras = DualEra(name, lambda: self._new(restart=True, opening="probe",
-                                                    learns=False)) \
-            if self.dual_era and conf.era == "auto" else None
         # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.
         self.forward = (frozenset(h.lower() for h in conf.forward_headers)
                         if conf.url is not None else None)
@@ -167,15 +158,8 @@ class Backend:
 
     async def start(self) -> None:
         self.primary.start()
-        if self.eras is not None and self.conf.url is None:
-            # A stdio server's probe starts a process of its own (seconds, its start): at
-            # the upstream's start, so that the first modern request need not wait for it.
-            # An HTTP server's is a request or two, made at the first modern request.
-            self.eras.probe(self.primary.wait_ready)
 
     async def close(self) -> None:
-        if self.eras is not None:
-            await self.eras.close()
         # Every process this upstream started (the primary, the modern link, each
         # session's and principal's own, the warm pool's): one whose owner never ended it
         # (a session still open at shutdown) would leave its process or HTTP client behind.
@@ -186,22 +170,14 @@ class Backend:
         return self.primary.ready
 
     def status(self) -> dict[str, Any]:
-        out = {"isolation": self.conf.isolation, **self.primary.status()}
-        if self.eras is not None:  # what the probe for a server of both eras found
-            out["era_probe"] = self.eras.state
-        link = self.eras.link if self.eras is not None else None
-        if link is not None:  # a server of both eras: its modern clients' link
-            out["modern_link"] = link.status()
-        return out
+        return {"isolation": self.conf.isolation, **self.primary.status()}
 
     async def modern_conn(self) -> Connection | None:
         """The link that serves modern clients on the server's own modern wire: the
-        primary when it speaks only that, the modern link of a server of both eras; None
-        when modern clients are bridged onto the legacy session (a legacy server, the era
-        pinned `legacy`, or a mode that opens no modern link)."""
-        if self.primary.modern:
-            return self.primary
-        return None if self.eras is None else await self.eras.modern_link()
+        primary when it speaks only that; None when modern clients are bridged onto the
+        legacy session (a legacy server, the era pinned `legacy`, or a mode that opens no
+        modern link; `Shared` finds a server of both eras' own)."""
+        return self.primary if self.primary.modern else None
 
     def home(self) -> Connection:
         """The connection a new legacy session will be served by (`attach` it there)."""
@@ -237,11 +213,54 @@ class Backend:
         return 0
 
 
+class Shared(Backend):
+    """One supervised process for every session (isolation `shared`, the default); with
+    `era: auto`, a server of both eras gets a second link for its modern clients, found by
+    probing it (eras.py): the only mode that opens one."""
+
+    def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
+                 counters: Counters | None = None, queues: Queues | None = None,
+                 processes: Processes | None = None, answers: AnswerBytes | None = None
+                 ) -> None:
+        super().__init__(name, conf, max_message_bytes, counters, queues, processes, answers)
+        # Its link learns no tools: the catalogue is the primary's (its native tasks, its
+        # tools). None: the era is pinned.
+        self.eras = DualEra(name, lambda: self._new(restart=True, opening="probe",
+                                                    learns=False)) \
+            if conf.era == "auto" else None
+
+    async def start(self) -> None:
+        await super().start()
+        if self.eras is not None and self.conf.url is None:
+            # A stdio server's probe starts a process of its own (seconds, its start): at
+            # the upstream's start, so that the first modern request need not wait for it.
+            # An HTTP server's is a request or two, made at the first modern request.
+            self.eras.probe(self.primary.wait_ready)
+
+    async def close(self) -> None:
+        if self.eras is not None:
+            await self.eras.close()
+        await super().close()
+
+    def status(self) -> dict[str, Any]:
+        out = super().status()
+        if self.eras is not None:  # what the probe found, and the modern clients' link
+            out["era_probe"] = self.eras.state
+            if self.eras.link is not None:
+                out["modern_link"] = self.eras.link.status()
+        return out
+
+    async def modern_conn(self) -> Connection | None:
+        if self.primary.modern or self.eras is None:
+            return await super().modern_conn()
+        return await self.eras.modern_link()
+
+
 class PerClient(Backend):
     """A process per legacy session, and per auth context of modern requests; each holds a
     place of the gateway's process budget from before it starts until it is closed."""
 
-    dual_era = False  # each principal's own process probes for itself (`_own`)
+    # No modern link beside: each principal's own process probes for itself (`_own`).
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  counters: Counters | None = None, queues: Queues | None = None,
@@ -329,8 +348,6 @@ class PerCall(Backend):
     principal's share while it runs. Its warm processes and its control process open alike
     (the upstream's `era`), so a modern request's route keeps its era whichever process
     takes its tools/call: no modern link is opened beside them."""
-
-    dual_era = False
 
     def __init__(self, name: str, conf: UpstreamConf, max_message_bytes: int,
                  counters: Counters | None = None, queues: Queues | None = None,
@@ -479,6 +496,6 @@ async def _started(conn: Connection) -> dict[str, Any]:
 def build(name: str, conf: UpstreamConf, max_message_bytes: int,
           counters: Counters | None = None, queues: Queues | None = None,
           processes: Processes | None = None, answers: AnswerBytes | None = None) -> Backend:
-    kind: type[Backend] = {"shared": Backend, "client": PerClient,
+    kind: type[Backend] = {"shared": Shared, "client": PerClient,
                            "call": PerCall}[conf.isolation]
     return kind(name, conf, max_message_bytes, counters, queues, processes, answers)

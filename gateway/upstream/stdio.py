@@ -333,6 +333,10 @@ class StdioTransport:
         finally:  # also when the stop is cancelled in its wait: nothing is left behind
             # The leader is gone (or goes now); nothing it started lingers in its group.
             _signal_group(pid, signal.SIGKILL)
+            if not pipes.exited.done():  # reaped before its transport goes (else a zombie,
+                # and a process object that outlives the loop that would have reaped it)
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(pipes.exited), 2.0)
             transport.close()
             self._proc = None
 

@@ -33,6 +33,7 @@ from gateway.queues import Queues
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
 from gateway.tasks.model import LIVE, Task
+from gateway.tasks.policy import Unmatched
 from gateway.upstream.isolation import Backend
 from gateway.upstream.processes import Processes
 
@@ -43,8 +44,8 @@ class Admin:
     def __init__(self, backends: dict[str, Backend], eras: list[LegacyEra],
                  engine: TaskEngine, lease: Lease, counters: Counters,
                  metrics: Metrics, queues: Queues, processes: Processes,
-                 leases: Leases, every_s: float = EVERY_S, pusher: Pusher | None = None
-                 ) -> None:
+                 leases: Leases, every_s: float = EVERY_S, pusher: Pusher | None = None,
+                 unmatched: Unmatched | None = None) -> None:
         self.backends = backends
         self.lanes = queues
         self.eras = eras
@@ -56,6 +57,7 @@ class Admin:
         self.leases = leases  # the calls in flight, and whether the gateway stops
         self.answers = leases.answers
         self.pusher = pusher  # the webhooks, if any
+        self.unmatched = unmatched  # per-tool entries that match no listed tool
         self.started = time.time()
         self.history = History(metrics.tool_calls, metrics.tool_duration, metrics.queue_wait,
                                time.monotonic(), every_s)
@@ -94,6 +96,8 @@ class Admin:
                      "counters": self.counters.shown()}
             if self.pusher is not None:
                 body["webhooks"] = await self.pusher.status()
+            if self.unmatched is not None and self.unmatched.found:
+                body["tool_entries_unmatched"] = self.unmatched.found
         return json_response(body, 200 if ready else 503)
 
     async def exposition(self, _: web.Request) -> web.Response:
@@ -104,6 +108,8 @@ class Admin:
         snapshot = self.snapshot()
         if self.pusher is not None:
             snapshot = replace(snapshot, webhooks=await self.pusher.status())
+        if self.unmatched is not None and self.unmatched.found:
+            snapshot = replace(snapshot, unmatched=dict(self.unmatched.found))
         page = status_page.render(snapshot)
         return web.Response(text=page, content_type="text/html", headers={
             "Cache-Control": "no-store",

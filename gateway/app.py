@@ -45,7 +45,7 @@ from gateway.settings.schema import Limits, Settings
 from gateway.stopping import Stopping
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.lease import Lease
-from gateway.tasks.policy import Policies
+from gateway.tasks.policy import Policies, Unmatched
 from gateway.tasks.store import ReplicaBus, StoreBounds, TaskStore, snapshot
 from gateway.tasks.store.memory import MemoryStore
 from gateway.tasks.store.outbox import Outbox
@@ -110,14 +110,23 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
         eras.append(era)
         moderns.append(modern)
     app[BACKENDS], app[ERAS], app[MODERNS], app[ENGINE] = backends, eras, moderns, engine
+    unmatched = _unmatched(policies, backends)
     app[LEASES] = leases
     app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
     _operators(app, conf, guard, Admin(backends, eras, engine, lease, counters, metrics, queues,
-                                       processes, leases, sample_s, pusher))
+                                       processes, leases, sample_s, pusher, unmatched))
     app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))  # last: see _unrouted
     _lifecycles(app, conf, store)
     return app
+
+
+def _unmatched(policies: Policies, backends: dict[str, Backend]) -> Unmatched:
+    """The settings' per-tool entries that match no tool, checked as each upstream lists."""
+    unmatched = Unmatched(policies, backends)
+    for backend in backends.values():
+        backend.listed = unmatched.learned
+    return unmatched
 
 
 def _pusher(app: web.Application, conf: Settings, engine: TaskEngine, metrics: Metrics,

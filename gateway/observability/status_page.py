@@ -42,6 +42,7 @@ class Snapshot:
     chart_s: float = 0.0
     budgets: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     webhooks: list[dict[str, Any]] | None = None  # each lane (gateway/push); None: no push
+    unmatched: dict[str, list[str]] = field(default_factory=dict)  # upstream -> typos?
 
 
 def render(s: Snapshot) -> str:
@@ -52,7 +53,7 @@ def render(s: Snapshot) -> str:
         f"<h1>MCP task gateway</h1><p>replica <b id=replica>{escape(s.replica)}</b>, "
         f"up {_age(s.now - s.started)}; task store <b id=store>{_store(s.store)}</b>; "
         f"{s.sessions} legacy session(s)</p>",
-        "<h2>Upstreams</h2>", _upstreams(s.upstreams),
+        "<h2>Upstreams</h2>", _upstreams(s.upstreams), _unmatched(s.unmatched),
         f"<h2>Tools, the last {_age(s.span_s)}</h2>", _tools(s.tools, s.span_s),
         f"<h2>The last {_age(s.chart_s)}</h2>", _charts(s.charts, _age(s.chart_s)),
         "<h2>Queues</h2>", _queues(s.queues),
@@ -153,6 +154,16 @@ def _queues(queues: list[dict[str, Any]]) -> str:
             for q in sorted(queues, key=lambda q: (q["upstream"], q["tool"]))]
     return _table(("upstream", "limit (tool)", "running / max", "waiting / max",
                    "callers waiting"), rows, "queues", "No concurrency limit is in use.")
+
+
+def _unmatched(found: dict[str, list[str]]) -> str:
+    """Per-tool entries of the settings that match no tool an upstream lists: typos?"""
+    if not found:
+        return ""
+    rows = [("every upstream" if where == "*" else where, ", ".join(patterns))
+            for where, patterns in sorted(found.items())]
+    return "<p class=bad>Task policy entries that match no listed tool (a typo?):</p>" + \
+        _table(("upstream", "entries"), rows, "unmatched", "")
 
 
 def _webhooks(lanes: list[dict[str, Any]], now: float) -> str:

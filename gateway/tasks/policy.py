@@ -5,11 +5,13 @@ then by glob in the order written; each level overrides the defaults field by fi
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, fields
 from fnmatch import fnmatchcase
 
 from cachetools import LRUCache
 
+from gateway.observability import log
 from gateway.queues import Limit
 from gateway.settings.schema import TaskMode, TaskPolicy, TaskPolicyOverride, Tasks, UpstreamTasks
 
@@ -87,6 +89,43 @@ class Policies:
         if merged["timeout_ms"] is None:
             merged["timeout_ms"] = self.request_timeouts.get(upstream)
         return Policy(**merged)
+
+
+class Unmatched:
+    """Per-tool entries (`tasks.tools`, `upstreams.<name>.tasks.tools`) that match no tool
+    an upstream lists: a typo until proven otherwise (issue 53: an entry for
+    `trigger-long-runing-operation` applied to nothing, silently). Checked each time an
+    upstream's tools/list is learned (`learned`); each found is logged once
+    (`tasks.tool_unmatched`) and kept for the operator pages (`found`: by upstream, `*` for
+    the global entries, judged once every upstream has listed its tools)."""
+
+    def __init__(self, policies: Policies, upstreams: Collection[str]) -> None:
+        self._policies = policies
+        self._listed: dict[str, frozenset[str]] = dict.fromkeys(upstreams, frozenset())
+        self._heard: set[str] = set()
+        self.found: dict[str, list[str]] = {}
+        self._told: set[tuple[str, str]] = set()
+
+    def learned(self, upstream: str, tools: Collection[str]) -> None:
+        """`upstream` lists `tools` now."""
+        self._listed[upstream], self._heard = frozenset(tools), self._heard | {upstream}
+        local = self._policies.per_upstream.get(upstream)
+        self._judge(upstream, local.tools if local else {}, self._listed[upstream])
+        if self._heard >= self._listed.keys():
+            every = frozenset().union(*self._listed.values())
+            self._judge("*", self._policies.tasks.tools, every)
+
+    def _judge(self, where: str, entries: Collection[str], tools: frozenset[str]) -> None:
+        missing = [p for p in entries if not any(fnmatchcase(t, p) for t in tools)]
+        if missing:
+            self.found[where] = missing
+        else:
+            self.found.pop(where, None)
+        for pattern in missing:
+            if (where, pattern) not in self._told:
+                self._told.add((where, pattern))
+                log.warning("tasks.tool_unmatched", upstream=where, pattern=pattern,
+                            listed=len(tools))
 
 
 def _given(override: TaskPolicyOverride) -> dict[str, object]:

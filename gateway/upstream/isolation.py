@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,8 @@ class Backend:
         self.counters = counters if counters is not None else Counters()
         self.catalogue = Catalogue()
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()  # every process
+        # Told each time the catalogue learns the tools listed (upstream, names).
+        self.listed: Callable[[str, Collection[str]], None] | None = None
         self.primary = self._new(restart=True)
         # Client headers an HTTP upstream receives; None: a stdio upstream, which has none.
         self.forward = (frozenset(h.lower() for h in conf.forward_headers)
@@ -106,8 +108,14 @@ class Backend:
         return self.queues.ticket(owner, tool_limit, self.limit)
 
     def learn_tools(self, msg: Message) -> Message:
-        """Note from a tools/list answer what the gateway must know of each tool."""
-        return self.catalogue.learn(msg, self.primary.init_result)
+        """Note from a tools/list answer what the gateway must know of each tool (and tell
+        `listed`, the settings' check of per-tool entries)."""
+        self.catalogue.learn(msg, self.primary.init_result)
+        result = msg.get("result")
+        last_page = isinstance(result, dict) and not result.get("nextCursor")
+        if self.listed is not None and last_page:  # every page's names are in now
+            self.listed(self.name, self.catalogue.tools)
+        return msg
 
     def client_headers(self, headers: Mapping[str, str]) -> dict[str, str] | None:
         """Those of a client request's `headers` the upstream gets: the ones named in

@@ -79,9 +79,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
     sealer, limits = _sealer(conf), conf.limits
-    tracing = tracing or Tracer.from_settings(conf.tracing)
-    if tracing is not None:
-        app.on_cleanup.append(_flush(tracing))
+    tracing = _traced(app, tracing or Tracer.from_settings(conf.tracing))
     metrics = Metrics(lambda up, tool: tool in backends[up].catalogue.tools,
                       named={*conf.tasks.tools, *(name for up in conf.upstreams.values()
                                                   if up.tasks for name in up.tasks.tools)})
@@ -119,6 +117,13 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))  # last: see _unrouted
     _lifecycles(app, conf, store)
     return app
+
+
+def _traced(app: web.Application, tracing: Tracer | None) -> Tracer | None:
+    """Traces, if on, flushed as the app ends."""
+    if tracing is not None:
+        app.on_cleanup.append(_flush(tracing))
+    return tracing
 
 
 def _unmatched(policies: Policies, backends: dict[str, Backend]) -> Unmatched:

@@ -423,7 +423,7 @@ def serve(conf: Settings) -> int:
     app = create_app(conf)
     app.on_startup.append(Stopping(app[LEASES], conf.shutdown.drain_ms).on_startup())
     short = sum(0 < len(t) < MIN_TOKEN_CHARS
-                for t in [*conf.auth.bearer_tokens, *conf.auth.admin_tokens])
+                for t in [*(s.token for s in conf.auth.static_tokens), *conf.auth.admin_tokens])
     if short:  # refused beyond loopback (settings.py); here, a word to the operator
         log.warning("auth.short_token", tokens=short, min_chars=MIN_TOKEN_CHARS)
     host, port = conf.listen.host, conf.listen.port

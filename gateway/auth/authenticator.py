@@ -32,7 +32,10 @@ class Authenticator:
                  owner_key: bytes | None = None) -> None:
         self.enabled = conf.enabled
         self.owner_key = owner_key  # None: owners as plain digests (nothing shares them)
-        self.static = [t.encode() for t in conf.bearer_tokens if t]
+        # Each static token, and what its principal carries: its scopes (None: every one)
+        # and its name (audit events' `subject`).
+        self.static = [(t.token.encode(), None if t.scopes is None else frozenset(t.scopes),
+                        t.name) for t in conf.static_tokens if t.token]
         oauth = conf.oauth
         self.fetcher = Fetcher(oauth.fetch_timeout_ms / 1000 if oauth else 5.0)
         self.tokens: AccessTokens | None = None
@@ -52,12 +55,16 @@ class Authenticator:
             return ANONYMOUS
         token = bearer_token(header)
         given = token.encode()
-        if any(hmac.compare_digest(given, t) for t in self.static):
-            if self.owner_key is not None:
-                return Principal(keyed_digest(self.owner_key, f"Bearer {token}"))
-            # The digest of the header as earlier releases took it: tasks stored by them
-            # keep their owner across an upgrade.
-            return Principal(owner_hash(f"Bearer {token}"))
+        # Every one compared (constant time), whichever matches: no early exit to time.
+        matched = [(scopes, name) for t, scopes, name in self.static
+                   if hmac.compare_digest(given, t)]
+        if matched:
+            scopes, name = matched[0]
+            # Without a key: the digest of the header as earlier releases took it: tasks
+            # stored by them keep their owner across an upgrade.
+            owner = keyed_digest(self.owner_key, f"Bearer {token}") if self.owner_key \
+                is not None else owner_hash(f"Bearer {token}")
+            return Principal(owner, scopes, subject=name)
         if self.tokens is None:
             raise Unauthorized("Unauthorized: a valid bearer token is required", "wrong")
         principal = await self.tokens.principal(token)

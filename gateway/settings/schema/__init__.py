@@ -29,7 +29,7 @@ from typing import Annotated
 from annotated_types import MinLen
 
 from gateway.settings.rules import MIN_TOKEN_CHARS, Rule, loopback, url_prefix
-from gateway.settings.schema.auth import Auth, Introspection, OAuth
+from gateway.settings.schema.auth import Auth, Introspection, OAuth, StaticToken
 from gateway.settings.schema.base import Secret, _Model, doc
 from gateway.settings.schema.caching import Caching
 from gateway.settings.schema.limits import Limits
@@ -76,6 +76,7 @@ __all__ = [
     "Security",
     "Settings",
     "Shutdown",
+    "StaticToken",
     "Store",
     "TaskMode",
     "TaskPolicy",
@@ -180,8 +181,10 @@ class Settings(_Model):
         none: `${VAR:-}` left unset)."""
         if loopback(self.listen.host):
             return
-        for key in ("bearer_tokens", "admin_tokens"):
-            for i, token in enumerate(getattr(self.auth, key)):
+        given = {"bearer_tokens": [t.token for t in self.auth.static_tokens],
+                 "admin_tokens": self.auth.admin_tokens}
+        for key, tokens in given.items():
+            for i, token in enumerate(tokens):
                 if 0 < len(token) < MIN_TOKEN_CHARS:
                     raise ValueError(
                         f"auth.{key}.{i} is shorter than {MIN_TOKEN_CHARS} characters, too "

@@ -108,13 +108,27 @@ class OAuth(_Model):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StaticToken(_Model):
+    """A static bearer token with the scopes it carries and a name (docs/oauth.md): the
+    scopes curate the tools it sees and calls, through `tasks.tools.<pattern>.scopes`, as an
+    OAuth token's do."""
+
+    token: str = field(repr=False, metadata=doc("the token (Authorization: Bearer ...)"))
+    scopes: list[str] | None = field(default=None, metadata=doc(
+        "the scopes it carries; absent: every scope, as a plain token"))
+    name: str | None = field(default=None, metadata=doc(
+        "labels its principal in audit events (`subject`); never the token"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Auth(_Model):
     """Who may call: static bearer tokens (each its own owner of tasks and calls), OAuth
     access tokens (owned by their principal), or both."""
 
-    bearer_tokens: list[str] = field(repr=False, default_factory=list,
-        metadata=doc("accepted tokens (Authorization: Bearer ...); empty and no oauth: no "
-            "authentication, every caller one anonymous owner"))
+    bearer_tokens: list[str | StaticToken] = field(repr=False, default_factory=list,
+        metadata=doc("accepted tokens (Authorization: Bearer ...), each a string (every "
+            "scope) or {token, scopes, name}; empty and no oauth: no authentication, every "
+            "caller one anonymous owner"))
     oauth: OAuth | None = field(default=None,
         metadata=doc("an OAuth 2.1 resource server: docs/oauth.md"))
     admin_tokens: list[str] = field(repr=False, default_factory=list,
@@ -127,8 +141,14 @@ class Auth(_Model):
             "refilled evenly); beyond it its requests get 429 unchecked (0: no limit)"))
 
     @property
+    def static_tokens(self) -> list[StaticToken]:
+        """Every bearer token as a `StaticToken` (a plain string: every scope, no name)."""
+        return [t if isinstance(t, StaticToken) else StaticToken(token=t)
+                for t in self.bearer_tokens]
+
+    @property
     def enabled(self) -> bool:
-        return self.oauth is not None or any(self.bearer_tokens)
+        return self.oauth is not None or any(t.token for t in self.static_tokens)
 
     @property
     def operators(self) -> bool:
@@ -137,6 +157,6 @@ class Auth(_Model):
                                           and bool(self.oauth.operator_scopes))
 
     def __post_init__(self) -> None:
-        if set(filter(None, self.admin_tokens)) & set(self.bearer_tokens):
+        if set(filter(None, self.admin_tokens)) & {t.token for t in self.static_tokens}:
             raise ValueError("a token is in both auth.admin_tokens and auth.bearer_tokens: "
                              "an operator's token must not be a client's")

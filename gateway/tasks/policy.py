@@ -1,11 +1,13 @@
 """Per-tool task policy (docs/configuration.md, `tasks.defaults`: modes never / auto / always /
 required and their timings), from `tasks:` globally and per upstream, by exact name first,
-then by glob in the order written; each level overrides the defaults field by field."""
+then by glob in the order written; each level overrides the defaults field by field. A tool
+is known here by the server's name; a renamed tool's entry under the name clients see
+(tasks/curation.py) is found too, and wins key by key over the one under the server's."""
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, fields
 from fnmatch import fnmatchcase
 
@@ -14,6 +16,7 @@ from cachetools import LRUCache
 from gateway.observability import log
 from gateway.queues import Limit
 from gateway.settings.schema import TaskMode, TaskPolicy, TaskPolicyOverride, Tasks, UpstreamTasks
+from gateway.tasks.curation import Curation
 
 POLL_FLOOR_MS = 250  # never suggest polling faster than this
 POLL_CEILING_MS = 30_000
@@ -64,6 +67,16 @@ class Policies:
         self.request_timeouts = request_timeouts or {}
         # Settings never change: remember answers (tool names come from clients: bounded).
         self._known: LRUCache[tuple[str, str], Policy] = LRUCache(4096)
+        self._curations: dict[str, Curation] = {}
+
+    def curation(self, upstream: str) -> Curation:
+        """How clients see `upstream`'s tools (its entries over the global ones)."""
+        found = self._curations.get(upstream)
+        if found is None:
+            local = self.per_upstream.get(upstream)
+            found = self._curations[upstream] = Curation(
+                [self.tasks.tools, *([local.tools] if local else [])])
+        return found
 
     def for_tool(self, upstream: str, tool: str) -> Policy:
         policy = self._known.get((upstream, tool))
@@ -85,6 +98,10 @@ class Policies:
                 merged.update(_given(override))
                 if override.max_concurrency is not None:
                     merged["lane"] = pattern  # the tools it names share the limit
+        shown_as = self.curation(upstream).renamed.get(tool, tool)
+        for layer in layers if shown_as != tool else ():  # the name clients see wins
+            if (override := layer.tools.get(shown_as)) is not None:
+                merged.update(_given(override))
         merged["scopes"] = frozenset(merged["scopes"])
         if merged["timeout_ms"] is None:
             merged["timeout_ms"] = self.request_timeouts.get(upstream)
@@ -107,8 +124,10 @@ class Unmatched:
         self._told: set[tuple[str, str]] = set()
 
     def learned(self, upstream: str, tools: Collection[str]) -> None:
-        """`upstream` lists `tools` now."""
-        self._listed[upstream], self._heard = frozenset(tools), self._heard | {upstream}
+        """`upstream` lists `tools` now (an entry may name one by its new name too)."""
+        renamed = self._policies.curation(upstream).renamed
+        self._listed[upstream] = frozenset(tools) | {renamed[t] for t in tools if t in renamed}
+        self._heard |= {upstream}
         local = self._policies.per_upstream.get(upstream)
         self._judge(upstream, local.tools if local else {}, self._listed[upstream])
         if self._heard >= self._listed.keys():
@@ -129,12 +148,16 @@ class Unmatched:
 
 
 def _given(override: TaskPolicyOverride) -> dict[str, object]:
-    """The keys an override sets (left out or null: the layer below holds)."""
-    return {f.name: value for f in fields(override)
+    """The policy keys an override sets (left out or null: the layer below holds; a tool
+    entry's curation keys are not policy)."""
+    return {f.name: value for f in _POLICY_FIELDS
             if (value := getattr(override, f.name)) is not None}
 
 
-def _match(tools: dict[str, TaskPolicyOverride], tool: str
+_POLICY_FIELDS = fields(TaskPolicyOverride)
+
+
+def _match(tools: Mapping[str, TaskPolicyOverride], tool: str
            ) -> tuple[str, TaskPolicyOverride | None]:
     if tool in tools:
         return tool, tools[tool]

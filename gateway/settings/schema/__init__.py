@@ -44,8 +44,10 @@ from gateway.settings.schema.tasks import (
     TaskPolicy,
     TaskPolicyOverride,
     Tasks,
+    ToolEntry,
     UpstreamDefaults,
     UpstreamTasks,
+    rename_problem,
 )
 from gateway.settings.schema.upstreams import (
     GATEWAY_PATHS,
@@ -83,6 +85,7 @@ __all__ = [
     "TaskPolicyOverride",
     "Tasks",
     "TokenExchange",
+    "ToolEntry",
     "Tracing",
     "Upstream",
     "UpstreamDefaults",
@@ -157,6 +160,7 @@ class Settings(_Model):
         self._strong_tokens_beyondloopback()
         self._secret_for_a_shared_store()
         self._distinct_paths()
+        self._distinct_tool_names()
 
     def _exchange_needs_oauth(self) -> None:
         for name, up in self.upstreams.items():
@@ -199,6 +203,13 @@ class Settings(_Model):
                 "replica: it seals the replicas' messages and the task records in the store "
                 "(make one: openssl rand -hex 32; on the command line, GATEWAY_SECRET in "
                 "the environment)")
+
+    def _distinct_tool_names(self) -> None:
+        """Issue 53: each name a client sees is one tool's, on every upstream."""
+        for name, up in self.upstreams.items():
+            local = up.tasks.tools if up.tasks is not None else {}
+            if (problem := rename_problem(self.tasks.tools, local, name)) is not None:
+                raise ValueError(problem)
 
     def _distinct_paths(self) -> None:
         seen: dict[str, str] = {}

@@ -71,13 +71,71 @@ class TaskPolicyOverride(_Model):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolEntry(TaskPolicyOverride):
+    """A tool's entry: its policy (any key of TaskPolicy; a key left out or null takes the
+    default) and how clients see it (docs/tools.md), a tool's own, never a default."""
+
+    expose: bool | None = field(default=None,
+        metadata=doc("false: the tool is neither listed nor callable (a call is answered as "
+                     "the server answers an unknown tool)"))
+    name: str | None = field(default=None,
+        metadata=doc("the name clients see and call (the server gets its own); on an exact "
+                     "tool name only"))
+    title: str | None = field(default=None, metadata=doc("the listed title, replaced"))
+    description: str | None = field(default=None,
+        metadata=doc("the listed description, replaced"))
+    annotations: dict[str, Any] | None = field(default=None,
+        metadata=doc("merged over the server's annotations (readOnlyHint, destructiveHint, "
+                     "...)"))
+
+    @property
+    def curates(self) -> bool:
+        """The entry changes how clients see the tool."""
+        return any(getattr(self, key) is not None for key in CURATION_KEYS)
+
+
+CURATION_KEYS = ("expose", "name", "title", "description", "annotations")
+
+
+def rename_problem(tools: dict[str, ToolEntry], local: dict[str, ToolEntry], where: str
+                   ) -> str | None:
+    """What is wrong with the renames one upstream's tools get (`tools`: the global
+    entries, `local`: its own over them): a rename on a glob (it would give every tool it
+    matches one name), two tools renamed to one name, or a rename onto the exact name of
+    another entry that curates a tool of its own (an entry there with policy keys alone is
+    the renamed tool's policy). None when nothing is."""
+    for key, entry in (*tools.items(), *local.items()):
+        if entry.name is not None and any(c in key for c in "*?["):
+            return f"{_where(key, local, where)}.name: a glob cannot rename (name one tool)"
+    entries = {**tools, **local}
+    taken: dict[str, str] = {}
+    for key, entry in entries.items():
+        if entry.name is None or entry.name == key:
+            continue
+        if entry.name in taken:
+            return (f"{_where(key, local, where)}.name: tools '{taken[entry.name]}' and "
+                    f"'{key}' are both renamed '{entry.name}'")
+        if entry.name in entries and entries[entry.name].curates:  # policy alone: the
+            # renamed tool's, under the name clients see (tasks/policy.py)
+            return (f"{_where(key, local, where)}.name: '{key}' is renamed "
+                    f"'{entry.name}', another entry's tool name")
+        taken[entry.name] = key
+    return None
+
+
+def _where(key: str, local: dict[str, ToolEntry], upstream: str) -> str:
+    return f"upstreams.{upstream}.tasks.tools.{key}" if key in local else f"tasks.tools.{key}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tasks(_Model):
     """Task policies: `defaults`, and per tool name in `tools`."""
 
     defaults: TaskPolicy = field(default_factory=TaskPolicy,
         metadata=doc("for every tool"))
-    tools: dict[str, TaskPolicyOverride] = field(default_factory=dict,
-        metadata=doc("per tool name, over the defaults (a key left out or null: the default)"))
+    tools: dict[str, ToolEntry] = field(default_factory=dict,
+        metadata=doc("per tool name, over the defaults (a key left out or null: the "
+                     "default); with how clients see the tool (docs/tools.md)"))
 
 
 # TaskPolicy's keys whose null means "none": no timeout, no immediate response, no limit.
@@ -122,5 +180,5 @@ class UpstreamTasks(_Model):
         default_factory=UpstreamDefaults,
         metadata=doc("for every tool of this upstream, over the global `tasks.defaults` (a "
                      "null timeout_ms, immediate_response or max_concurrency clears it)"))
-    tools: dict[str, TaskPolicyOverride] = field(default_factory=dict,
+    tools: dict[str, ToolEntry] = field(default_factory=dict,
         metadata=doc("per tool name, over the global `tasks.tools` and these defaults"))

@@ -76,6 +76,7 @@ class ModernRequest:
     hidden: Lacking | None = None  # tools/list: the tools the caller may not call
     own_progress: bool = False  # the gateway asked for progress, not the client
     push: dict[str, Any] | None = None  # a webhook the call asks for its task (push/client.py)
+    masked: str | None = None  # a call of a name no client may call: the name (curation.py)
 
 
 def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:

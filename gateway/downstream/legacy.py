@@ -39,6 +39,7 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.push import client
 from gateway.settings.schema import Settings
+from gateway.tasks.curation import unmask
 from gateway.tasks.dialects import Lacking, core
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.keys import CallKey
@@ -61,6 +62,7 @@ class LegacyEra:
         self.life = SessionLife(backend, sessions, conf, self.tasks, self.calls, resume)
         self.sessions = sessions
         self.webhooks_allowed = tuple(conf.webhooks_allowed)
+        self.curation = policies.curation(backend.name)
 
     # -- POST ------------------------------------------------------------------------------
     async def post(self, request: web.Request, msg: Message, kind: jsonrpc.Kind
@@ -117,6 +119,8 @@ class LegacyEra:
     async def on_request(self, request: web.Request, session: Session, msg: Message
                          ) -> web.StreamResponse:
         client_id = msg["id"]
+        # A tool called by the server's name from here on (tasks/curation.py).
+        msg, masked = self.curation.request(msg) if self.curation.active else (msg, None)
         lacking = scopes_checked(request, msg, self.tasks.policy)  # InsufficientScope: 403
         decision = self.decide(session, msg)
         edit: Edit | None = None
@@ -155,6 +159,10 @@ class LegacyEra:
                 assert_never(decision)
         if lacking is not None and msg["method"] == mcp.TOOLS_LIST:
             edit = _then_hide(edit, lacking)
+        if self.curation.active and msg["method"] == mcp.TOOLS_LIST:
+            edit = _then(edit, self.curation.listed)
+        if masked is not None:  # answered as an unknown tool is, under the name called
+            edit = _then(edit, lambda m: unmask(m, masked))
         headers = await self.headers.of(request)
         return await self.calls.forward(request, session, msg, edit, headers)
 
@@ -303,6 +311,11 @@ def _subscribed(session: Session, uri: str) -> Edit:
         session.subscribed(uri, "error" not in msg)
         return msg
     return settle
+
+
+def _then(edit: Edit | None, after: Edit) -> Edit:
+    """`edit`, then `after`."""
+    return (lambda msg: after(edit(msg))) if edit else after
 
 
 def _then_hide(edit: Edit | None, lacking: Lacking) -> Edit:

@@ -72,6 +72,7 @@ class Forward:
     decision: router.Pass | router.TaskCall
     lacking: Lacking | None
     theirs: TheirRound | None
+    masked: str | None = None  # the name called, when no client may call it (curation.py)
 
 
 class ModernEra:
@@ -100,6 +101,7 @@ class ModernEra:
                                    conf.limits.max_listeners)
         self.tasks = ModernTasks(backend, engine, self.policy, self.flow, leases)
         self.webhooks_allowed = tuple(conf.webhooks_allowed)
+        self.curation = policies.curation(backend.name)
 
     @property
     def server_info(self) -> object:
@@ -114,6 +116,7 @@ class ModernEra:
             raise errors.InvalidRequest("Invalid Request: modern clients send no responses; "
                                         "answer input requests with inputResponses")
         caller = envelope.check(request, msg, self.backend.catalogue)
+        msg, masked = self.curation.request(msg) if self.curation.active else (msg, None)
         lacking = scopes_checked(request, msg, self.policy)  # InsufficientScope: 403
         if (kept := self.kept(msg, caller, lacking)) is not None:
             match router.modern_held(msg, capabilities=caller.capabilities):
@@ -152,7 +155,7 @@ class ModernEra:
             case router.Pass() | router.TaskCall():
                 theirs = retry if isinstance(retry, TheirRound) else None
                 return await self.forward(request, msg, Forward(caller, route, decision,
-                                                                lacking, theirs))
+                                                                lacking, theirs, masked))
             case _:
                 assert_never(decision)
 
@@ -285,7 +288,7 @@ class ModernEra:
             msg["id"], caller, method, digest_, str(name or ""),
             uri if isinstance(uri, str) else None, how.route.modern, policy, how.lacking,
             own_progress=policy is not None and watch_progress(upstream_params),
-            push=push), \
+            push=push, masked=how.masked), \
             {**msg, "params": upstream_params}
 
     # -- tasks (the io.modelcontextprotocol/tasks extension: modern_tasks.py) -------------

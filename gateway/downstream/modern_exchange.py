@@ -23,6 +23,7 @@ from gateway.downstream.mrtr import Parked
 from gateway.downstream.rounds import Rounds
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.tasks.curation import Curation, unmask
 from gateway.tasks.engine import Handover
 from gateway.tasks.model import Task
 from gateway.upstream.correlator import Call
@@ -42,6 +43,8 @@ class Era(Protocol):
     def ttl_ms(self) -> int: ...
     @property
     def scope(self) -> str: ...
+    @property
+    def curation(self) -> Curation: ...
 
     def task_soon(self, ex: ModernExchange) -> None:
         """The sync budget of `ex` ran out: its call becomes a task unless it answers first."""
@@ -152,6 +155,10 @@ class ModernExchange(Exchange):
             era.backend.learn_tools(msg)
             if request.hidden is not None:
                 msg = shapes.hide_tools(msg, request.hidden)
+            if era.curation.active:
+                msg = era.curation.listed(msg)
+        elif request.masked is not None:  # answered as an unknown tool is, as called
+            msg = unmask(msg, request.masked)
         msg, status = shapes.modern_response(request.method, msg, era.server_info,
                                              era.ttl_ms, era.scope, request.uri)
         self.answer(msg, status)

@@ -132,3 +132,33 @@ def test_check_config_refuses_clashing_renames(tmp_path) -> None:
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 2
     assert "tasks.tools.b.name: tools 'a' and 'b' are both renamed 'same'" in res.stderr
+
+
+async def test_a_hidden_tool_called_as_a_core_task_is_answered_as_unknown(gateway, http
+                                                                          ) -> None:
+    url = await gateway(tasks={"tools": CURATED})
+    client = await legacy_session(http, url)
+
+    async def as_task(name: str) -> Any:
+        made = await client.send({"jsonrpc": "2.0", "id": next(client.ids),
+                                  "method": "tools/call",
+                                  "params": {"name": name, "arguments": {}, "task": {}}})
+        task_id = made.message["result"]["task"]["taskId"]
+        ended = await client.send({"jsonrpc": "2.0", "id": 9, "method": "tasks/result",
+                                   "params": {"taskId": task_id}})
+        answer = dict(ended.message)
+        answer["result"] = {k: v for k, v in answer["result"].items() if k != "_meta"}
+        return answer  # its related-task _meta names its own id
+
+    unknown = await as_task("made_up")
+    assert as_unknown(await as_task("crash"), "crash") == as_unknown(unknown, "made_up")
+
+
+async def test_a_tool_the_server_adds_later_is_curated(gateway, http) -> None:
+    url = await gateway(tasks={"tools": {"added": {"name": "late_addition"}}})
+    await call(http, url, "changed")  # the server lists "added" from now on
+    listed = (await modern(http, url, "tools/list", {})).body["result"]["tools"]
+    names = {t["name"] for t in listed}
+    assert "late_addition" in names and "added" not in names
+    answered = await call(http, url, "late_addition")
+    assert answered.body["result"]["content"][0]["text"] == "added"

@@ -18,6 +18,7 @@ from gateway import errors
 from gateway.downstream.boundary import principal_of
 from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message, RequestId
+from gateway.tasks.curation import Curation
 from gateway.tasks.dialects import Lacking, extension
 from gateway.tasks.policy import Policy
 from gateway.upstream.catalogue import Catalogue
@@ -79,9 +80,11 @@ class ModernRequest:
     masked: str | None = None  # a call of a name no client may call: the name (curation.py)
 
 
-def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:
+def check(request: web.Request, msg: Message, catalogue: Catalogue,
+          curation: Curation | None = None) -> Caller:
     """The caller of a modern request whose envelope and headers agree with its body;
-    the spec's error for the first thing that does not."""
+    the spec's error for the first thing that does not (`curation`: the names clients call
+    the upstream's tools by)."""
     params = msg.get("params")
     if params is not None and not isinstance(params, dict):
         raise errors.InvalidParams("Invalid params: params must be an object")
@@ -121,16 +124,20 @@ def check(request: web.Request, msg: Message, catalogue: Catalogue) -> Caller:
             raise errors.HeaderMismatch(f"Header mismatch: {mcp.H_NAME} does not match "
                                         f"the body's {field} {errors.shown(named)}")
     if method == mcp.TOOLS_CALL:
-        _check_param_headers(request, params or {}, catalogue)
+        _check_param_headers(request, params or {}, catalogue, curation)
     return Caller(principal_of(request).owner, caps, meta.get(mcp.META_LOG_LEVEL))
 
 
-def _check_param_headers(request: web.Request, params: dict[str, Any], catalogue: Catalogue
-                         ) -> None:
+def _check_param_headers(request: web.Request, params: dict[str, Any], catalogue: Catalogue,
+                         curation: Curation | None) -> None:
     """spec 2026-07-28 Streamable HTTP, Server Behavior for Custom Headers: each argument
     the tool mirrors in an `Mcp-Param-*` header must be there and match the body (known
-    from the upstream's tools/list; unknown ones are only passed on)."""
-    wanted = catalogue.param_headers.get(str(params.get("name")))
+    from the upstream's tools/list, by the server's name of the tool; unknown ones are only
+    passed on)."""
+    tool = str(params.get("name"))
+    if curation is not None and curation.active:
+        tool = curation.server_name(tool) or tool
+    wanted = catalogue.param_headers.get(tool)
     for path, part in (wanted or {}).items():
         value: Any = params.get("arguments")
         for key in path:

@@ -115,7 +115,7 @@ class ModernEra:
         if kind == "response":
             raise errors.InvalidRequest("Invalid Request: modern clients send no responses; "
                                         "answer input requests with inputResponses")
-        caller = envelope.check(request, msg, self.backend.catalogue)
+        caller = envelope.check(request, msg, self.backend.catalogue, self.curation)
         msg, masked = self.curation.request(msg) if self.curation.active else (msg, None)
         lacking = scopes_checked(request, msg, self.policy)  # InsufficientScope: 403
         if (kept := self.kept(msg, caller, lacking)) is not None:

@@ -15,6 +15,8 @@ from gateway.auth import ANONYMOUS
 from gateway.downstream.envelope import check
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.settings.schema import ToolEntry
+from gateway.tasks.curation import Curation
 from gateway.upstream.catalogue import Catalogue
 
 VERSION = mcp.MODERN_VERSIONS[0]
@@ -141,3 +143,14 @@ def test_arguments_mirrored_in_param_headers_must_match() -> None:
         assert isinstance(error, errors.HeaderMismatch)
     # A tool the catalogue knows no headers of: nothing to check.
     assert checked(body("tools/call", name="other", arguments={"region": "eu"}), catalogue)
+
+
+def test_a_renamed_tools_param_headers_are_checked_by_its_server_name() -> None:
+    catalogue = Catalogue()
+    catalogue.param_headers["deploy"] = {("region",): "Region"}
+    curation = Curation([{"deploy": ToolEntry(name="ship")}])
+    msg = body("tools/call", name="ship", arguments={"region": "eu"})
+    request = make_mocked_request("POST", "/mcp",
+                                  headers=headers_for(msg, Mcp_Param_Region="us"))
+    with pytest.raises(errors.HeaderMismatch):
+        check(request, msg, catalogue, curation)

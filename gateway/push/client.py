@@ -20,6 +20,8 @@ from gateway import errors
 from gateway.protocol import mcp
 from gateway.settings.rules import webhook_secret_bytes
 
+MAX_URL_CHARS = 2048
+
 
 def asked(params: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any] | None:
     """The webhook a tools/call's params ask for, as a task keeps it (`url`, `secret`,
@@ -32,7 +34,13 @@ def asked(params: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any] | 
             not isinstance(hook.get("secret"), str):
         raise _refused(f"_meta[{mcp.META_WEBHOOK!r}] is an object with url and secret")
     url, secret = hook["url"], hook["secret"]
-    parts = urlsplit(url)
+    if len(url) > MAX_URL_CHARS:  # kept with its task and its deliveries: bounded
+        raise _refused(f"a webhook URL is at most {MAX_URL_CHARS} characters")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port out of range or not a number raises here, not later)
+    except ValueError:
+        raise _refused(f"the webhook {errors.shown(url)} is not a URL") from None
     if parts.username is not None or parts.password is not None:
         raise _refused("a webhook URL with credentials in it is not taken")
     prefix = next((p for p in allowed if _under(url, p)), None)

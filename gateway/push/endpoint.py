@@ -32,9 +32,11 @@ class Target:
         self._secret = secret
         self.guarded = guarded
         parts = urlsplit(url)
-        # What logs, metrics and /status name it by: never its query or credentials.
-        self.label = f"{parts.hostname}{':' + str(parts.port) if parts.port else ''}" \
-                     f"{parts.path or '/'}"
+        # What logs, metrics and /status name it by: its host and a digest of its path (a
+        # path may be the secret: Slack's, Discord's webhook URLs), never its query or
+        # credentials.
+        path = hashlib.sha256((parts.path or "/").encode()).hexdigest()[:8]
+        self.label = f"{parts.hostname}{':' + str(parts.port) if parts.port else ''}/{path}"
         self._signer = Signer(secret)
 
     def record(self) -> dict[str, Any]:

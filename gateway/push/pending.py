@@ -31,6 +31,9 @@ class Pending(Protocol):
     async def again(self, lane: str, delivery: Delivery) -> None:
         """To be tried again at its `due` (its `attempt` counted)."""
 
+    async def forget(self, lane: str) -> None:
+        """Every delivery of the lane, given up (its endpoint is disabled)."""
+
     def wait_s(self, lane: str) -> float:
         """How long a lane with nothing due may wait before it asks again."""
 
@@ -75,6 +78,10 @@ class MemoryPending:
 
     async def again(self, lane: str, delivery: Delivery) -> None:
         self._push(lane, delivery)
+
+    async def forget(self, lane: str) -> None:
+        for delivery in self._lanes.pop(lane, []):
+            await self.done(lane, delivery)
 
     def wait_s(self, lane: str) -> float:
         queue = self._lanes.get(lane)

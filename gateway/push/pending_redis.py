@@ -94,6 +94,16 @@ class RedisPending:
             pipe.zadd(queue, {delivery.id: _ms(delivery.due)}, xx=True)
             await pipe.execute()
 
+    async def forget(self, lane: str) -> None:
+        queue = self._link.key("wh", "q", lane)
+        for raw in [text(i) for i in await self._link.redis.zrange(queue, 0, -1)]:
+            record = await self._link.redis.get(self._keys(lane, raw)[1])
+            delivery = self._opened(lane, record) if isinstance(record, bytes) else None
+            if delivery is not None:
+                await self.done(lane, delivery)
+            else:
+                await self._link.redis.zrem(queue, raw)
+
     def wait_s(self, lane: str) -> float:
         return POLL_S
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ MAX_PENDING = 10_000
 MAX_PENDING_PER_OWNER = 1_000
 WORKERS = 4  # deliveries in flight to one operator's endpoint at most
 CLIENT_WORKERS = 8  # deliveries in flight to clients' webhooks at most, all together
+CLIENT_SLOTS = 2  # of them, those of one principal's tasks (fair share of the clients' lane)
 STORE_DOWN = (StoreUnavailable, ConnectionError, OSError)
 
 
@@ -54,7 +56,13 @@ class Pusher:
     # -- from the engine's report -------------------------------------------------------------
     def told(self, task: Task, message: str | None) -> None:
         """`task`'s status, written: queued for every lane it fires (`message`: its status
-        message as it may be shown)."""
+        message as it may be shown). Never raises: it runs on a task's end path."""
+        try:
+            self._told(task, message)
+        except Exception as exc:  # a push never costs a task its end
+            log.error("webhook.attempt_failed", task=task.id[:8], error=repr(exc))
+
+    def _told(self, task: Task, message: str | None) -> None:
         lanes: list[tuple[Endpoint, Target | None]] = [
             (e, None) for e in self.endpoints if e.wants(task)]
         if task.push is not None and task.terminal:  # its client's own, for its end
@@ -110,6 +118,7 @@ class Pusher:
     async def _lane(self, endpoint: Endpoint, workers: int) -> None:
         """Claim what is due for this lane, as workers are free; wait for more."""
         busy: set[asyncio.Task[None]] = set()
+        owners: Counter[str] = Counter()  # deliveries in flight, by whose task
         while True:
             free = workers - len(busy)
             claimed: list[Delivery] = []
@@ -120,9 +129,16 @@ class Pusher:
                     log.warning("webhook.store_unavailable", endpoint=endpoint.label,
                                 error=repr(exc))
             for delivery in claimed:
+                if endpoint.target is None and owners[delivery.owner] >= CLIENT_SLOTS:
+                    # One principal's receivers take at most CLIENT_SLOTS of the clients'
+                    # lane: the rest of its deliveries wait their turn (a second).
+                    delivery.due = self._clock() + 1.0
+                    await self.pending.again(endpoint.lane, delivery)
+                    continue
+                owners[delivery.owner] += 1
                 job = self._spawn(self._deliver(endpoint, delivery))
                 busy.add(job)
-                job.add_done_callback(_freed(busy, endpoint))
+                job.add_done_callback(_freed(busy, endpoint, owners, delivery.owner))
             if claimed and len(claimed) == free:
                 continue
             endpoint.woken.clear()
@@ -184,9 +200,7 @@ class Pusher:
         endpoint.disabled = True
         self._metrics.webhook_delivered(endpoint.label, "gone")
         await self.pending.done(endpoint.lane, delivery)
-        while dropped := await self.pending.claim(endpoint.lane, 100):
-            for each in dropped:
-                await self.pending.done(endpoint.lane, each)
+        await self.pending.forget(endpoint.lane)  # due or not: none will be tried
         log.warning("webhook.disabled", audit=True, endpoint=endpoint.label,
                     reason="the receiver answered 410 Gone")
 
@@ -220,11 +234,12 @@ class Pusher:
         return out
 
 
-def _freed(busy: set[asyncio.Task[None]], endpoint: Endpoint
-           ) -> Callable[[asyncio.Task[None]], None]:
+def _freed(busy: set[asyncio.Task[None]], endpoint: Endpoint, owners: Counter[str],
+           owner: str) -> Callable[[asyncio.Task[None]], None]:
     """A lane's worker is free again: its loop may claim more."""
     def freed(job: asyncio.Task[None]) -> None:
         busy.discard(job)
+        owners[owner] -= 1
         endpoint.woken.set()
     return freed
 

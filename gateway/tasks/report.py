@@ -95,7 +95,7 @@ class Report:
 
     def input_required(self, task: Task) -> None:
         audit("task.input_required", task)
-        if self.push is not None:
+        if self.push is not None:  # it never raises (gateway/push/pusher.py `told`)
             self.push(task, task.status_message)
 
     def ended(self, task: Task, seconds: float | None, *, answered: bool = False,

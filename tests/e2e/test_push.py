@@ -102,8 +102,8 @@ async def test_a_503_is_tried_again_with_the_same_id(gateway, http, aiohttp_serv
     assert status[0]["delivered"] == 1 and status[0]["failures"] == 1
     async with http.get(url.replace("/mcp", "/status")) as resp:  # the status page says so
         page = await resp.text()
-    assert "<h2>Webhooks</h2>" in page and "127.0.0.1" in page and "/hooks/tasks" in page
-    assert SECRET not in page
+    assert "<h2>Webhooks</h2>" in page and "127.0.0.1" in page
+    assert SECRET not in page and "/hooks/tasks" not in page  # a path may be a secret
 
 
 async def test_410_disables_the_endpoint(gateway, http, aiohttp_server) -> None:
@@ -115,7 +115,8 @@ async def test_410_disables_the_endpoint(gateway, http, aiohttp_server) -> None:
     await wait_for(http, url, task, "completed")
     await asyncio.sleep(0.5)
     assert len(receiver.got) == 1
-    assert (await detail(http, url))[0]["disabled"] is True
+    lane = (await detail(http, url))[0]
+    assert lane["disabled"] is True and lane["pending"] == 0  # nothing held for it
 
 
 async def test_a_redirect_is_not_followed(gateway, http, aiohttp_server) -> None:
@@ -314,3 +315,35 @@ async def test_a_delivery_left_by_a_replica_killed_mid_retry_is_finished_by_anot
     async with http.get(b.url.replace("/mcp", "/readyz?detail"), headers=OPERATOR) as resp:
         lanes = (await resp.json())["webhooks"]
     assert lanes[0]["delivered"] == 1
+
+
+async def test_one_principals_slow_receivers_hold_two_of_the_clients_lane(
+        gateway, http, aiohttp_server) -> None:
+    """Bob's receiver never answers and he ends ten tasks: his deliveries take two of the
+    clients' lane's workers at most, so Alice's push goes out at once beside them."""
+    hanging, release = 0, asyncio.Event()
+
+    async def never(request: web.Request) -> web.Response:
+        nonlocal hanging
+        hanging += 1
+        await release.wait()
+        return web.Response(status=204)
+    slow = web.Application()
+    slow.router.add_post("/{tail:.*}", never)
+    bobs_hook = str((await aiohttp_server(slow)).make_url("/bob"))
+    alices = ClientReceiver()
+    alice_hook = await served(aiohttp_server, alices)
+    allowed = [bobs_hook.rsplit("/", 1)[0] + "/", alice_hook.rsplit("/", 2)[0] + "/"]
+    url = await gateway(**clients_gateway(allowed))
+    try:
+        for i in range(10):
+            await own_task(http, url, "bob", "echo", {"text": str(i)}, asks(bobs_hook))
+        for _ in range(100):
+            if hanging >= 2:
+                break
+            await asyncio.sleep(0.02)
+        await own_task(http, url, "alice", "echo", {"text": "a"}, asks(alice_hook))
+        await alices.wait(1, timeout_s=4)  # before any of Bob's attempts times out (5 s)
+        assert hanging == 2  # his share of the lane, no more
+    finally:
+        release.set()

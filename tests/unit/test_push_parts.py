@@ -80,7 +80,11 @@ def test_a_clients_webhook_under_an_allowed_prefix_is_taken(url, allowed, exempt
     ("http://hooks.example.com/a", ("https://hooks.example.com/",)),  # http: not said
     ("https://user:pw@hooks.example.com/a", ("https://",)),
     ("https://hooks.example.com/a", ()),  # none allowed: the default
-    ("ftp://hooks.example.com/a", ("https://",))])
+    ("ftp://hooks.example.com/a", ("https://",)),
+    ("https://x.example:99999/h", ("https://",)),  # a port out of range: never kept
+    ("https://x.example:abc/h", ("https://",)),
+    ("https://[::1/x", ("https://",)),  # not a URL: a clear -32602, not a 500
+    ("https://x.example/" + "a" * 3000, ("https://",))])  # bounded: kept with its task
 def test_a_clients_webhook_elsewhere_is_refused(url, allowed) -> None:
     from gateway.errors import InvalidParams
     from gateway.push.client import asked
@@ -96,7 +100,10 @@ def test_a_clients_webhook_elsewhere_is_refused(url, allowed) -> None:
     ("127.0.0.1", False), ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.1.1", False),
     ("169.254.169.254", False), ("::1", False), ("fe80::1", False), ("fd00::1", False),
     ("::ffff:127.0.0.1", False), ("0.0.0.0", False), ("224.0.0.1", False),
-    ("100.64.0.1", False)])
+    ("100.64.0.1", False), ("::127.0.0.1", False), ("64:ff9b::7f00:1", False),
+    ("64:ff9b:1::a00:5", False), ("2002:7f00:1::", False),
+    ("2001:0:4136:e378:8000:63bf:80ff:fffe", False),  # Teredo, carrying 127.0.0.1
+    ("64:ff9b::808:808", True)])
 def test_only_public_addresses_are_pushed_to_for_clients(address: str, public: bool) -> None:
     from gateway.push.sender import _public
 

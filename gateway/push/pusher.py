@@ -181,7 +181,8 @@ class Pusher:
             log.warning("webhook.address_refused", audit=True, endpoint=endpoint.label,
                         webhook_id=delivery.id, reason="its host resolves to an address "
                         "that is not public, and no allowed prefix names it")
-        wait = None if answer.outcome in ("gone", "refused") else \
+        # A lane disabled meanwhile (410 to another of its deliveries) keeps none.
+        wait = None if answer.outcome in ("gone", "refused") or endpoint.disabled else \
             next_wait(delivery.attempt, answer)
         if wait is None:
             self._metrics.webhook_delivered(endpoint.label, answer.outcome

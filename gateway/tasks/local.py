@@ -141,7 +141,7 @@ class Local:
 
     # -- ending -------------------------------------------------------------------------------
     def _responded(self, run: TaskRun, msg: Message) -> None:
-        self._spawn(self._commit(run, run.outcome(msg), answered=True))
+        self._spawn(self._commit(run, run.outcome(msg), answered=run.server_answered))
 
     async def _stop(self, run: TaskRun, status: Status, message: str,
                     error_text: str | None = None) -> Task:

@@ -34,26 +34,21 @@ RECENT_FAILURES = 20
 
 
 def shown(task: Task, answered: bool) -> str:
-    """What /status shows of a failed task (its "Recent failures" row). The gateway's own
-    words whole: a timeout, an expiry, a replica gone, a result too big, an upstream that
-    failed the call (errors.py `UpstreamError`, whose data names the upstream and a reason;
-    its message has no URL). Of what the server answered (`answered`), never its words: a
-    server's error message, or the text of a tool's isError result, may quote an argument
-    value or a secret the tool was handed (issue 42), so only its JSON-RPC code, or that the
-    tool said isError. The client reads the server's own words, in its task."""
+    """What /status (its "Recent failures" row) and webhooks show of a failed task. The
+    gateway's own words whole: a timeout, an expiry, a replica gone, a result too big, an
+    upstream whose transport failed the call (`answered` False: the call itself says so,
+    upstream/correlator.py `Call.failure`). Of what the server answered, never its words:
+    a server's error message, or the text of a tool's isError result, may quote an argument
+    value or a secret the tool was handed (issue 42), and a server may shape its error as
+    the gateway's (a review with one token: judging by shape let its text through); so
+    only its JSON-RPC code, or that the tool said isError. The client reads the server's
+    own words, in its task."""
     error = task.error
-    if not answered or (error is not None and _upstream_error(error)):
+    if not answered:
         return redact.text(task.status_message or "failed")
     if error is None:  # core dialect: a tool result with isError fails the task
         return "the tool's result has isError: true"
     return f"the server answered JSON-RPC error {error.get('code')}"
-
-
-def _upstream_error(error: dict[str, Any]) -> bool:
-    """Whether `error` is one the gateway made for an upstream that failed the call
-    (`UpstreamError.to_message`: its data holds the upstream's name and the reason)."""
-    data = error.get("data")
-    return isinstance(data, dict) and {"upstream", "reason"} <= data.keys()
 
 
 def _error_type(task: Task) -> str:

@@ -92,6 +92,11 @@ class UpstreamCall(Protocol):
     def reply(self, asked_id: RequestId, msg: Message) -> None:
         """Answer a server request the call made (`msg` carries the server's own id)."""
 
+    @property
+    def failure(self) -> Exception | None:
+        """The gateway's error that ended the call (its transport failed it), None when its
+        answer is the server's."""
+
 
 @dataclass(frozen=True, slots=True)
 class Hooks:
@@ -268,6 +273,12 @@ class TaskRun:
             self._done()
         self._ended.set_result(task)
         return time.monotonic() - self._started
+
+    @property
+    def server_answered(self) -> bool:
+        """Whether the call's answer is the server's own, not the gateway's error for a
+        transport that failed it (the report shows none of a server's words)."""
+        return self._call is None or self._call.failure is None
 
     def outcome(self, msg: Message) -> Task:
         """The task as the call's response ends it (not yet written)."""

@@ -26,6 +26,7 @@ class FakeCall:
         self.cancelled: list[str] = []
         self.replies: list[tuple[Any, dict[str, Any]]] = []
         self.ticket: Ticket | None = None
+        self.failure: Exception | None = None  # the gateway's error, when it failed it
 
     @property
     def upstream(self) -> str:
@@ -217,14 +218,19 @@ async def test_recent_failures_show_the_gateways_words_never_the_servers(
     soft_call.sink.on_response(jsonrpc.result(8, {"content": [
         {"type": "text", "text": "no such user: alice@example.com"}], "isError": True}))
     _, exited_call, _ = await running(engine)
-    exited_call.sink.on_response(
-        errors.UpstreamExited("fake", "upstream 'fake' exited (code 3)").to_message(9))
+    exited = errors.UpstreamExited("fake", "upstream 'fake' exited (code 3)")
+    exited_call.failure = exited  # as Call.fail marks it: the transport failed the call
+    exited_call.sink.on_response(exited.to_message(9))
+    _, spoofing, _ = await running(engine)  # a server shaping its error as the gateway's
+    spoofing.sink.on_response(jsonrpc.error(10, -32603, "alice's password is hunter2", {
+        "upstream": "fake", "reason": "exited"}))
     await running(engine, timeout_ms=20)
     await asyncio.sleep(0.1)
     assert (await engine.find(quoted.id, "me")).status_message == (
         "bad value 'hunter2' for password")  # the client's own call: its server's words
     assert sorted(message for _, _, _, message in engine.failures()) == sorted([
         "the server answered JSON-RPC error -32603",  # not its message
+        "the server answered JSON-RPC error -32603",  # nor a message shaped as the gateway's
         "the tool's result has isError: true",  # not its text
         "upstream 'fake' exited (code 3)",  # the gateway's words, whole
         "timed out after 20 ms"])

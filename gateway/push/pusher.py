@@ -23,11 +23,11 @@ from gateway.errors import StoreUnavailable
 from gateway.observability import log, owner_hash
 from gateway.observability.metrics import Metrics
 from gateway.push.endpoint import Delivery, Endpoint, Target
-from gateway.push.payload import event, webhook_id
 from gateway.push.pending import MemoryPending, Pending
 from gateway.push.schedule import Answer, next_wait
 from gateway.push.sender import Sender
 from gateway.settings.schema import Webhook
+from gateway.tasks.dialects.webhook import event, webhook_id
 from gateway.tasks.model import Task
 
 MAX_PENDING = 10_000

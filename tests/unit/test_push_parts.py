@@ -9,8 +9,8 @@ import random
 import orjson
 import pytest
 
-from gateway.push.payload import event, webhook_id
 from gateway.push.schedule import JITTER, RETRY_S, Answer, judged, next_wait
+from gateway.tasks.dialects.webhook import event, webhook_id
 from gateway.tasks.model import Status, Task
 
 

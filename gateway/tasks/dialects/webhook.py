@@ -1,6 +1,6 @@
-"""What a webhook is sent: the thin event of one task status, in Standard Webhooks' shape
-(`type`, `timestamp`, `data`), and its id, the same for every attempt at one task's status
-(the receiver's dedupe key).
+"""The webhook dialect (gateway/push): what a webhook is sent of a task, the thin event of
+one task status in Standard Webhooks' shape (`type`, `timestamp`, `data`), and its id, the
+same for every attempt at one task's status (the receiver's dedupe key).
 
 Never the result, the arguments, a token, or what the server said (a failure's message is
 the gateway's own words: tasks/report.py `shown`): push is a hint, tasks/get is the truth,

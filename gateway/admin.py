@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
+from gateway.auth.authenticator import Named
 from gateway.downstream.boundary import OPERATOR, Handler, json_response
 from gateway.downstream.leases import Leases
 from gateway.downstream.legacy import LegacyEra
@@ -45,7 +46,8 @@ class Admin:
                  engine: TaskEngine, lease: Lease, counters: Counters,
                  metrics: Metrics, queues: Queues, processes: Processes,
                  leases: Leases, every_s: float = EVERY_S, pusher: Pusher | None = None,
-                 unmatched: Unmatched | None = None) -> None:
+                 unmatched: Unmatched | None = None, named: Sequence[Named] = (),
+                 tools_config: str = "") -> None:
         self.backends = backends
         self.lanes = queues
         self.eras = eras
@@ -58,6 +60,8 @@ class Admin:
         self.answers = leases.answers
         self.pusher = pusher  # the webhooks, if any
         self.unmatched = unmatched  # per-tool entries that match no listed tool
+        self.named = named  # the static tokens given a name
+        self.tools_config = tools_config  # the digest of the per-tool entries (policy.py)
         self.started = time.time()
         self.history = History(metrics.tool_calls, metrics.tool_duration, metrics.queue_wait,
                                time.monotonic(), every_s)
@@ -92,7 +96,7 @@ class Admin:
                                "stored_bytes": self.engine.stored_bytes()},
                      "calls": self.leases.status(), "processes": self.processes.status(),
                      "queues": self.lanes.status(),
-                     "store": self.lease.status(),
+                     "store": self.lease.status(), "tools_config": self.tools_config,
                      "counters": self.counters.shown()}
             if self.pusher is not None:
                 body["webhooks"] = await self.pusher.status()
@@ -128,7 +132,15 @@ class Admin:
             failures=self.engine.failures(), queues=self.lanes.status(),
             sessions=self.sessions(), now=now, tools=self._tools(runs),
             span_s=self.history.span_s, charts=sorted(self.history.lines.items()),
-            chart_s=self.history.samples * self.history.every_s, budgets=self._budgets())
+            chart_s=self.history.samples * self.history.every_s, budgets=self._budgets(),
+            principals=self._principals(runs))
+
+    def _principals(self, runs: list[Task]) -> list[tuple[str, str, int, int]]:
+        """Each named static token: its scopes, and what its principal holds here now."""
+        held = Counter(t.counted_as for t in runs)
+        return [(n.name, "every scope" if n.scopes is None else " ".join(sorted(n.scopes)),
+                 held[n.owner], sum(era.sessions.held_by(n.owner) for era in self.eras))
+                for n in self.named]
 
     def _tools(self, runs: list[Task]) -> list[tuple[str, str, Figures, int, int]]:
         """The tools table: each tool's (or limit's) figures of the last quarter of an hour,

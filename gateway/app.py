@@ -92,8 +92,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     engine = TaskEngine(store, counters, admission, replica, metrics, bus,
                         conf.replica_url or "")
     pusher = _pusher(app, conf, engine, metrics, bus)
-    policies = Policies(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()},
-                        {n: u.request_timeout_ms for n, u in conf.upstreams.items()})
+    policies = Policies.of(conf)
     replay, processes = _replay(limits), Processes(Bounds.of(limits, conf.auth.enabled), counters)
     for name, up in conf.upstreams.items():
         backend = isolation.build(name, up, limits.max_message_bytes, counters, queues, processes,
@@ -113,7 +112,8 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     app[LEASE] = lease = Lease(engine, engine.replicas, conf.store.backend, conf.store.lease_ms,
                                store if isinstance(store, Outbox) else None)
     _operators(app, conf, guard, Admin(backends, eras, engine, lease, counters, metrics, queues,
-                                       processes, leases, sample_s, pusher, unmatched))
+                                       processes, leases, sample_s, pusher, unmatched,
+                                       auth.named(), policies.digest()))
     app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))  # last: see _unrouted
     _lifecycles(app, conf, store)
     return app
@@ -430,7 +430,7 @@ def serve(conf: Settings) -> int:
 
     def listening(_: str) -> None:  # run_app's word once its sockets are bound
         log.info("gateway.listening", host=host, port=port, upstreams=sorted(conf.upstreams),
-                 tls=conf.listen.tls_cert is not None)
+                 tls=conf.listen.tls_cert is not None, tools_config=Policies.of(conf).digest())
     try:
         web.run_app(app, host=host, port=port,
                     ssl_context=_tls(conf.listen.tls_cert, conf.listen.tls_key),

@@ -126,15 +126,24 @@ def lacking(lacks: Lacks, policy_for: PolicyFor) -> Lacking:
     return lambda tool: lacks(policy_for(tool).scopes)
 
 
-def scope_refusal(msg: dict[str, Any], lacking: Lacking) -> errors.InsufficientScope | None:
+def scope_refusal(msg: dict[str, Any], lacks: Lacks, policy_for: PolicyFor
+                  ) -> errors.InsufficientScope | None:
     """spec (MCP 2025-11-25, scope challenge): a tools/call of a tool whose scopes the token
     lacks is refused with 403 and the scopes to ask for, whatever the era."""
     params = msg.get("params")
     if msg.get("method") != mcp.TOOLS_CALL or not isinstance(params, dict):
         return None
     name = params.get("name")
-    missing = lacking(name if isinstance(name, str) else "")
-    return errors.InsufficientScope(f"tool {errors.shown(name)}", missing) if missing else None
+    policy = policy_for(name if isinstance(name, str) else "")
+    missing = lacks(policy.scopes)
+    return errors.InsufficientScope(f"tool {_called(name, policy)}", missing) \
+        if missing else None
+
+
+def _called(name: object, policy: Policy) -> str:
+    """A tool named in an error for clients: by the name they call it (docs/tools.md), which
+    curation may have changed from the server's the message carries past the door."""
+    return errors.shown(policy.called or name)
 
 
 # -- the legacy era (initialize, sessions) ----------------------------------------------------
@@ -213,7 +222,7 @@ def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyF
     if not core.is_task_call(params):
         if policy.mode == "required":  # spec (Tool-Level Negotiation): refuse plain calls
             return Refuse(errors.MethodNotFound(
-                f"Tool {errors.shown(name)} must be called as a task (taskSupport: required)"))
+                f"Tool {_called(name, policy)} must be called as a task (taskSupport: required)"))
         return PASS
     if catalogue.own_task_support(name):
         return PASS  # the upstream's own task: the connection notes whose it is
@@ -222,7 +231,7 @@ def _core_call(params: dict[str, Any], catalogue: Catalogue, policy_for: PolicyF
     except errors.InvalidParams as exc:
         return Refuse(exc)
     if policy.mode == "never":  # spec (Tool-Level Negotiation): forbidden -> -32601
-        return Refuse(errors.MethodNotFound(f"Tool {errors.shown(name)} does not support "
+        return Refuse(errors.MethodNotFound(f"Tool {_called(name, policy)} does not support "
                                             "task-augmented calls (taskSupport: forbidden)"))
     return TaskCall(policy, at_once=True, ttl=ttl)
 

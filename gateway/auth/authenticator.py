@@ -11,7 +11,7 @@ that no one can try candidate tokens or subjects against it offline.
 from __future__ import annotations
 
 import hmac
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gateway.auth.fetch import Fetcher
@@ -25,6 +25,16 @@ from gateway.settings.schema import Auth, TokenExchange
 
 if TYPE_CHECKING:
     from gateway.auth.tokens import AccessTokens
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """A named static token's principal: its name, its scopes (None: every one) and the
+    owner its calls and tasks are counted under."""
+
+    name: str
+    scopes: frozenset[str] | None
+    owner: str
 
 
 class Authenticator:
@@ -60,17 +70,26 @@ class Authenticator:
                    if hmac.compare_digest(given, t)]
         if matched:
             scopes, name = matched[0]
-            # Without a key: the digest of the header as earlier releases took it: tasks
-            # stored by them keep their owner across an upgrade.
-            owner = keyed_digest(self.owner_key, f"Bearer {token}") if self.owner_key \
-                is not None else owner_hash(f"Bearer {token}")
-            return Principal(owner, scopes, subject=name)
+            return Principal(self._static_owner(token), scopes, subject=name)
         if self.tokens is None:
             raise Unauthorized("Unauthorized: a valid bearer token is required", "wrong")
         principal = await self.tokens.principal(token)
         if self.owner_key is None:
             return principal
         return replace(principal, owner=keyed_digest(self.owner_key, principal.owner))
+
+    def _static_owner(self, token: str) -> str:
+        """A static token's owner. Without a key: the digest of the header as earlier
+        releases took it: tasks stored by them keep their owner across an upgrade."""
+        header = f"Bearer {token}"
+        return keyed_digest(self.owner_key, header) if self.owner_key is not None \
+            else owner_hash(header)
+
+    def named(self) -> list[Named]:
+        """The static tokens given a name, as operator pages show them (issue 53: the name
+        labels the principal; the token is never shown)."""
+        return [Named(name, scopes, self._static_owner(token.decode()))
+                for token, scopes, name in self.static if name is not None]
 
     def exchanger(self, conf: TokenExchange | None) -> TokenExchanger | None:
         """An upstream's token exchange, sharing this authenticator's HTTP client."""

@@ -92,10 +92,9 @@ def scopes_checked(request: web.Request, msg: dict[str, Any], policy_for: router
     principal = principal_of(request)
     if principal.scopes is None:
         return None
-    lacking = router.lacking(principal.lacks, policy_for)
-    if (refusal := router.scope_refusal(msg, lacking)) is not None:
+    if (refusal := router.scope_refusal(msg, principal.lacks, policy_for)) is not None:
         raise refusal
-    return lacking
+    return router.lacking(principal.lacks, policy_for)
 
 
 def metadata_handler(document: dict[str, Any]) -> Handler:

@@ -272,6 +272,10 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._by_id)
 
+    def held_by(self, principal: str) -> int:
+        """How many sessions `principal` holds here."""
+        return self._held[principal]
+
     def get(self, sid: str, principal: str) -> Session | None:
         """`principal`'s session `sid`, used now; None when none is held here, and when it
         is another principal's: left untouched, so that Bob presenting Alice's id neither

@@ -43,6 +43,8 @@ class Snapshot:
     budgets: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     webhooks: list[dict[str, Any]] | None = None  # each lane (gateway/push); None: no push
     unmatched: dict[str, list[str]] = field(default_factory=dict)  # upstream -> typos?
+    # Named static tokens (issue 53): name, scopes, tasks running here, legacy sessions.
+    principals: list[tuple[str, str, int, int]] = field(default_factory=list)
 
 
 def render(s: Snapshot) -> str:
@@ -57,7 +59,7 @@ def render(s: Snapshot) -> str:
         f"<h2>Tools, the last {_age(s.span_s)}</h2>", _tools(s.tools, s.span_s),
         f"<h2>The last {_age(s.chart_s)}</h2>", _charts(s.charts, _age(s.chart_s)),
         "<h2>Queues</h2>", _queues(s.queues),
-        "<h2>Budgets</h2>", _budgets(s.budgets),
+        "<h2>Budgets</h2>", _budgets(s.budgets), _principals(s.principals),
         "" if s.webhooks is None else "<h2>Webhooks</h2>" + _webhooks(s.webhooks, s.now),
         f"<h2>Live tasks ({sum(s.live.values())})</h2>", _live(s.live), _tasks(s.tasks),
         "<h2>Recent failures</h2>", _failures(s.failures),
@@ -125,6 +127,15 @@ def _charts(charts: list[tuple[str, Lines]], span: str) -> str:
 def _budgets(rows: list[tuple[str, str, str, str, str]]) -> str:
     return _table(("budget", "in use", "bound", "bound a principal", "now"), rows,
                   "budgets", "")
+
+
+def _principals(rows: list[tuple[str, str, int, int]]) -> str:
+    """The named static tokens (`auth.bearer_tokens` entries with a `name`): never a token."""
+    if not rows:
+        return ""
+    return "<h2>Principals</h2>" + _table(
+        ("name", "scopes", "tasks running here", "legacy sessions here"), rows,
+        "principals", "")
 
 
 def _number(value: float) -> str:

@@ -6,16 +6,25 @@ is known here by the server's name; a renamed tool's entry under the name client
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict, deque
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, fields
 from fnmatch import fnmatchcase
 
+import orjson
 from cachetools import LRUCache
 
 from gateway.observability import log
 from gateway.queues import Limit
-from gateway.settings.schema import TaskMode, TaskPolicy, TaskPolicyOverride, Tasks, UpstreamTasks
+from gateway.settings.schema import (
+    Settings,
+    TaskMode,
+    TaskPolicy,
+    TaskPolicyOverride,
+    Tasks,
+    UpstreamTasks,
+)
 from gateway.tasks.curation import Curation
 
 POLL_FLOOR_MS = 250  # never suggest polling faster than this
@@ -36,6 +45,7 @@ class Policy:
     max_concurrency: int | None = None
     max_queue: int = 100
     lane: str = ""  # what shares the concurrency limit: the pattern that set it, or the tool
+    called: str = ""  # the name clients call the tool by, where curation renames it
 
     def limit(self, upstream: str) -> Limit | None:
         """The tool's concurrency limit, if it has one."""
@@ -68,6 +78,22 @@ class Policies:
         # Settings never change: remember answers (tool names come from clients: bounded).
         self._known: LRUCache[tuple[str, str], Policy] = LRUCache(4096)
         self._curations: dict[str, Curation] = {}
+
+    @classmethod
+    def of(cls, conf: Settings) -> Policies:
+        return cls(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()},
+                   {n: u.request_timeout_ms for n, u in conf.upstreams.items()})
+
+    def digest(self) -> str:
+        """A digest of every per-tool entry (global and per upstream): what decides who sees
+        and calls which tool, and how. Replicas sharing a store each apply their own
+        settings (docs/replicas.md): operators compare this, shown on /readyz?detail and
+        logged at start, to find a replica whose tools differ."""
+        entries = {"*": self.tasks.tools, **{up: t.tools for up, t in
+                                             sorted(self.per_upstream.items()) if t}}
+        shown = {where: {k: asdict(e) for k, e in tools.items()}
+                 for where, tools in entries.items()}
+        return hashlib.sha256(orjson.dumps(shown)).hexdigest()[:16]
 
     def curation(self, upstream: str) -> Curation:
         """How clients see `upstream`'s tools (its entries over the global ones)."""
@@ -102,6 +128,7 @@ class Policies:
         for layer in layers if shown_as != tool else ():  # the name clients see wins
             if (override := layer.tools.get(shown_as)) is not None:
                 merged.update(_given(override))
+        merged["called"] = shown_as if shown_as != tool else ""
         merged["scopes"] = frozenset(merged["scopes"])
         if merged["timeout_ms"] is None:
             merged["timeout_ms"] = self.request_timeouts.get(upstream)

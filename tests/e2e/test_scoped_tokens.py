@@ -59,3 +59,25 @@ async def test_a_legacy_session_and_a_core_task_are_curated_alike(gateway, http)
     refused = await reader.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                                  "params": task}, **bearer(READER))
     assert refused.status == 403
+
+
+async def test_status_names_each_named_token_never_the_token(gateway, http) -> None:
+    """/status labels a named static token's principal by its name and scopes, with what it
+    holds here (a task running, a legacy session); the token itself is never shown."""
+    admin = "admin-token-0123456789abcdef0123456789ab"
+    tokens = [TOKENS[0], {"token": WRITER, "scopes": ["read", "write"], "name": "team-write"}]
+    url = await gateway(auth={"bearer_tokens": tokens, "admin_tokens": [admin]},
+                        tasks={"tools": TOOLS})
+    reader = McpHttp(http, url)
+    await reader.initialize({}, version="2025-06-18", headers=bearer(READER))
+    started = await modern(http, url, "tools/call", {"name": "sleep", "arguments": {
+        "ms": 5000}}, {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        headers=bearer(WRITER))
+    assert started.body["result"]["resultType"] == "task", started.body
+    async with http.get(url.replace("/mcp", "/status"), headers=bearer(admin)) as page:
+        html = await page.text()
+    assert page.status == 200
+    table = html.split("<table id=principals>", 1)[1].split("</table>", 1)[0]
+    assert "<td>team-read</td><td>read</td><td>0</td><td>1</td>" in table
+    assert "<td>team-write</td><td>read write</td><td>1</td><td>0</td>" in table
+    assert READER not in html and WRITER not in html

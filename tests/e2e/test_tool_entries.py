@@ -5,6 +5,7 @@ global entries (once every upstream listed its tools) and an upstream's own."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import structlog
 from conftest import settings_for
@@ -35,4 +36,7 @@ async def test_entries_that_all_match_say_nothing(gateway, http) -> None:
     url = await gateway(tasks={"tools": {"echo": {"mode": "never"}, "s*": {"mode": "auto"}}})
     await asyncio.sleep(0.3)  # its tools/list in
     async with http.get(url.replace("/mcp", "/readyz?detail")) as resp:
-        assert "tool_entries_unmatched" not in await resp.json()
+        detail = await resp.json()
+    assert "tool_entries_unmatched" not in detail
+    # What an operator compares across replicas (docs/replicas.md): the entries' digest.
+    assert re.fullmatch("[0-9a-f]{16}", detail["tools_config"])

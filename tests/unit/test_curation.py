@@ -125,3 +125,18 @@ def test_an_entry_under_a_renamed_tools_new_name_is_no_typo() -> None:
     unmatched = Unmatched(policies, ["main"])
     unmatched.learned("main", ["params", "echo"])
     assert unmatched.found == {}
+
+
+def test_the_tools_digest_tells_replicas_whose_entries_differ() -> None:
+    """Replicas apply their own settings (docs/replicas.md): the digest on /readyz?detail
+    is how an operator finds one whose tools differ; the order of globs matters, so it
+    counts, and an unrelated setting does not."""
+    def digest(tools: dict[str, Any], **other: Any) -> str:
+        return Policies.of(from_mapping({"upstreams": {"main": {"command": "x"}},
+                                         "tasks": {"tools": tools}, **other})).digest()
+
+    hidden = {"a*": {"expose": False}, "*": {"scopes": ["write"]}}
+    assert digest(hidden) == digest(dict(hidden), limits={"max_body_bytes": 12345})
+    assert digest(hidden) != digest({"*": {"scopes": ["write"]}, "a*": {"expose": False}})
+    assert digest(hidden) != digest({**hidden, "echo": {"name": "say"}})
+    assert digest({}) != digest({"echo": {"mode": "never"}})

@@ -262,3 +262,23 @@ def test_the_early_step_decides_a_held_task_as_every_route_would(method: str,
             assert late.error.to_message(1) == early.error.to_message(1)
     assert router.modern_held(jsonrpc.request(1, mcp.TOOLS_CALL, call("echo")),
                               capabilities=caps) is None
+
+
+def test_refusals_name_a_renamed_tool_as_clients_call_it() -> None:
+    """docs/tools.md: past the door a renamed tool travels by the server's name, but what the
+    gateway tells a client names it as the client calls it."""
+    policies = Policies(from_mapping({"upstreams": {"main": {"command": "x"}}, "tasks": {
+        "tools": {"must": {"name": "gh_must", "mode": "required", "scopes": ["write"]}}}}).tasks,
+        {})
+    policy_for = lambda tool: policies.for_tool("main", tool)  # noqa: E731
+    plain = router.legacy(jsonrpc.request(1, mcp.TOOLS_CALL, call("must")), in_flight=False,
+                          core_tasks=True, keeps_level=False, native_task_ids=set(),
+                          catalogue=catalogue(), policy_for=policy_for)
+    assert isinstance(plain, router.Refuse)
+    assert '"gh_must" must be called as a task' in plain.error.message
+    refusal = router.scope_refusal(jsonrpc.request(2, mcp.TOOLS_CALL, call("must")),
+                                   lambda needed: frozenset(needed), policy_for)
+    assert refusal is not None and refusal.message.count('"gh_must"') == 1
+    assert '"must"' not in refusal.message
+    # An unrenamed tool keeps its one name.
+    assert POLICIES.for_tool("main", "must").called == ""

@@ -39,7 +39,7 @@ if ! command -v podman >/dev/null || ! command -v runc >/dev/null || \
 fi
 
 python3 -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]' -c tests/constraints.txt
 (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 python3 -m venv .test-envs/mcp130
 .test-envs/mcp130/bin/pip install --quiet --disable-pip-version-check 'mcp==1.30.0'

@@ -58,10 +58,16 @@ class ProtectedResource:
                            ("error_description", description)])
 
 
+def scope_challenge(scopes: list[str]) -> str:
+    """The 403 challenge of a static token lacking `scopes` (no metadata to point to):
+    RFC 6750 section 3.1's error and the scopes the request needs."""
+    return _challenge([("error", "insufficient_scope"), ("scope", " ".join(scopes))])
+
+
 def _challenge(params: list[tuple[str, str]]) -> str:
     # RFC 6750 3: auth-param values are quoted strings; ours never hold `"` or `\`, and
     # anything a client sent is kept out of them.
     return "Bearer " + ", ".join(f'{k}="{v.replace(chr(34), chr(39))}"' for k, v in params)
 
 
-__all__ = ["WELL_KNOWN", "ProtectedResource"]
+__all__ = ["WELL_KNOWN", "ProtectedResource", "scope_challenge"]

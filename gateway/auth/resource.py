@@ -58,10 +58,24 @@ class ProtectedResource:
                            ("error_description", description)])
 
 
+def scope_challenge(scopes: list[str]) -> str:
+    """The 403 challenge of a static token lacking `scopes` (no metadata to point to):
+    RFC 6750 section 3.1's error and the scopes the request needs."""
+    return _challenge([("error", "insufficient_scope"), ("scope", " ".join(scopes))])
+
+
 def _challenge(params: list[tuple[str, str]]) -> str:
-    # RFC 6750 3: auth-param values are quoted strings; ours never hold `"` or `\`, and
-    # anything a client sent is kept out of them.
-    return "Bearer " + ", ".join(f'{k}="{v.replace(chr(34), chr(39))}"' for k, v in params)
+    # RFC 6750 3: auth-param values are quoted strings, and error_description holds only
+    # %x20-21 / %x23-5B / %x5D-7E: a description may name what a client sent (a tool's
+    # name), so `"` becomes `'` and `\`, controls and non-ASCII become `?`.
+    return "Bearer " + ", ".join(f'{k}="{_quotable(v)}"' for k, v in params)
 
 
-__all__ = ["WELL_KNOWN", "ProtectedResource"]
+def _quotable(value: str) -> str:
+    value = value.replace('"', "'")
+    if value.isascii() and value.isprintable() and "\\" not in value:
+        return value
+    return "".join(c if " " <= c <= "~" and c != "\\" else "?" for c in value)
+
+
+__all__ = ["WELL_KNOWN", "ProtectedResource", "scope_challenge"]

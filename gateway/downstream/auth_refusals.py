@@ -11,7 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway import errors
-from gateway.auth.resource import ProtectedResource
+from gateway.auth.resource import ProtectedResource, scope_challenge
 from gateway.auth.throttle import FailedAuths
 from gateway.downstream.boundary import PRINCIPAL
 from gateway.downstream.peers import Clients
@@ -52,8 +52,10 @@ class AuthRefusals:
         self.audit(request, fault)
 
     def _challenge(self, path: str, fault: errors.AuthRefusal) -> str:
-        if self.resource is None:
-            return "Bearer"  # static tokens only: no metadata to point to
+        if self.resource is None:  # static tokens only: no metadata to point to
+            if isinstance(fault, errors.InsufficientScope):
+                return scope_challenge(fault.scopes)  # a scoped token: what it lacks
+            return "Bearer"
         if isinstance(fault, errors.InsufficientScope):
             return self.resource.insufficient_scope(path, fault.scopes, fault.message)
         return self.resource.unauthorized(path, fault.cause, fault.message)

@@ -37,6 +37,8 @@ async def test_each_token_sees_and_calls_its_own_tool_set(gateway, http) -> None
             "ms": 1}}, headers=bearer(READER))
     assert refused.status == 403 and refused.body["error"]["data"] == {
         "requiredScopes": ["write"]}
+    # RFC 6750 section 3.1: the challenge says why and what to ask for (no metadata here).
+    assert refused.headers["WWW-Authenticate"] == 'Bearer error="insufficient_scope", scope="write"'
     said = [e for e in events if e["event"] == "auth.failed"]
     assert said and said[0]["subject"] == "team-read"
     assert READER not in str(events)

@@ -40,6 +40,11 @@ def test_challenges_point_to_the_metadata_of_the_path() -> None:
     assert resource.insufficient_scope("/mcp", ["deploy"], "needs deploy").startswith(
         'Bearer error="insufficient_scope", scope="deploy read"')
     assert resource.document["scopes_supported"] == ["deploy", "read"]
+    # A tool's name a client sent, in the description: RFC 6750 3's characters only.
+    named = resource.insufficient_scope("/mcp", ["deploy"], 'tool "a\\\"b\u00e9\u2028"')
+    description = named.split('error_description="', 1)[1]
+    assert description == "tool 'a?'b??'\""
+    assert all(" " <= c <= "~" for c in named) and "\\" not in named
 
 
 def test_a_principal_lacks_only_what_it_does_not_hold() -> None:

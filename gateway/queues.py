@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.errors import QueueFull
 from gateway.observability.counters import Counters
@@ -38,6 +38,9 @@ class Limit:
     max_concurrency: int
     max_queue: int
     server: bool = False  # the server's own limit, apart from a tool pattern named "*"
+    # What errors call it where clients know it by another name (a renamed tool's own
+    # limit: docs/tools.md); the lane is the same whatever it is called.
+    shown: str = field(default="", compare=False)
 
 
 Waited = Callable[[str, str, float], None]  # (upstream, label, seconds queued)
@@ -269,9 +272,10 @@ class Queues:
 
 
 def _full(limit: Limit, wait_s: float | None) -> QueueFull:
-    what = "calls" if limit.label == "*" else f"calls of '{limit.label}'"
+    label = limit.shown or limit.label
+    what = "calls" if label == "*" else f"calls of '{label}'"
     return QueueFull(f"Queue full: at most {limit.max_concurrency} {what} run at once on "
                      f"upstream '{limit.upstream}' and {limit.max_queue} wait; retry later",
-                     {"reason": "queue_full", "upstream": limit.upstream, "tool": limit.label,
+                     {"reason": "queue_full", "upstream": limit.upstream, "tool": label,
                       "maxConcurrency": limit.max_concurrency, "maxQueue": limit.max_queue,
                       "retryAfterMs": max(1, round((wait_s or 1.0) * 1000))})

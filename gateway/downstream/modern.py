@@ -102,6 +102,8 @@ class ModernEra:
         self.tasks = ModernTasks(backend, engine, self.policy, self.flow, leases)
         self.webhooks_allowed = tuple(conf.webhooks_allowed)
         self.curation = policies.curation(backend.name)
+        # Tools that need scopes: tools/list differs from one token to another.
+        self.lists_vary = policies.scoped(backend.name)
 
     @property
     def server_info(self) -> object:

@@ -45,6 +45,8 @@ class Era(Protocol):
     def scope(self) -> str: ...
     @property
     def curation(self) -> Curation: ...
+    @property
+    def lists_vary(self) -> bool: ...
 
     def task_soon(self, ex: ModernExchange) -> None:
         """The sync budget of `ex` ran out: its call becomes a task unless it answers first."""
@@ -155,6 +157,9 @@ class ModernExchange(Exchange):
             era.backend.learn_tools(msg)
             if request.hidden is not None:
                 msg = shapes.hide_tools(msg, request.hidden)
+            if era.lists_vary:  # spec 2026-07-28 (caching, Choosing a Cache Scope): a list
+                # that varies per caller is private, whatever the server or settings said
+                msg = shapes.private(msg)
             if era.curation.active:
                 msg = era.curation.listed(msg)
         elif request.masked is not None:  # answered as an unknown tool is, as called

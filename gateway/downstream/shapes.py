@@ -57,6 +57,14 @@ def to_upstream(params: dict[str, Any], modern_upstream: bool = False) -> dict[s
     return out
 
 
+def private(msg: dict[str, Any]) -> dict[str, Any]:
+    """A result no cache may share across authorization contexts (`cacheScope`)."""
+    result = msg.get("result")
+    if isinstance(result, dict):
+        result["cacheScope"] = "private"
+    return msg
+
+
 def modern_response(method: str, msg: dict[str, Any], server_info: Any, ttl_ms: int,
                     scope: str, uri: Any = None) -> tuple[dict[str, Any], int]:
     """An upstream's response made modern, with its HTTP status: every result carries

@@ -1,7 +1,8 @@
 """How clients see an upstream's tools (issue 53, docs/tools.md): the curation keys of the
 tools' entries in `tasks.tools` (`expose`, `name`, `title`, `description`, `annotations`),
-globally and per upstream, matched as task policies are (tasks/policy.py: exact name first,
-then globs in the order written; the upstream's entry over the global one, key by key).
+globally and per upstream, matched as task policies are (`matching`: every entry naming a
+tool, key by key, exact name first, then globs in the order written; the upstream's over
+the global ones).
 
 Names: clients see and call a renamed tool by its new name; everything past the edge where
 a call comes in (the router, task policies, queues, tasks, metrics, audit) knows the tool by
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.protocol import mcp
 from gateway.settings.schema import ToolEntry
@@ -38,6 +39,7 @@ class Shown:
 
 
 PLAIN = Shown()
+E = TypeVar("E")
 
 
 class Curation:
@@ -67,8 +69,7 @@ class Curation:
     def _resolve(self, tool: str) -> Shown:
         given: dict[str, Any] = {}
         for layer in self._layers:
-            entry = _match(layer, tool)
-            if entry is not None:
+            for _, entry in reversed(matching(layer, tool)):
                 given.update({k: getattr(entry, k) for k in Shown.__slots__
                               if getattr(entry, k) is not None})
         return Shown(**given) if given else PLAIN
@@ -149,10 +150,13 @@ def unmask(value: Any, called: str) -> Any:
     return value
 
 
-def _match(layer: Mapping[str, ToolEntry], tool: str) -> ToolEntry | None:
-    if tool in layer:
-        return layer[tool]
-    return next((e for pattern, e in layer.items() if fnmatchcase(tool, pattern)), None)
+def matching(tools: Mapping[str, E], tool: str) -> list[tuple[str, E]]:
+    """Every entry of one layer that names `tool`, the strongest first: its exact name, then
+    the globs in the order written. Each sets the keys it gives that no stronger one gave
+    (a cascade): an entry that only re-describes a tool keeps the scopes a glob below it
+    sets (issue 53: a description must not open a tool to every token)."""
+    found = [(tool, tools[tool])] if tool in tools else []
+    return found + [(p, e) for p, e in tools.items() if p != tool and fnmatchcase(tool, p)]
 
 
-__all__ = ["MASK", "Curation", "Shown", "unmask"]
+__all__ = ["MASK", "Curation", "Shown", "matching", "unmask"]

@@ -1,6 +1,7 @@
 """Per-tool task policy (docs/configuration.md, `tasks.defaults`: modes never / auto / always /
-required and their timings), from `tasks:` globally and per upstream, by exact name first,
-then by glob in the order written; each level overrides the defaults field by field. A tool
+required and their timings), from `tasks:` globally and per upstream: every entry matching
+a tool applies key by key over the defaults (curation.matching: its exact name first, then
+globs in the order written). A tool
 is known here by the server's name; a renamed tool's entry under the name clients see
 (tasks/curation.py) is found too, and wins key by key over the one under the server's."""
 
@@ -8,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict, deque
-from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, fields, replace
 from fnmatch import fnmatchcase
 
 import orjson
@@ -25,8 +26,9 @@ from gateway.settings.schema import (
     Tasks,
     UpstreamTasks,
 )
-from gateway.tasks.curation import Curation
+from gateway.tasks.curation import MASK, Curation, matching
 
+_GLOB = frozenset("*?[")  # what makes a tools key a pattern (fnmatch)
 POLL_FLOOR_MS = 250  # never suggest polling faster than this
 POLL_CEILING_MS = 30_000
 HISTORY = 20  # durations remembered per tool
@@ -51,7 +53,9 @@ class Policy:
         """The tool's concurrency limit, if it has one."""
         if self.max_concurrency is None:
             return None
-        return Limit(upstream, self.lane, self.max_concurrency, self.max_queue)
+        return Limit(upstream, self.lane, self.max_concurrency, self.max_queue,
+                     # a lane named without a glob is the tool's own: named as clients call it
+                     shown="" if _GLOB.intersection(self.lane) else self.called)
 
     def ttl(self, requested: int | None) -> int:
         """The ttl a task gets (issue 40): what was asked (or `ttl_ms`) as the retention
@@ -84,6 +88,13 @@ class Policies:
         return cls(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()},
                    {n: u.request_timeout_ms for n, u in conf.upstreams.items()})
 
+    def scoped(self, upstream: str) -> bool:
+        """Whether a tool of `upstream` needs scopes (its list then varies per token)."""
+        local = self.per_upstream.get(upstream)
+        layers: list[Tasks | UpstreamTasks] = [self.tasks, *([local] if local else [])]
+        return any(layer.defaults.scopes or any(e.scopes for e in layer.tools.values())
+                   for layer in layers)
+
     def digest(self) -> str:
         """A digest of every per-tool entry (global and per upstream): what decides who sees
         and calls which tool, and how. Replicas sharing a store each apply their own
@@ -111,6 +122,13 @@ class Policies:
         return policy
 
     def _resolve(self, upstream: str, tool: str) -> Policy:
+        if tool.endswith(MASK):  # a name no client may call (curation.py): judged, and
+            # named in refusals, as the name called, as a tool the server lacks would be
+            called = tool[:-len(MASK)]
+            return replace(self._resolve(upstream, called), called=called)
+        return self._policy(upstream, tool)
+
+    def _policy(self, upstream: str, tool: str) -> Policy:
         merged = asdict(self.tasks.defaults)
         local = self.per_upstream.get(upstream)
         layers: list[Tasks | UpstreamTasks] = [self.tasks, *([local] if local else [])]
@@ -119,15 +137,14 @@ class Policies:
             merged.update({key: getattr(local.defaults, key) for key in local.defaults.given})
         merged["lane"] = tool  # a limit of the defaults: each tool has its own
         for layer in layers:
-            pattern, override = _match(layer.tools, tool)
-            if override is not None:
+            for pattern, override in reversed(matching(layer.tools, tool)):
                 merged.update(_given(override))
                 if override.max_concurrency is not None:
                     merged["lane"] = pattern  # the tools it names share the limit
         shown_as = self.curation(upstream).renamed.get(tool, tool)
         for layer in layers if shown_as != tool else ():  # the name clients see wins
-            if (override := layer.tools.get(shown_as)) is not None:
-                merged.update(_given(override))
+            if (entry := layer.tools.get(shown_as)) is not None:
+                merged.update(_given(entry))
         merged["called"] = shown_as if shown_as != tool else ""
         merged["scopes"] = frozenset(merged["scopes"])
         if merged["timeout_ms"] is None:
@@ -182,14 +199,6 @@ def _given(override: TaskPolicyOverride) -> dict[str, object]:
 
 
 _POLICY_FIELDS = fields(TaskPolicyOverride)
-
-
-def _match(tools: Mapping[str, TaskPolicyOverride], tool: str
-           ) -> tuple[str, TaskPolicyOverride | None]:
-    if tool in tools:
-        return tool, tools[tool]
-    return next(((pattern, o) for pattern, o in tools.items() if fnmatchcase(tool, pattern)),
-                (tool, None))
 
 
 def _median(values: deque[float]) -> float:

@@ -24,11 +24,15 @@ def bearer(token: str) -> dict[str, str]:
 
 async def listed(http, url: str, token: str) -> set[str]:
     reply = await modern(http, url, "tools/list", {}, headers=bearer(token))
+    # spec 2026-07-28 (caching): a list filtered per caller is private, never public.
+    assert reply.body["result"]["cacheScope"] == "private"
     return {t["name"] for t in reply.body["result"]["tools"]}
 
 
 async def test_each_token_sees_and_calls_its_own_tool_set(gateway, http) -> None:
-    url = await gateway(auth={"bearer_tokens": TOKENS}, tasks={"tools": TOOLS})
+    # Lists said public by the settings are private once filtered per token (`listed`).
+    url = await gateway(auth={"bearer_tokens": TOKENS}, tasks={"tools": TOOLS},
+                        caching={"scope": "public"})
     reader, writer = await listed(http, url, READER), await listed(http, url, WRITER)
     assert "echo" in reader and "sleep" not in reader and "whoami" in reader  # unscoped: all
     assert {"echo", "sleep", "whoami"} <= writer

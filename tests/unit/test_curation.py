@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway import router
 from gateway.settings import ConfigError
 from gateway.settings.load import from_mapping
 from gateway.settings.schema import Tasks, ToolEntry, UpstreamTasks
@@ -140,3 +141,60 @@ def test_the_tools_digest_tells_replicas_whose_entries_differ() -> None:
     assert digest(hidden) != digest({"*": {"scopes": ["write"]}, "a*": {"expose": False}})
     assert digest(hidden) != digest({**hidden, "echo": {"name": "say"}})
     assert digest({}) != digest({"echo": {"mode": "never"}})
+
+
+def test_entries_cascade_an_exact_one_keeping_what_a_glob_below_it_sets() -> None:
+    """An entry that only re-describes or renames a tool keeps the scopes (and mode, and
+    visibility) a glob below it sets: a description must not open a tool to every token."""
+    tasks = Tasks(tools={"blob": ToolEntry(description="N bytes"),
+                         "params": ToolEntry(name="pp"),
+                         "get_*": ToolEntry(scopes=["read"], mode="never"),
+                         "*": ToolEntry(scopes=["write"], mode="always")})
+    policies = Policies(tasks, {})
+    assert policies.for_tool("main", "blob").scopes == {"write"}
+    assert policies.for_tool("main", "params").scopes == {"write"}
+    get = policies.for_tool("main", "get_x")  # the first glob wins key by key
+    assert (get.scopes, get.mode) == ({"read"}, "never")
+    hidden = Policies(Tasks(tools={"deep": ToolEntry(description="d"),
+                                   "d*": ToolEntry(expose=False)}), {})
+    assert hidden.curation("main").shown("deep").expose is False
+
+
+def test_a_masked_call_is_judged_and_named_as_the_name_called() -> None:
+    """A hidden tool's (or a renamed tool's old) name is judged as a tool the server lacks
+    would be: by the name called, never by the mark the gateway adds (issue 53 attack:
+    refusals said `environ\u2060(not exposed)`, and globs not ending in * missed it)."""
+    tasks = Tasks(tools={"environ": ToolEntry(expose=False), "echo": ToolEntry(name="say"),
+                         "*ep": ToolEntry(scopes=["write"]), "*": ToolEntry(mode="required")})
+    policies = Policies(tasks, {})
+    for called in ("environ", "echo", "deep"):
+        policy = policies.for_tool("main", called + MASK)
+        assert policy.called == called
+        assert policy.scopes == policies.for_tool("main", called).scopes
+    assert policies.for_tool("main", "deep" + MASK).scopes == {"write"}
+    refusal = router.scope_refusal(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "environ" + MASK}}, lambda needed: frozenset({"x"}),
+        lambda tool: policies.for_tool("main", tool))
+    assert refusal is not None and '"environ"' in refusal.message and MASK not in \
+        refusal.message
+
+
+def test_a_renamed_tools_own_limit_is_named_as_clients_call_it() -> None:
+    policy = Policies(Tasks(tools={"sleep": ToolEntry(name="nap", max_concurrency=1,
+                                                      max_queue=0)}), {}).for_tool(
+        "main", "sleep")
+    limit = policy.limit("main")
+    assert limit is not None and (limit.label, limit.shown) == ("sleep", "nap")
+    glob = Policies(Tasks(tools={"sleep": ToolEntry(name="nap"),
+                                 "s*": ToolEntry(max_concurrency=1)}), {}).for_tool(
+        "main", "sleep").limit("main")
+    assert glob is not None and (glob.label, glob.shown) == ("s*", "")
+
+
+def test_a_token_listed_twice_is_refused_without_being_named() -> None:
+    token = "t" * 40
+    with pytest.raises(ConfigError) as refused:
+        from_mapping({"upstreams": {"main": {"command": "x"}}, "auth": {"bearer_tokens": [
+            token, {"token": token, "scopes": ["read"], "name": "readers"}]}})
+    assert "listed twice" in str(refused.value) and token not in str(refused.value)

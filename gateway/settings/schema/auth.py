@@ -157,6 +157,11 @@ class Auth(_Model):
                                           and bool(self.oauth.operator_scopes))
 
     def __post_init__(self) -> None:
-        if set(filter(None, self.admin_tokens)) & {t.token for t in self.static_tokens}:
+        given = [t.token for t in self.static_tokens if t.token]
+        if set(filter(None, self.admin_tokens)) & set(given):
             raise ValueError("a token is in both auth.admin_tokens and auth.bearer_tokens: "
                              "an operator's token must not be a client's")
+        if len(set(given)) < len(given):  # which entry's scopes would it carry? (never said:
+            # the message names no token)
+            raise ValueError("a token is listed twice in auth.bearer_tokens: each token is "
+                             "one principal, with one set of scopes and one name")

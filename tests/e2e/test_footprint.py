@@ -44,7 +44,14 @@ def test_a_gateway_of_stdio_servers_loads_neither_the_http_client_nor_prometheus
         "gateway.upstream.http"]  # loaded at start with its backend, not at a first call
 
 
-def test_frozenlist_is_the_pure_one_and_no_upstream_inherits_the_choice() -> None:
-    lean = ("import os; from gateway.cli import PURE_FROZENLIST, _lean_frozenlist; "
-            "_lean_frozenlist(); import aiohttp.web; assert PURE_FROZENLIST not in os.environ")
+def test_aiohttp_is_imported_lean_and_leaves_the_environment_and_mimetypes_as_they_were(
+        ) -> None:
+    """frozenlist is the pure one, and no upstream inherits the variable that chose it;
+    aiohttp's file responses hold Python's own MIME table, not the system's, and the
+    `mimetypes` module still reads the system's when asked."""
+    lean = ("import os, mimetypes; from gateway.cli import PURE_FROZENLIST, _lean_imports; "
+            "_lean_imports(); import aiohttp.web; from aiohttp import web_fileresponse as f; "
+            "assert PURE_FROZENLIST not in os.environ and not mimetypes.inited; "
+            "assert f.CONTENT_TYPES.guess_type('a.json')[0] == 'application/json'; "
+            "assert len(f.CONTENT_TYPES.types_map[True]) <= len(mimetypes.types_map) + 9")
     assert loaded_by(lean, ("frozenlist", "frozenlist._frozenlist")) == ["frozenlist"]

@@ -133,6 +133,47 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+# frozenlist's compiled FrozenList is C++: loading it maps libstdc++ into the process, ~1 MiB
+# resident (issue 54), for a list aiohttp reads once a request (its signals); the pure-Python
+# one costs ~0.2 us a request there. Chosen for the import only: an upstream server started
+# later does not inherit the variable.
+PURE_FROZENLIST = "FROZENLIST_NO_EXTENSIONS"
+
+
+def _lean_imports() -> None:
+    """aiohttp, imported as a serving gateway needs it (issue 54): ~1.5 MiB resident less."""
+    _lean_frozenlist()
+    _lean_mimetypes()
+
+
+def _lean_mimetypes() -> None:
+    """Import aiohttp's static-file responses without the system's MIME tables: at import
+    it builds a `MimeTypes()`, which reads /etc/mime.types and the like where they exist
+    (~0.4 MiB resident), for files the gateway never serves; Python's own table stays in it.
+    `mimetypes` itself is left as it was: its functions still read those files if called."""
+    import mimetypes
+
+    if mimetypes.inited or "aiohttp.web_fileresponse" in sys.modules:
+        return
+    mimetypes.inited = True  # MimeTypes() then skips init(), which reads the files
+    try:
+        import aiohttp.web_fileresponse  # noqa: F401
+    finally:
+        mimetypes.inited = False
+
+
+def _lean_frozenlist() -> None:
+    """Import frozenlist (before aiohttp does) without its compiled extension, unless the
+    environment already says which one it wants."""
+    if "frozenlist" in sys.modules or PURE_FROZENLIST in os.environ:
+        return
+    os.environ[PURE_FROZENLIST] = "1"
+    try:
+        import frozenlist  # noqa: F401
+    finally:
+        del os.environ[PURE_FROZENLIST]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -140,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             return check(args)
         # Validated in a child process: pydantic never loads into the one that serves.
         conf = load_isolated(lambda: build_settings(args))
+        _lean_imports()
         from gateway.app import serve  # imported late: --check-config stays light and fast
 
         return serve(conf)

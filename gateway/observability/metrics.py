@@ -18,9 +18,9 @@ ends, by its end (`task_finished`). The endpoint learns that a call became a tas
 `task_created`, in the same request's context (`calling`): a ContextVar, so that no era's
 code has to say so.
 
-Events are plain counts here (no lock, no import of prometheus_client on the request path);
-prometheus_client renders them, with the state read from `Live`, when /metrics is first
-scraped (gateway/observability/exposition.py).
+Events are plain counts here (no lock, nothing rendered on the request path);
+gateway/observability/exposition.py writes them in Prometheus' text format, with the state
+read from `Live`, at each scrape.
 """
 
 from __future__ import annotations
@@ -28,16 +28,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gateway.observability.series import Counted, Live, Timed
 from gateway.protocol import mcp
 
-if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER = "other"
+# exposition.render: the families, the gauges' state, the queue lanes -> the text
+Render = Callable[[tuple[Counted | Timed, ...], Live | None, Callable[[str, str], str]], bytes]
 MAX_TOOLS = 200  # tool label values an upstream's series may hold; more are "other"
 # The tools/call being answered in this context: [whether it became a task] (`calling`).
 _CALL: ContextVar[list[bool] | None] = ContextVar("tool_call", default=None)
@@ -62,8 +60,7 @@ class Metrics:
         self.known_tool = known_tool  # (upstream, tool): listed by that upstream
         self.named = frozenset(named)  # tool names and patterns the settings name
         self.live: Live | None = None
-        self._registry: CollectorRegistry | None = None  # built by `prepare`
-        self._render: Callable[[CollectorRegistry], bytes] | None = None
+        self._render: Render | None = None  # loaded by `prepare`
         self.requests = Counted(
             "mcp_gateway_requests", "MCP requests served, by upstream, method, era, outcome",
             ("upstream", "method", "era", "outcome"))
@@ -109,21 +106,19 @@ class Metrics:
         self.live = live
 
     def prepare(self) -> None:
-        """Load what a scrape needs (prometheus_client, the registry of the families) now:
-        the operator pages call it at start. The request path never needs it; loaded at
-        the first scrape instead, it failed once the package on disk had changed beside a
-        running gateway (issue 51: /metrics answered 500)."""
+        """Load what a scrape needs (the text format's writer) now: the operator pages call
+        it at start. The request path never needs it; loaded at the first scrape instead, a
+        module failed once the package on disk had changed beside a running gateway (issue
+        51: /metrics answered 500)."""
         from gateway.observability import exposition
 
-        if self._registry is None:
-            self._registry = exposition.registry(self.families, self.live, self.lane)
         self._render = exposition.render
 
     def exposition(self) -> bytes:
         if self._render is None:
             self.prepare()
-        assert self._render is not None and self._registry is not None
-        return self._render(self._registry)
+        assert self._render is not None
+        return self._render(self.families, self.live, self.lane)
 
     # -- events ---------------------------------------------------------------------------
     def request(self, upstream: str, method: str, era: str, ok: bool, seconds: float) -> None:

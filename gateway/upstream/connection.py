@@ -106,7 +106,8 @@ class Connection:
                 "era": self.wire.era, **self.transport.status()}
 
     # -- the transport's Link ------------------------------------------------------------
-    def on_message(self, data: bytes | memoryview, via: Call | None = None) -> bool:
+    def on_message(self, data: bytes | bytearray | memoryview, via: Call | None = None
+                   ) -> bool:
         return inbound.receive(self, data, via)
 
     async def on_up(self) -> str:

@@ -33,7 +33,8 @@ from gateway.upstream.wire import Wire
 _ID_FIELDS = {mcp.PROGRESS: "progressToken", mcp.CANCELLED: "requestId"}
 
 
-def check(data: bytes | memoryview, upstream: str) -> tuple[Message, Kind] | None:
+def check(data: bytes | bytearray | memoryview, upstream: str
+          ) -> tuple[Message, Kind] | None:
     """The message and its kind, or None (logged) when it cannot be routed. An answer
     nested too deep to forward becomes an error answer for its call, which would otherwise
     wait forever."""
@@ -100,10 +101,13 @@ class Receiver(native_tasks.Sender, Host, Protocol):
     def list_tools(self) -> None: ...
 
 
-def receive(conn: Receiver, data: bytes | memoryview, via: Call | None = None) -> bool:
+def receive(conn: Receiver, data: bytes | bytearray | memoryview, via: Call | None = None
+            ) -> bool:
     """One message from the transport (`via`: the call on whose own stream it came); False
     when it could not be read (logged and dropped alone)."""
     checked = check(data, conn.name)
+    if isinstance(data, bytearray):  # the transport's buffer, handed over (Link.on_message)
+        data.clear()  # parsed: not held while the message goes on
     if checked is None:
         return False
     try:

@@ -45,7 +45,8 @@ STDERR_WAIT_S = 0.5  # for the stderr pipe to close once the process exited
 class _Pipes(asyncio.SubprocessProtocol):
     """Splits stdout into lines for the link and logs stderr lines."""
 
-    def __init__(self, name: str, on_line: Callable[[bytes | memoryview], object],
+    def __init__(self, name: str,
+                 on_line: Callable[[bytes | bytearray | memoryview], object],
                  kill: Callable[[], None], max_bytes: int,
                  reading: Callable[[int], None] | None = None) -> None:
         self.name = name
@@ -73,6 +74,9 @@ class _Pipes(asyncio.SubprocessProtocol):
             return
         start = len(buf)
         buf += data
+        if buf.find(b"\n", start) == len(buf) - 1:  # one whole message, read in parts
+            self._hand_over(buf)
+            return
         pos = 0
         with memoryview(buf) as view:  # orjson parses views: no copy of each line
             while (nl := buf.find(b"\n", start)) >= 0:
@@ -88,6 +92,15 @@ class _Pipes(asyncio.SubprocessProtocol):
             self.out = bytearray()
             self.kill()
         self._count(len(self.out))
+
+    def _hand_over(self, buf: bytearray) -> None:
+        """`buf` holds exactly one message (what `out` keeps never holds a newline): given
+        to the link whole, which empties it once parsed (transport.Link.on_message), so a
+        multi-MiB answer is not held as these bytes too while it is forwarded."""
+        self.out = bytearray()
+        del buf[-1]  # its newline
+        self.on_line(buf)
+        self._count(0)
 
     def _count(self, size: int) -> None:
         """The part-read line now holds `size` bytes: the budget hears the difference."""

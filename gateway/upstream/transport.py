@@ -52,10 +52,13 @@ class Link(Protocol):
 
     name: str
 
-    def on_message(self, data: bytes | memoryview, via: Call | None = None) -> bool:
+    def on_message(self, data: bytes | bytearray | memoryview, via: Call | None = None
+                   ) -> bool:
         """One serialized JSON-RPC message from the server; `via`: the call on whose own
         stream it came (an HTTP POST's), which a server request there belongs to. False
-        when it is no message the gateway can read (logged and dropped)."""
+        when it is no message the gateway can read (logged and dropped). A bytearray is
+        the transport's buffer handed over: emptied once parsed (issue 54: a 1 MiB answer
+        was held three times at once, as read, parsed and serialized for its client)."""
 
     async def on_up(self) -> str:
         """The transport is connected: the connection's handshake runs (UpstreamError if

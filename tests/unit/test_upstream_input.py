@@ -65,3 +65,28 @@ def test_each_valid_response_reaches_its_call_whatever_surrounds_it(data: Any) -
     order = data.draw(st.permutations(range(calls + len(bad))))
     cuts = data.draw(st.lists(st.integers(0, 10_000), max_size=8))
     asyncio.run(scenario(calls, bad, list(order), cuts))
+
+
+async def test_a_message_read_in_parts_is_let_go_as_bytes_before_its_call_hears_it() -> None:
+    """A big answer comes in many reads: its bytes are handed to the link whole, which
+    empties them once parsed, so its call's client is not served while they are held too
+    (issue 54: a 1 MiB answer was held as read, parsed and serialized at once)."""
+    conn, _ = await connect()
+    handed: list[bytes | bytearray | memoryview] = []
+    held_when_answered: list[int] = []
+
+    class Watching(Sink):
+        def on_response(self, msg: dict[str, Any]) -> None:
+            held_when_answered.extend(len(data) for data in handed)
+            super().on_response(msg)
+
+    sink = Watching()
+    uid = conn.request(call("slow", "c0"), Owner("a"), sink).upstream_id
+    line = orjson.dumps({"jsonrpc": "2.0", "id": uid, "result": {"text": "x" * 300_000}})
+    pipes = _Pipes("mock", lambda data: handed.append(data) or conn.on_message(data),
+                   lambda: None, 1 << 20)
+    for start in range(0, len(line), 65_536):
+        pipes.pipe_data_received(1, line[start:start + 65_536])
+    pipes.pipe_data_received(1, b"\n")
+    assert [r["result"]["text"] for r in sink.responses] == ["x" * 300_000]
+    assert held_when_answered == [0] and not pipes.out

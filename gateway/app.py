@@ -168,7 +168,7 @@ def _serving(app: web.Application, guard: Guard, posts: dict[str, Handler], limi
     """The catch-all route, last (see _unrouted); the connections that serve the MCP
     paths' POST below the web layer (downstream/serving.py)."""
     app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))
-    serve_lean(app, Lean(posts, guard.on_prepare, limits.max_body_bytes))
+    serve_lean(app, Lean(posts, limits.max_body_bytes))
 
 
 def _route(app: web.Application, path: str, endpoint: Endpoint, guard: Guard) -> Handler:

@@ -6,10 +6,10 @@ pipelining, errors, graceful shutdown, handler cancellation) with its loop of re
 redone here: a POST to an MCP path (spelled exactly as registered, no `Expect`) is served
 in the connection's task, without a task of its own, the app's router, its signal or
 aiohttp's response preparation: the endpoint's handler is called directly, and a whole
-answer is written in one write, the guard's `on_prepare` (CORS, challenges) applied inline;
-a stream is prepared and written by aiohttp as before. Every other request (GET streams,
-DELETE, operators' pages, probes, a request aiohttp could not parse) is served as aiohttp
-serves it: the app's handler in a task of its own.
+answer is written in one write, the app's response signal (the guard's `on_prepare`:
+CORS, challenges) applied inline; a stream is prepared and written by aiohttp as before.
+Every other request (GET streams, DELETE, operators' pages, probes, a request aiohttp
+could not parse) is served as aiohttp serves it: the app's handler in a task of its own.
 
 That loop and `_linger` follow aiohttp 3.14's `RequestHandler.start` step for step; they
 touch its private parts, as does `serve_lean` (the app's server factory). Measured in
@@ -34,7 +34,7 @@ from multidict import CIMultiDict
 
 from gateway.downstream.boundary import Handler
 
-Prepare = Callable[[web.Request, web.StreamResponse], Awaitable[None]]
+Prepare = Callable[[web.Request, web.StreamResponse], Awaitable[object]]  # a signal's receiver
 # Up to this size a whole answer is written at once (sse.py BUFFERED: bigger ones are
 # streamed by the handler under the slow-reader rule, and never reach the one write).
 WHOLE_MAX = 1 << 16
@@ -42,13 +42,29 @@ AIOHTTP = "3.14."  # the aiohttp whose RequestHandler this module follows (a tes
 
 
 class Lean:
-    """What the lean path needs of the app: the MCP paths' POST handlers, the one
-    response signal (the guard's), the body limit."""
+    """What the lean path needs of the app: the MCP paths' POST handlers, the body limit,
+    and the app's response signal (`prepared`: read once the app is frozen)."""
 
-    def __init__(self, posts: dict[str, Handler], prepare: Prepare, max_body: int) -> None:
+    def __init__(self, posts: dict[str, Handler], max_body: int) -> None:
         self.posts = posts
-        self.prepare = prepare
         self.max_body = max_body
+        self.prepare: Prepare = _nothing
+
+    def prepared(self, app: web.Application) -> None:
+        """The app's on_response_prepare, called as aiohttp's signal would: its one
+        receiver directly (the guard's on_prepare, today's only one), else each in turn."""
+        receivers = tuple(app.on_response_prepare)
+        if len(receivers) == 1:
+            self.prepare = receivers[0]
+        elif receivers:
+            async def each(request: web.Request, response: web.StreamResponse) -> None:
+                for receiver in receivers:
+                    await receiver(request, response)
+            self.prepare = each
+
+
+async def _nothing(request: web.Request, response: web.StreamResponse) -> None:
+    pass
 
 
 class LeanRequest(web.Request):
@@ -70,6 +86,7 @@ def serve_lean(app: web.Application, lean: Lean) -> None:
                      **kwargs: Any) -> web.Server:
         app._set_loop(loop)
         app.freeze()
+        lean.prepared(app)
         kwargs["debug"] = app._debug
         kwargs["access_log_class"] = access_log_class
         kwargs.update(app._handler_args or {})
@@ -214,7 +231,7 @@ class Connection(RequestHandler):
         when the connection is gone (a POST's answer: never a body that must be empty)."""
         version, headers = request.version, head(request, resp)
         resp._req = request
-        await self.lean.prepare(request, resp)  # the app's one signal (the guard's)
+        await self.lean.prepare(request, resp)  # the app's signal (the guard's on_prepare)
         transport = self.transport
         if transport is None or transport.is_closing():
             return False

@@ -3,7 +3,7 @@ web layer; everything else the way aiohttp serves it.
 
 A connection is aiohttp's own protocol (`RequestHandler`: its C parser, limits, keep-alive,
 pipelining, errors, graceful shutdown, handler cancellation) with its loop of requests
-redone here: a POST to an MCP path (spelled exactly as registered, no `Expect`) is served
+redone here: a POST to an MCP path (spelled as registered, no `Expect` nor `Upgrade`) is served
 in the connection's task, without a task of its own, the app's router, its signal or
 aiohttp's response preparation: the endpoint's handler is called directly, and a whole
 answer is written in one write, the app's response signal (the guard's `on_prepare`:
@@ -130,7 +130,10 @@ class Connection(RequestHandler):
                 return
 
     def _lean_post(self, message: Any) -> Handler | None:
-        if isinstance(message, _ErrInfo) or message.method != hdrs.METH_POST:
+        """The endpoint of a POST to an MCP path; None for anything aiohttp must see to
+        (a parse error; Expect; an Upgrade, whose declining re-reads what followed it)."""
+        if isinstance(message, _ErrInfo) or message.method != hdrs.METH_POST or \
+                message.upgrade:
             return None
         post = self.lean.posts.get(message.path)
         return None if post is None or hdrs.EXPECT in message.headers else post

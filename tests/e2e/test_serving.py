@@ -10,6 +10,7 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 from yarl import URL
 
 from gateway.downstream import serving
@@ -84,6 +85,25 @@ async def test_one_connection_serves_pipelined_requests_of_both_paths_in_order(
     status, headers, body = await conn.answer()
     assert (status, headers["connection"], echoed(body)) == ("HTTP/1.1 200 OK", "close", "last")
     assert await conn.closed()
+    conn.close()
+
+
+@pytest.mark.parametrize("upgrade", [
+    "Connection: Upgrade\r\nUpgrade: websocket\r\n",
+    "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQ\r\n"])
+async def test_a_declined_upgrade_leaves_the_connection_serving(gateway, client,
+                                                                upgrade) -> None:
+    """A POST asking to upgrade (curl --http2 on http:// asks for h2c): aiohttp declines
+    and reads on what followed it, so the lean path leaves such a request to aiohttp (it
+    once left the connection deaf to the next request)."""
+    url = await gateway()
+    mcp = client(url)
+    await mcp.initialize()
+    conn = await Wire.to(url)
+    conn.writer.write(post("/mcp", echo(1, "up"), mcp.session_id, extra=upgrade))
+    assert echoed((await conn.answer())[2]) == "up"
+    conn.writer.write(post("/mcp", echo(2, "after"), mcp.session_id))
+    assert echoed((await conn.answer())[2]) == "after"
     conn.close()
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """bench/inproc.py's variants on real sockets, side by side in alternating rounds: each
 served by a process of its own, driven by peerbench's wrk load (legacy echo, 32
-connections); the server's own CPU a call from /proc, and calls a second. A variant that is
-a directory is a build of the gateway (`python -m gateway` from it, as bench/ab.py runs);
-`thin` is bench/thin_bridge.py.
+connections); the server's own CPU a call from /proc, calls a second, wrk's p50 latency.
+A variant that is a directory is a build of the gateway (`python -m gateway` from it, as
+bench/ab.py runs); `thin` is bench/thin_bridge.py.
 
     PYTHONPATH=. .venv/bin/python bench/below_ab.py [--variants aiohttp,gateway,raw]
         [--rounds 4]                    # or --variants /tmp/before,.
@@ -50,7 +50,7 @@ def ready(url: str) -> None:
     raise SystemExit("not ready")
 
 
-def one(variant: str, seconds: int, connections: int) -> tuple[float, float]:
+def one(variant: str, seconds: int, connections: int) -> tuple[float, float, float]:
     port = free_port()
     if Path(variant).is_dir():  # a build of the gateway, as ab.py runs one
         server = subprocess.Popen(
@@ -79,7 +79,7 @@ def one(variant: str, seconds: int, connections: int) -> tuple[float, float]:
     result = json.loads(out.strip().splitlines()[-1])
     calls = result.get("requests") or result.get("calls")
     rate = result.get("calls_per_s") or calls / (result["duration_us"] / 1e6)
-    return used / calls * 1e6, rate
+    return used / calls * 1e6, rate, result["p50_us"]
 
 
 def main() -> None:
@@ -89,14 +89,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--connections", type=int, default=32)
     args = ap.parse_args()
-    seen: dict[str, list[tuple[float, float]]] = {v: [] for v in args.variants.split(",")}
+    seen: dict[str, list[tuple[float, float, float]]] = {
+        v: [] for v in args.variants.split(",")}
     for _ in range(args.rounds):
         for variant, rows in seen.items():
             rows.append(one(variant, args.seconds, args.connections))
     for variant, rows in seen.items():
-        cpu, rate = ([round(x) for x in column] for column in zip(*rows, strict=True))
+        cpu, rate, p50 = ([round(x) for x in column] for column in zip(*rows, strict=True))
         print(f"{variant:8} CPU µs/call {cpu} median {statistics.median(cpu)}; "
-              f"calls/s {rate} median {statistics.median(rate)}")
+              f"calls/s {rate} median {statistics.median(rate)}; "
+              f"p50 µs median {statistics.median(p50)}")
 
 
 if __name__ == "__main__":

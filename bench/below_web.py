@@ -4,9 +4,11 @@ protocol factories for bench/inproc.py (which drives them side by side with toda
 - `lean`: aiohttp's low-level Server over a handler that sends POST <mcp path> straight to
   its endpoint (no router resolve, no signals: the guard's on_prepare applied by the
   request's own prepare hook), every other request to the app's own handler.
-- `null-web`, `null-raw`: what aiohttp's server path costs for a handler that does nothing,
-  against a protocol of one's own on aiohttp's C parser that writes a canned answer (the
-  most a protocol of our own could save).
+- `null-web`, `null-raw`, `null-lean`: what aiohttp's server path costs for a handler that
+  does nothing, against a protocol of one's own on aiohttp's C parser that writes a canned
+  answer (the most a protocol of our own could save), and against serving.py's.
+- `sub`, `raw`: aiohttp's RequestHandler with a lean `_handle_request`; a protocol of its
+  own on the C parser (the plain case alone), as measured before serving.py was built.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.http_writer import StreamWriter, _serialize_headers
 from aiohttp.web_protocol import RequestHandler
 
+from gateway.downstream import serving
 from gateway.downstream.guard import Guard
 
 
@@ -261,3 +264,15 @@ def sub_factory(app: web.Application) -> Any:
     return SubServer(lean, app._handle, request_factory=make_request,
                      loop=asyncio.get_running_loop(), access_log=None, auto_decompress=False,
                      handler_cancellation=True)
+
+
+def null_lean_factory(app: web.Application) -> Any:
+    """serving.py's connections in front of a do-nothing POST /mcp (what they cost
+    themselves, against `null-web` and `null-raw`)."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return web.Response(body=b"{}", content_type="application/json")
+    null = web.Application()
+    null.router.add_post("/mcp", handle)
+    serving.serve_lean(null, serving.Lean({"/mcp": handle}, 1 << 20))
+    return null._make_handler(loop=asyncio.get_running_loop(), access_log=None)

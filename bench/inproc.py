@@ -145,7 +145,8 @@ VARIANTS: dict[str, Factory] = {"aiohttp": aiohttp_factory, "gateway": gateway_f
                                 "raw": below_web.raw_factory,
                                 "sub": below_web.sub_factory,
                                 "null-web": below_web.null_web_factory,
-                                "null-raw": below_web.null_raw_factory}
+                                "null-raw": below_web.null_raw_factory,
+                                "null-lean": below_web.null_lean_factory}
 
 
 async def rounds(names: list[str], n: int, count: int, concurrency: int) -> dict[str, list[float]]:

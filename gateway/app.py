@@ -20,7 +20,7 @@ from gateway.answer_bytes import AnswerBytes
 from gateway.auth import Authenticator
 from gateway.auth.replicas import ReplicaSeals
 from gateway.auth.resource import WELL_KNOWN, ProtectedResource
-from gateway.downstream.boundary import metadata_handler
+from gateway.downstream.boundary import Handler, metadata_handler
 from gateway.downstream.endpoint import Endpoint
 from gateway.downstream.guard import Guard
 from gateway.downstream.leases import Leases
@@ -29,6 +29,7 @@ from gateway.downstream.modern import ModernEra
 from gateway.downstream.mrtr import Sealer
 from gateway.downstream.replay import ReplayBudget
 from gateway.downstream.resume import Resumption, SessionRecords
+from gateway.downstream.serving import Lean, serve_lean
 from gateway.downstream.session import SessionStore
 from gateway.errors import StoreUnavailable
 from gateway.keyring import Cipher, derive
@@ -78,6 +79,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     backends: dict[str, Backend] = {}
     eras: list[LegacyEra] = []
     moderns: list[ModernEra] = []
+    posts: dict[str, Handler] = {}  # the MCP paths' POST: served below the web layer
     sealer, limits = _sealer(conf), conf.limits
     tracing = _traced(app, tracing or Tracer.from_settings(conf.tracing))
     metrics = Metrics(lambda up, tool: tool in backends[up].catalogue.tools,
@@ -102,7 +104,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
                         engine, policies, leases, exchanger, _resumption(records, name, limits))
         modern = ModernEra(backend, conf, sealer, engine, policies, leases, exchanger, seals)
         endpoint = Endpoint(era, modern, guard, limits.max_body_bytes, metrics, counters, tracing)
-        _route(app, up.path, endpoint, guard)
+        posts[up.path] = _route(app, up.path, endpoint, guard)
         backends[name] = backend
         eras.append(era)
         moderns.append(modern)
@@ -114,7 +116,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
     _operators(app, conf, guard, Admin(backends, eras, engine, lease, counters, metrics, queues,
                                        processes, leases, sample_s, pusher, unmatched,
                                        auth.named(), policies.digest()))
-    app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))  # last: see _unrouted
+    _serving(app, guard, posts, limits)
     _lifecycles(app, conf, store)
     return app
 
@@ -161,12 +163,22 @@ def _pusher(app: web.Application, conf: Settings, engine: TaskEngine, metrics: M
     return pusher
 
 
-def _route(app: web.Application, path: str, endpoint: Endpoint, guard: Guard) -> None:
-    """An MCP path: its POST calls the guard itself (the lean path); GET and DELETE are
-    routed behind it."""
+def _serving(app: web.Application, guard: Guard, posts: dict[str, Handler], limits: Limits
+             ) -> None:
+    """The catch-all route, last (see _unrouted); the connections that serve the MCP
+    paths' POST below the web layer (downstream/serving.py)."""
+    app.router.add_route("*", "/{tail:.*}", guard.wrap(_unrouted))
+    serve_lean(app, Lean(posts, limits.max_body_bytes))
+
+
+def _route(app: web.Application, path: str, endpoint: Endpoint, guard: Guard) -> Handler:
+    """An MCP path: its POST calls the guard itself (the lean path: served below the web
+    layer, downstream/serving.py; the route stays for a path spelled otherwise, or `Expect`);
+    GET and DELETE are routed behind the guard."""
     app.router.add_post(path, endpoint.post)
     app.router.add_get(path, guard.wrap(endpoint.get), allow_head=False)
     app.router.add_delete(path, guard.wrap(endpoint.delete))
+    return endpoint.post
 
 
 def _operators(app: web.Application, conf: Settings, guard: Guard, admin: Admin) -> None:

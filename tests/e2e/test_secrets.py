@@ -207,6 +207,14 @@ async def test_the_gateway_serves_https_with_its_own_certificate(tmp_path, http)
         trusted = ssl.create_default_context(cafile=str(cert))
         async with http.get(f"https://127.0.0.1:{port}/healthz", ssl=trusted) as resp:
             assert resp.status == 200
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "tls", "version": "1"}}}
+        async with http.post(f"https://127.0.0.1:{port}/mcp", json=init, ssl=trusted,
+                             headers={"Accept": "application/json, text/event-stream"}
+                             ) as resp:  # served below the web layer (serving.py)
+            assert resp.status == 200 and "Mcp-Session-Id" in resp.headers
+            assert (await resp.json())["result"]["protocolVersion"] == "2025-06-18"
         with pytest.raises(aiohttp.ClientError):  # no plain HTTP beside it
             async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
                 await resp.read()

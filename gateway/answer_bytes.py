@@ -57,7 +57,7 @@ class AnswerBytes:
         """`owner` holds `size` more bytes; AnswersOverBudget (holding nothing more) when
         the rules above refuse them. `part`: of what `owner` holds, the bytes of this same
         answer read so far (`Partial`): an answer is taken whole when they are all it holds."""
-        mine = self.held[owner]
+        mine = self.held.get(owner, 0)  # get: Counter's own lookup of a miss is Python's
         others = mine - part  # the answers it holds besides this one
         if others and mine + size > self.per_principal:
             self._refuse("limits.max_inflight_bytes_per_principal", self.per_principal, mine)
@@ -69,11 +69,11 @@ class AnswerBytes:
 
     def give_back(self, owner: str, size: int) -> None:
         """`owner` holds `size` bytes fewer (written, or nobody is left to write them to)."""
-        left = self.held[owner] - size
+        left = self.held.get(owner, 0) - size
         if left > 0:
             self.held[owner] = left
         else:
-            del self.held[owner]
+            self.held.pop(owner, None)  # dict's: Counter's __delitem__ is Python
         self.total -= size
 
     def reading(self, holder: str) -> Callable[[int], None]:

@@ -71,6 +71,11 @@ class LeanRequest(web.Request):
     """A lean request: no route matched it, so a stream's preparation runs the app's one
     signal handler itself (aiohttp's runs the matched apps' signals)."""
 
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The request's own state (PRINCIPAL, ACCEPTS, ...): one call, where the Mapping
+        mixin's takes two and raises KeyError for a key not set."""
+        return self._state.get(key, default)
+
     async def _prepare_hook(self, response: web.StreamResponse) -> None:
         assert isinstance(self._protocol, Connection)
         await self._protocol.lean.prepare(self, response)

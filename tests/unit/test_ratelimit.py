@@ -38,6 +38,13 @@ def test_no_rate_means_no_limit_and_owners_are_bounded() -> None:
     for i in range(1000):
         limiter.wait_s(f"owner-{i}")
     assert len(limiter._buckets) == 10
+    # The least recently used goes: an owner that keeps calling keeps its empty bucket.
+    lru = RateLimiter(1, 1, clock=Clock(), max_owners=2)
+    lru.wait_s("busy")
+    lru.wait_s("other")
+    assert lru.wait_s("busy") > 0  # used again: now the most recent
+    lru.wait_s("newcomer")  # "other" makes room
+    assert lru.peek_s("busy") > 0 and "other" not in lru._buckets
 
 
 def test_admission_refuses_with_a_clear_error_and_counts() -> None:

@@ -133,6 +133,10 @@ class Connection(RequestHandler):
             self._consumed()
             if not await self._serve(message, payload):
                 return
+            if self._messages:  # pipelined requests: a turn of the loop between two, as
+                # aiohttp's task a request gave. A refusal never suspends, so a client
+                # pipelining thousands would otherwise hold the loop from every other one.
+                await asyncio.sleep(0)
 
     def _lean_post(self, message: Any) -> Handler | None:
         """The endpoint of a POST to an MCP path; None for anything aiohttp must see to
@@ -247,6 +251,12 @@ class Connection(RequestHandler):
         transport.write(_serialize_headers(status, headers) + resp._body)  # type: ignore[operator]
         resp._payload_writer = request._payload_writer
         resp._eof_sent = True
+        if self._paused:  # the client reads slower than it asks: wait for it, as aiohttp's
+            # write_eof does, before the next pipelined request is read and answered
+            try:
+                await self._drain_helper()
+            except ConnectionError:
+                return False
         return True
 
     async def _linger(self, payload: Any) -> None:

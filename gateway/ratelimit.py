@@ -94,13 +94,16 @@ class InFlight:
 
     def take(self, owner: str) -> None:
         """One more call of `owner`, or TooManyRequests."""
-        if self._calls[owner] >= self.limit:
+        held = self._calls.get(owner, 0)  # dict's get: Counter's miss and delete are Python
+        if held >= self.limit:
             self.counters.reject("calls_in_flight")
             raise TooManyRequests(f"Too many calls in flight: at most {self.limit} per client; "
                                   "wait for one to finish", {"maxInFlight": self.limit})
-        self._calls[owner] += 1
+        self._calls[owner] = held + 1
 
     def release(self, owner: str) -> None:
-        self._calls[owner] -= 1
-        if self._calls[owner] <= 0:
-            del self._calls[owner]
+        left = self._calls.get(owner, 0) - 1
+        if left > 0:
+            self._calls[owner] = left
+        else:
+            self._calls.pop(owner, None)

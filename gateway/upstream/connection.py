@@ -98,6 +98,8 @@ class Connection:
 
     async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
         """What the server said of itself once ready (Handshake.wait_ready)."""
+        if (ready := self.handshake.init_result) is not None:  # every modern request asks:
+            return ready  # ready, nothing to wait for (Handshake's own test, inlined)
         return await self.handshake.wait_ready(timeout_s)
 
     def status(self) -> dict[str, Any]:

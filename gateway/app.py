@@ -103,7 +103,7 @@ def create_app(conf: Settings, tracing: Tracer | None = None,
         era = LegacyEra(backend, _sessions(limits, replay, up.isolation == "client"), conf,
                         engine, policies, leases, exchanger, _resumption(records, name, limits))
         modern = ModernEra(backend, conf, sealer, engine, policies, leases, exchanger, seals)
-        endpoint = Endpoint(era, modern, guard, limits.max_body_bytes, metrics, counters, tracing)
+        endpoint = Endpoint(era, modern, guard, limits, metrics, counters, tracing)
         posts[up.path] = _route(app, up.path, endpoint, guard)
         backends[name] = backend
         eras.append(era)

@@ -12,6 +12,7 @@ the HTTP status that carries it.
     │   ├── UnsupportedMediaType      -32600  415   POST body is not application/json
     │   ├── MethodNotAllowed          -32600  405   GET/DELETE without a legacy session
     │   ├── PayloadTooLarge           -32600  413   body over limits.max_body_bytes
+    │   ├── BodyTimeout               -32600  408   body not whole in limits.body_timeout_ms
     │   ├── ForbiddenOrigin           -32600  403   Origin not in security.allowed_origins
     │   ├── MisdirectedRequest        -32600  421   Host not in security.allowed_hosts
     │   ├── InvalidParams             -32602  400   a modern envelope field is missing or bad
@@ -83,9 +84,9 @@ SERVER_ERROR = -32000  # JSON-RPC's range for implementation-defined server erro
 SHOWN_CHARS = 80
 
 # Why the gateway refused a request to protect itself: mcp_gateway_rejections_total{reason}.
-Rejection = Literal["body_too_large", "origin", "host", "auth", "listeners", "sessions",
-                    "rate_limit", "calls_in_flight", "parked", "store_full", "queue_full",
-                    "processes", "answer_bytes"]
+Rejection = Literal["body_too_large", "body_timeout", "origin", "host", "auth", "listeners",
+                    "sessions", "rate_limit", "calls_in_flight", "parked", "store_full",
+                    "queue_full", "processes", "answer_bytes"]
 # Why an authentication or authorization failed (the rejection's `cause` label and the
 # audit event's `reason`): why, never what was sent.
 AuthCause = Literal["missing", "wrong", "malformed", "expired", "not_yet_valid", "audience",
@@ -165,6 +166,14 @@ class MethodNotAllowed(ProtocolError):
 class PayloadTooLarge(ProtocolError):
     http_status = 413
     reason = "body_too_large"
+
+
+class BodyTimeout(ProtocolError):
+    """A body that did not arrive whole in time (limits.body_timeout_ms): a client sending
+    it slowly, or never, holds a connection and a handler no longer (RFC 9110 15.5.9)."""
+
+    http_status = 408
+    reason = "body_timeout"
 
 
 class ForbiddenOrigin(ProtocolError):

@@ -9,11 +9,12 @@ Every refusal is a `GatewayError` raised where its fault is known, rendered once
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import StreamReader, web
 
 from gateway import errors, router
 from gateway.auth import ANONYMOUS, Principal
@@ -138,7 +139,7 @@ def check_accept(request: web.Request, *, need_json: bool) -> tuple[bool, bool]:
     return json_ok, sse_ok
 
 
-async def read_message(request: web.Request, max_bytes: int
+async def read_message(request: web.Request, max_bytes: int, body_s: float = 30.0
                        ) -> tuple[dict[str, Any], jsonrpc.Kind]:
     """The POST body as one JSON-RPC message and its kind, or the right GatewayError."""
     ctype = request.headers.get("Content-Type", "")
@@ -147,7 +148,7 @@ async def read_message(request: web.Request, max_bytes: int
             f"Unsupported Media Type: Content-Type must be {mcp.CT_JSON}")
     if request.content_length is not None and request.content_length > max_bytes:
         raise _too_large(max_bytes)
-    body = await _read_body(request, max_bytes)
+    body = await _read_body(request, max_bytes, body_s)
     if (vouched := request.get(RELAYED_BODY)) is not None and digest(body) != vouched:
         raise errors.Unauthorized("Unauthorized: a relayed request whose body is not the "
                                   "one its replica seal vouches for", "wrong")
@@ -188,14 +189,30 @@ def check_params(msg: dict[str, Any]) -> None:
                                    f"{errors.shown(params)}")
 
 
-async def _read_body(request: web.Request, max_bytes: int) -> bytes | bytearray:
-    """The body, bounded. Unlike `request.read()`, this keeps no cached copy on the request
-    for its whole life, and never holds the chunks and their join at once: a proxied
-    multi-MiB body is in memory once, and only until it is parsed."""
-    body: bytes | bytearray = await request.content.readany()
-    if request.content.at_eof() and len(body) <= max_bytes:  # whole in one read: the usual
-        return body
-    while len(body) <= max_bytes and (chunk := await request.content.readany()):
+async def _read_body(request: web.Request, max_bytes: int, body_s: float
+                     ) -> bytes | bytearray:
+    """The body, bounded in size and in time (`body_s`: a client sending it slowly, or
+    never, holds a connection no longer). Unlike `request.read()`, this keeps no cached
+    copy on the request for its whole life, and never holds the chunks and their join at
+    once: a proxied multi-MiB body is in memory once, and only until it is parsed."""
+    content = request.content
+    if content.is_eof():  # arrived whole (the usual): read with no timer armed
+        body = await content.readany()
+        if content.at_eof() and len(body) <= max_bytes:  # in one read
+            return body
+        return await _rest(content, body, max_bytes)
+    try:
+        async with asyncio.timeout(body_s):
+            return await _rest(content, await content.readany(), max_bytes)
+    except TimeoutError:
+        raise errors.BodyTimeout(f"Request Timeout: the body did not arrive within "
+                                 f"{body_s:g} s") from None
+
+
+async def _rest(content: StreamReader, body: bytes | bytearray, max_bytes: int
+                ) -> bytes | bytearray:
+    """The rest of a body whose first part is `body`, bounded."""
+    while len(body) <= max_bytes and (chunk := await content.readany()):
         if isinstance(body, bytes):
             body = bytearray(body)
         body += chunk

@@ -31,6 +31,7 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracer, answered
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
+from gateway.settings.schema import Limits
 
 
 class Endpoint:
@@ -38,13 +39,14 @@ class Endpoint:
     hands it to its era; the app runs no middleware (docs/architecture.md, The request
     path). GET and DELETE are routed behind the guard like every other route."""
 
-    def __init__(self, legacy: LegacyEra, modern: ModernEra, guard: Guard, max_body_bytes: int,
+    def __init__(self, legacy: LegacyEra, modern: ModernEra, guard: Guard, limits: Limits,
                  metrics: Metrics, counters: Counters, tracing: Tracer | None = None
                  ) -> None:
         self.guard = guard
         self.legacy = legacy
         self.modern = modern
-        self.max_body_bytes = max_body_bytes
+        self.max_body_bytes = limits.max_body_bytes
+        self.body_s = limits.body_timeout_ms / 1000
         self.upstream = legacy.backend.name
         self.metrics = metrics
         self.counters = counters
@@ -56,7 +58,7 @@ class Endpoint:
         started = time.monotonic()
         msg, era, tool_call = None, "legacy", None
         try:
-            msg, kind = await read_message(request, self.max_body_bytes)
+            msg, kind = await read_message(request, self.max_body_bytes, self.body_s)
             if kind != "response":
                 check_params(msg)
             # spec (Sending Messages): every POST accepts JSON and SSE; checked before the

@@ -279,3 +279,23 @@ async def test_pipelined_refusals_leave_the_loop_to_others(aiohttp_server) -> No
     assert {status for status, _, _ in answers} == {"HTTP/1.1 421 Misdirected Request"}
     assert refusals() >= 1000 and most <= 2, f"{most} requests served in one turn of the loop"
     conn.close()
+
+
+async def test_a_body_that_never_arrives_whole_is_refused_in_time(gateway, client) -> None:
+    """limits.body_timeout_ms: a client that sends its headers and part of its body, then
+    nothing, gets 408 rather than holding the connection and its handler for as long as it
+    likes; a body that arrives in parts within the time is served."""
+    url = await gateway(limits={"body_timeout_ms": 300})
+    mcp = client(url)
+    await mcp.initialize()
+    whole = post("/mcp", echo(1, "slow but whole"), mcp.session_id)
+    conn = await Wire.to(url)
+    conn.writer.write(whole[:-10])
+    await asyncio.sleep(0.1)
+    conn.writer.write(whole[-10:])
+    assert echoed((await conn.answer())[2]) == "slow but whole"
+    conn.writer.write(post("/mcp", echo(2, "never whole"), mcp.session_id)[:-5])
+    status, _, body = await conn.answer()
+    assert status == "HTTP/1.1 408 Request Timeout"
+    assert "did not arrive within 0.3 s" in json.loads(body)["error"]["message"]
+    conn.close()

@@ -36,6 +36,9 @@ class Limits(_Model):
         metadata=doc("bytes of results kept at once, all tasks"))
     max_body_bytes: Annotated[int, Ge(1024)] = field(default=4 * 1024 * 1024,
         metadata=doc("a bigger POST body is refused (413)"))
+    body_timeout_ms: Annotated[int, Ge(100)] = field(default=30_000,
+        metadata=doc("a POST body not whole this long after its headers is refused (408) "
+            "and its connection closed"))
     max_message_bytes: Annotated[int, Ge(1024)] = field(default=64 * 1024 * 1024,
         metadata=doc("one upstream line (a bigger one restarts that server) or HTTP "
             "answer: a JSON body or an SSE event's data (a bigger one fails its call)"))

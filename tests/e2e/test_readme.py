@@ -138,6 +138,8 @@ ELSEWHERE = {
         "test_replicas", "test_a_store_that_hangs_gets_an_error_not_a_hang"),
     "too many `tasks/*` requests": (
         "test_tasks", "test_rate_limits_per_owner_on_task_requests_and_creation"),
+    "body not whole `limits.body_timeout_ms`": (
+        "test_serving", "test_a_body_that_never_arrives_whole_is_refused_in_time"),
     "a request line or header longer than": (
         "test_secrets", "test_long_headers_pass_and_longer_ones_are_refused_unechoed"),
     "an upstream's (or the gateway's) error answer to a modern request": (

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,19 +22,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ab import usage
+
+from bench import free_port
+
 HERE = Path(__file__).resolve().parent
 WRKLOAD = HERE.parent.parent / "shared" / "peerbench" / "wrkload.py"
-
-
-def cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ready(url: str) -> None:
@@ -68,11 +60,11 @@ def one(variant: str, seconds: int, connections: int) -> tuple[float, float, flo
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         ready(url)
-        before = cpu_of(server.pid)
+        before = usage(server.pid)[0]
         out = subprocess.run([sys.executable, str(WRKLOAD), "--url", url, "--seconds",
                               str(seconds), "--connections", str(connections)],
                              capture_output=True, text=True, check=True).stdout
-        used = cpu_of(server.pid) - before
+        used = usage(server.pid)[0] - before
     finally:
         server.terminate()
         server.wait()

@@ -37,6 +37,18 @@ def _guard_of(app: web.Application) -> Guard:
     raise LookupError("no guard")
 
 
+def _lean_request(guard: Guard) -> type[web.Request]:
+    """A request whose preparation runs the guard's one signal inline when the lean path
+    served it (no route matched), the app's signals otherwise."""
+    class LeanRequest(web.Request):
+        async def _prepare_hook(self, response: web.StreamResponse) -> None:
+            if self._match_info is None:  # the lean path's: the one signal, inline
+                await guard.on_prepare(self, response)
+            else:
+                await super()._prepare_hook(response)
+    return LeanRequest
+
+
 def _posts(app: web.Application) -> dict[str, Any]:
     """The MCP paths' POST handlers (the routes registered with no guard in front)."""
     posts = {}
@@ -49,13 +61,7 @@ def _posts(app: web.Application) -> dict[str, Any]:
 
 def lean_factory(app: web.Application) -> Any:
     guard, posts, fallback = _guard_of(app), _posts(app), app._handle
-
-    class LeanRequest(web.Request):
-        async def _prepare_hook(self, response: web.StreamResponse) -> None:
-            if self._match_info is None:  # the lean path's: the one signal, inline
-                await guard.on_prepare(self, response)
-            else:
-                await super()._prepare_hook(response)
+    LeanRequest = _lean_request(guard)
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if request.method == "POST" and "Expect" not in request.headers:
@@ -198,15 +204,7 @@ class Lean:
     def __init__(self, app: web.Application) -> None:
         self.guard, self.posts, self.fallback = _guard_of(app), _posts(app), app._handle
         self.max_body = app._client_max_size
-        guard = self.guard
-
-        class LeanRequest(web.Request):
-            async def _prepare_hook(self, response: web.StreamResponse) -> None:
-                if self._match_info is None:  # the lean path's: the one signal, inline
-                    await guard.on_prepare(self, response)
-                else:
-                    await super()._prepare_hook(response)
-        self.request_class = LeanRequest
+        self.request_class = _lean_request(self.guard)
 
 
 def raw_factory(app: web.Application) -> Any:

@@ -243,7 +243,7 @@ def _guarded_app(conf: Settings, counters: Counters, owner_key: bytes | None,
     metadata when OAuth is on. No middleware: each route is registered behind the guard
     (`Guard.wrap`), and the MCP endpoints' POST calls it first thing (one handler a
     request, no chain: docs/architecture.md, The request path)."""
-    auth = Authenticator(conf.auth, _tool_scopes(conf), owner_key)
+    auth = Authenticator(conf.auth, Policies.of(conf).scopes(), owner_key)
     guard = Guard.of(conf, counters, auth, seals)
     # aiohttp refuses bodies over client_max_size with 413 before we parse them.
     app = web.Application(client_max_size=conf.limits.max_body_bytes)
@@ -264,13 +264,6 @@ async def _unrouted(request: web.Request) -> web.StreamResponse:
     if allowed:
         raise web.HTTPMethodNotAllowed(request.method, allowed)
     raise web.HTTPNotFound()
-
-
-def _tool_scopes(conf: Settings) -> frozenset[str]:
-    """Every scope a tool policy names (the metadata's scopes_supported)."""
-    layers = [conf.tasks] + [u.tasks for u in conf.upstreams.values() if u.tasks is not None]
-    return frozenset(scope for tasks in layers for scope in tasks.defaults.scopes or ()) | {
-        scope for tasks in layers for o in tasks.tools.values() for scope in o.scopes or ()}
 
 
 def _serve_metadata(app: web.Application, resource: ProtectedResource, paths: list[str]

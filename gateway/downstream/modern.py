@@ -103,7 +103,7 @@ class ModernEra:
         self.webhooks_allowed = tuple(conf.webhooks_allowed)
         self.curation = policies.curation(backend.name)
         # Tools that need scopes: tools/list differs from one token to another.
-        self.lists_vary = policies.scoped(backend.name)
+        self.lists_vary = bool(policies.scopes(backend.name))
 
     @property
     def server_info(self) -> object:

@@ -90,12 +90,19 @@ class Policies:
         return cls(conf.tasks, {n: u.tasks for n, u in conf.upstreams.items()},
                    {n: u.request_timeout_ms for n, u in conf.upstreams.items()})
 
-    def scoped(self, upstream: str) -> bool:
-        """Whether a tool of `upstream` needs scopes (its list then varies per token)."""
+    def _layers(self, upstream: str) -> list[Tasks | UpstreamTasks]:
+        """`upstream`'s policy layers: the global one, then its own if it has one."""
         local = self.per_upstream.get(upstream)
-        layers: list[Tasks | UpstreamTasks] = [self.tasks, *([local] if local else [])]
-        return any(layer.defaults.scopes or any(e.scopes for e in layer.tools.values())
-                   for layer in layers)
+        return [self.tasks, *([local] if local else [])]
+
+    def scopes(self, upstream: str | None = None) -> frozenset[str]:
+        """Every scope a tool policy names: of `upstream`'s tools (where some are named,
+        its tools/list varies per token), or of every upstream's (the protected resource
+        metadata's scopes_supported)."""
+        layers: list[Tasks | UpstreamTasks] = self._layers(upstream) \
+            if upstream is not None else [self.tasks, *filter(None, self.per_upstream.values())]
+        return frozenset(s for layer in layers for s in layer.defaults.scopes or ()) | {
+            s for layer in layers for e in layer.tools.values() for s in e.scopes or ()}
 
     def digest(self) -> str:
         """A digest of every per-tool entry (global and per upstream): what decides who sees
@@ -112,9 +119,8 @@ class Policies:
         """How clients see `upstream`'s tools (its entries over the global ones)."""
         found = self._curations.get(upstream)
         if found is None:
-            local = self.per_upstream.get(upstream)
             found = self._curations[upstream] = Curation(
-                [self.tasks.tools, *([local.tools] if local else [])])
+                [layer.tools for layer in self._layers(upstream)])
         return found
 
     def for_tool(self, upstream: str, tool: str) -> Policy:
@@ -135,7 +141,7 @@ class Policies:
     def _policy(self, upstream: str, tool: str) -> Policy:
         merged = asdict(self.tasks.defaults)
         local = self.per_upstream.get(upstream)
-        layers: list[Tasks | UpstreamTasks] = [self.tasks, *([local] if local else [])]
+        layers = self._layers(upstream)
         if local is not None:  # the upstream's defaults, over the global ones (a null
             # given there clears the global value: `timeout_ms: null`, no timeout)
             merged.update({key: getattr(local.defaults, key) for key in local.defaults.given})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import StreamReader, web
 
@@ -47,6 +47,7 @@ AUTH_FAULT = web.ResponseKey("auth_fault", errors.AuthRefusal)
 AUTH_FAULTS = (errors.Unauthorized, errors.InsufficientScope)
 # Set once the guard admitted an operator (auth/operators.py): what only operators may read.
 OPERATOR = web.RequestKey("operator", bool)
+T = TypeVar("T")
 
 
 def principal_of(request: web.Request) -> Principal:
@@ -112,7 +113,15 @@ def metadata_handler(document: dict[str, Any]) -> Handler:
 
 def failed(resp: web.StreamResponse) -> bool:
     """Whether the answer was an error: an HTTP error status, or a JSON-RPC error."""
-    return resp.status >= 400 or resp.get(FAILED, False)
+    return resp.status >= 400 or said(resp, FAILED) is True
+
+
+def said(resp: web.StreamResponse, key: web.ResponseKey[T]) -> T | None:
+    """What `resp` is marked with under `key`, None if nothing: read from its state, as its
+    Mapping mixin's `get` would, but without raising and catching a KeyError for a key not
+    set (an answer that did not fail: twice a request)."""
+    value: T | None = resp._state.get(key)
+    return value
 
 
 def error_response(exc: GatewayError, id_: jsonrpc.RequestId | None = None) -> web.Response:

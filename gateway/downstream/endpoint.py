@@ -21,6 +21,7 @@ from gateway.downstream.boundary import (
     failed,
     principal_of,
     read_message,
+    said,
 )
 from gateway.downstream.guard import Guard
 from gateway.downstream.legacy import LegacyEra
@@ -92,7 +93,7 @@ class Endpoint:
         with self.tracing.request(msg, era, self.upstream, request.headers,
                                   principal_of(request).owner, version) as span:
             resp = await serve(request, msg, kind)
-            answered(span, resp.status, failed(resp), resp.get(ERROR_TYPE))
+            answered(span, resp.status, failed(resp), said(resp, ERROR_TYPE))
             return resp
 
     async def get(self, request: web.Request) -> web.StreamResponse:

@@ -23,7 +23,7 @@ from gateway.auth.replicas import ReplicaSeals
 from gateway.auth.resource import WELL_KNOWN
 from gateway.auth.throttle import FailedAuths
 from gateway.downstream.auth_refusals import AuthRefusals
-from gateway.downstream.boundary import AUTH_FAULT, Handler, error_response
+from gateway.downstream.boundary import AUTH_FAULT, Handler, error_response, said
 from gateway.downstream.callers import Callers
 from gateway.downstream.origins import Origins
 from gateway.downstream.peers import Clients, Hosts
@@ -140,7 +140,7 @@ class Guard:
         origin = request.headers.get(mcp.H_ORIGIN)
         if origin is not None:
             self.origins.expose(response, origin)
-        fault = response.get(AUTH_FAULT)
+        fault = said(response, AUTH_FAULT)
         if fault is not None:
             self.refusals.challenge(request, response, fault)
 

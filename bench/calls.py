@@ -26,7 +26,9 @@ Why the count does not move with the machine's load:
   loop turns are let pass after the last answer so each request's tail (what runs after its
   answer is written) is counted;
 - timers (the status page's sampling, heartbeats) could still fire inside a window: several
-  windows are counted and the smallest kept, every window's figure shown.
+  windows are counted and the smallest kept, every window's figure shown; the tick of
+  laggards.py (every 50 ms while calls wait: a cost of time, not of a request) is left out
+  as the client is.
 Measured so: every window agrees to the call, idle or with both cores busy. On asyncio's own
 loop the loop adds ~125 calls a request and windows differ by fractions of a call.
 """
@@ -93,17 +95,19 @@ class Profiler:
     module's frames (the client, the driver), and all below it, is left out."""
 
     def __init__(self) -> None:
+        from gateway.downstream.laggards import Laggards
         self.tally = Tally()
         self._inside_ours = 0  # depth of this module's frames on the stack
+        self._tick = Laggards._tick.__code__  # left out, and all it calls (see above)
 
     def hook(self, frame: FrameType, event: str, _: object) -> None:
         if event == "call":
-            if frame.f_code.co_filename == OURS:
+            if frame.f_code.co_filename == OURS or frame.f_code is self._tick:
                 self._inside_ours += 1
             elif not self._inside_ours:
                 self.tally.calls[generated(frame) or frame.f_code] += 1
         elif event == "return":
-            if frame.f_code.co_filename == OURS:
+            if frame.f_code.co_filename == OURS or frame.f_code is self._tick:
                 self._inside_ours -= 1
         elif event == "c_call" and not self._inside_ours:
             self.tally.c_calls += 1

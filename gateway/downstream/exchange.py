@@ -12,6 +12,7 @@ timeout wins, in both eras (a modern call may also become a task or park for inp
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -23,6 +24,7 @@ from gateway.answer_bytes import Hold
 from gateway.downstream import sse
 from gateway.downstream.boundary import JSON_HEADERS, mark
 from gateway.downstream.heartbeat import Heartbeat
+from gateway.downstream.laggards import LAZY_MIN_S, Laggards, Late
 from gateway.errors import AnswersOverBudget, UpstreamTimeout
 from gateway.observability import log
 from gateway.observability.tracing import error_type
@@ -62,7 +64,8 @@ class Exchange:
     the gateway's own answers carry), how it may be answered, and the principal's answer
     bytes (`hold`); then `sent` once its call is."""
 
-    __slots__ = ("_call", "_life", "_wake", "beat", "done", "early", "error_type", "headers",
+    __slots__ = ("_call", "_context", "_late", "_life", "_timeout", "_wake", "_wake_at",
+                 "_wake_timer", "_watched", "beat", "done", "early", "error_type", "headers",
                  "hold", "new_stream", "request_id", "response", "sse_ok", "status", "stream",
                  "timer")
     takes_mrtr = False  # a modern-only upstream's input_required becomes server requests
@@ -86,6 +89,14 @@ class Exchange:
         self.hold = hold  # the answer's bytes, counted until written
         self._life = Life.FORWARDING
         self._call: Call | None = None
+        # Timers deferred until it waited a tick (laggards.py): the set watching it, whether
+        # it was told late, and what it will arm then.
+        self._watched: set[Late] | None = None
+        self._context: contextvars.Context | None = None  # the request's, for those timers
+        self._late = False
+        self._timeout: tuple[float, float, str] | None = None  # (due, seconds, upstream)
+        self._wake_at: float | None = None  # loop time
+        self._wake_timer: asyncio.TimerHandle | None = None
 
     # -- its call's life -------------------------------------------------------------------
     @property
@@ -108,16 +119,53 @@ class Exchange:
         """Its call was sent; `done` gives back what the call holds once it is over."""
         self._call, self.done = call, done
 
-    def time_out(self, seconds: float, upstream: str) -> None:
+    def time_out(self, seconds: float, upstream: str, late: Laggards) -> None:
         """`request_timeout_ms`: counted from when the call runs (a queue is not counted),
-        the call is cancelled upstream and answered so if not answered by then."""
+        the call is cancelled upstream and answered so if not answered by then. A call that
+        runs now has its timer armed only if it is `late` (laggards.py)."""
         call = self._call
-        if call is not None and self._life is Life.FORWARDING:
+        if call is None or self._life is not Life.FORWARDING:
+            return
+        if call.ticket is not None:  # it may wait in a queue: timed once it runs
             call.when_running(lambda: self._time_out_after(seconds, upstream))
+        elif seconds < LAZY_MIN_S or self._late:
+            self._time_out_after(seconds, upstream)
+        else:
+            self._timeout = (asyncio.get_running_loop().time() + seconds, seconds, upstream)
+            self._watch(late)
 
     def _time_out_after(self, seconds: float, upstream: str) -> None:
         self.timer = asyncio.get_running_loop().call_later(seconds, self._timed_out, seconds,
                                                             upstream)
+
+    # -- timers armed late (laggards.py) -----------------------------------------------------
+    def _watch(self, late: Laggards) -> None:
+        if self._watched is None:
+            self._watched = late.watch(self)
+            # A timer runs in the context it was armed in: the request's (the call's metrics
+            # marker, log and trace context), not the tick's.
+            self._context = contextvars.copy_context()
+
+    def _later(self, due: float, callback: Callable[..., object], *args: object
+               ) -> asyncio.TimerHandle:
+        """A timer armed late, for its deadline `due` (loop time), in the request's
+        context."""
+        return asyncio.get_running_loop().call_at(due, callback, *args, context=self._context)
+
+    def _unwatch(self) -> None:
+        if self._watched is not None:
+            self._watched.discard(self)
+            self._watched = None
+
+    def late(self) -> None:
+        """It waited a tick unanswered: the timers it deferred are armed, for what is left
+        of their time."""
+        self._watched, self._late = None, True
+        if self._timeout is not None and self._life is Life.FORWARDING:
+            due, seconds, upstream = self._timeout
+            self.timer = self._later(due, self._timed_out, seconds, upstream)
+        if self._wake_at is not None and self._wake is not None:
+            self._wake_timer = self._later(self._wake_at, _time_up, self._wake)
 
     def _timed_out(self, seconds: float, upstream: str) -> None:
         answer = UpstreamTimeout.timed_out(upstream, seconds).to_message(self.request_id)
@@ -191,6 +239,7 @@ class Exchange:
         if self.hold is not None:
             self.response, msg = held(self.hold, msg, self.response)
         self.error_type = error_type(msg)
+        self._unwatch()
         if self.timer is not None:
             self.timer.cancel()
         if self.beat is not None:
@@ -208,15 +257,24 @@ class Exchange:
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(True)
 
-    async def _wait(self, timeout_s: float | None) -> None:
+    async def _wait(self, timeout_s: float | None, late: Laggards) -> None:
+        """Until news (`_notify`) or, given `timeout_s`, that long (armed once it is late,
+        laggards.py)."""
         loop = asyncio.get_running_loop()
         self._wake = wake = loop.create_future()
-        handle = loop.call_later(timeout_s, wake.set_result, False) if timeout_s else None
+        if timeout_s:
+            if timeout_s < LAZY_MIN_S or self._late:
+                self._wake_timer = loop.call_later(timeout_s, _time_up, wake)
+            else:
+                self._wake_at = loop.time() + timeout_s
+                self._watch(late)
         try:
             await wake
         finally:
-            if handle is not None:
-                handle.cancel()
+            self._wake_at = None
+            if self._wake_timer is not None:
+                self._wake_timer.cancel()
+                self._wake_timer = None
 
     async def respond(self, request: web.Request, json_ok: bool, flow: sse.Flow
                       ) -> web.StreamResponse:
@@ -238,9 +296,9 @@ class Exchange:
                        ) -> web.StreamResponse:
         if json_ok:
             if self.response is None and not self.early:
-                await self._wait(flow.keepalive_s if self.sse_ok else None)
+                await self._wait(flow.keepalive_s if self.sse_ok else None, flow.late)
             while not self.sse_ok and self.response is None:
-                await self._wait(None)
+                await self._wait(None, flow.late)
             if self.response is not None and not self.early:
                 return self._marked(await sse.send_body(request, self.response, self.status,
                                                         JSON_HEADERS, flow))
@@ -256,6 +314,12 @@ class Exchange:
 
     def _marked(self, resp: web.StreamResponse) -> web.StreamResponse:
         return mark(resp, self.error_type)
+
+
+def _time_up(wake: asyncio.Future[bool]) -> None:
+    """A wait's time is up, unless news came first (its task not yet resumed)."""
+    if not wake.done():
+        wake.set_result(False)
 
 
 async def send_held(request: web.Request, msg: Message, flow: sse.Flow, hold: Hold

@@ -301,7 +301,7 @@ class ModernEra:
     async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
                        ) -> web.StreamResponse:
         if self.request_timeout_s is not None:
-            ex.time_out(self.request_timeout_s, self.backend.name)
+            ex.time_out(self.request_timeout_s, self.backend.name, self.flow.late)
         try:
             return await ex.respond(request, json_ok, self.flow)
         except asyncio.CancelledError:

@@ -19,6 +19,7 @@ from gateway.answer_bytes import Hold
 from gateway.downstream import shapes, sse
 from gateway.downstream.envelope import ModernRequest
 from gateway.downstream.exchange import Exchange, Life
+from gateway.downstream.laggards import LAZY_MIN_S
 from gateway.downstream.mrtr import Parked
 from gateway.downstream.rounds import Rounds
 from gateway.protocol import jsonrpc, mcp
@@ -47,6 +48,8 @@ class Era(Protocol):
     def curation(self) -> Curation: ...
     @property
     def lists_vary(self) -> bool: ...
+    @property
+    def flow(self) -> sse.Flow: ...
 
     def task_soon(self, ex: ModernExchange) -> None:
         """The sync budget of `ex` ran out: its call becomes a task unless it answers first."""
@@ -110,7 +113,7 @@ class ModernExchange(Exchange):
     the call it resumes (`parked`); its life (`Life`) changes only by its verbs, along
     `MOVES`."""
 
-    __slots__ = ("_batch", "_budget", "_parked", "era", "request")
+    __slots__ = ("_batch", "_budget", "_budget_at", "_parked", "era", "request")
     takes_mrtr = True  # a modern-only upstream's input_required goes to the client as is
 
     def __init__(self, era: Era, request: ModernRequest, sse_ok: bool, hold: Hold,
@@ -123,6 +126,7 @@ class ModernExchange(Exchange):
             self.sent(parked.call, parked.done)
         self._batch: InputBatch | None = None  # made when the server first asks
         self._budget: asyncio.TimerHandle | None = None  # auto mode: then it becomes a task
+        self._budget_at: float | None = None  # its deadline, armed once late (laggards.py)
 
     # -- Sink ------------------------------------------------------------------------------
     def on_message(self, msg: Message) -> None:
@@ -247,15 +251,27 @@ class ModernExchange(Exchange):
 
     def start_budget(self) -> None:
         policy = self.request.policy
-        if policy is not None and self._life is Life.FORWARDING:
-            self._budget = asyncio.get_running_loop().call_later(
-                policy.sync_budget_ms / 1000, self._budget_spent)
+        if policy is None or self._life is not Life.FORWARDING:
+            return
+        seconds, loop = policy.sync_budget_ms / 1000, asyncio.get_running_loop()
+        if seconds < LAZY_MIN_S or self._late:
+            self._budget = loop.call_later(seconds, self._budget_spent)
+        else:
+            self._budget_at = loop.time() + seconds
+            self._watch(self.era.flow.late)
+
+    def late(self) -> None:
+        super().late()
+        if self._budget_at is not None and self._life is Life.FORWARDING:
+            self._budget = self._later(self._budget_at, self._budget_spent)
+        self._budget_at = None
 
     def _budget_spent(self) -> None:
         self._budget = None
         self.era.task_soon(self)
 
     def stop_budget(self) -> None:
+        self._budget_at = None
         if self._budget is not None:
             self._budget.cancel()
             self._budget = None

@@ -61,7 +61,7 @@ class SessionCalls:
             ex.sent(call, _done(session, client_id, lease.hand(call)))
         ex.heartbeat(call.progress_token, self.flow, ticket)
         if self.request_timeout_s is not None:  # from when it runs, not queued
-            ex.time_out(self.request_timeout_s, self.backend.name)
+            ex.time_out(self.request_timeout_s, self.backend.name, self.flow.late)
         # A call that waits in a queue keeps its request open meanwhile: the exchange turns
         # to SSE after one keep-alive interval, and keep-alives flow.
         return await ex.respond(request, json_ok, self.flow)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiohttp import web
 
+from gateway.downstream.laggards import Laggards
 from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.settings.schema import Settings
@@ -53,11 +54,13 @@ class Budget(Protocol):
 class Flow:
     """How streams are paced: keep-alive comments when idle, how long one write may wait
     for a slow reader before that reader is cut off, and how often a quiet call with a
-    progress token hears a heartbeat (0: never)."""
+    progress token hears a heartbeat (0: never). `late`: what of its calls waits long
+    enough to arm timers (laggards.py)."""
 
     keepalive_s: float
     slow_s: float
     heartbeat_s: float = 0.0
+    late: Laggards = field(default_factory=Laggards, compare=False)
 
     @classmethod
     def of(cls, conf: Settings) -> Flow:

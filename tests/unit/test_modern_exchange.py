@@ -11,6 +11,7 @@ from test_rounds import Call as RoundsCall
 
 from gateway.downstream.envelope import Caller, ModernRequest
 from gateway.downstream.exchange import MOVES, Life
+from gateway.downstream.laggards import Laggards
 from gateway.downstream.modern_exchange import INPUT_BATCH_S, ModernExchange
 from gateway.downstream.mrtr import ParkedCalls, Sealer
 from gateway.downstream.rounds import Rounds
@@ -81,7 +82,7 @@ async def test_a_client_gone_cancels_its_call_once_and_a_timeout_after_does_noth
     ex, call, released = exchange()
     ex.abandon("the client closed the request's stream")
     ex.abandon("again")
-    ex.time_out(0.0, "main")
+    ex.time_out(0.0, "main", Laggards())
     await asyncio.sleep(0.01)
     assert call.conn.cancelled == ["the client closed the request's stream"]
     assert released == [1] and ex.life is Life.ANSWERED and ex.response is None

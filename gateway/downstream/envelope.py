@@ -69,7 +69,10 @@ class ModernRequest:
     id: RequestId  # the client's, which every answer to it carries
     caller: Caller  # the `Owner` its call is sent for
     method: str
-    digest: str  # what makes a retry "the same request" (mrtr.digest)
+    # The client's params as sent: what a retry repeats. Their digest (mrtr.digest) is taken
+    # only when a round is sealed, for the few calls that ask for input (never changed:
+    # the upstream is sent a new dict, shapes.to_upstream).
+    asked: dict[str, Any]
     tool: str  # a tools/call's tool (str of its name, "" for none)
     uri: str | None  # resources/read: named in a not-found error (sep-2164)
     modern: bool  # its route speaks the server's own modern wire: its rounds come back

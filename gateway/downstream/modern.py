@@ -41,7 +41,7 @@ from gateway.downstream.leases import Leases
 from gateway.downstream.listen import Listeners
 from gateway.downstream.modern_exchange import ModernExchange
 from gateway.downstream.modern_tasks import Asked, Keyed, ModernTasks
-from gateway.downstream.mrtr import ParkedCalls, Sealer, digest
+from gateway.downstream.mrtr import ParkedCalls, Sealer
 from gateway.downstream.references import own_references
 from gateway.downstream.rounds import Elsewhere, Rounds, TheirRound
 from gateway.protocol import jsonrpc, mcp
@@ -276,7 +276,7 @@ class ModernEra:
         become a task."""
         method, params = msg["method"], msg.get("params") or {}
         policy = how.decision.policy if isinstance(how.decision, router.TaskCall) else None
-        digest_ = digest(method, params)  # the client's params, as its retry repeats them
+        asked = params  # the client's, as its retry repeats them
         if how.theirs is not None:  # a modern upstream runs its own rounds: its own state
             params = {**params, "requestState": how.theirs.state}
         upstream_params = shapes.to_upstream(params, how.route.modern)  # a new dict
@@ -287,7 +287,7 @@ class ModernEra:
             else how.caller
         name, uri = params.get("name"), params.get("uri")
         return ModernRequest(
-            msg["id"], caller, method, digest_, str(name or ""),
+            msg["id"], caller, method, asked, str(name or ""),
             uri if isinstance(uri, str) else None, how.route.modern, policy, how.lacking,
             own_progress=policy is not None and watch_progress(upstream_params),
             push=push, masked=how.masked), \

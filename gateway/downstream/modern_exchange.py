@@ -156,7 +156,7 @@ class ModernExchange(Exchange):
         request, era = self.request, self.era
         if request.modern:
             era.rounds.seal_state(msg, request.caller.principal, request.method,
-                                  request.digest)
+                                  request.asked)
         if request.method == mcp.TOOLS_LIST:
             era.backend.learn_tools(msg)
             if request.hidden is not None:

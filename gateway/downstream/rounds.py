@@ -71,14 +71,16 @@ class Rounds:
         self.counters = counters
 
     # -- a modern upstream's own rounds ----------------------------------------------------
-    def seal_state(self, msg: Message, principal: str, method: str, digest_: str) -> None:
+    def seal_state(self, msg: Message, principal: str, method: str, asked: dict[str, Any]
+                   ) -> None:
         """A modern upstream's own input_required round goes to the client with its
         requestState sealed by the gateway, bound to the caller's principal and request."""
         result = msg.get("result")
         if isinstance(result, dict) and result.get("resultType") == "input_required" and \
                 "requestState" in result:
             result["requestState"] = self.sealer.seal(
-                s=result["requestState"], o=principal, m=method, d=digest_, k="up")
+                s=result["requestState"], o=principal, m=method, d=digest(method, asked),
+                k="up")
 
     # -- a retry's state, opened once ------------------------------------------------------
     def opened(self, msg: Message, principal: str, modern_route: bool
@@ -125,7 +127,8 @@ class Rounds:
         # The replica's address travels sealed with the state: a retry reaching another
         # replica is handed here without asking the store (which may be away meanwhile).
         state = self.sealer.seal(p=parked.id, r=round_, o=parked.owner,
-                                 m=parked.request.method, d=parked.request.digest,
+                                 m=parked.request.method,
+                                 d=digest(parked.request.method, parked.request.asked),
                                  x=self.replica, u=self.replica_url)
         ex.answer(jsonrpc.result(client_id, {"resultType": "input_required",
                                              "inputRequests": parked.requests(),

@@ -51,7 +51,7 @@ class Era:
 
 def exchange(policy: Policy | None = None) -> tuple[ModernExchange, Call, list[int]]:
     request = ModernRequest(5, Caller("alice", {"elicitation": {}}, None), mcp.TOOLS_CALL,
-                            "digest", "ask", None, modern=False, policy=policy)
+                            {"name": "ask"}, "ask", None, modern=False, policy=policy)
     ex = ModernExchange(Era(), request, sse_ok=True, hold=None)  # type: ignore[arg-type]
     call, released = Call(), []
     ex.sent(call, lambda: released.append(1))  # type: ignore[arg-type]

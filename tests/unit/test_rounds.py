@@ -70,7 +70,7 @@ def retry(state: str, method: str = mcp.TOOLS_CALL, **params: Any) -> dict[str, 
 
 def parked_call(owner: str = "alice", released: list[int] | None = None) -> Parked:
     request = ModernRequest(1, Caller(owner, {}, None), mcp.TOOLS_CALL,
-                            digest(mcp.TOOLS_CALL, PARAMS), "ask", None, modern=False)
+                            PARAMS, "ask", None, modern=False)
     done = (lambda: released.append(1)) if released is not None else None
     parked = Parked(Call(), request, done)  # type: ignore[arg-type]
     parked.add_input(jsonrpc.request("gw-1", "elicitation/create", {"message": "name?"}))
@@ -129,7 +129,7 @@ async def test_a_state_for_another_request_is_refused() -> None:
 def test_a_modern_upstreams_round_comes_out_of_the_seal_for_its_request_only() -> None:
     r = rounds()
     answer = {"result": {"resultType": "input_required", "requestState": "server's own"}}
-    r.seal_state(answer, "alice", mcp.TOOLS_CALL, digest(mcp.TOOLS_CALL, PARAMS))
+    r.seal_state(answer, "alice", mcp.TOOLS_CALL, PARAMS)
     sealed = answer["result"]["requestState"]
     assert sealed != "server's own"
     assert r.opened(retry(sealed), "alice", True) == TheirRound("server's own")

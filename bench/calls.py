@@ -95,7 +95,7 @@ class Profiler:
     module's frames (the client, the driver), and all below it, is left out."""
 
     def __init__(self) -> None:
-        from gateway.downstream.laggards import Laggards
+        from gateway.laggards import Laggards
         self.tally = Tally()
         self._inside_ours = 0  # depth of this module's frames on the stack
         self._tick = Laggards._tick.__code__  # left out, and all it calls (see above)

@@ -12,7 +12,6 @@ timeout wins, in both eras (a modern call may also become a task or park for inp
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import enum
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -24,8 +23,8 @@ from gateway.answer_bytes import Hold
 from gateway.downstream import sse
 from gateway.downstream.boundary import JSON_HEADERS, mark
 from gateway.downstream.heartbeat import Heartbeat
-from gateway.downstream.laggards import LAZY_MIN_S, Laggards, Late
 from gateway.errors import AnswersOverBudget, UpstreamTimeout
+from gateway.laggards import LAZY_MIN_S, Deferring, Laggards
 from gateway.observability import log
 from gateway.observability.tracing import error_type
 from gateway.protocol import jsonrpc
@@ -59,19 +58,19 @@ MOVES: Final[Mapping[Life, frozenset[Life]]] = MappingProxyType({
 })
 
 
-class Exchange:
+class Exchange(Deferring):
     """Built whole from what the request is known by (`request_id`: the client's id, which
     the gateway's own answers carry), how it may be answered, and the principal's answer
     bytes (`hold`); then `sent` once its call is."""
 
-    __slots__ = ("_call", "_context", "_late", "_life", "_timeout", "_wake", "_wake_at",
-                 "_wake_timer", "_watched", "beat", "done", "early", "error_type", "headers",
-                 "hold", "new_stream", "request_id", "response", "sse_ok", "status", "stream",
-                 "timer")
+    __slots__ = ("_call", "_life", "_timeout", "_wake", "_wake_at", "_wake_timer", "beat", "done",
+                 "early", "error_type", "headers", "hold", "new_stream", "request_id",
+                 "response", "sse_ok", "status", "stream", "timer")
     takes_mrtr = False  # a modern-only upstream's input_required becomes server requests
 
     def __init__(self, request_id: RequestId, sse_ok: bool, new_stream: Callable[[], sse.Stream],
                  headers: dict[str, str], hold: Hold | None) -> None:
+        super().__init__()
         self.request_id = request_id
         self.sse_ok = sse_ok
         self.new_stream = new_stream
@@ -89,11 +88,7 @@ class Exchange:
         self.hold = hold  # the answer's bytes, counted until written
         self._life = Life.FORWARDING
         self._call: Call | None = None
-        # Timers deferred until it waited a tick (laggards.py): the set watching it, whether
-        # it was told late, and what it will arm then.
-        self._watched: set[Late] | None = None
-        self._context: contextvars.Context | None = None  # the request's, for those timers
-        self._late = False
+        # Timers deferred until it waited a tick (laggards.py), armed then.
         self._timeout: tuple[float, float, str] | None = None  # (due, seconds, upstream)
         self._wake_at: float | None = None  # loop time
         self._wake_timer: asyncio.TimerHandle | None = None
@@ -139,33 +134,14 @@ class Exchange:
                                                             upstream)
 
     # -- timers armed late (laggards.py) -----------------------------------------------------
-    def _watch(self, late: Laggards) -> None:
-        if self._watched is None:
-            self._watched = late.watch(self)
-            # A timer runs in the context it was armed in: the request's (the call's metrics
-            # marker, log and trace context), not the tick's.
-            self._context = contextvars.copy_context()
-
-    def _later(self, due: float, callback: Callable[..., object], *args: object
-               ) -> asyncio.TimerHandle:
-        """A timer armed late, for its deadline `due` (loop time), in the request's
-        context."""
-        return asyncio.get_running_loop().call_at(due, callback, *args, context=self._context)
-
-    def _unwatch(self) -> None:
-        if self._watched is not None:
-            self._watched.discard(self)
-            self._watched = None
-
     def late(self) -> None:
-        """It waited a tick unanswered: the timers it deferred are armed, for what is left
-        of their time."""
-        self._watched, self._late = None, True
+        """It waited a tick unanswered: the timers it deferred are armed."""
+        super().late()
         if self._timeout is not None and self._life is Life.FORWARDING:
             due, seconds, upstream = self._timeout
-            self.timer = self._later(due, self._timed_out, seconds, upstream)
+            self.timer = self._at(due, self._timed_out, seconds, upstream)
         if self._wake_at is not None and self._wake is not None:
-            self._wake_timer = self._later(self._wake_at, _time_up, self._wake)
+            self._wake_timer = self._at(self._wake_at, _time_up, self._wake)
 
     def _timed_out(self, seconds: float, upstream: str) -> None:
         answer = UpstreamTimeout.timed_out(upstream, seconds).to_message(self.request_id)

@@ -19,9 +19,9 @@ from gateway.answer_bytes import Hold
 from gateway.downstream import shapes, sse
 from gateway.downstream.envelope import ModernRequest
 from gateway.downstream.exchange import Exchange, Life
-from gateway.downstream.laggards import LAZY_MIN_S
 from gateway.downstream.mrtr import Parked
 from gateway.downstream.rounds import Rounds
+from gateway.laggards import LAZY_MIN_S
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.curation import Curation, unmask
@@ -263,7 +263,7 @@ class ModernExchange(Exchange):
     def late(self) -> None:
         super().late()
         if self._budget_at is not None and self._life is Life.FORWARDING:
-            self._budget = self._later(self._budget_at, self._budget_spent)
+            self._budget = self._at(self._budget_at, self._budget_spent)
         self._budget_at = None
 
     def _budget_spent(self) -> None:

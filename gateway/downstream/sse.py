@@ -27,7 +27,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from gateway.downstream.laggards import Laggards
+from gateway.laggards import Laggards
 from gateway.observability import log
 from gateway.protocol import mcp
 from gateway.settings.schema import Settings

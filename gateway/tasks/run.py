@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gateway.laggards import LAZY_MIN_S, Deferring, Laggards
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
@@ -107,15 +108,17 @@ class Hooks:
     asked: Callable[[TaskRun, Any], None]  # the server asked for input under this id
     waiting: Callable[[Task], None]  # its task now waits for the client's input (report)
     clock: Callable[[], float]  # the engine's: when the task changed
+    late: Laggards = field(default_factory=Laggards)  # its timers wait to be armed here
 
 
-class TaskRun:
+class TaskRun(Deferring):
     """A task's upstream call in the background: the call's sink from now on. It alone
     changes its working copy of the task; its keeper reads it and asks through verbs."""
 
     takes_mrtr = False  # a modern-only server's input_required becomes the task's inputs
 
     def __init__(self, task: Task, handover: Handover, hooks: Hooks) -> None:
+        super().__init__()
         self._task = task  # the working copy: the freshest state, told to watchers
         self._call: UpstreamCall | None = handover.call  # None once ended (`finish`)
         handover.call.adopt(self)  # the call's messages and response come here from now on
@@ -127,6 +130,7 @@ class TaskRun:
         self._keys = 0
         self._used: set[str] = set()  # every key this task ever showed: never reused
         self._timers: list[asyncio.TimerHandle] = []
+        self._deferred: list[tuple[float, Callable[[], object]]] = []  # (due, fire): `later`
         self._started = time.monotonic()
         self._ending = False  # an end is being written: nothing else changes the task
         self._ended: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
@@ -147,8 +151,21 @@ class TaskRun:
         return self._ending
 
     def later(self, delay_s: float, fire: Callable[[], object]) -> None:
-        """`fire()` after `delay_s`, unless the run has ended by then."""
-        self._timers.append(asyncio.get_running_loop().call_later(delay_s, fire))
+        """`fire()` after `delay_s`, unless the run has ended by then: armed once the run
+        has lasted a tick (laggards.py), as most end sooner."""
+        loop = asyncio.get_running_loop()
+        if delay_s < LAZY_MIN_S or self._late:
+            self._timers.append(loop.call_later(delay_s, fire))
+        else:
+            self._deferred.append((loop.time() + delay_s, fire))
+            self._watch(self._hooks.late)
+
+    def late(self) -> None:
+        """It has lasted a tick: the timers it deferred are armed."""
+        super().late()
+        if not self._ended.done():
+            self._timers.extend(self._at(due, fire) for due, fire in self._deferred)
+        self._deferred.clear()
 
     def extend(self, ms: int, cap_ms: int) -> None:
         """Its ttl grows by `ms`, within `cap_ms` (it never shrinks): its call waited that
@@ -266,6 +283,8 @@ class TaskRun:
         # The call names its run as sink: without this the pair (and the result) would wait
         # for the garbage collector, which a quiet gateway may not run for a long while.
         self._call = None
+        self._unwatch()
+        self._deferred.clear()
         for timer in self._timers:
             timer.cancel()
         self._asked.clear()

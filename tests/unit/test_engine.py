@@ -4,6 +4,7 @@ input, answer, cancel, timeout, expiry while running, store full, results too la
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -313,3 +314,27 @@ async def test_a_queued_task_cancelled_leaves_the_queue(store: MemoryStore) -> N
     assert after.ahead == 0 and queues.depths() == {("fake", "slow"): 1}
     busy.release()
     assert not after.queued  # the cancelled call never ran
+
+
+async def test_a_time_bound_armed_late_still_fails_the_task_after_it_not_before(
+        store: MemoryStore) -> None:
+    """Times of 100 ms and more are armed once the run has lasted a tick (laggards.py):
+    the bound still ends the task when due, not before."""
+    engine, started = TaskEngine(store), time.time()  # the engine's clock
+    task, call, told = await running(engine, timeout_ms=150)
+    await asyncio.sleep(0.1)
+    assert (await engine.find(task.id, "me")).status is Status.WORKING
+    await asyncio.sleep(0.15)
+    found = await engine.find(task.id, "me")
+    assert found.status is Status.FAILED and call.cancelled
+    assert told[-1].updated_at - started >= 0.14  # 150 ms, less the clocks' granularity
+
+
+async def test_a_run_that_ends_within_a_tick_arms_no_timer(store: MemoryStore) -> None:
+    engine = TaskEngine(store)
+    task, call, _ = await running(engine, ttl_ms=60_000, timeout_ms=60_000)
+    call.sink.on_response(jsonrpc.result(7, {"content": []}))
+    await settled()
+    assert (await engine.find(task.id, "me")).status is Status.COMPLETED
+    late = engine._local._hooks.late
+    assert not late.young and not late.old  # let go before a tick: nothing armed

@@ -1,4 +1,4 @@
-"""Timers armed late (gateway/downstream/laggards.py): a call answered within a tick arms
+"""Timers armed late (gateway/laggards.py): a call answered within a tick arms
 none; one still waiting arms its request timeout and keep-alive switch, which fire after
 their deadlines, as before."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.downstream import sse
 from gateway.downstream.exchange import Exchange, Life
-from gateway.downstream.laggards import LAZY_MIN_S, TICK_S, Laggards
+from gateway.laggards import LAZY_MIN_S, TICK_S, Laggards
 from gateway.protocol import jsonrpc
 
 

@@ -11,10 +11,10 @@ from test_rounds import Call as RoundsCall
 
 from gateway.downstream.envelope import Caller, ModernRequest
 from gateway.downstream.exchange import MOVES, Life
-from gateway.downstream.laggards import Laggards
 from gateway.downstream.modern_exchange import INPUT_BATCH_S, ModernExchange
 from gateway.downstream.mrtr import ParkedCalls, Sealer
 from gateway.downstream.rounds import Rounds
+from gateway.laggards import Laggards
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
 from gateway.tasks.policy import Policy

@@ -7,6 +7,7 @@ bench/ab.py runs); `thin` is bench/thin_bridge.py.
 
     PYTHONPATH=. .venv/bin/python bench/below_ab.py [--variants aiohttp,gateway,raw]
         [--rounds 4]                    # or --variants /tmp/before,.
+        [--mode task-get --config bench/gateway-tasks.yaml]   # another of wrkload's phases
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ def ready(url: str) -> None:
     raise SystemExit("not ready")
 
 
-def one(variant: str, seconds: int, connections: int) -> tuple[float, float, float]:
+def one(variant: str, seconds: int, connections: int, mode: str = "echo",
+        config: str | None = None) -> tuple[float, float, float]:
     port = free_port()
     if Path(variant).is_dir():  # a build of the gateway, as ab.py runs one
         server = subprocess.Popen(
             [sys.executable, "-m", "gateway", "--port", str(port), "--log-level", "warning",
+             *(["--config", str(Path(config).resolve())] if config else []),
              "--", sys.executable, str(HERE.parent / "tests" / "servers" / "basic.py")],
             cwd=variant, env={**os.environ, "PYTHONPATH": variant}, stderr=subprocess.DEVNULL)
     elif variant == "thin":  # bench/thin_bridge.py: the ratio the issue's targets are in
@@ -62,7 +65,8 @@ def one(variant: str, seconds: int, connections: int) -> tuple[float, float, flo
         ready(url)
         before = usage(server.pid)[0]
         out = subprocess.run([sys.executable, str(WRKLOAD), "--url", url, "--seconds",
-                              str(seconds), "--connections", str(connections)],
+                              str(seconds), "--connections", str(connections),
+                              "--mode", mode],
                              capture_output=True, text=True, check=True).stdout
         used = usage(server.pid)[0] - before
     finally:
@@ -80,12 +84,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--mode", default="echo", help="wrkload.py's: echo, echo-modern, "
+                    "task-create, task-get")
+    ap.add_argument("--config", help="the gateways' settings (bench/gateway-tasks.yaml)")
     args = ap.parse_args()
     seen: dict[str, list[tuple[float, float, float]]] = {
         v: [] for v in args.variants.split(",")}
     for _ in range(args.rounds):
         for variant, rows in seen.items():
-            rows.append(one(variant, args.seconds, args.connections))
+            rows.append(one(variant, args.seconds, args.connections, args.mode, args.config))
     for variant, rows in seen.items():
         cpu, rate, p50 = ([round(x) for x in column] for column in zip(*rows, strict=True))
         print(f"{variant:8} CPU µs/call {cpu} median {statistics.median(cpu)}; "

@@ -241,8 +241,15 @@ async def tasks_get(client: Client) -> bytes:
     raise AssertionError(f"the task never completed: {got}")
 
 
+async def task_create(_: Client) -> bytes:
+    """A task at once (`whoami`, mode always), whose end comes in the background: shown
+    (`--flows task-create`), not budgeted, as a window's last end may fall outside it."""
+    return modern("tools/call", {"name": "whoami", "arguments": {}}, TASKS)
+
+
 PREPARE: dict[str, Callable[[Client], Awaitable[bytes]]] = {
-    "legacy-echo": legacy_echo, "modern-echo": modern_echo, "tasks-get": tasks_get}
+    "legacy-echo": legacy_echo, "modern-echo": modern_echo, "tasks-get": tasks_get,
+    "task-create": task_create}
 
 
 # -- measuring -----------------------------------------------------------------------------

@@ -155,7 +155,7 @@ async def read_message(request: web.Request, max_bytes: int, body_s: float = 30.
     if ctype.split(";", 1)[0].strip().lower() != mcp.CT_JSON:
         raise errors.UnsupportedMediaType(
             f"Unsupported Media Type: Content-Type must be {mcp.CT_JSON}")
-    if request.content_length is not None and request.content_length > max_bytes:
+    if (length := request.content_length) is not None and length > max_bytes:
         raise _too_large(max_bytes)
     body = await _read_body(request, max_bytes, body_s)
     if (vouched := request.get(RELAYED_BODY)) is not None and digest(body) != vouched:

@@ -24,7 +24,7 @@ from gateway.downstream.boundary import (
 )
 from gateway.downstream.core_tasks import CoreTasks
 from gateway.downstream.leases import Leases
-from gateway.downstream.references import own_references
+from gateway.downstream.references import names_a_task, own_references
 from gateway.downstream.resume import MAX_RECORD_BYTES, Resumption
 from gateway.downstream.session import (
     Edit,
@@ -70,7 +70,7 @@ class LegacyEra:
         if kind == "request" and msg["method"] == mcp.INITIALIZE:
             return await self.initialize(request, msg)
         session = await self.session_of(request)
-        if kind != "response":
+        if kind != "response" and names_a_task(msg):
             msg = await self.own_references(session, msg)
         if kind == "notification":
             self.on_notification(session, msg)

@@ -42,7 +42,7 @@ from gateway.downstream.listen import Listeners
 from gateway.downstream.modern_exchange import ModernExchange
 from gateway.downstream.modern_tasks import Asked, Keyed, ModernTasks
 from gateway.downstream.mrtr import ParkedCalls, Sealer
-from gateway.downstream.references import own_references
+from gateway.downstream.references import names_a_task, own_references
 from gateway.downstream.rounds import Elsewhere, Rounds, TheirRound
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
@@ -137,10 +137,11 @@ class ModernEra:
         retry = self.rounds.opened(msg, caller.principal, route.modern)
         conn = route.conn
         # A related-task reference stays only for the caller's own task (references.py).
-        msg = await own_references(
-            msg, caller.principal,
-            lambda task_id: conn.task_owners.owns(task_id, caller.principal), self.engine,
-            self.backend.name)
+        if names_a_task(msg):
+            msg = await own_references(
+                msg, caller.principal,
+                lambda task_id: conn.task_owners.owns(task_id, caller.principal),
+                self.engine, self.backend.name)
         decision = self.decide(msg, caller, route, retry)
         match decision:
             case router.Refuse(error=error):

@@ -27,7 +27,7 @@ from gateway.protocol import mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.engine import TaskEngine
 
-__all__ = ["own_references", "reference", "without_reference"]
+__all__ = ["names_a_task", "own_references", "reference", "without_reference"]
 
 NO_TASK = object()  # what `reference` returns for a message that names none
 
@@ -41,6 +41,13 @@ def reference(msg: Message) -> object:
         return NO_TASK
     related = meta[mcp.RELATED_TASK]
     return related.get("taskId") if isinstance(related, dict) else None
+
+
+def names_a_task(msg: Message) -> bool:
+    """Whether `msg` carries a related-task reference: only then is `own_references` asked
+    (most requests carry none, and are spared a coroutine and a lookup of the sender's
+    tasks)."""
+    return reference(msg) is not NO_TASK
 
 
 def without_reference(msg: Message) -> Message:

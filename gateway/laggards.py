@@ -42,17 +42,22 @@ class Laggards:
 
     def watch(self, who: Late) -> set[Late]:
         """Watch `who`; the set it leaves (`discard`) once over, before it is late."""
-        if self._handle is None:
-            self._handle = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+        if self._handle is None:  # in no request's context: the tick outlives the one arming it
+            self._handle = asyncio.get_running_loop().call_later(
+                TICK_S, self._tick, context=contextvars.Context())
         self.young.add(who)
         return self.young
 
     def _tick(self) -> None:
         late, self.old, self.young = self.old, self.young, set()
-        self._handle = asyncio.get_running_loop().call_later(TICK_S, self._tick) \
+        loop = asyncio.get_running_loop()
+        self._handle = loop.call_later(TICK_S, self._tick, context=contextvars.Context()) \
             if self.old else None
         for who in late:
-            who.late()
+            try:  # one failing must not leave the others' timers unarmed
+                who.late()
+            except Exception as exc:
+                loop.call_exception_handler({"message": "late() failed", "exception": exc})
 
 
 class Deferring:

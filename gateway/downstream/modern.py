@@ -15,7 +15,6 @@ spec: 2026-07-28/01-basic-index, 02-versioning, 05-streamable-http, 08-mrtr, 10-
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
@@ -305,10 +304,8 @@ class ModernEra:
             ex.time_out(self.request_timeout_s, self.backend.name, self.flow.late)
         try:
             return await ex.respond(request, json_ok, self.flow)
-        except asyncio.CancelledError:
-            ex.abandon("the client closed the request's stream")
-            raise
-        finally:
+        finally:  # cancelled, or cut off as a slow reader: a call still forwarding ends here
+            ex.abandon("the client closed the request's stream, or was cut off")
             ex.let_go()
 
     # -- MRTR ------------------------------------------------------------------------------

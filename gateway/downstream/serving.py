@@ -181,6 +181,9 @@ class Connection(RequestHandler):
             return self._closed()
         finally:
             request._task = None  # type: ignore[assignment]  # aiohttp's: no cycle
+            # A CancelledError's traceback keeps this frame, and the frame the Task: a
+            # cycle holding the request (its body) until a full collection.
+            del task
         return self._kept_alive()
 
     def _routed(self, message: Any, payload: Any, writer: StreamWriter, task: Any

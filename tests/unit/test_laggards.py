@@ -116,3 +116,39 @@ async def test_a_late_timer_runs_in_its_requests_context_not_the_ticks() -> None
     ex = contextvars.copy_context().run(alices)
     await asyncio.sleep(LAZY_MIN_S + TICK_S * 3)
     assert ex.life is Life.ANSWERED and seen == ["alice"]
+
+
+class Raises:
+    def late(self) -> None:
+        raise RuntimeError("one exchange's late() failed")
+
+
+async def test_one_late_that_raises_costs_the_others_nothing() -> None:
+    """Each watched is told late whatever another's late() raises (its error goes to the
+    loop's exception handler): none is left with its timers unarmed."""
+    loop = asyncio.get_running_loop()
+    errors: list[Any] = []
+    loop.set_exception_handler(lambda _l, ctx: errors.append(ctx))
+    late, others = Laggards(), [Told() for _ in range(200)]
+    late.watch(Raises())
+    for who in others:
+        late.watch(who)
+    await asyncio.sleep(TICK_S * 4)
+    assert errors and all(who.times == 1 for who in others)
+
+
+async def test_the_tick_keeps_no_requests_context_alive() -> None:
+    """The tick is armed in no request's context: while the gateway stays busy it would
+    otherwise keep the first watcher's (its metrics marker, log and trace context)."""
+    whose: contextvars.ContextVar[str] = contextvars.ContextVar("whose")
+    late = Laggards()
+
+    def alices_request() -> None:
+        whose.set("alice's request")
+        late.watch(Told())
+    contextvars.copy_context().run(alices_request)
+    late.watch(Told())  # more calls keep it ticking
+    await asyncio.sleep(TICK_S * 1.5)
+    late.watch(Told())
+    assert late._handle is not None
+    assert whose not in late._handle._context  # type: ignore[attr-defined]

@@ -58,6 +58,7 @@ from gateway.tasks.dialects import (
 from gateway.tasks.engine import TaskEngine
 from gateway.tasks.policy import Policies, Policy
 from gateway.upstream import native_tasks
+from gateway.upstream.connection import Connection
 from gateway.upstream.isolation import Backend, Route
 
 
@@ -134,13 +135,8 @@ class ModernEra:
             return await self.unrouted(request, msg, caller, lacking, exc)
         # Its requestState, opened here once (InvalidParams: forged, expired, another's).
         retry = self.rounds.opened(msg, caller.principal, route.modern)
-        conn = route.conn
-        # A related-task reference stays only for the caller's own task (references.py).
         if names_a_task(msg):
-            msg = await own_references(
-                msg, caller.principal,
-                lambda task_id: conn.task_owners.owns(task_id, caller.principal),
-                self.engine, self.backend.name)
+            msg = await self.own_references(msg, caller.principal, route.conn)
         decision = self.decide(msg, caller, route, retry)
         match decision:
             case router.Refuse(error=error):
@@ -160,6 +156,14 @@ class ModernEra:
                                                                 lacking, theirs, masked))
             case _:
                 assert_never(decision)
+
+    async def own_references(self, msg: Message, principal: str, conn: Connection
+                             ) -> Message:
+        """`msg`, whose related-task reference stays only for the caller's own task: the
+        gateway's, or one it created on the upstream (references.py)."""
+        return await own_references(
+            msg, principal, lambda task_id: conn.task_owners.owns(task_id, principal),
+            self.engine, self.backend.name)
 
     def policy(self, tool: str) -> Policy:
         return self.policies.for_tool(self.backend.name, tool)

@@ -71,8 +71,9 @@ class ModernRequest:
     method: str
     # The client's params as sent: what a retry repeats. Their digest (mrtr.digest) is taken
     # only when a round is sealed, for the few calls that ask for input (never changed:
-    # the upstream is sent a new dict, shapes.to_upstream).
-    asked: dict[str, Any]
+    # the upstream is sent a new dict, shapes.to_upstream); a parked call keeps only that
+    # digest (mrtr.Parked), and so does the request of its retry.
+    asked: dict[str, Any] | str
     tool: str  # a tools/call's tool (str of its name, "" for none)
     uri: str | None  # resources/read: named in a not-found error (sep-2164)
     modern: bool  # its route speaks the server's own modern wire: its rounds come back

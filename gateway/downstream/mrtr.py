@@ -27,6 +27,7 @@ import secrets
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import orjson
@@ -94,6 +95,12 @@ def digest(method: str, params: dict[str, Any]) -> str:
     return _b64(hashlib.sha256(raw).digest()[:16])
 
 
+def digest_of(method: str, asked: dict[str, Any] | str) -> str:
+    """The digest of a request's params (`digest`), or the one taken already (a parked
+    call's request keeps only that)."""
+    return asked if isinstance(asked, str) else digest(method, asked)
+
+
 class Parked:
     """An upstream call waiting for its client's answers between two HTTP requests.
 
@@ -113,7 +120,9 @@ class Parked:
                  ) -> None:
         self.id = secrets.token_urlsafe(16)
         self.call = call
-        self.request = request
+        # Kept with its params' digest, not the params: a parked call must not hold a MiB
+        # argument, uncounted, for its park's timeout (the upstream has it already).
+        self.request = replace(request, asked=digest_of(request.method, request.asked))
         self._done = done
         self._round = 0
         self._inputs: dict[str, tuple[RequestId, dict[str, Any]]] = {}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway import errors
-from gateway.downstream.mrtr import NOT_ISSUED, Parked, ParkedCalls, Sealer, digest
+from gateway.downstream.mrtr import NOT_ISSUED, Parked, ParkedCalls, Sealer, digest, digest_of
 from gateway.observability import log
 from gateway.observability.counters import Counters
 from gateway.protocol import jsonrpc, mcp
@@ -71,15 +71,15 @@ class Rounds:
         self.counters = counters
 
     # -- a modern upstream's own rounds ----------------------------------------------------
-    def seal_state(self, msg: Message, principal: str, method: str, asked: dict[str, Any]
-                   ) -> None:
+    def seal_state(self, msg: Message, principal: str, method: str,
+                   asked: dict[str, Any] | str) -> None:
         """A modern upstream's own input_required round goes to the client with its
         requestState sealed by the gateway, bound to the caller's principal and request."""
         result = msg.get("result")
         if isinstance(result, dict) and result.get("resultType") == "input_required" and \
                 "requestState" in result:
             result["requestState"] = self.sealer.seal(
-                s=result["requestState"], o=principal, m=method, d=digest(method, asked),
+                s=result["requestState"], o=principal, m=method, d=digest_of(method, asked),
                 k="up")
 
     # -- a retry's state, opened once ------------------------------------------------------
@@ -128,7 +128,7 @@ class Rounds:
         # replica is handed here without asking the store (which may be away meanwhile).
         state = self.sealer.seal(p=parked.id, r=round_, o=parked.owner,
                                  m=parked.request.method,
-                                 d=digest(parked.request.method, parked.request.asked),
+                                 d=digest_of(parked.request.method, parked.request.asked),
                                  x=self.replica, u=self.replica_url)
         ex.answer(jsonrpc.result(client_id, {"resultType": "input_required",
                                              "inputRequests": parked.requests(),

@@ -63,7 +63,8 @@ class Laggards:
 
 
 class Deferring:
-    """A base for what defers its timers: watched once (`_watch`), told `late()` once (the
+    """A base for what defers its timers: each asked for through `_due` (the one place that
+    decides whether a timer waits), watched from the first, told `late()` once (the
     override arms what it deferred, with `_at`), or let go when it ends first (`_unwatch`)."""
 
     __slots__ = ("_context", "_late", "_watched")
@@ -73,10 +74,16 @@ class Deferring:
         self._late = False  # told late: its timers are armed when asked for from now on
         self._context: contextvars.Context | None = None  # where they were asked for
 
-    def _watch(self, laggards: Laggards) -> None:
+    def _due(self, seconds: float, laggards: Laggards) -> float | None:
+        """The deadline (loop time) of a timer of `seconds` that waits to be armed until
+        this is late, watched by `laggards` from now on; None when it is to be armed now:
+        shorter than `LAZY_MIN_S`, or asked for once this is late already."""
+        if seconds < LAZY_MIN_S or self._late:
+            return None
         if self._watched is None:
             self._watched = laggards.watch(self)
             self._context = contextvars.copy_context()
+        return asyncio.get_running_loop().time() + seconds
 
     def _unwatch(self) -> None:
         if self._watched is not None:

@@ -24,7 +24,7 @@ from gateway.downstream import sse
 from gateway.downstream.boundary import JSON_HEADERS, mark
 from gateway.downstream.heartbeat import Heartbeat
 from gateway.errors import AnswersOverBudget, UpstreamTimeout
-from gateway.laggards import LAZY_MIN_S, Deferring, Laggards
+from gateway.laggards import Deferring, Laggards
 from gateway.observability import log
 from gateway.observability.tracing import error_type
 from gateway.protocol import jsonrpc
@@ -123,11 +123,10 @@ class Exchange(Deferring):
             return
         if call.ticket is not None:  # it may wait in a queue: timed once it runs
             call.when_running(lambda: self._time_out_after(seconds, upstream))
-        elif seconds < LAZY_MIN_S or self._late:
+        elif (due := self._due(seconds, late)) is None:
             self._time_out_after(seconds, upstream)
         else:
-            self._timeout = (asyncio.get_running_loop().time() + seconds, seconds, upstream)
-            self._watch(late)
+            self._timeout = (due, seconds, upstream)
 
     def _time_out_after(self, seconds: float, upstream: str) -> None:
         self.timer = asyncio.get_running_loop().call_later(seconds, self._timed_out, seconds,
@@ -239,11 +238,10 @@ class Exchange(Deferring):
         loop = asyncio.get_running_loop()
         self._wake = wake = loop.create_future()
         if timeout_s:
-            if timeout_s < LAZY_MIN_S or self._late:
+            if (due := self._due(timeout_s, late)) is None:
                 self._wake_timer = loop.call_later(timeout_s, _time_up, wake)
             else:
-                self._wake_at = loop.time() + timeout_s
-                self._watch(late)
+                self._wake_at = due
         try:
             await wake
         finally:

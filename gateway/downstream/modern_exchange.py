@@ -21,7 +21,6 @@ from gateway.downstream.envelope import ModernRequest
 from gateway.downstream.exchange import Exchange, Life
 from gateway.downstream.mrtr import Parked
 from gateway.downstream.rounds import Rounds
-from gateway.laggards import LAZY_MIN_S
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message
 from gateway.tasks.curation import Curation, unmask
@@ -253,12 +252,11 @@ class ModernExchange(Exchange):
         policy = self.request.policy
         if policy is None or self._life is not Life.FORWARDING:
             return
-        seconds, loop = policy.sync_budget_ms / 1000, asyncio.get_running_loop()
-        if seconds < LAZY_MIN_S or self._late:
-            self._budget = loop.call_later(seconds, self._budget_spent)
+        seconds = policy.sync_budget_ms / 1000
+        if (due := self._due(seconds, self.era.flow.late)) is None:
+            self._budget = asyncio.get_running_loop().call_later(seconds, self._budget_spent)
         else:
-            self._budget_at = loop.time() + seconds
-            self._watch(self.era.flow.late)
+            self._budget_at = due
 
     def late(self) -> None:
         super().late()

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.laggards import LAZY_MIN_S, Deferring, Laggards
+from gateway.laggards import Deferring, Laggards
 from gateway.observability import log
 from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
@@ -153,12 +153,10 @@ class TaskRun(Deferring):
     def later(self, delay_s: float, fire: Callable[[], object]) -> None:
         """`fire()` after `delay_s`, unless the run has ended by then: armed once the run
         has lasted a tick (laggards.py), as most end sooner."""
-        loop = asyncio.get_running_loop()
-        if delay_s < LAZY_MIN_S or self._late:
-            self._timers.append(loop.call_later(delay_s, fire))
+        if (due := self._due(delay_s, self._hooks.late)) is None:
+            self._timers.append(asyncio.get_running_loop().call_later(delay_s, fire))
         else:
-            self._deferred.append((loop.time() + delay_s, fire))
-            self._watch(self._hooks.late)
+            self._deferred.append((due, fire))
 
     def late(self) -> None:
         """It has lasted a tick: the timers it deferred are armed."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from test_rounds import Call as RoundsCall
 
+from gateway.downstream import sse
 from gateway.downstream.envelope import Caller, ModernRequest
 from gateway.downstream.exchange import MOVES, Life
 from gateway.downstream.modern_exchange import INPUT_BATCH_S, ModernExchange
@@ -43,6 +44,7 @@ class Era:
         self.backend = Backend()
         self.server_info = None
         self.ttl_ms, self.scope = 0, "private"
+        self.flow = sse.Flow(keepalive_s=15, slow_s=1)  # its `late` watches deferred timers
         self.budgets_spent: list[ModernExchange] = []
 
     def task_soon(self, ex: ModernExchange) -> None:

@@ -264,11 +264,10 @@ class ModernEra:
         if not described.own_progress:  # the client's own token: a quiet call tells it it runs
             ex.heartbeat(call.progress_token, self.flow, ticket)
         # A call that must wait its turn is a task at once for a caller that can take one.
-        if at_once or (ticket is not None and ticket.queued):
-            await self.tasks.adopt(ex)
-        else:
+        adopt = at_once or (ticket is not None and ticket.queued)
+        if not adopt:
             ex.start_budget()
-        return await self._respond(request, ex, json_ok)
+        return await self._respond(request, ex, json_ok, adopt)
 
     @staticmethod
     def _described(msg: Message, how: Forward, push: dict[str, Any] | None = None
@@ -302,11 +301,17 @@ class ModernEra:
         """The sync budget ran out: the call becomes a task (unless it answers first)."""
         self.tasks.soon(ex)
 
-    async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool
-                       ) -> web.StreamResponse:
+    async def _respond(self, request: web.Request, ex: ModernExchange, json_ok: bool,
+                       adopt: bool = False) -> web.StreamResponse:
+        """`ex` answered (`adopt`: made a task first, its handle the answer unless no task
+        could be made); however the request ends (answered, its client gone, even while
+        its task was written, or cut off as a slow reader), a call still forwarding ends
+        with it."""
         if self.request_timeout_s is not None:
             ex.time_out(self.request_timeout_s, self.backend.name, self.flow.late)
         try:
+            if adopt:
+                await self.tasks.adopt(ex)
             return await ex.respond(request, json_ok, self.flow)
         finally:  # cancelled, or cut off as a slow reader: a call still forwarding ends here
             ex.abandon("the client closed the request's stream, or was cut off")

@@ -16,6 +16,7 @@ import orjson
 import pytest
 import redis.asyncio
 from conftest import OPERATOR, REPLICA_POLICY, RedisServer, Replica
+from mcp_http import BASIC
 from test_modern import ask_round, headers_for, retry
 from test_tasks import TASKS, call, tasks_op, wait_for
 
@@ -298,3 +299,37 @@ async def test_a_task_at_once_is_a_task_however_fast_its_server_answers(group, h
         assert done["result"]["content"][0]["text"] == f"n{n}"
         foreign = await tasks_op(http, a.url, "tasks/get", task_id, BOB)
         assert foreign.body["error"]["message"] == "Task not found"
+
+
+async def test_a_client_gone_while_its_task_is_written_leaves_no_call_holding_a_slot(
+        group, http, tmp_path) -> None:
+    """A task at once for a client taking only SSE is adopted before its request is
+    answered (modern.py `forward`): a client that leaves while the store writes the task
+    (the store paused here) must not leave its call running, never timed out, on its slot
+    (found in review: nothing abandoned it)."""
+    own = RedisServer(keep_in=str(tmp_path))
+    own.start()
+    try:
+        a, = await group(1, redis=own, tasks={"defaults": {"mode": "always"}},
+                         upstreams={"main": {"command": BASIC[0], "args": BASIC[1:],
+                                             "request_timeout_ms": 60_000}})
+        assert own.proc is not None
+        own.proc.send_signal(signal.SIGSTOP)  # the task's write waits
+        gone = asyncio.ensure_future(call(http, a.url, "hang", {}, TASKS, headers={
+            **ALICE, "Accept": "text/event-stream"}))
+        await asyncio.sleep(0.5)
+        gone.cancel()  # its client leaves meanwhile
+        await asyncio.sleep(0.2)
+        own.proc.send_signal(signal.SIGCONT)
+        for _ in range(50):
+            async with http.get(a.url.replace("/mcp", "/readyz?detail"),
+                                headers=OPERATOR) as resp:
+                in_flight = (await resp.json())["calls"]["in_flight"]
+            if in_flight == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert in_flight == 0  # its call cancelled upstream, its slot back
+    finally:
+        if own.proc is not None:
+            own.proc.send_signal(signal.SIGCONT)
+        own.stop()

@@ -5,8 +5,9 @@ handshake runs over it once, and the transport keeps the `Mcp-Session-Id` it is 
 server's own requests and notifications arrive on a GET stream. A 4xx to the POST of
 initialize means a server of the older HTTP+SSE transport (2024-11-05; spec: Backwards
 Compatibility): one GET stream names the endpoint to POST to and carries every answer. A
-session the server dropped fails the calls in flight (but those to be sent again on the new
-one) and the connection initializes again. Each message is a POST of its own (http_post.py).
+session the server dropped fails the calls in flight that have no open POST of their own (one
+that has is answered on it, or sent again on the new session) and the connection initializes
+again. Each message is a POST of its own (http_post.py).
 Either way every message goes to the link (connection.py) as a stdio server's would, so
 routing, tasks and MRTR do not care which transport is behind a call.
 """
@@ -61,7 +62,7 @@ class HttpTransport:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
         self._stream: asyncio.Task[None] | None = None  # the HTTP+SSE transport's stream
-        self._posts: dict[int, asyncio.Task[None]] = {}  # by upstream id, to abort them
+        self._posts: dict[Call, asyncio.Task[None]] = {}  # a call's open POST
 
     @property
     def kind(self) -> str:
@@ -153,8 +154,14 @@ class HttpTransport:
             self._stream.cancel()
             self._stream = None
         log.warning("upstream.session_lost", upstream=self.name, in_flight=self._link.in_flight)
+        # spec (Streamable HTTP, Sending Messages): a request's answer comes on its own POST,
+        # so a call whose POST is still open when the session is found lost (the GET stream
+        # saw it first) is left to that POST: answered, failed, or refused with a 404 and sent
+        # again on the new session (http_post.py). The HTTP+SSE transport answers on the
+        # stream that just ended: its calls fail.
+        posting = self._posts if self.kind == "streamable-http" else ()
         self._link.on_lost(UpstreamSessionLost(self.name, f"upstream '{self.name}' ended its "
-                                               "session"), keep=set(poster.resending))
+                                               "session"), keep={*poster.resending, *posting})
 
     # -- the HTTP+SSE transport (2024-11-05) --------------------------------------------------
     async def _open_sse_transport(self, poster: Poster) -> None:
@@ -181,14 +188,17 @@ class HttpTransport:
         task = asyncio.create_task(self._poster.post(data, call, headers))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if call is not None:
-            uid = call.upstream_id
-            self._posts[uid] = task
-            task.add_done_callback(lambda _: self._posts.pop(uid, None))
+        if call is not None:  # its latest POST: an MRTR round or a task's result sends anew
+            self._posts[call] = task
+            task.add_done_callback(lambda done: self._posted(call, done))
+
+    def _posted(self, call: Call, task: asyncio.Task[None]) -> None:
+        if self._posts.get(call) is task:
+            del self._posts[call]
 
     def abort(self, call: Call) -> bool:
         """Close the call's POST stream (spec 2026-07-28: cancels it on a modern server)."""
-        post = self._posts.pop(call.upstream_id, None)
+        post = self._posts.pop(call, None)
         if post is None:
             return False
         post.cancel()

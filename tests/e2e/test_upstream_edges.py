@@ -90,6 +90,27 @@ async def test_a_broken_answer_ends_its_call_at_once(gateway, client, http) -> N
         assert text_of(await legacy.call("pretty")) == "pretty"
 
 
+async def test_a_call_on_its_post_when_the_get_stream_finds_the_session_gone_is_sent_again(
+        gateway, client, http) -> None:
+    """The race behind a restart test's rare failure: the GET stream learns first that the
+    server forgot the session, while a call's POST still waits for the server's 404. That
+    call's answer comes on its own POST (spec: Streamable HTTP), so the lost session leaves it
+    to that POST, whose 404 sends it again on the new session: the client gets its answer,
+    not "ended its session" (tests/servers/unruly_http.py, forgetting: the GET stream ends
+    0.2 s after the sessions are forgotten, a POST's 404 comes a second later)."""
+    async with unruly("forgetting") as base:
+        url = await gateway(url=base + "/mcp")
+        mcp = client(url)
+        await mcp.initialize()
+        assert text_of(await mcp.call("pretty")) == "pretty"
+        async with http.post(base + "/forget") as resp:
+            assert resp.status == 204
+        reply = await asyncio.wait_for(mcp.call("pretty"), 10)
+        assert text_of(reply) == "pretty"  # same client session, a new upstream one
+        async with http.get(url.removesuffix("/mcp") + "/readyz?detail") as resp:
+            assert (await resp.json())["upstreams"]["main"]["restarts"] == 1
+
+
 async def test_a_malformed_line_that_names_its_call_ends_it(gateway, client) -> None:
     """stdio: a line with the call's id that is no JSON-RPC response (both result and
     error) ends that call with a clear error; the server serves on."""

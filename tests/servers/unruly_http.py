@@ -2,7 +2,7 @@
 """A Streamable HTTP server that gets the wire wrong in the ways seen in the field, for the
 gateway's tests (issue 31). Standard aiohttp, no SDK.
 
-Usage: unruly_http.py PORT [legacy|modern|forgetful|closing]
+Usage: unruly_http.py PORT [legacy|modern|forgetful|forgetting|closing]
 - legacy: initialize gives a session. Tools: two_lines (an application/json answer of two
   JSON lines: a log notification, then the response), garbage (an application/json answer
   that is no JSON at all), pretty (its response pretty-printed over many lines, streamed
@@ -17,6 +17,9 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|closing]
   subscriptions/listen answered as chunked application/json, a message a line, held open;
   the tool change sends tools list_changed to every listener.
 - forgetful: legacy, but GET /mcp answers every session "400: no such session" at once.
+- forgetting: legacy, each initialize a session of its own ("s-1", "s-2", ...) whose GET
+  /mcp stream stays open; POST /forget forgets them: their GET streams end 0.2 s later, a
+  GET of a forgotten session is 404 at once, and a POST of one 404 only a second later.
 - closing: legacy, but every GET /mcp (the session's stream, or a resume with Last-Event-ID)
   is an SSE stream that ends at once with nothing new (a `retry: 10` only).
 Others: GET /mcp is 400 with a body that does not speak of any session, as some servers
@@ -37,6 +40,8 @@ MODE = sys.argv[2] if len(sys.argv) > 2 else "legacy"
 VERSION = "2026-07-28"
 gets = resumes = 0
 listeners: list[asyncio.Queue[dict]] = []
+sessions = ["s-1"]  # every session given; the last one is the current one (forgetting)
+forgot = asyncio.Event()  # of "forgetting": set when its sessions are forgotten
 
 
 def line(msg: dict) -> bytes:
@@ -132,7 +137,9 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
     if method == "initialize":
         init = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {
             "tools": {}}, "serverInfo": {"name": "unruly", "version": "1"}}
-        return web.json_response(result(rid, init), headers={"Mcp-Session-Id": "s-1"})
+        if MODE == "forgetting":
+            sessions.append(f"s-{len(sessions) + 1}")
+        return web.json_response(result(rid, init), headers={"Mcp-Session-Id": sessions[-1]})
     if rid is None:
         return web.Response(status=202)
     if method == "tools/list":
@@ -182,7 +189,41 @@ async def modern(request: web.Request, msg: dict) -> web.StreamResponse:
 
 async def post(request: web.Request) -> web.StreamResponse:
     msg = await request.json()
+    if MODE == "forgetting" and msg.get("method") != "initialize" and not current(request):
+        await asyncio.sleep(1)  # the slow path: the GET stream learns it first
+        return forgotten()
     return await (modern if MODE == "modern" else legacy)(request, msg)
+
+
+def current(request: web.Request) -> bool:
+    return request.headers.get("Mcp-Session-Id") == sessions[-1]
+
+
+def forgotten() -> web.Response:
+    return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32001, "message": "Session not found"}}, status=404)
+
+
+async def forget(request: web.Request) -> web.Response:
+    global forgot
+    sessions.append("forgotten")  # no session given so far is current
+    forgot.set()  # their GET streams end (0.2 s later)
+    forgot = asyncio.Event()
+    return web.Response(status=204)
+
+
+async def held(request: web.Request) -> web.StreamResponse:
+    """The current session's GET stream, open until its session is forgotten (0.2 s after)."""
+    if not current(request):
+        return forgotten()
+    ends = forgot
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(b"retry: 10\n\n")
+    await ends.wait()
+    await asyncio.sleep(0.2)
+    await resp.write_eof()
+    return resp
 
 
 async def get(request: web.Request) -> web.StreamResponse:
@@ -191,6 +232,8 @@ async def get(request: web.Request) -> web.StreamResponse:
     resumes += "Last-Event-ID" in request.headers
     if MODE == "closing":
         return await ended_early(request, b"retry: 10\n\n")
+    if MODE == "forgetting":
+        return await held(request)
     said = "No valid session ID provided" if MODE == "forgetful" else "GET is not served here"
     return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
         "code": -32000, "message": f"Bad Request: {said}"}}, status=400)
@@ -204,4 +247,5 @@ app = web.Application()
 app.router.add_post("/mcp", post)
 app.router.add_get("/mcp", get)
 app.router.add_get("/gets", count)
+app.router.add_post("/forget", forget)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)

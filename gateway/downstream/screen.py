@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from aiohttp import web
+from yarl import URL
 
 from gateway import errors
 from gateway.downstream.origins import Origins
@@ -26,7 +27,10 @@ class Screen:
         MisdirectedRequest (421), InvalidRequest (400), UnsupportedMediaType (415) or
         ForbiddenOrigin (403) when it may not."""
         headers = request.headers
-        if not self.hosts.allows(host := headers.get("Host")):
+        host = headers.get("Host")
+        if (target := request.raw_path)[:1] != "/":
+            host = _authority(target, host)
+        if not self.hosts.allows(host):
             raise _misdirected(host)
         if (bad := _undecodable(headers)) is not None:
             raise _not_text(bad)
@@ -41,6 +45,13 @@ class Screen:
         if request.method == "OPTIONS" and origin is not None:
             return self.origins.preflight(request)
         return None
+
+
+def _authority(target: str, host: str | None) -> str | None:
+    """The name a request whose target is not a path is for: an absolute-form target's
+    (`POST http://name/mcp`) own authority (RFC 9112, 3.2.2: an origin server MUST ignore Host
+    then and use the target's); `host` for the asterisk form (`OPTIONS *`)."""
+    return URL(target).raw_authority if "://" in target else host
 
 
 def _misdirected(host: str | None) -> errors.MisdirectedRequest:

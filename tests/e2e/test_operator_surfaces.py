@@ -268,17 +268,32 @@ async def test_a_foreign_host_is_refused_on_every_route(gateway, http) -> None:
         assert status == 200, host
     status, _ = await get(http, url, "/healthz", evil)  # probes send the Host they like
     assert status == 200
-    status, body = await raw_get(url, "/status", b"\xff\xfe.example")  # not even text
+    status, body = await raw_request(url, "/status", b"\xff\xfe.example")  # not even text
     assert status == 421 and "does not serve the host (" in json.loads(body)["error"]["message"]
     samples = await scrape(http, url, ADMIN)
     assert value(samples, "mcp_gateway_rejections_total", reason="host", cause="") == 7
 
 
-async def raw_get(url: str, path: str, host: bytes) -> tuple[int, bytes]:
-    """GET with a Host header of any bytes (no HTTP client sends bytes that are not text)."""
+async def test_an_absolute_form_target_is_checked_by_its_own_name(gateway) -> None:
+    """RFC 9112, 3.2.2: for `GET http://name/path` an origin server MUST ignore Host and use
+    the target's name. A foreign name there is refused as in Host, whatever Host says (it
+    was served when Host named the gateway); the gateway's own name there is served."""
+    url = await gateway(tasks=POLICY)
+    port = URL(url).port
+    mine = f"127.0.0.1:{port}".encode()
+    for method, path in (("GET", "/status"), ("POST", "/mcp")):
+        status, body = await raw_request(url, "http://evil.example" + path, mine, method)
+        assert status == 421 and "evil.example" in json.loads(body)["error"]["message"]
+    status, _ = await raw_request(url, f"http://127.0.0.1:{port}/status", b"evil.example")
+    assert status == 200
+
+
+async def raw_request(url: str, path: str, host: bytes, method: str = "GET") -> tuple[int, bytes]:
+    """A request without a body whose Host may be any bytes (no HTTP client sends bytes that
+    are not text), its target any form."""
     target = URL(url)
     reader, writer = await asyncio.open_connection(target.host, target.port)
-    writer.write(f"GET {path} HTTP/1.1\r\n".encode() + b"Host: " + host +
+    writer.write(f"{method} {path} HTTP/1.1\r\n".encode() + b"Host: " + host +
                  b"\r\nConnection: close\r\n\r\n")
     raw = await asyncio.wait_for(reader.read(), 5)
     writer.close()

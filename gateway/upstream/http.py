@@ -5,9 +5,10 @@ handshake runs over it once, and the transport keeps the `Mcp-Session-Id` it is 
 server's own requests and notifications arrive on a GET stream. A 4xx to the POST of
 initialize means a server of the older HTTP+SSE transport (2024-11-05; spec: Backwards
 Compatibility): one GET stream names the endpoint to POST to and carries every answer. A
-session the server dropped fails the calls in flight that have no open POST of their own (one
-that has is answered on it, or sent again on the new session) and the connection initializes
-again. Each message is a POST of its own (http_post.py).
+session the server dropped fails the calls in flight (but those to be sent again on the new
+one, and for DOUBT_S those whose POST is not answered yet: a 404 may yet say the server
+never saw them) and the connection initializes again. Each message is a POST of its own
+(http_post.py).
 Either way every message goes to the link (connection.py) as a stdio server's would, so
 routing, tasks and MRTR do not care which transport is behind a call.
 """
@@ -28,7 +29,6 @@ from gateway.errors import (
     UpstreamDown,
     UpstreamError,
     UpstreamInitializeFailed,
-    UpstreamSessionLost,
     UpstreamUnreachable,
 )
 from gateway.observability import log
@@ -36,11 +36,18 @@ from gateway.protocol import mcp
 from gateway.settings.schema import Upstream as UpstreamConf
 from gateway.upstream import sse_client
 from gateway.upstream.correlator import Call
-from gateway.upstream.http_post import Poster, ServerSession, forgets_session, reason
+from gateway.upstream.http_post import (
+    Poster,
+    ServerSession,
+    forgets_session,
+    reason,
+    session_lost,
+)
 from gateway.upstream.sse_client import EventReader
 from gateway.upstream.transport import STABLE_AFTER_S, Link, backoff_s, start_failed
 
 GET_REFUSALS = 5  # 5xx answers to the GET stream in a row, with backoff, before giving up
+DOUBT_S = 2.0  # how long a call unanswered when its session was lost waits for a 404
 
 
 class HttpTransport:
@@ -62,7 +69,7 @@ class HttpTransport:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
         self._stream: asyncio.Task[None] | None = None  # the HTTP+SSE transport's stream
-        self._posts: dict[Call, asyncio.Task[None]] = {}  # a call's open POST
+        self._posts: dict[int, asyncio.Task[None]] = {}  # by upstream id, to abort them
 
     @property
     def kind(self) -> str:
@@ -154,14 +161,23 @@ class HttpTransport:
             self._stream.cancel()
             self._stream = None
         log.warning("upstream.session_lost", upstream=self.name, in_flight=self._link.in_flight)
-        # spec (Streamable HTTP, Sending Messages): a request's answer comes on its own POST,
-        # so a call whose POST is still open when the session is found lost (the GET stream
-        # saw it first) is left to that POST: answered, failed, or refused with a 404 and sent
-        # again on the new session (http_post.py). The HTTP+SSE transport answers on the
-        # stream that just ended: its calls fail.
-        posting = self._posts if self.kind == "streamable-http" else ()
-        self._link.on_lost(UpstreamSessionLost(self.name, f"upstream '{self.name}' ended its "
-                                               "session"), keep={*poster.resending, *posting})
+        # The GET stream may learn of the loss before a call's own POST is refused with the
+        # 404 that sends it again (spec, Session Management: the server did not process it).
+        # A call whose POST is not answered yet waits DOUBT_S for that 404 (http_post.py,
+        # `Poster.doubt`); one whose answer has begun was the lost session's, and fails.
+        # No new session follows a transport that does not restart: nothing to wait for.
+        doubtful = poster.doubt() if self.restart else set[Call]()
+        self._link.on_lost(session_lost(self.name), keep={*poster.resending, *doubtful})
+        if doubtful:
+            asyncio.get_running_loop().call_later(DOUBT_S, self._doubt_over, poster, doubtful)
+
+    def _doubt_over(self, poster: Poster, calls: set[Call]) -> None:
+        """The calls of a lost session whose POSTs said nothing within DOUBT_S (a server
+        gone silent, say) fail as the session's other calls did, their POSTs closed."""
+        for call in calls & poster.doubtful:
+            poster.doubtful.discard(call)
+            self.abort(call)
+            self._link.on_failed(call, session_lost(self.name))
 
     # -- the HTTP+SSE transport (2024-11-05) --------------------------------------------------
     async def _open_sse_transport(self, poster: Poster) -> None:
@@ -188,17 +204,14 @@ class HttpTransport:
         task = asyncio.create_task(self._poster.post(data, call, headers))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if call is not None:  # its latest POST: an MRTR round or a task's result sends anew
-            self._posts[call] = task
-            task.add_done_callback(lambda done: self._posted(call, done))
-
-    def _posted(self, call: Call, task: asyncio.Task[None]) -> None:
-        if self._posts.get(call) is task:
-            del self._posts[call]
+        if call is not None:
+            uid = call.upstream_id
+            self._posts[uid] = task
+            task.add_done_callback(lambda _: self._posts.pop(uid, None))
 
     def abort(self, call: Call) -> bool:
         """Close the call's POST stream (spec 2026-07-28: cancels it on a modern server)."""
-        post = self._posts.pop(call, None)
+        post = self._posts.pop(call.upstream_id, None)
         if post is None:
             return False
         post.cancel()

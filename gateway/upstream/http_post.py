@@ -11,7 +11,8 @@ none fails the call at once. What the POST keeps of that job is its call's failu
 session's loss (`Poster._resume`).
 A 404 to a POST that carried the session id means the server forgot the session: the
 session is lost (the transport starts another) and the request goes once more on the new
-one.
+one. A POST unanswered when the session is lost otherwise (its GET stream told first) waits
+for its answer: a 404 sends it again, anything else fails it with the session (`doubt`).
 
 An answer is counted in the gateway's answer budget as it is read, under its call's
 principal (answer_bytes.py, `Partial`): past that principal's share the reading stops and the
@@ -36,6 +37,7 @@ from gateway.errors import (
     AnswersOverBudget,
     UpstreamConnectionFailed,
     UpstreamError,
+    UpstreamSessionLost,
     UpstreamTooLarge,
 )
 from gateway.observability import log
@@ -103,13 +105,34 @@ class Poster:
         read = conf.read_timeout_ms / 1000 if conf.read_timeout_ms else None
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
         self.resending: set[Call] = set()  # calls to send again on the next session
+        # Calls whose POST carried the session id and has no answer yet (a 404 may come),
+        # and those of them whose session was lost meanwhile (`doubt`).
+        self.unanswered: set[Call] = set()
+        self.doubtful: set[Call] = set()
         self.resumption = Resumption(name, link, http, session.url, session.headers,
                                      self.timeout)
+
+    def doubt(self) -> set[Call]:
+        """The session was lost: the calls whose POSTs are not answered yet, now doubtful.
+        Each waits for its POST's answer: a 404 sends it again (`_again`: the server never
+        saw it), anything else fails it (`_bounded`: the lost session's answer)."""
+        self.doubtful |= self.unanswered
+        return set(self.unanswered)
 
     async def post(self, data: bytes, call: Call | None, extra: dict[str, str] | None,
                    again: bool = True) -> None:
         headers = {**extra, **self.session.headers()} if extra else self.session.headers()
         carried = headers.get(mcp.H_SESSION)
+        if call is not None and carried is not None:
+            self.unanswered.add(call)
+        try:
+            await self._post(data, call, extra, again, headers, carried)
+        finally:
+            if call is not None:
+                self.unanswered.discard(call)
+
+    async def _post(self, data: bytes, call: Call | None, extra: dict[str, str] | None,
+                    again: bool, headers: dict[str, str], carried: str | None) -> None:
         unreached = False
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             try:
@@ -163,6 +186,8 @@ class Poster:
         session, and the request goes once more (its call kept meanwhile)."""
         if self.session.session_id == carried:
             self.session.lost.set()
+        if call is not None:
+            self.doubtful.discard(call)  # the server never saw it: sent again
         if call is None or not again:
             self.failed(data, call, "lost the session again")
             return
@@ -188,10 +213,15 @@ class Poster:
         request `carried` one and the answer says so (`forgets_session`): not read further,
         the request goes again."""
         part = self.partial(_principal(call))
+        if call is not None:
+            self.unanswered.discard(call)  # answered: a 404 (`_again`) or not
         try:
             said = await refusal(resp, self.max_bytes, part) if carried else None
             if carried is not None and forgets_session(resp.status, said or b""):
                 return carried
+            if self._of_lost_session(call):
+                resp.close()
+                return None
             await self._answered(resp, data, call, said, part)
         except TooLarge:
             resp.close()
@@ -202,6 +232,16 @@ class Poster:
         finally:
             part.count(0)  # handed on, or dropped
         return None
+
+    def _of_lost_session(self, call: Call | None) -> bool:
+        """Whether the answer to `call`, begun now, belongs to a session lost since it was
+        sent (not a 404: the server may have run it): the call fails as the session's other
+        calls did, unread (what it says may name that session's tasks or requests)."""
+        if call is None or call not in self.doubtful:
+            return False
+        self.doubtful.discard(call)
+        self.link.on_failed(call, session_lost(self.name))
+        return True
 
     async def _answered(self, resp: aiohttp.ClientResponse, data: bytes, call: Call | None,
                         said: bytes | None, part: Partial) -> None:
@@ -310,6 +350,11 @@ async def _start(resp: aiohttp.ClientResponse, size: int) -> bytes:
         return await resp.content.readexactly(size)
     except asyncio.IncompleteReadError as exc:
         return exc.partial
+
+
+def session_lost(name: str) -> UpstreamSessionLost:
+    """What a call of a session the server ended is answered."""
+    return UpstreamSessionLost(name, f"upstream '{name}' ended its session")
 
 
 def forgets_session(status: int | None, body: bytes) -> bool:

@@ -97,7 +97,7 @@ async def test_a_call_on_its_post_when_the_get_stream_finds_the_session_gone_is_
     call's answer comes on its own POST (spec: Streamable HTTP), so the lost session leaves it
     to that POST, whose 404 sends it again on the new session: the client gets its answer,
     not "ended its session" (tests/servers/unruly_http.py, forgetting: the GET stream ends
-    0.2 s after the sessions are forgotten, a POST's 404 comes a second later)."""
+    0.2 s after the sessions are forgotten, a POST's 404 comes half a second later)."""
     async with unruly("forgetting") as base:
         url = await gateway(url=base + "/mcp")
         mcp = client(url)
@@ -109,6 +109,33 @@ async def test_a_call_on_its_post_when_the_get_stream_finds_the_session_gone_is_
         assert text_of(reply) == "pretty"  # same client session, a new upstream one
         async with http.get(url.removesuffix("/mcp") + "/readyz?detail") as resp:
             assert (await resp.json())["upstreams"]["main"]["restarts"] == 1
+
+
+async def test_a_call_of_a_lost_session_is_not_answered_from_it(gateway, client,
+                                                                   http) -> None:
+    """A call whose POST went out before the session was lost, and is answered (not 404)
+    after: the answer is the lost session's (it may name that session's tasks or requests,
+    which the new session reuses), so the call fails as the session's other calls did. One
+    whose POST says nothing fails DOUBT_S (2 s) after the loss, not at its request timeout
+    (ten minutes), and gives back what it held. Another client's call meanwhile (Bob's
+    session) is answered."""
+    async with unruly("forgetting") as base:
+        url = await gateway(url=base + "/mcp")
+        mcp, bob = client(url), client(url)
+        await mcp.initialize()
+        await bob.initialize()
+        for tool in ("slow", "hang"):
+            assert text_of(await mcp.call("pretty")) == "pretty"  # a session is up
+            pending = asyncio.create_task(mcp.call(tool))
+            await asyncio.sleep(0.05)  # its POST is out, unanswered
+            async with http.post(base + "/forget") as resp:
+                assert resp.status == 204
+            assert text_of(await asyncio.wait_for(bob.call("pretty"), 10)) == "pretty"
+            error = (await asyncio.wait_for(pending, 10)).message["error"]
+            assert error["data"]["reason"] == "session_lost", error
+        assert text_of(await mcp.call("pretty")) == "pretty"  # the new session serves
+        async with http.get(url.removesuffix("/mcp") + "/readyz?detail") as resp:
+            assert (await resp.json())["calls"]["in_flight"] == 0
 
 
 async def test_a_malformed_line_that_names_its_call_ends_it(gateway, client) -> None:

@@ -19,7 +19,8 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|forgetting|closing]
 - forgetful: legacy, but GET /mcp answers every session "400: no such session" at once.
 - forgetting: legacy, each initialize a session of its own ("s-1", "s-2", ...) whose GET
   /mcp stream stays open; POST /forget forgets them: their GET streams end 0.2 s later, a
-  GET of a forgotten session is 404 at once, and a POST of one 404 only a second later.
+  GET of a forgotten session is 404 at once, and a POST of one 404 only half a second
+  later. Tool slow answers "slow" after half a second.
 - closing: legacy, but every GET /mcp (the session's stream, or a resume with Last-Event-ID)
   is an SSE stream that ends at once with nothing new (a `retry: 10` only).
 Others: GET /mcp is 400 with a body that does not speak of any session, as some servers
@@ -104,6 +105,9 @@ async def legacy_call(request: web.Request, rid: object, name: str, args: dict
         return web.Response(body=b"<html>oops</html>\n", content_type="application/json")
     if name == "hang":
         await asyncio.Event().wait()
+    if name == "slow":
+        await asyncio.sleep(0.5)
+        return web.json_response(result(rid, text("slow")))
     if name == "dropped":
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -143,8 +147,9 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
     if rid is None:
         return web.Response(status=202)
     if method == "tools/list":
-        return web.json_response(result(rid, tools("two_lines", "garbage", "pretty", "hang",
-                                                    "closed", "dropped", "unprimed", "big")))
+        return web.json_response(result(rid, tools(
+            "two_lines", "garbage", "pretty", "hang", "closed", "dropped", "unprimed", "big",
+            "slow")))
     if method == "tools/call":
         params = msg["params"]
         return await legacy_call(request, rid, params["name"], params.get("arguments") or {})
@@ -190,7 +195,7 @@ async def modern(request: web.Request, msg: dict) -> web.StreamResponse:
 async def post(request: web.Request) -> web.StreamResponse:
     msg = await request.json()
     if MODE == "forgetting" and msg.get("method") != "initialize" and not current(request):
-        await asyncio.sleep(1)  # the slow path: the GET stream learns it first
+        await asyncio.sleep(0.5)  # the slow path: the GET stream learns it first
         return forgotten()
     return await (modern if MODE == "modern" else legacy)(request, msg)
 

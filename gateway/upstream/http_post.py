@@ -105,6 +105,7 @@ class Poster:
         read = conf.read_timeout_ms / 1000 if conf.read_timeout_ms else None
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
         self.resending: set[Call] = set()  # calls to send again on the next session
+        self.resends = True  # whether a next session begins (not on a per-call connection)
         # Calls whose POST carried the session id and has no answer yet (a 404 may come),
         # and those of them whose session was lost meanwhile (`doubt`).
         self.unanswered: set[Call] = set()
@@ -190,6 +191,9 @@ class Poster:
             self.doubtful.discard(call)  # the server never saw it: sent again
         if call is None or not again:
             self.failed(data, call, "lost the session again")
+            return
+        if not self.resends:  # no session follows: nothing to wait for
+            self.link.on_failed(call, session_lost(self.name))
             return
         self.resending.add(call)
         try:

@@ -138,6 +138,27 @@ async def test_a_call_of_a_lost_session_is_not_answered_from_it(gateway, client,
             assert (await resp.json())["calls"]["in_flight"] == 0
 
 
+async def test_a_call_on_its_own_connection_that_loses_its_session_fails_at_once(
+        gateway, client, http) -> None:
+    """`isolation: call` over HTTP: a call's connection begins no second session, so a 404
+    to its POST (the server forgot the session) fails the call at once with session_lost,
+    where it waited startup_timeout_ms for a session that never began. The next call is
+    served."""
+    async with unruly("forgetting") as base:
+        url = await gateway(raw={"upstreams": {"main": {
+            "url": base + "/mcp", "isolation": "call", "pool_size": 1,
+            "startup_timeout_ms": 30_000}}, "logging": {"level": "warning"}})
+        mcp = client(url)
+        await mcp.initialize()
+        assert text_of(await mcp.call("pretty")) == "pretty"
+        await asyncio.sleep(1)  # a warm connection again, its session current
+        async with http.post(base + "/forget?get_s=5&post_s=0") as resp:
+            assert resp.status == 204  # its POST hears first, its GET stream 5 s later
+        error = (await asyncio.wait_for(mcp.call("pretty"), 10)).message["error"]
+        assert error["data"]["reason"] == "session_lost", error
+        assert text_of(await mcp.call("pretty")) == "pretty"  # on a new connection
+
+
 async def test_a_malformed_line_that_names_its_call_ends_it(gateway, client) -> None:
     """stdio: a line with the call's id that is no JSON-RPC response (both result and
     error) ends that call with a clear error; the server serves on."""

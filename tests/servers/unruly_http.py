@@ -20,7 +20,8 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|forgetting|closing]
 - forgetting: legacy, each initialize a session of its own ("s-1", "s-2", ...) whose GET
   /mcp stream stays open; POST /forget forgets them: their GET streams end 0.2 s later, a
   GET of a forgotten session is 404 at once, and a POST of one 404 only half a second
-  later. Tool slow answers "slow" after half a second.
+  later (`POST /forget?get_s=S&post_s=S` sets both delays). Tool slow answers "slow" after
+  half a second.
 - closing: legacy, but every GET /mcp (the session's stream, or a resume with Last-Event-ID)
   is an SSE stream that ends at once with nothing new (a `retry: 10` only).
 Others: GET /mcp is 400 with a body that does not speak of any session, as some servers
@@ -41,8 +42,10 @@ MODE = sys.argv[2] if len(sys.argv) > 2 else "legacy"
 VERSION = "2026-07-28"
 gets = resumes = 0
 listeners: list[asyncio.Queue[dict]] = []
-sessions = ["s-1"]  # every session given; the last one is the current one (forgetting)
+given = 0  # sessions given (forgetting: each initialize a new one)
+live: set[str] = set()  # of "forgetting": the sessions not forgotten
 forgot = asyncio.Event()  # of "forgetting": set when its sessions are forgotten
+delays = {"get_s": 0.2, "post_s": 0.5}  # of "forgetting": see /forget
 
 
 def line(msg: dict) -> bytes:
@@ -141,9 +144,13 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
     if method == "initialize":
         init = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {
             "tools": {}}, "serverInfo": {"name": "unruly", "version": "1"}}
+        sid = "s-1"
         if MODE == "forgetting":
-            sessions.append(f"s-{len(sessions) + 1}")
-        return web.json_response(result(rid, init), headers={"Mcp-Session-Id": sessions[-1]})
+            global given
+            given += 1
+            sid = f"s-{given}"
+            live.add(sid)
+        return web.json_response(result(rid, init), headers={"Mcp-Session-Id": sid})
     if rid is None:
         return web.Response(status=202)
     if method == "tools/list":
@@ -195,13 +202,13 @@ async def modern(request: web.Request, msg: dict) -> web.StreamResponse:
 async def post(request: web.Request) -> web.StreamResponse:
     msg = await request.json()
     if MODE == "forgetting" and msg.get("method") != "initialize" and not current(request):
-        await asyncio.sleep(0.5)  # the slow path: the GET stream learns it first
+        await asyncio.sleep(delays["post_s"])  # the slow path: the GET stream learns first
         return forgotten()
     return await (modern if MODE == "modern" else legacy)(request, msg)
 
 
 def current(request: web.Request) -> bool:
-    return request.headers.get("Mcp-Session-Id") == sessions[-1]
+    return request.headers.get("Mcp-Session-Id") in live
 
 
 def forgotten() -> web.Response:
@@ -211,14 +218,16 @@ def forgotten() -> web.Response:
 
 async def forget(request: web.Request) -> web.Response:
     global forgot
-    sessions.append("forgotten")  # no session given so far is current
-    forgot.set()  # their GET streams end (0.2 s later)
+    delays.update({k: float(request.query.get(k, v)) for k, v in (("get_s", 0.2),
+                                                                  ("post_s", 0.5))})
+    live.clear()
+    forgot.set()  # their GET streams end (get_s later)
     forgot = asyncio.Event()
     return web.Response(status=204)
 
 
 async def held(request: web.Request) -> web.StreamResponse:
-    """The current session's GET stream, open until its session is forgotten (0.2 s after)."""
+    """The current session's GET stream, open until its session is forgotten (get_s after)."""
     if not current(request):
         return forgotten()
     ends = forgot
@@ -226,7 +235,7 @@ async def held(request: web.Request) -> web.StreamResponse:
     await resp.prepare(request)
     await resp.write(b"retry: 10\n\n")
     await ends.wait()
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(delays["get_s"])
     await resp.write_eof()
     return resp
 

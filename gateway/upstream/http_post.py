@@ -192,7 +192,9 @@ class Poster:
         if call is None or not again:
             self.failed(data, call, "lost the session again")
             return
-        if not self.resends:  # no session follows: nothing to wait for
+        # No session follows a per-call connection: nothing to wait for. A server's task ids
+        # are its session's: on the next, the id of a task of this one may name another's.
+        if not self.resends or (_method(data) or "").startswith("tasks/"):
             self.link.on_failed(call, session_lost(self.name))
             return
         self.resending.add(call)

@@ -138,6 +138,21 @@ async def test_a_call_of_a_lost_session_is_not_answered_from_it(gateway, client,
             assert (await resp.json())["calls"]["in_flight"] == 0
 
 
+async def test_a_task_of_a_lost_session_is_not_asked_for_on_the_next(gateway, http) -> None:
+    """A server's task ids are its session's (t1, t2... each): a call following the server's
+    task whose tasks/result is refused with 404 (the server forgot the session just after
+    making the task) fails with session_lost. It is not sent again on the new session,
+    where that id names another's task (an attacker's review got Bob's result for Alice)."""
+    async with unruly("forgetting") as base:
+        url = await gateway(url=base + "/mcp")
+        reply = await asyncio.wait_for(call(http, url, "task", {"who": "alice",
+                                                                "forget": True}), 10)
+        assert reply.message["error"]["data"]["reason"] == "session_lost", reply.message
+        async with http.get(base + "/asked") as resp:
+            asked = await resp.json()
+        assert asked == []  # s-1 refused it (404), and no other session heard of t1
+
+
 async def test_a_call_on_its_own_connection_that_loses_its_session_fails_at_once(
         gateway, client, http) -> None:
     """`isolation: call` over HTTP: a call's connection begins no second session, so a 404

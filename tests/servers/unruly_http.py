@@ -21,7 +21,10 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|forgetting|closing]
   /mcp stream stays open; POST /forget forgets them: their GET streams end 0.2 s later, a
   GET of a forgotten session is 404 at once, and a POST of one 404 only half a second
   later (`POST /forget?get_s=S&post_s=S` sets both delays). Tool slow answers "slow" after
-  half a second.
+  half a second. Tool task (taskSupport required) makes a task of its session, ids t1, t2...
+  a session, answered by tasks/result on that session; given `forget`, the sessions are
+  forgotten as it is made (a POST's 404 at once). GET /asked: the tasks/* requests a live
+  session heard, with their session.
 - closing: legacy, but every GET /mcp (the session's stream, or a resume with Last-Event-ID)
   is an SSE stream that ends at once with nothing new (a `retry: 10` only).
 Others: GET /mcp is 400 with a body that does not speak of any session, as some servers
@@ -46,6 +49,8 @@ given = 0  # sessions given (forgetting: each initialize a new one)
 live: set[str] = set()  # of "forgetting": the sessions not forgotten
 forgot = asyncio.Event()  # of "forgetting": set when its sessions are forgotten
 delays = {"get_s": 0.2, "post_s": 0.5}  # of "forgetting": see /forget
+tasks: dict[str, dict[str, str]] = {}  # of "forgetting": a session's tasks, by id
+asked: list[dict] = []  # of "forgetting": the tasks/* requests heard
 
 
 def line(msg: dict) -> bytes:
@@ -150,13 +155,20 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
             given += 1
             sid = f"s-{given}"
             live.add(sid)
+            tasks[sid] = {}
+            init["capabilities"]["tasks"] = {"requests": {"tools": {"call": {}}}}
         return web.json_response(result(rid, init), headers={"Mcp-Session-Id": sid})
     if rid is None:
         return web.Response(status=202)
     if method == "tools/list":
-        return web.json_response(result(rid, tools(
-            "two_lines", "garbage", "pretty", "hang", "closed", "dropped", "unprimed", "big",
-            "slow")))
+        listed = tools("two_lines", "garbage", "pretty", "hang", "closed", "dropped",
+                       "unprimed", "big", "slow")
+        if MODE == "forgetting":
+            listed["tools"].append({"name": "task", "inputSchema": {"type": "object"},
+                                    "execution": {"taskSupport": "required"}})
+        return web.json_response(result(rid, listed))
+    if MODE == "forgetting" and (method.startswith("tasks/") or "task" in msg.get("params", {})):
+        return session_task(request, msg)
     if method == "tools/call":
         params = msg["params"]
         return await legacy_call(request, rid, params["name"], params.get("arguments") or {})
@@ -207,6 +219,26 @@ async def post(request: web.Request) -> web.StreamResponse:
     return await (modern if MODE == "modern" else legacy)(request, msg)
 
 
+def session_task(request: web.Request, msg: dict) -> web.Response:
+    """forgetting: a task made by tools/call (its id its session's own), or tasks/result."""
+    sid, rid, params = request.headers.get("Mcp-Session-Id", ""), msg["id"], msg["params"]
+    if msg["method"] != "tools/call":
+        asked.append({"method": msg["method"], "session": sid, "taskId": params.get("taskId")})
+        answer = tasks[sid].get(params.get("taskId"))
+        if answer is None:
+            return web.json_response({"jsonrpc": "2.0", "id": rid, "error": {
+                "code": -32602, "message": f"no task {params.get('taskId')}"}})
+        return web.json_response(result(rid, text(answer)))
+    args = params.get("arguments") or {}
+    task_id = f"t{len(tasks[sid]) + 1}"
+    tasks[sid][task_id] = f"the task of {args.get('who')}"
+    if args.get("forget"):
+        forget_all(get_s=5, post_s=0)
+    return web.json_response(result(rid, {"task": {
+        "taskId": task_id, "status": "completed", "createdAt": "2026-01-01T00:00:00Z",
+        "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 60000}}))
+
+
 def current(request: web.Request) -> bool:
     return request.headers.get("Mcp-Session-Id") in live
 
@@ -217,13 +249,21 @@ def forgotten() -> web.Response:
 
 
 async def forget(request: web.Request) -> web.Response:
+    forget_all(**{k: float(request.query.get(k, v)) for k, v in (("get_s", 0.2),
+                                                                 ("post_s", 0.5))})
+    return web.Response(status=204)
+
+
+def forget_all(get_s: float, post_s: float) -> None:
     global forgot
-    delays.update({k: float(request.query.get(k, v)) for k, v in (("get_s", 0.2),
-                                                                  ("post_s", 0.5))})
+    delays.update(get_s=get_s, post_s=post_s)
     live.clear()
     forgot.set()  # their GET streams end (get_s later)
     forgot = asyncio.Event()
-    return web.Response(status=204)
+
+
+async def heard(request: web.Request) -> web.Response:
+    return web.json_response(asked)
 
 
 async def held(request: web.Request) -> web.StreamResponse:
@@ -262,4 +302,5 @@ app.router.add_post("/mcp", post)
 app.router.add_get("/mcp", get)
 app.router.add_get("/gets", count)
 app.router.add_post("/forget", forget)
+app.router.add_get("/asked", heard)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)

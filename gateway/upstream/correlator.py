@@ -449,6 +449,9 @@ class Correlator:
         if method == mcp.CANCELLED and isinstance(params, dict):
             return self._forward_cancel(msg, params)
         # logging and anything else: to the one owner it can belong to
+        if self._ended(via):
+            self.counters.upstream_unroutable_notifications += 1
+            return []
         target = self._came_with(via) or self.targeting.for_notification(msg)
         if target is not None:
             owner = target.owner if isinstance(target, Call) else target
@@ -466,6 +469,10 @@ class Correlator:
         method = msg["method"]
         if method == mcp.PING:
             return [Answer(jsonrpc.result(msg["id"], {}))]
+        if self._ended(via):  # unanswered: an answer could reach a session that reuses its id
+            log.info("upstream.request_unroutable", upstream=self.host.name, method=method,
+                     reason="its call ended")
+            return []
         target = self._came_with(via) or self.targeting.for_request(msg)
         owner = target.owner if isinstance(target, Call) else target
         if target is None or owner is None:  # (targets are clients' calls: owner is set)
@@ -511,6 +518,11 @@ class Correlator:
 
     def _broadcast(self, msg: Message, want: Callable[[Owner], bool]) -> list[Event]:
         return [Deliver(owner, msg) for owner in self.audience.hearing(want)]
+
+    def _ended(self, via: Call | None) -> bool:
+        """Whether a message came on the stream of a call no longer in flight (it failed,
+        timed out or was cancelled, its POST still open): that call's, nobody else's."""
+        return via is not None and self.in_flight.get(via.upstream_id) is not via
 
     def _came_with(self, via: Call | None) -> Call | None:
         """The call a message's stream belongs to, while it is a client's and in flight."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from conftest import free_port, listening, served
 from mcp_http import next_event, parse_sse, text_of
 from test_http_upstream import answered_after_restart, basic_http
 from test_modern import call, envelope, headers_for, modern
+from test_tenancy import TOKENS, As
 
 from gateway.settings.load import from_mapping
 from gateway.upstream import sse_client
@@ -172,6 +174,28 @@ async def test_a_call_on_its_own_connection_that_loses_its_session_fails_at_once
         error = (await asyncio.wait_for(mcp.call("pretty"), 10)).message["error"]
         assert error["data"]["reason"] == "session_lost", error
         assert text_of(await mcp.call("pretty")) == "pretty"  # on a new connection
+
+
+async def test_what_comes_on_an_ended_calls_stream_reaches_nobody_else(gateway,
+                                                                         http) -> None:
+    """Alice's call timed out, but the server goes on on its POST's stream: a log line and
+    an elicitation that name her secret. They were hers alone: Bob, then the one principal
+    with a call in flight, is not sent them (he was: an attacker's review; the same held
+    for a call failed with a lost session)."""
+    async with unruly() as base:
+        url = await gateway(raw={"upstreams": {"main": {
+            "url": base + "/mcp", "request_timeout_ms": 1000}},
+            "auth": {"bearer_tokens": list(TOKENS.values())}, "logging": {"level": "warning"}})
+        alice, bob = As(http, url, "alice"), As(http, url, "bob")
+        await alice.initialize({"elicitation": {}})
+        await bob.initialize({"elicitation": {}})
+        await bob.request("logging/setLevel", {"level": "debug"})
+        dripping = asyncio.create_task(alice.call("drip", {"s": 1.5, "text": "ALICE-SECRET"}))
+        await asyncio.sleep(1.2)  # her call timed out at 1 s; its stream goes on
+        assert "did not answer" in (await dripping).message["error"]["message"]
+        served = await bob.call("slow", {"s": 0.8})  # in flight when her lines come (1.5 s)
+        assert text_of(served) == "slow"
+        assert not [e for e in served.events if "ALICE-SECRET" in json.dumps(e)]
 
 
 async def test_a_malformed_line_that_names_its_call_ends_it(gateway, client) -> None:

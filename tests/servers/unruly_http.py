@@ -12,7 +12,9 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|forgetting|closing]
   answer without any event id), big (arguments mib, and how: "json" with a length,
   "chunked" JSON, or "sse"): an answer of that many MiB of text, written a MiB at a time,
   its last bytes after hold_s seconds if given (an answer read in part meanwhile);
-  how "gzip400": a 400 whose gzip body is small on the wire and that many MiB inflated.
+  how "gzip400": a 400 whose gzip body is small on the wire and that many MiB inflated;
+  slow (answers after `s` seconds, 0.5 by default), drip (an SSE answer: a log line, after
+  `s` seconds a log line and an elicitation carrying `text`, after `s` more the answer).
 - modern: 2026-07-28 only (initialize is 404 -32601): server/discover, tools/list, and
   subscriptions/listen answered as chunked application/json, a message a line, held open;
   the tool change sends tools list_changed to every listener.
@@ -114,8 +116,10 @@ async def legacy_call(request: web.Request, rid: object, name: str, args: dict
     if name == "hang":
         await asyncio.Event().wait()
     if name == "slow":
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(float(args.get("s", 0.5)))
         return web.json_response(result(rid, text("slow")))
+    if name == "drip":
+        return await drip(request, rid, args)
     if name == "dropped":
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -132,6 +136,31 @@ async def legacy_call(request: web.Request, rid: object, name: str, args: dict
     for part in json.dumps(result(rid, text("pretty")), indent=2).splitlines(keepends=True):
         await resp.write(part.encode())
     await resp.write_eof()
+    return resp
+
+
+async def drip(request: web.Request, rid: object, args: dict) -> web.StreamResponse:
+    """An SSE answer: a log line, then after `s` seconds a log line and an elicitation
+    that both carry `text`, then after `s` more the answer."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    said = args.get("text", "")
+
+    async def send(msg: dict) -> None:
+        await resp.write(b"event: message\ndata: " + json.dumps(msg).encode() + b"\n\n")
+
+    def log(data: str) -> dict:
+        return {"jsonrpc": "2.0", "method": "notifications/message",
+                "params": {"level": "error", "data": data}}
+
+    await send(log("drip-start"))
+    await asyncio.sleep(float(args.get("s", 1)))
+    await send(log(said))
+    await send({"jsonrpc": "2.0", "id": f"drip-{rid}", "method": "elicitation/create",
+                "params": {"message": "password for " + said,
+                           "requestedSchema": {"type": "object", "properties": {}}}})
+    await asyncio.sleep(float(args.get("s", 1)))
+    await send(result(rid, text("dripped")))
     return resp
 
 
@@ -162,7 +191,7 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
         return web.Response(status=202)
     if method == "tools/list":
         listed = tools("two_lines", "garbage", "pretty", "hang", "closed", "dropped",
-                       "unprimed", "big", "slow")
+                       "unprimed", "big", "slow", "drip")
         if MODE == "forgetting":
             listed["tools"].append({"name": "task", "inputSchema": {"type": "object"},
                                     "execution": {"taskSupport": "required"}})

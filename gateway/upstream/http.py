@@ -119,8 +119,10 @@ class HttpTransport:
                 continue
             failures, began = 0, time.monotonic()
             listener = asyncio.create_task(self._listen(poster))
-            await self.session.lost.wait()
-            listener.cancel()
+            try:
+                await self.session.lost.wait()
+            finally:  # lost, or the transport closes: the GET stream goes with the session
+                listener.cancel()
             self._on_lost(poster)
             if not self.restart:
                 return

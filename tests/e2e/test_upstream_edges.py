@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 from conftest import free_port, listening, served
 from mcp_http import next_event, parse_sse, text_of
@@ -129,7 +130,7 @@ async def test_a_call_of_a_lost_session_is_not_answered_from_it(gateway, client,
         for tool in ("slow", "hang"):
             assert text_of(await mcp.call("pretty")) == "pretty"  # a session is up
             pending = asyncio.create_task(mcp.call(tool))
-            await asyncio.sleep(0.05)  # its POST is out, unanswered
+            await until_called(http, base, tool)  # its POST is out, unanswered
             async with http.post(base + "/forget") as resp:
                 assert resp.status == 204
             assert text_of(await asyncio.wait_for(bob.call("pretty"), 10)) == "pretty"
@@ -153,6 +154,16 @@ async def test_a_task_of_a_lost_session_is_not_asked_for_on_the_next(gateway, ht
         async with http.get(base + "/asked") as resp:
             asked = await resp.json()
         assert asked == []  # s-1 refused it (404), and no other session heard of t1
+
+
+async def until_called(http: aiohttp.ClientSession, base: str, tool: str) -> None:
+    """Until tests/servers/unruly_http.py has been called `tool` (its first call)."""
+    for _ in range(200):
+        async with http.get(base + "/calls") as resp:
+            if tool in await resp.json():
+                return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{tool} never reached the server")
 
 
 async def test_a_call_on_its_own_connection_that_loses_its_session_fails_at_once(

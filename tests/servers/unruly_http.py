@@ -31,7 +31,7 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|forgetting|closing]
   is an SSE stream that ends at once with nothing new (a `retry: 10` only).
 Others: GET /mcp is 400 with a body that does not speak of any session, as some servers
 answer a GET they do not serve; GET /gets tells how many GETs /mcp had (`gets`), and how
-many of them carried a Last-Event-ID (`resumes`).
+many of them carried a Last-Event-ID (`resumes`); GET /calls the tools called, in order.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ forgot = asyncio.Event()  # of "forgetting": set when its sessions are forgotten
 delays = {"get_s": 0.2, "post_s": 0.5}  # of "forgetting": see /forget
 tasks: dict[str, dict[str, str]] = {}  # of "forgetting": a session's tasks, by id
 asked: list[dict] = []  # of "forgetting": the tasks/* requests heard
+called: list[str] = []  # the tools called (legacy), in order
 
 
 def line(msg: dict) -> bytes:
@@ -200,6 +201,7 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
         return session_task(request, msg)
     if method == "tools/call":
         params = msg["params"]
+        called.append(params["name"])
         return await legacy_call(request, rid, params["name"], params.get("arguments") or {})
     return web.json_response(result(rid, {}))
 
@@ -295,6 +297,10 @@ async def heard(request: web.Request) -> web.Response:
     return web.json_response(asked)
 
 
+async def calls(request: web.Request) -> web.Response:
+    return web.json_response(called)
+
+
 async def held(request: web.Request) -> web.StreamResponse:
     """The current session's GET stream, open until its session is forgotten (get_s after)."""
     if not current(request):
@@ -332,4 +338,5 @@ app.router.add_get("/mcp", get)
 app.router.add_get("/gets", count)
 app.router.add_post("/forget", forget)
 app.router.add_get("/asked", heard)
+app.router.add_get("/calls", calls)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)

@@ -26,7 +26,7 @@ from gateway.protocol import jsonrpc, mcp
 from gateway.protocol.jsonrpc import Message, RequestId
 from gateway.queues import Ticket
 from gateway.upstream.audience import DEFAULT_LEVEL, Audience
-from gateway.upstream.targeting import Targeting
+from gateway.upstream.targeting import Targeting, related_task
 from gateway.upstream.task_owners import TaskOwners
 
 TASK_ENDS = frozenset({"tasks/result", "tasks/cancel"})  # answers after which a task is over
@@ -449,16 +449,15 @@ class Correlator:
         if method == mcp.CANCELLED and isinstance(params, dict):
             return self._forward_cancel(msg, params)
         # logging and anything else: to the one owner it can belong to
-        if self._ended(via):
-            self.counters.upstream_unroutable_notifications += 1
-            return []
-        target = self._came_with(via) or self.targeting.for_notification(msg)
+        ended = self._ended(via)
+        target = self._of_ended(msg) if ended else (
+            self._came_with(via) or self.targeting.for_notification(msg))
         if target is not None:
             owner = target.owner if isinstance(target, Call) else target
             return [Deliver(target, msg)] if owner is None or self._wanted(msg, owner) else []
         # Belonging to no call, it may concern anyone's work: only when one principal hears
         # this upstream may it go to all (docs/architecture.md, Tenancy); else nowhere.
-        if not self.clients_calls() and len(self.audience.present()) <= 1:
+        if not ended and not self.clients_calls() and len(self.audience.present()) <= 1:
             return self._broadcast(msg, lambda owner: self._wanted(msg, owner))
         self.counters.upstream_unroutable_notifications += 1
         return []
@@ -469,21 +468,25 @@ class Correlator:
         method = msg["method"]
         if method == mcp.PING:
             return [Answer(jsonrpc.result(msg["id"], {}))]
-        if self._ended(via):  # unanswered: an answer could reach a session that reuses its id
-            log.info("upstream.request_unroutable", upstream=self.host.name, method=method,
-                     reason="its call ended")
-            return []
-        target = self._came_with(via) or self.targeting.for_request(msg)
+        ended = self._ended(via)
+        target = self._of_ended(msg) if ended else (
+            self._came_with(via) or self.targeting.for_request(msg))
         owner = target.owner if isinstance(target, Call) else target
         if target is None or owner is None:  # (targets are clients' calls: owner is set)
-            return [self._unroutable(msg)]
+            return [self._unroutable(msg, ended)]
         if not owner.accepts(method):
             return self._undeclared(msg, target)
         msg["id"] = self._asked.ask(msg["id"], owner)
         return [Ask(target, owner, msg)]
 
-    def _unroutable(self, msg: Message) -> Answer:
+    def _unroutable(self, msg: Message, ended: bool = False) -> Answer:
+        """The refusal of a request no client is chosen for: answered, so that the server's
+        handler (and its POST's stream) ends."""
         method = msg["method"]
+        if ended:
+            log.info("upstream.request_unroutable", upstream=self.host.name, method=method,
+                     reason="its call ended")
+            return _refusal(msg["id"], "the call this request came with has ended")
         if not self.audience.owners and not self.clients_calls():  # the gateway's own only
             if method == mcp.ROOTS_LIST:  # asked at start: no client, no root (not a fault)
                 return Answer(jsonrpc.result(msg["id"], {"roots": []}))
@@ -523,6 +526,12 @@ class Correlator:
         """Whether a message came on the stream of a call no longer in flight (it failed,
         timed out or was cancelled, its POST still open): that call's, nobody else's."""
         return via is not None and self.in_flight.get(via.upstream_id) is not via
+
+    def _of_ended(self, msg: Message) -> Call | Owner | None:
+        """Where a message on an ended call's stream goes: to the owner of the task it names
+        (a server's own task outlives the call that made it: its input is asked there),
+        else nowhere (`_ended`)."""
+        return self.targeting.labelled(msg) if related_task(msg) is not None else None
 
     def _came_with(self, via: Call | None) -> Call | None:
         """The call a message's stream belongs to, while it is a client's and in flight."""

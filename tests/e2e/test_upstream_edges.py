@@ -207,6 +207,42 @@ async def test_what_comes_on_an_ended_calls_stream_reaches_nobody_else(gateway,
         served = await bob.call("slow", {"s": 0.8})  # in flight when her lines come (1.5 s)
         assert text_of(served) == "slow"
         assert not [e for e in served.events if "ALICE-SECRET" in json.dumps(e)]
+        # The server is answered (refused), so that its handler and the POST end.
+        async with http.get(base + "/answers") as resp:
+            refused = [a for a in await resp.json() if str(a["id"]).startswith("drip-")]
+        assert refused and "has ended" in refused[0]["error"]["message"], refused
+
+
+async def test_a_servers_task_asks_its_owner_after_the_call_that_made_it_ended(
+        gateway, http) -> None:
+    """A 2025-11-25 session's call that the server runs as its own task ends with the
+    CreateTaskResult; the server then asks for the task's input on that POST's stream,
+    naming the task (related-task _meta). The question goes to the task's owner (on her
+    session's GET stream) and her answer to the task; Bob, with a call in flight meanwhile,
+    hears nothing of it."""
+    async with unruly("forgetting") as base:
+        url = await gateway(raw={"upstreams": {"main": {"url": base + "/mcp"}},
+                                 "auth": {"bearer_tokens": list(TOKENS.values())},
+                                 "logging": {"level": "warning"}})
+        alice, bob = As(http, url, "alice"), As(http, url, "bob")
+        await alice.initialize({"elicitation": {}, "tasks": {}}, version="2025-11-25")
+        await bob.initialize({"elicitation": {}}, version="2025-11-25")
+        bobs = asyncio.create_task(bob.call("slow", {"s": 1}))
+        async with alice.stream() as hers:
+            made = await alice.request("tools/call", {"name": "asking_task", "arguments": {},
+                                                      "task": {}})
+            task_id = made.message["result"]["task"]["taskId"]
+            asked = await next_event(hers)
+            assert asked["params"]["message"] == "Name?", asked
+            await alice.send({"jsonrpc": "2.0", "id": asked["id"],
+                              "result": {"action": "accept", "content": {"name": "Ada"}}})
+        for _ in range(100):
+            done = await alice.request("tasks/result", {"taskId": task_id})
+            if "result" in done.message:
+                break
+            await asyncio.sleep(0.05)
+        assert "Ada" in text_of(done), done.message
+        assert not [e for e in (await bobs).events if "Name?" in json.dumps(e)]
 
 
 async def test_a_malformed_line_that_names_its_call_ends_it(gateway, client) -> None:

@@ -25,8 +25,11 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|forgetting|closing]
   later (`POST /forget?get_s=S&post_s=S` sets both delays). Tool slow answers "slow" after
   half a second. Tool task (taskSupport required) makes a task of its session, ids t1, t2...
   a session, answered by tasks/result on that session; given `forget`, the sessions are
-  forgotten as it is made (a POST's 404 at once). GET /asked: the tasks/* requests a live
-  session heard, with their session.
+  forgotten as it is made (a POST's 404 at once). Tool asking_task (taskSupport optional,
+  called as a task): its CreateTaskResult on an SSE stream, then on that stream an
+  elicitation naming the task (related-task _meta), whose answer is the task's result.
+  GET /asked: the tasks/* requests a live session heard, with their session; GET /answers:
+  the answers to the server's requests it received.
 - closing: legacy, but every GET /mcp (the session's stream, or a resume with Last-Event-ID)
   is an SSE stream that ends at once with nothing new (a `retry: 10` only).
 Others: GET /mcp is 400 with a body that does not speak of any session, as some servers
@@ -54,6 +57,8 @@ delays = {"get_s": 0.2, "post_s": 0.5}  # of "forgetting": see /forget
 tasks: dict[str, dict[str, str]] = {}  # of "forgetting": a session's tasks, by id
 asked: list[dict] = []  # of "forgetting": the tasks/* requests heard
 called: list[str] = []  # the tools called (legacy), in order
+answers: list[dict] = []  # the answers to the server's own requests
+waiting: dict[str, asyncio.Future[dict]] = {}  # of the server's requests, by id
 
 
 def line(msg: dict) -> bytes:
@@ -194,9 +199,13 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
         listed = tools("two_lines", "garbage", "pretty", "hang", "closed", "dropped",
                        "unprimed", "big", "slow", "drip")
         if MODE == "forgetting":
-            listed["tools"].append({"name": "task", "inputSchema": {"type": "object"},
-                                    "execution": {"taskSupport": "required"}})
+            listed["tools"] += [{"name": "task", "inputSchema": {"type": "object"},
+                                 "execution": {"taskSupport": "required"}},
+                                {"name": "asking_task", "inputSchema": {"type": "object"},
+                                 "execution": {"taskSupport": "optional"}}]
         return web.json_response(result(rid, listed))
+    if MODE == "forgetting" and msg.get("params", {}).get("name") == "asking_task":
+        return await asking_task(request, msg)
     if MODE == "forgetting" and (method.startswith("tasks/") or "task" in msg.get("params", {})):
         return session_task(request, msg)
     if method == "tools/call":
@@ -244,6 +253,11 @@ async def modern(request: web.Request, msg: dict) -> web.StreamResponse:
 
 async def post(request: web.Request) -> web.StreamResponse:
     msg = await request.json()
+    if "method" not in msg:  # an answer to one of the server's requests
+        answers.append(msg)
+        if (asking := waiting.pop(str(msg.get("id")), None)) is not None:
+            asking.set_result(msg)
+        return web.Response(status=202)
     if MODE == "forgetting" and msg.get("method") != "initialize" and not current(request):
         await asyncio.sleep(delays["post_s"])  # the slow path: the GET stream learns first
         return forgotten()
@@ -256,7 +270,7 @@ def session_task(request: web.Request, msg: dict) -> web.Response:
     if msg["method"] != "tools/call":
         asked.append({"method": msg["method"], "session": sid, "taskId": params.get("taskId")})
         answer = tasks[sid].get(params.get("taskId"))
-        if answer is None:
+        if not answer:  # unknown, or not done
             return web.json_response({"jsonrpc": "2.0", "id": rid, "error": {
                 "code": -32602, "message": f"no task {params.get('taskId')}"}})
         return web.json_response(result(rid, text(answer)))
@@ -268,6 +282,31 @@ def session_task(request: web.Request, msg: dict) -> web.Response:
     return web.json_response(result(rid, {"task": {
         "taskId": task_id, "status": "completed", "createdAt": "2026-01-01T00:00:00Z",
         "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 60000}}))
+
+
+async def asking_task(request: web.Request, msg: dict) -> web.StreamResponse:
+    """forgetting: a task whose input is asked on its call's stream once the call ended."""
+    sid = request.headers.get("Mcp-Session-Id", "")
+    task_id = f"t{len(tasks[sid]) + 1}"
+    tasks[sid][task_id] = ""  # not done
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+
+    async def send(message: dict) -> None:
+        await resp.write(b"event: message\ndata: " + json.dumps(message).encode() + b"\n\n")
+
+    await send(result(msg["id"], {"task": {
+        "taskId": task_id, "status": "working", "createdAt": "2026-01-01T00:00:00Z",
+        "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 60000}}))
+    asking = waiting[f"ask-{task_id}"] = asyncio.get_running_loop().create_future()
+    await send({"jsonrpc": "2.0", "id": f"ask-{task_id}", "method": "elicitation/create",
+                "params": {"message": "Name?", "requestedSchema": {"type": "object"},
+                           "_meta": {"io.modelcontextprotocol/related-task": {
+                               "taskId": task_id}}}})
+    answer = await asyncio.wait_for(asking, 10)
+    tasks[sid][task_id] = json.dumps(answer.get("result") or answer.get("error"))
+    await resp.write_eof()
+    return resp
 
 
 def current(request: web.Request) -> bool:
@@ -299,6 +338,10 @@ async def heard(request: web.Request) -> web.Response:
 
 async def calls(request: web.Request) -> web.Response:
     return web.json_response(called)
+
+
+async def answered(request: web.Request) -> web.Response:
+    return web.json_response(answers)
 
 
 async def held(request: web.Request) -> web.StreamResponse:
@@ -339,4 +382,5 @@ app.router.add_get("/gets", count)
 app.router.add_post("/forget", forget)
 app.router.add_get("/asked", heard)
 app.router.add_get("/calls", calls)
+app.router.add_get("/answers", answered)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)

@@ -202,13 +202,21 @@ class Connection:
         if call.ticket is not None:
             call.ticket.release()
         self.wire.forget(call)
-        if self.pending(call):
+        if self.pending(call) and self._task_still_its(call):
             native_tasks.cancel(self, call)
         call.end_trace("cancelled")  # not the reason: the client's own words
         if self.correlator.drop(call) and not (self.wire.cancels_by_closing
                                           and self.transport.abort(call)):
             self.notify(jsonrpc.notification(
                 mcp.CANCELLED, {"requestId": call.upstream_id, "reason": reason}))
+
+    def _task_still_its(self, call: Call) -> bool:
+        """Whether the server's task `call` follows, if any, is still the one it made: a
+        session lost since (HTTP: the call waits for its 404) takes the server's task ids
+        with it, and the next session may give that id to another's task."""
+        task_id = call.upstream_task
+        record = self.correlator.tasks.record(task_id) if task_id is not None else None
+        return task_id is None or (record is not None and record.owner is call.owner)
 
     def notify(self, msg: Message) -> None:
         if self.ready:

@@ -166,6 +166,43 @@ async def until_called(http: aiohttp.ClientSession, base: str, tool: str) -> Non
     raise AssertionError(f"{tool} never reached the server")
 
 
+async def test_a_call_ended_while_its_session_is_lost_cancels_no_task_of_the_next(
+        gateway, http) -> None:
+    """A call following the server's own task (its tasks/result unanswered) whose session is
+    lost waits two seconds for a 404; timed out meanwhile, it does not send tasks/cancel
+    for its task's id on the new session, where that id may be another's task (an
+    attacker's review cancelled Bob's task so). With its session kept, it does."""
+    async with unruly("forgetting") as base:
+        url = await gateway(raw={"upstreams": {"main": {
+            "url": base + "/mcp", "request_timeout_ms": 1000}},
+            "logging": {"level": "warning"}})
+        for forget in (False, True):
+            heard = await held_task_timed_out(http, url, base, forget)
+            assert heard == ["tasks/result"] + ([] if forget else ["tasks/cancel"]), heard
+
+
+async def held_task_timed_out(http: aiohttp.ClientSession, url: str, base: str,
+                              forget: bool) -> list[str]:
+    """The tasks/* requests unruly_http's live sessions heard for a followed call of a task
+    whose tasks/result is held, timed out after its session was lost (`forget`) or not."""
+    async with http.get(base + "/asked") as resp:
+        before = len(await resp.json())
+    pending = asyncio.create_task(call(http, url, "task", {"who": "alice", "hold": True}))
+    for _ in range(200):  # its tasks/result reached the server, and waits there
+        async with http.get(base + "/asked") as resp:
+            if len(await resp.json()) > before:
+                break
+        await asyncio.sleep(0.01)
+    if forget:
+        async with http.post(base + "/forget") as resp:
+            assert resp.status == 204
+    timed_out = await asyncio.wait_for(pending, 10)
+    assert timed_out.message["error"]["data"]["reason"] == "timeout", timed_out.message
+    await asyncio.sleep(0.5)  # a tasks/cancel has reached the server by now
+    async with http.get(base + "/asked") as resp:
+        return [a["method"] for a in (await resp.json())[before:]]
+
+
 async def test_a_call_on_its_own_connection_that_loses_its_session_fails_at_once(
         gateway, client, http) -> None:
     """`isolation: call` over HTTP: a call's connection begins no second session, so a 404

@@ -25,7 +25,8 @@ Usage: unruly_http.py PORT [legacy|modern|forgetful|forgetting|closing]
   later (`POST /forget?get_s=S&post_s=S` sets both delays). Tool slow answers "slow" after
   half a second. Tool task (taskSupport required) makes a task of its session, ids t1, t2...
   a session, answered by tasks/result on that session; given `forget`, the sessions are
-  forgotten as it is made (a POST's 404 at once). Tool asking_task (taskSupport optional,
+  forgotten as it is made (a POST's 404 at once); given `hold`, its tasks/result is answered
+  30 s late. Tool asking_task (taskSupport optional,
   called as a task): its CreateTaskResult on an SSE stream, then on that stream an
   elicitation naming the task (related-task _meta), whose answer is the task's result.
   GET /asked: the tasks/* requests a live session heard, with their session; GET /answers:
@@ -56,6 +57,7 @@ forgot = asyncio.Event()  # of "forgetting": set when its sessions are forgotten
 delays = {"get_s": 0.2, "post_s": 0.5}  # of "forgetting": see /forget
 tasks: dict[str, dict[str, str]] = {}  # of "forgetting": a session's tasks, by id
 asked: list[dict] = []  # of "forgetting": the tasks/* requests heard
+holding: set[str] = set()  # of "forgetting": the tasks whose tasks/result waits
 called: list[str] = []  # the tools called (legacy), in order
 answers: list[dict] = []  # the answers to the server's own requests
 waiting: dict[str, asyncio.Future[dict]] = {}  # of the server's requests, by id
@@ -207,7 +209,7 @@ async def legacy(request: web.Request, msg: dict) -> web.StreamResponse:
     if MODE == "forgetting" and msg.get("params", {}).get("name") == "asking_task":
         return await asking_task(request, msg)
     if MODE == "forgetting" and (method.startswith("tasks/") or "task" in msg.get("params", {})):
-        return session_task(request, msg)
+        return await session_task(request, msg)
     if method == "tools/call":
         params = msg["params"]
         called.append(params["name"])
@@ -264,11 +266,14 @@ async def post(request: web.Request) -> web.StreamResponse:
     return await (modern if MODE == "modern" else legacy)(request, msg)
 
 
-def session_task(request: web.Request, msg: dict) -> web.Response:
-    """forgetting: a task made by tools/call (its id its session's own), or tasks/result."""
+async def session_task(request: web.Request, msg: dict) -> web.Response:
+    """forgetting: a task made by tools/call (its id its session's own), or tasks/*: a
+    task made with `hold` has its tasks/result answered 30 s late."""
     sid, rid, params = request.headers.get("Mcp-Session-Id", ""), msg["id"], msg["params"]
     if msg["method"] != "tools/call":
         asked.append({"method": msg["method"], "session": sid, "taskId": params.get("taskId")})
+        if params.get("taskId") in holding and msg["method"] == "tasks/result":
+            await asyncio.sleep(30)
         answer = tasks[sid].get(params.get("taskId"))
         if not answer:  # unknown, or not done
             return web.json_response({"jsonrpc": "2.0", "id": rid, "error": {
@@ -277,6 +282,8 @@ def session_task(request: web.Request, msg: dict) -> web.Response:
     args = params.get("arguments") or {}
     task_id = f"t{len(tasks[sid]) + 1}"
     tasks[sid][task_id] = f"the task of {args.get('who')}"
+    if args.get("hold"):
+        holding.add(task_id)
     if args.get("forget"):
         forget_all(get_s=5, post_s=0)
     return web.json_response(result(rid, {"task": {

@@ -450,8 +450,8 @@ class Correlator:
             return self._forward_cancel(msg, params)
         # logging and anything else: to the one owner it can belong to
         ended = self._ended(via)
-        target = self._of_ended(msg) if ended else (
-            self._came_with(via) or self.targeting.for_notification(msg))
+        target = self._target(msg, via, ended) or (
+            None if ended else self.targeting.for_notification(msg))
         if target is not None:
             owner = target.owner if isinstance(target, Call) else target
             return [Deliver(target, msg)] if owner is None or self._wanted(msg, owner) else []
@@ -469,8 +469,8 @@ class Correlator:
         if method == mcp.PING:
             return [Answer(jsonrpc.result(msg["id"], {}))]
         ended = self._ended(via)
-        target = self._of_ended(msg) if ended else (
-            self._came_with(via) or self.targeting.for_request(msg))
+        target = self._target(msg, via, ended) or (
+            None if ended else self.targeting.for_request(msg))
         owner = target.owner if isinstance(target, Call) else target
         if target is None or owner is None:  # (targets are clients' calls: owner is set)
             return [self._unroutable(msg, ended)]
@@ -527,11 +527,15 @@ class Correlator:
         timed out or was cancelled, its POST still open): that call's, nobody else's."""
         return via is not None and self.in_flight.get(via.upstream_id) is not via
 
-    def _of_ended(self, msg: Message) -> Call | Owner | None:
-        """Where a message on an ended call's stream goes: to the owner of the task it names
-        (a server's own task outlives the call that made it: its input is asked there),
-        else nowhere (`_ended`)."""
-        return self.targeting.labelled(msg) if related_task(msg) is not None else None
+    def _target(self, msg: Message, via: Call | None, ended: bool) -> Call | Owner | None:
+        """Where a message goes by what is known of it, before any guess: a message that
+        names its task, to that task's owner, whichever stream it came on (spec tasks
+        2025-11-25: a task's messages may come on any SSE stream, another principal's
+        call's included; a server's own task outlives the call that made it); else (or a
+        task the gateway did not see made) the call on whose stream it came, while in
+        flight (an ended call's: nobody's)."""
+        owner = self.targeting.labelled(msg) if related_task(msg) is not None else None
+        return owner or (None if ended else self._came_with(via))
 
     def _came_with(self, via: Call | None) -> Call | None:
         """The call a message's stream belongs to, while it is a client's and in flight."""

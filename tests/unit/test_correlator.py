@@ -170,6 +170,38 @@ async def test_a_request_on_a_calls_own_stream_goes_to_that_call() -> None:
     assert transport.written[-1]["error"]["message"].startswith("the gateway cannot tell")
 
 
+def task_server(msg: Message) -> list[Message]:
+    """legacy_server, and `make` answered with the CreateTaskResult of its own task t1."""
+    if msg.get("method") == mcp.TOOLS_CALL and msg["params"]["name"] == "make":
+        return [jsonrpc.result(msg["id"], {"task": {
+            "taskId": "t1", "status": "working", "createdAt": "2026-01-01T00:00:00Z",
+            "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 60000}})]
+    return legacy_server(msg)
+
+
+async def test_a_message_naming_a_task_goes_to_its_owner_on_any_stream() -> None:
+    """spec tasks (2025-11-25): a task's messages may come on any SSE stream. Alice's task's
+    question, sent on Bob's call's stream, is Alice's: Bob is not asked it (he was: his
+    answer would have ended her task)."""
+    conn, _ = await connect(task_server)
+    alice, bob = Owner("alice", "elicitation"), Owner("bob", "elicitation")
+    conn.attach(alice)
+    conn.attach(bob)
+    conn.request(call("make"), alice, Sink())
+    await turn()
+    theirs = Sink()
+    bobs = conn.request(call("slow", 2), bob, theirs)
+    question = jsonrpc.request("srv-5", "elicitation/create", {"message": "?", "_meta": {
+        "io.modelcontextprotocol/related-task": {"taskId": "t1"}}})
+    conn.on_message(jsonrpc.dumps(question), via=bobs)
+    log = jsonrpc.notification("notifications/message", {"level": "error", "data": "x", "_meta": {
+        "io.modelcontextprotocol/related-task": {"taskId": "t1"}}})
+    conn.on_message(jsonrpc.dumps(log), via=bobs)
+    assert not theirs.messages
+    assert [m["method"] for m in alice.delivered] == ["elicitation/create",
+                                                      "notifications/message"]
+
+
 async def test_the_gateway_lists_the_tools_itself_every_page_and_again_on_change() -> None:
     """Issue 21: after the handshake the connection asks tools/list itself, follows its
     cursor, and asks again when the server says its list changed."""

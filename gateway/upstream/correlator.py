@@ -450,8 +450,7 @@ class Correlator:
             return self._forward_cancel(msg, params)
         # logging and anything else: to the one owner it can belong to
         ended = self._ended(via)
-        target = self._target(msg, via, ended) or (
-            None if ended else self.targeting.for_notification(msg))
+        target = self._target(msg, via, ended, self.targeting.for_notification)
         if target is not None:
             owner = target.owner if isinstance(target, Call) else target
             return [Deliver(target, msg)] if owner is None or self._wanted(msg, owner) else []
@@ -469,8 +468,7 @@ class Correlator:
         if method == mcp.PING:
             return [Answer(jsonrpc.result(msg["id"], {}))]
         ended = self._ended(via)
-        target = self._target(msg, via, ended) or (
-            None if ended else self.targeting.for_request(msg))
+        target = self._target(msg, via, ended, self.targeting.for_request)
         owner = target.owner if isinstance(target, Call) else target
         if target is None or owner is None:  # (targets are clients' calls: owner is set)
             return [self._unroutable(msg, ended)]
@@ -527,15 +525,23 @@ class Correlator:
         timed out or was cancelled, its POST still open): that call's, nobody else's."""
         return via is not None and self.in_flight.get(via.upstream_id) is not via
 
-    def _target(self, msg: Message, via: Call | None, ended: bool) -> Call | Owner | None:
-        """Where a message goes by what is known of it, before any guess: a message that
-        names its task, to that task's owner, whichever stream it came on (spec tasks
-        2025-11-25: a task's messages may come on any SSE stream, another principal's
-        call's included; a server's own task outlives the call that made it); else (or a
-        task the gateway did not see made) the call on whose stream it came, while in
-        flight (an ended call's: nobody's)."""
-        owner = self.targeting.labelled(msg) if related_task(msg) is not None else None
-        return owner or (None if ended else self._came_with(via))
+    def _target(self, msg: Message, via: Call | None, ended: bool,
+                guess: Callable[[Message], Call | Owner | None]) -> Call | Owner | None:
+        """Where a message goes. One that names a task the gateway saw made is its
+        principal's alone (spec tasks 2025-11-25: a task's messages may come on any SSE
+        stream, another principal's call's included; a server's own task outlives the call
+        that made it): the call on whose stream it came when that call is its principal's,
+        else the task's owner (`labelled`), else nobody. Any other: the call on whose stream
+        it came, while in flight (an ended call's: nobody's), else `guess`."""
+        task_id = related_task(msg)
+        record = self.tasks.record(task_id) if task_id is not None else None
+        came = None if ended else self._came_with(via)
+        if record is None:
+            return came or (None if ended else guess(msg))
+        if came is not None and came.owner is not None and \
+                came.owner.principal == record.principal:
+            return came
+        return self.targeting.labelled(msg)
 
     def _came_with(self, via: Call | None) -> Call | None:
         """The call a message's stream belongs to, while it is a client's and in flight."""

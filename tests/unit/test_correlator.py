@@ -179,27 +179,67 @@ def task_server(msg: Message) -> list[Message]:
     return legacy_server(msg)
 
 
-async def test_a_message_naming_a_task_goes_to_its_owner_on_any_stream() -> None:
-    """spec tasks (2025-11-25): a task's messages may come on any SSE stream. Alice's task's
-    question, sent on Bob's call's stream, is Alice's: Bob is not asked it (he was: his
-    answer would have ended her task)."""
-    conn, _ = await connect(task_server)
+def question(task_id: str = "t1") -> bytes:
+    return jsonrpc.dumps(jsonrpc.request("srv-6", "elicitation/create", {
+        "message": "alice's secret?", "_meta": {
+            "io.modelcontextprotocol/related-task": {"taskId": task_id}}}))
+
+
+async def alices_task() -> tuple[Connection, MockTransport, Owner, Owner]:
+    """A connection to task_server where Alice's call made the server's task t1; Alice's
+    and Bob's sessions attached."""
+    conn, transport = await connect(task_server)
     alice, bob = Owner("alice", "elicitation"), Owner("bob", "elicitation")
     conn.attach(alice)
     conn.attach(bob)
     conn.request(call("make"), alice, Sink())
     await turn()
+    return conn, transport, alice, bob
+
+
+async def test_a_message_naming_a_task_goes_to_its_owner_on_any_stream() -> None:
+    """spec tasks (2025-11-25): a task's messages may come on any SSE stream. Alice's task's
+    question, sent on Bob's call's stream, is Alice's: Bob is not asked it (he was: his
+    answer would have ended her task)."""
+    conn, _, alice, bob = await alices_task()
     theirs = Sink()
     bobs = conn.request(call("slow", 2), bob, theirs)
-    question = jsonrpc.request("srv-5", "elicitation/create", {"message": "?", "_meta": {
-        "io.modelcontextprotocol/related-task": {"taskId": "t1"}}})
-    conn.on_message(jsonrpc.dumps(question), via=bobs)
+    conn.on_message(question(), via=bobs)
     log = jsonrpc.notification("notifications/message", {"level": "error", "data": "x", "_meta": {
         "io.modelcontextprotocol/related-task": {"taskId": "t1"}}})
     conn.on_message(jsonrpc.dumps(log), via=bobs)
     assert not theirs.messages
     assert [m["method"] for m in alice.delivered] == ["elicitation/create",
                                                       "notifications/message"]
+
+
+async def test_a_task_whose_owner_left_is_nobody_elses_on_any_stream() -> None:
+    """Alice's session that made t1 ended while t1 runs on: its question on Bob's call's
+    stream reaches nobody (the server is refused), not Bob."""
+    conn, transport, alice, bob = await alices_task()
+    conn.detach(alice)
+    theirs = Sink()
+    conn.on_message(question(), via=conn.request(call("slow", 2), bob, theirs))
+    assert not theirs.messages and transport.written[-1]["id"] == "srv-6"
+    assert "error" in transport.written[-1]
+
+
+async def test_a_tasks_message_on_its_own_principals_stream_stays_there() -> None:
+    """Alice's second session, whose call waits on t1 (made by her first, idle), is asked
+    t1's question on its own stream; so is a session's later call, not its older one."""
+    conn, _ = await connect(task_server)
+    first, second = (Owner(key, "elicitation", principal="alice") for key in ("s1", "s2"))
+    conn.attach(first)
+    conn.attach(second)
+    conn.request(call("make"), first, Sink())
+    await turn()
+    older, waiting = Sink(), Sink()
+    conn.request(call("slow", 2), first, older)
+    conn.on_message(question(), via=conn.request(call("slow", 3), second, waiting))
+    assert waiting.messages and not first.delivered and not older.messages
+    later = Sink()
+    conn.on_message(question(), via=conn.request(call("slow", 4), first, later))
+    assert later.messages and not older.messages
 
 
 async def test_the_gateway_lists_the_tools_itself_every_page_and_again_on_change() -> None:

@@ -26,9 +26,10 @@ import pytest
 from conftest import FIXTURE, NODE_BIN, node_env
 
 # One suite run takes 15 to 90 s on a loaded 2-core host (the modern set directly: its tasks
-# scenarios fail slowly against a server without tasks); a test makes two at most.
+# scenarios fail slowly against a server without tasks); a test makes three at most (one
+# through the gateway again when one failed: see test_the_suite_passes_through_the_gateway).
 RUN_S = 240
-pytestmark = [pytest.mark.node, pytest.mark.slow, pytest.mark.timeout(2 * RUN_S + 60)]
+pytestmark = [pytest.mark.node, pytest.mark.slow, pytest.mark.timeout(3 * RUN_S + 60)]
 ROOT = Path(__file__).parents[2]
 LINE = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed", re.M)
 NOT_SCORED = re.compile(r"^\s+[✓✗] (\S+) \(", re.M)
@@ -132,6 +133,13 @@ async def test_the_suite_runs_directly_against_the_fixture(direct_url, reqs) -> 
         assert direct["server-sse-polling"]["ok"]
 
 
+def failing(direct: dict[str, dict], through: dict[str, dict]) -> list[str]:
+    """What fails through the gateway: a scenario that passes directly, or a scored one."""
+    excused = set(NOT_FOR_A_PROXY)
+    return [n for n, r in through.items() if not r["ok"] and n not in excused
+            and (r["scored"] or direct.get(n, {}).get("ok"))]
+
+
 @pytest.mark.parametrize("leg", ["http", "stdio"])
 @pytest.mark.parametrize("reqs", SETS)
 async def test_the_suite_passes_through_the_gateway(direct_url, gateway, reqs, leg) -> None:
@@ -143,13 +151,13 @@ async def test_the_suite_passes_through_the_gateway(direct_url, gateway, reqs, l
     url = await (gateway(url=direct_url, **tasks) if leg == "http" else
                  gateway([sys.executable, FIXTURE], **tasks))
     through = await run_leg(url, reqs, leg)
-    excused = set(NOT_FOR_A_PROXY)
-    regressions = [n for n, r in direct.items() if r["ok"] and not through[n]["ok"]
-                   and n not in excused]
-    assert regressions == [], (reqs, leg)
-    failing_scored = [n for n, r in through.items()
-                      if r["scored"] and not r["ok"] and n not in excused]
-    assert failing_scored == [], (reqs, leg)
+    if failing(direct, through):
+        # Some scenarios read a stream for 0.5 to 1.5 s only (server-stateless's listen
+        # probes): on a loaded host one can miss its window (it did once in CI). One more
+        # run: a scenario fails only when it fails both times.
+        again = await run_leg(url, reqs, leg)
+        through = {n: r if r["ok"] else again.get(n, r) for n, r in through.items()}
+    assert failing(direct, through) == [], (reqs, leg)
     if reqs == "2026-07-28":
         # The tasks extension is not scored (optional by definition), but the gateway's
         # purpose: the fixture has no tasks, the gateway adds them.

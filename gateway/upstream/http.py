@@ -86,8 +86,8 @@ class HttpTransport:
         http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
             total=None, sock_connect=self.conf.connect_timeout_ms / 1000))
         poster = self._poster = Poster(self.name, self.conf, self.session, self._link, http,
-                                       self.write, self.max_message_bytes, self.partial)
-        poster.resends = self.restart
+                                       self.write, self.max_message_bytes, self.partial,
+                                       resends=self.restart)
         self._task = asyncio.create_task(self._supervise(poster), name=f"upstream:{self.name}")
 
     def status(self) -> dict[str, Any]:

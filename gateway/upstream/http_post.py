@@ -93,8 +93,8 @@ class Poster:
 
     def __init__(self, name: str, conf: UpstreamConf, session: ServerSession, link: Link,
                  http: aiohttp.ClientSession, write: Callable[[bytes], None],
-                 max_bytes: int, partial: Callable[[str | None], Partial] | None = None
-                 ) -> None:
+                 max_bytes: int, partial: Callable[[str | None], Partial] | None = None,
+                 resends: bool = True) -> None:
         self.name, self.conf, self.session, self.link, self.http = name, conf, session, link, http
         self.max_bytes = max_bytes  # limits.max_message_bytes: of one answer, as of a line
         # How an answer read in part is counted in the answer budget, by its call's
@@ -105,7 +105,7 @@ class Poster:
         read = conf.read_timeout_ms / 1000 if conf.read_timeout_ms else None
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
         self.resending: set[Call] = set()  # calls to send again on the next session
-        self.resends = True  # whether a next session begins (not on a per-call connection)
+        self.resends = resends  # whether a next session begins (not on a per-call connection)
         # Calls whose POST carried the session id and has no answer yet (a 404 may come),
         # and those of them whose session was lost meanwhile (`doubt`).
         self.unanswered: set[Call] = set()
@@ -194,7 +194,7 @@ class Poster:
             return
         # No session follows a per-call connection: nothing to wait for. A server's task ids
         # are its session's: on the next, the id of a task of this one may name another's.
-        if not self.resends or (_method(data) or "").startswith("tasks/"):
+        if not self.resends or call.task_of is not None:
             self.link.on_failed(call, session_lost(self.name))
             return
         self.resending.add(call)
